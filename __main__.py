@@ -1,0 +1,14 @@
+"""The Pulumi program: build the environment described by stacks/<stack>.yaml."""
+
+import pulumi
+
+from components import GpuCluster, load_spec
+
+config = pulumi.Config()
+spec = load_spec(config.get("specFile") or f"stacks/{pulumi.get_stack()}.yaml")
+cluster = GpuCluster(spec.name, spec)
+
+pulumi.export("cluster", spec.name)
+pulumi.export("gpus", spec.gpus)
+pulumi.export("tenantNamespaces", {n: t.namespace for n, t in cluster.tenants.items()})
+pulumi.export("tenantLocalQueues", {n: t.local_queue for n, t in cluster.tenants.items()})

@@ -1,0 +1,24 @@
+"""`gpucluster plan|diff|schema|validate`: each subcommand is a module with `add_parser` and `run`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from . import diff, plan, schema, validate
+
+COMMANDS = {"plan": plan, "diff": diff, "schema": schema, "validate": validate}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="gpucluster", description="Plan, diff and validate GPU cluster environments offline.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, module in COMMANDS.items():
+        module.add_parser(sub.add_parser(name, help=module.HELP, description=module.HELP))
+    args = parser.parse_args(argv)
+    return COMMANDS[args.command].run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,29 @@
+"""`gpucluster diff OLD_DIR NEW_DIR`: what changes between two offline plans."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ..offline.diff import diff_plans, load_plan, render_diff
+from .common import EXIT_FAILED, EXIT_OK, report_bad_input
+
+HELP = "list resources added, removed and changed (field by field) between two plan folders"
+
+
+def add_parser(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("old", type=Path, metavar="OLD_DIR", help="plan folder before the change")
+    parser.add_argument("new", type=Path, metavar="NEW_DIR", help="plan folder after the change")
+    parser.add_argument("--exit-code", action="store_true", help="exit 1 when the plans differ (for CI gates)")
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        old, new = load_plan(args.old), load_plan(args.new)
+    except (FileNotFoundError, ValueError) as e:
+        return report_bad_input(e)
+    diffs = diff_plans(old, new)
+    unchanged = len({r["urn"] for r in new["resources"]} & {r["urn"] for r in old["resources"]}) - sum(
+        d.action in ("update", "replace") for d in diffs)
+    print(render_diff(diffs, unchanged), end="")
+    return EXIT_FAILED if (args.exit_code and diffs) else EXIT_OK

@@ -1,0 +1,42 @@
+"""`gpucluster plan STACK`: run the real program offline and write what it registers under build/STACK/."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from ..offline.plan import build_plan, write_plan
+from ..offline.runner import run_program
+from ..spec import SpecError, load_spec
+from .common import EXIT_FAILED, EXIT_OK, add_project_dir, project_dir, report_bad_input, spec_path
+
+HELP = "write the offline plan of a stack (resources, manifests, scripts) and print its summary"
+
+
+def add_parser(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("stack", metavar="STACK", help="stack name; its spec is stacks/STACK.yaml unless "
+                                                       "Pulumi.STACK.yaml sets specFile")
+    parser.add_argument("--out", type=Path, help="output folder (default: build/STACK under the project)")
+    add_project_dir(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        root = project_dir(args)
+        load_spec(spec_path(args))      # bad input stops here, before anything runs
+        result = run_program(root, args.stack)
+    except SpecError as e:
+        return report_bad_input(e)
+    plan = build_plan(result)
+    out = args.out or root / "build" / args.stack
+    try:
+        write_plan(plan, out)
+    except FileExistsError as e:
+        return report_bad_input(e)
+    print(plan.summary, end="")
+    print(f"\nWrote {len(plan.files)} files to {out}/ in {result.seconds:.2f}s of program time.")
+    if plan.errors:
+        print(f"error: the plan has {len(plan.errors)} error(s); see above", file=sys.stderr)
+        return EXIT_FAILED
+    return EXIT_OK

@@ -1,0 +1,34 @@
+"""GpuCluster: one environment, composed from a validated ClusterSpec."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import pulumi
+
+from .k8s.tenant import Tenant, TenantArgs
+from .spec import ClusterSpec
+
+
+class GpuCluster(pulumi.ComponentResource):
+    """Everything an environment needs, built from one ClusterSpec.
+
+    The validated spec is the component's input, so policy packs can check intent across layers.
+    Providers (a Kubernetes provider for another cluster, say) come in through `opts.providers`.
+    """
+
+    TYPE: ClassVar[str] = "gpucluster:index:GpuCluster"
+
+    tenants: dict[str, Tenant]
+    """Tenant components by tenant name."""
+
+    def __init__(self, name: str, spec: ClusterSpec, opts: pulumi.ResourceOptions | None = None):
+        super().__init__(self.TYPE, name, {"spec": spec.model_dump(mode="json")}, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        self.tenants = {t.name: Tenant(f"{name}-{t.name}", TenantArgs.from_spec(spec, t), opts=child)
+                        for t in spec.tenants}
+        self.register_outputs({
+            "gpus": spec.gpus,
+            "tenant_namespaces": {n: t.namespace for n, t in self.tenants.items()},
+            "tenant_local_queues": {n: t.local_queue for n, t in self.tenants.items()},
+        })

@@ -1,0 +1,3 @@
+from .tenant import Tenant, TenantArgs
+
+__all__ = ["Tenant", "TenantArgs"]

@@ -1,0 +1,239 @@
+"""Tenant: a namespace a team can use safely, with its Kueue queues, RBAC, isolation and limits.
+
+Who guards what (a deliberate split, see ../shared/reference/k8s-gpu-stack.md):
+- Kueue guards GPUs, CPU and memory. A namespace ResourceQuota counts *pods*, not admitted workloads, so
+  a quota on nvidia.com/gpu (or cpu/memory) as tight as the Kueue quota rejects pods of workloads Kueue has
+  already admitted, for example while borrowing or while preempted pods are still terminating. Pods that
+  try to bypass the queue are stopped by Kueue itself (manageJobsWithoutQueueName, set by the GPU stack).
+- The ResourceQuota guards what Kueue does not count: object counts, load balancers and node ports, and
+  persistent storage.
+- RDMA pods usually add IPC_LOCK, which the `restricted` Pod Security level forbids; the node pools raise
+  the container runtime's memlock limit instead, so tenants stay `restricted`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Sequence
+
+import pulumi
+from pydantic import Field
+
+from ..spec import ClusterSpec, Tenant as TenantSpec
+from ..spec.common import SpecModel
+from .objects import Manifest, register
+
+# Kueue flavor that covers CPU and memory; GPU flavors are the node pools. Created by the GPU stack.
+CPU_FLAVOR = "default-flavor"
+# A LocalQueue named "default" also receives jobs that carry no queue-name label (Kueue's defaulting).
+LOCAL_QUEUE = "default"
+KUEUE_API = "kueue.x-k8s.io/v1beta2"
+
+
+class TenantArgs(SpecModel):
+    """Everything one tenant's objects depend on: its spec plus the few cluster facts it needs."""
+
+    tenant: TenantSpec
+    cluster: str = Field(description="Cluster name, set as a label on every object.")
+    cpu_cores: int = Field(ge=0, description="Kueue CPU quota (explicit or derived from the GPU quota).")
+    memory_gib: int = Field(ge=0, description="Kueue memory quota.")
+    cohort: str = Field(description="Kueue cohort shared by every tenant.")
+    dns_namespace: str = Field("kube-system", description="Omitted: cluster DNS runs in kube-system.")
+    monitoring_namespace: str | None = Field(None, description="Omitted: no scraping is allowed in.")
+    protect: bool = Field(True, description="Omitted: the namespace is protected; deleting it needs an explicit "
+                                            "unprotect first, since it deletes the tenant's volumes too.")
+
+    @classmethod
+    def from_spec(cls, spec: ClusterSpec, tenant: TenantSpec) -> TenantArgs:
+        monitoring = spec.kubernetes.monitoring
+        return cls(tenant=tenant, cluster=spec.name, cpu_cores=spec.tenant_cpu_cores(tenant),
+                   memory_gib=spec.tenant_memory_gib(tenant), cohort=spec.kubernetes.kueue.cohort,
+                   dns_namespace=spec.kubernetes.dns_namespace,
+                   monitoring_namespace=monitoring.namespace if monitoring.enabled else None,
+                   protect=spec.environment != "dev")
+
+
+# --- pure rendering ---------------------------------------------------------------------------------
+
+def _labels(args: TenantArgs) -> dict[str, str]:
+    return {"app.kubernetes.io/managed-by": "pulumi", "gpucluster.io/cluster": args.cluster,
+            "gpucluster.io/tenant": args.tenant.name}
+
+
+def _meta(args: TenantArgs, name: str, namespaced: bool = True) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "labels": _labels(args)}
+    if namespaced:
+        meta["namespace"] = args.tenant.namespace_name
+    return meta
+
+
+def _ns_selector(namespace: str) -> dict[str, Any]:
+    return {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}}
+
+
+def render_namespace(args: TenantArgs) -> dict[str, Any]:
+    labels = {**args.tenant.labels, **_labels(args)}
+    for mode in ("enforce", "audit", "warn"):
+        labels[f"pod-security.kubernetes.io/{mode}"] = "restricted"
+        labels[f"pod-security.kubernetes.io/{mode}-version"] = "latest"
+    return {"apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": args.tenant.namespace_name, "labels": labels}}
+
+
+def render_role_bindings(args: TenantArgs) -> list[Manifest]:
+    """One RoleBinding per built-in namespace role that has groups; cluster-admin is never bound."""
+    out = []
+    for role in ("admin", "edit", "view"):
+        groups = getattr(args.tenant.groups, role)
+        if not groups:
+            continue
+        out.append(Manifest(f"rb-{role}", {
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": _meta(args, f"tenant-{role}"),
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": g} for g in groups],
+        }))
+    return out
+
+
+def render_network_policies(args: TenantArgs) -> list[Manifest]:
+    """Default deny both ways, then explicit allows: the namespace itself, DNS, monitoring, the spec's extras."""
+    t = args.tenant
+
+    def policy(role: str, name: str, spec: dict[str, Any]) -> Manifest:
+        return Manifest(role, {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+                               "metadata": _meta(args, name), "spec": {"podSelector": {}, **spec}})
+
+    out = [
+        policy("np-deny", "default-deny", {"policyTypes": ["Ingress", "Egress"]}),
+        policy("np-same-ns", "allow-same-namespace", {
+            "policyTypes": ["Ingress", "Egress"],
+            "ingress": [{"from": [{"podSelector": {}}]}],
+            "egress": [{"to": [{"podSelector": {}}]}]}),
+        policy("np-dns", "allow-dns", {
+            "policyTypes": ["Egress"],
+            "egress": [{"to": [{**_ns_selector(args.dns_namespace),
+                                "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}],
+                        "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]}]}),
+    ]
+    sources = ([args.monitoring_namespace] if args.monitoring_namespace else []) + t.allow_ingress_from_namespaces
+    if sources:
+        out.append(policy("np-ingress", "allow-ingress-from-namespaces", {
+            "policyTypes": ["Ingress"],
+            "ingress": [{"from": [_ns_selector(ns) for ns in sources]}]}))
+    if t.allow_egress_cidrs:
+        out.append(policy("np-egress", "allow-egress-cidrs", {
+            "policyTypes": ["Egress"],
+            "egress": [{"to": [{"ipBlock": {"cidr": c}} for c in t.allow_egress_cidrs]}]}))
+    return out
+
+
+def render_limit_range(args: TenantArgs) -> dict[str, Any]:
+    d = args.tenant.container_defaults
+    return {"apiVersion": "v1", "kind": "LimitRange", "metadata": _meta(args, "container-defaults"),
+            "spec": {"limits": [{
+                "type": "Container",
+                "defaultRequest": {"cpu": d.cpu_request, "memory": f"{d.memory_request_mib}Mi"},
+                "default": {"cpu": d.cpu_limit, "memory": f"{d.memory_limit_mib}Mi"},
+            }]}}
+
+
+def render_resource_quota(args: TenantArgs) -> dict[str, Any]:
+    """Objects and storage only: GPUs, CPU and memory are Kueue's (see the module docstring)."""
+    o, s = args.tenant.objects, args.tenant.storage
+    hard = {"pods": str(o.pods), "services": str(o.services), "configmaps": str(o.configmaps),
+            "secrets": str(o.secrets), "services.loadbalancers": str(o.load_balancers),
+            "services.nodeports": str(o.node_ports), "persistentvolumeclaims": str(s.max_claims),
+            "requests.storage": f"{s.quota_gib}Gi"}
+    return {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": _meta(args, "tenant-quota"),
+            "spec": {"hard": hard}}
+
+
+def render_cluster_queue(args: TenantArgs) -> dict[str, Any]:
+    t = args.tenant
+    groups: list[dict[str, Any]] = [{
+        "coveredResources": ["cpu", "memory"],
+        "flavors": [{"name": CPU_FLAVOR, "resources": [
+            {"name": "cpu", "nominalQuota": str(args.cpu_cores)},
+            {"name": "memory", "nominalQuota": f"{args.memory_gib}Gi"}]}],
+    }]
+    if t.gpu_quota:
+        flavors = []
+        for flavor, q in t.gpu_quota.items():       # spec order is Kueue's flavor preference order
+            res: dict[str, Any] = {"name": "nvidia.com/gpu", "nominalQuota": q.nominal}
+            if q.borrowing_limit is not None:
+                res["borrowingLimit"] = q.borrowing_limit
+            if q.lending_limit is not None:
+                res["lendingLimit"] = q.lending_limit
+            flavors.append({"name": flavor, "resources": [res]})
+        groups.append({"coveredResources": ["nvidia.com/gpu"], "flavors": flavors})
+    p = t.preemption
+    spec: dict[str, Any] = {
+        "cohortName": args.cohort,
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": t.namespace_name}},
+        "queueingStrategy": "BestEffortFIFO",
+        "resourceGroups": groups,
+        "preemption": {"reclaimWithinCohort": p.reclaim_within_cohort,
+                       "borrowWithinCohort": {"policy": p.borrow_within_cohort},
+                       "withinClusterQueue": p.within_cluster_queue},
+    }
+    if t.fair_sharing_weight is not None:
+        spec["fairSharing"] = {"weight": str(t.fair_sharing_weight)}
+    return {"apiVersion": KUEUE_API, "kind": "ClusterQueue", "metadata": _meta(args, t.name, namespaced=False),
+            "spec": spec}
+
+
+def render_local_queue(args: TenantArgs) -> dict[str, Any]:
+    return {"apiVersion": KUEUE_API, "kind": "LocalQueue", "metadata": _meta(args, LOCAL_QUEUE),
+            "spec": {"clusterQueue": args.tenant.name}}
+
+
+def render_tenant(args: TenantArgs) -> list[Manifest]:
+    """Every object of the tenant, namespace first."""
+    return [Manifest("ns", render_namespace(args)), *render_role_bindings(args),
+            *render_network_policies(args), Manifest("limits", render_limit_range(args)),
+            Manifest("quota", render_resource_quota(args)), Manifest("cq", render_cluster_queue(args)),
+            Manifest("lq", render_local_queue(args))]
+
+
+# --- the component ------------------------------------------------------------------------------------
+
+class Tenant(pulumi.ComponentResource):
+    """A tenant namespace with RBAC, isolation, limits and its Kueue queues.
+
+    `kueue_ready` holds resources the Kueue objects must wait for (Kueue's webhook); omitted, they are
+    created straight away, which is right only when Kueue is already running.
+    """
+
+    TYPE: ClassVar[str] = "gpucluster:k8s:Tenant"
+
+    namespace: pulumi.Output[str]
+    """Name of the tenant's namespace."""
+    local_queue: pulumi.Output[str]
+    """LocalQueue jobs name in the `kueue.x-k8s.io/queue-name` label (also the namespace default)."""
+    cluster_queue: pulumi.Output[str]
+    """The tenant's ClusterQueue."""
+
+    def __init__(self, name: str, args: TenantArgs, kueue_ready: Sequence[pulumi.Resource] = (),
+                 opts: pulumi.ResourceOptions | None = None):
+        super().__init__(self.TYPE, name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        manifests = render_tenant(args)
+        ns = register(f"{name}-ns", manifests[0].obj, pulumi.ResourceOptions(parent=self, protect=args.protect))
+        ns_name = ns.metadata.apply(lambda m: m["name"])
+        created: dict[str, pulumi.CustomResource] = {}
+        for m in manifests[1:]:
+            if m.obj["apiVersion"] == KUEUE_API:
+                # The LocalQueue names its ClusterQueue by a plain string, so the order is made explicit.
+                deps = [*kueue_ready, *([created["cq"]] if m.role == "lq" else [])]
+                opts_ = pulumi.ResourceOptions(parent=self, depends_on=deps)
+            else:
+                opts_ = child
+            namespaced = "namespace" in m.obj["metadata"]
+            created[m.role] = register(f"{name}-{m.role}", m.obj, opts_, namespace=ns_name if namespaced else None)
+        cq, lq = created["cq"], created["lq"]
+        self.namespace = ns_name
+        self.cluster_queue = cq.metadata.apply(lambda m: m["name"])
+        # The LocalQueue is usable once its ClusterQueue exists too.
+        self.local_queue = pulumi.Output.all(lq.metadata, self.cluster_queue).apply(lambda a: a[0]["name"])
+        self.register_outputs({"namespace": self.namespace, "local_queue": self.local_queue,
+                               "cluster_queue": self.cluster_queue})

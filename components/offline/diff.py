@@ -1,0 +1,91 @@
+"""Compare two offline plans: what a spec change adds, removes and changes, field by field."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+# Fields whose change makes the provider replace the resource rather than update it in place.
+_REPLACING = ("inputs.metadata.name", "inputs.metadata.namespace", "inputs.apiVersion", "inputs.kind")
+
+
+@dataclass(frozen=True)
+class Change:
+    path: str
+    old: Any
+    new: Any
+
+
+@dataclass(frozen=True)
+class ResourceDiff:
+    urn: str
+    action: str                 # create | delete | update | replace
+    changes: tuple[Change, ...] = ()
+
+
+def load_plan(plan_dir: Path) -> dict[str, Any]:
+    path = plan_dir / "resources.json"
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path} does not exist; run `gpucluster plan STACK --out {plan_dir}` first") from None
+
+
+def _flatten(value: Any, prefix: str, out: dict[str, Any]) -> dict[str, Any]:
+    if isinstance(value, dict) and value:
+        for k, v in value.items():
+            _flatten(v, f"{prefix}.{k}" if prefix else k, out)
+    elif isinstance(value, list) and value:
+        for i, v in enumerate(value):
+            _flatten(v, f"{prefix}[{i}]", out)
+    else:
+        out[prefix] = value
+    return out
+
+
+def _comparable(entry: dict[str, Any]) -> dict[str, Any]:
+    return {k: entry.get(k) for k in ("parent", "dependsOn", "propertyDependencies", "provider", "inputs", "options")}
+
+
+def _replaces(entry: dict[str, Any], path: str) -> bool:
+    """The provider's replaceOnChanges (e.g. a command's `triggers[*]`) also forces a replacement."""
+    declared = (entry.get("options") or {}).get("replaceOnChanges", [])
+    prefixes = _REPLACING + tuple(f"inputs.{p.split('[')[0]}" for p in declared)
+    return "*" in declared or path.startswith(prefixes)
+
+
+def diff_plans(old: dict[str, Any], new: dict[str, Any]) -> list[ResourceDiff]:
+    before = {r["urn"]: r for r in old["resources"]}
+    after = {r["urn"]: r for r in new["resources"]}
+    out = [ResourceDiff(u, "delete") for u in sorted(before.keys() - after.keys())]
+    out += [ResourceDiff(u, "create") for u in sorted(after.keys() - before.keys())]
+    for urn in sorted(before.keys() & after.keys()):
+        a, b = _flatten(_comparable(before[urn]), "", {}), _flatten(_comparable(after[urn]), "", {})
+        changes = tuple(Change(p, a.get(p), b.get(p)) for p in sorted(a.keys() | b.keys()) if a.get(p) != b.get(p))
+        if changes:
+            action = "replace" if any(_replaces(after[urn], c.path) for c in changes) else "update"
+            out.append(ResourceDiff(urn, action, changes))
+    order = {"delete": 0, "replace": 1, "update": 2, "create": 3}
+    return sorted(out, key=lambda d: (order[d.action], d.urn))
+
+
+_SIGN = {"create": "+", "delete": "-", "update": "~", "replace": "+-"}
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    text = "(absent)" if value is None else json.dumps(value, sort_keys=True)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def render_diff(diffs: list[ResourceDiff], unchanged: int) -> str:
+    lines = []
+    for d in diffs:
+        kind, name = d.urn.split("::")[-2].split("$")[-1], d.urn.split("::")[-1]
+        lines.append(f"{_SIGN[d.action]:<2} {d.action:<7} {kind} {name}")
+        lines += [f"      {c.path}: {_short(c.old)} -> {_short(c.new)}" for c in d.changes]
+    counts = {a: sum(d.action == a for d in diffs) for a in ("create", "update", "replace", "delete")}
+    lines.append(f"{counts['create']} to create, {counts['update']} to update, {counts['replace']} to replace, "
+                 f"{counts['delete']} to delete, {unchanged} unchanged")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,186 @@
+"""Turn a recorded program run into files a person can review: resources, manifests, scripts, summary."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pulumi.runtime import rpc as _rpc
+
+from ..spec import ClusterSpec
+from .recorder import SECRET, STACK_TYPE, Record, redact
+from .runner import ProgramRun
+
+HONESTY = ("Offline plan: what the program registers under Pulumi's mock runtime, not the state of a cluster. "
+           "Values known only after a real apply show as <computed>; secrets show as [secret].")
+GPUCLUSTER_PREFIX = "gpucluster:index:GpuCluster"
+HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
+REMOTE_COMMAND = "command:remote:Command"
+_SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+@dataclass
+class Plan:
+    document: dict[str, Any]
+    files: dict[str, str]                       # relative path -> content
+    errors: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    summary: str = ""
+
+
+def _ordered(value: Any) -> Any:
+    """Sort keys at every level so the same spec always gives the same bytes."""
+    if isinstance(value, dict):
+        return {k: _ordered(value[k]) for k in sorted(value)}
+    if isinstance(value, list):
+        return [_ordered(v) for v in value]
+    return value
+
+
+def _k8s_document(inputs: dict[str, Any]) -> dict[str, Any]:
+    obj = _ordered(redact(inputs))
+    head = {k: obj.pop(k) for k in ("apiVersion", "kind", "metadata") if k in obj}
+    return {**head, **obj}
+
+
+def _yaml(doc: Any) -> str:
+    return yaml.safe_dump(doc, sort_keys=False, default_flow_style=False, width=120, allow_unicode=True)
+
+
+def _resource_entry(r: Record, component_outputs: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    explicit = set(r.dependencies) - {u for us in r.property_dependencies.values() for u in us}
+    entry: dict[str, Any] = {
+        "urn": r.urn, "type": r.type, "name": r.name, "parent": r.parent or None,
+        "custom": r.custom, "dependsOn": sorted(explicit), "propertyDependencies": r.property_dependencies,
+        "provider": r.provider or None, "inputs": _ordered(redact(r.inputs)),
+        "options": {k: v for k, v in sorted(r.options.items()) if v},
+    }
+    if r.kind == "read":
+        entry["read"] = True
+    if r.urn in component_outputs:
+        entry["outputs"] = _ordered(redact(component_outputs[r.urn]))
+    return entry
+
+
+def _manifest_path(inputs: dict[str, Any]) -> str:
+    meta = inputs.get("metadata") or {}
+    scope = meta.get("namespace") or "_cluster"
+    return f"manifests/{_SAFE.sub('_', str(scope))}/{inputs['kind'].lower()}-{_SAFE.sub('_', str(meta.get('name')))}.yaml"
+
+
+def _release_files(r: Record) -> tuple[str, str]:
+    i = redact(r.inputs)
+    name = i.get("name") or r.name
+    header = (f"# Helm release {name}: chart {i.get('chart')} {i.get('version', '')} from "
+              f"{(i.get('repositoryOpts') or {}).get('repo', 'the chart reference')} into namespace "
+              f"{i.get('namespace', 'default')}\n")
+    path = f"manifests/helm/{_SAFE.sub('_', str(i.get('namespace', 'default')))}-{_SAFE.sub('_', str(name))}.values.yaml"
+    return path, header + _yaml(_ordered(i.get("values") or {}))
+
+
+def _script_files(r: Record) -> dict[str, str]:
+    """One file per script of a remote command, under the host it runs on (only the host is revealed)."""
+    conn = r.inputs.get("connection") or {}
+    host = (_rpc.unwrap_rpc_secret(conn) if _rpc.is_rpc_secret(conn) else conn).get("host", "unknown-host")
+    host = _SAFE.sub("_", str(redact(host)))
+    out = {}
+    for step in ("create", "update", "delete"):
+        script = redact(r.inputs.get(step))
+        if script is None:
+            continue
+        suffix = "" if step == "create" else f".{step}"
+        text = script if script != SECRET else "# [secret]: this script embeds a secret and is not shown offline\n"
+        out[f"scripts/{host}/{_SAFE.sub('_', r.name)}{suffix}.sh"] = text if text.endswith("\n") else text + "\n"
+    return out
+
+
+def build_plan(run: ProgramRun) -> Plan:
+    files: dict[str, str] = {}
+    errors = [f"duplicate resource URN {u}: the real engine refuses this" for u in run.duplicates]
+    owners: dict[str, str] = {}
+    for r in run.records:
+        if r.type.startswith("kubernetes:") and not r.type.startswith("pulumi:providers") \
+                and "apiVersion" in r.inputs and "kind" in r.inputs:
+            path = _manifest_path(redact(r.inputs))
+            if path in owners:
+                errors.append(f"{r.name} and {owners[path]} both manage the Kubernetes object {path}; "
+                              "one would overwrite the other")
+            owners[path] = r.name
+            files[path] = _yaml(_k8s_document(r.inputs))
+        elif r.type == HELM_RELEASE:
+            path, text = _release_files(r)
+            files[path] = text
+        elif r.type == REMOTE_COMMAND:
+            files.update(_script_files(r))
+    document = {
+        "note": HONESTY, "project": run.project, "stack": run.stack,
+        "unresolvedSecrets": run.unresolved_secrets,
+        "outputs": {k: (SECRET if secret else redact(v)) for k, (v, secret) in run.outputs.items()},
+        "resources": [_resource_entry(r, run.component_outputs) for r in run.records],
+    }
+    files["resources.json"] = json.dumps(document, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+    warnings = [f"secret config {k} is encrypted in the stack file; a placeholder stands in for it offline"
+                for k in run.unresolved_secrets]
+    specs = [r.inputs["spec"] for r in run.records if r.type == GPUCLUSTER_PREFIX and "spec" in r.inputs]
+    clusters = [ClusterSpec.model_validate(redact(s)) for s in specs]
+    for spec in clusters:
+        warnings += spec.warnings()
+    plan = Plan(document, files, errors, warnings)
+    plan.summary = render_summary(run, plan, clusters)
+    files["summary.txt"] = plan.summary
+    return plan
+
+
+def _table(headers: list[str], rows: list[list[Any]]) -> list[str]:
+    widths = [max(len(str(x)) for x in col) for col in zip(headers, *rows)]
+    fmt = "  ".join(f"{{:<{w}}}" if i < len(widths) - 1 else f"{{:>{w}}}" for i, w in enumerate(widths))
+    return [fmt.format(*headers), fmt.format(*("-" * w for w in widths))] + [fmt.format(*map(str, r)) for r in rows]
+
+
+def render_summary(run: ProgramRun, plan: Plan, clusters: list[ClusterSpec]) -> str:
+    by_urn = {r.urn: r for r in run.records}
+    counts: Counter[tuple[str, str]] = Counter()
+    for r in run.records:
+        if r.type == STACK_TYPE:
+            continue
+        parent = by_urn.get(r.parent)
+        counts[(parent.type if parent and parent.type != STACK_TYPE else "(stack)", r.type)] += 1
+    lines = [HONESTY, "", f"Stack {run.stack} of project {run.project}: {sum(counts.values())} resources", ""]
+    lines += _table(["component", "resource type", "count"],
+                    [[c, t, n] for (c, t), n in sorted(counts.items())])
+    for spec in clusters:
+        lines += ["", f"Cluster {spec.name} ({spec.environment}): {sum(len(p.hosts) for p in spec.node_pools)} nodes, "
+                      f"{spec.gpus} GPUs, fabric {spec.fabric.kind}, storage {spec.storage.kind}"]
+        lines += _table(["node pool", "GPU", "hosts", "GPUs"],
+                        [[p.name, f"{p.gpu.count} x {p.gpu.model}", len(p.hosts), p.gpus] for p in spec.node_pools])
+        if spec.tenants:
+            lines.append("")
+            lines += _table(["tenant", "namespace", "guaranteed GPUs", "borrowing limit", "CPU", "memory"], [
+                [t.name, t.namespace_name,
+                 ", ".join(f"{f}: {q.nominal}" for f, q in t.gpu_quota.items()) or "none",
+                 ", ".join(f"{f}: {'no limit' if q.borrowing_limit is None else q.borrowing_limit}"
+                           for f, q in t.gpu_quota.items()) or "-",
+                 spec.tenant_cpu_cores(t), f"{spec.tenant_memory_gib(t)}Gi"] for t in spec.tenants])
+    lines += ["", f"Warnings ({len(plan.warnings)}):"] + [f"  - {w}" for w in plan.warnings or ["none"]]
+    if plan.errors:
+        lines += ["", f"Errors ({len(plan.errors)}):"] + [f"  - {e}" for e in plan.errors]
+    return "\n".join(lines) + "\n"
+
+
+def write_plan(plan: Plan, out_dir: Path) -> None:
+    """Replace the previous plan in `out_dir`; refuse a non-empty folder that holds no plan."""
+    if out_dir.exists() and any(out_dir.iterdir()) and not (out_dir / "resources.json").exists():
+        raise FileExistsError(f"{out_dir} is not empty and holds no plan (no resources.json); "
+                              "choose an empty or new folder with --out")
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    for rel, text in sorted(plan.files.items()):
+        path = out_dir / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")

@@ -1,0 +1,147 @@
+"""Record what a Pulumi program registers, under Pulumi's own mock runtime.
+
+`Mocks.new_resource` sees only type, name and inputs; parent, dependencies and options travel on the
+RegisterResourceRequest, so the recorder is a MockMonitor subclass that reads the request itself
+(see ../shared/reference/pulumi-offline.md, section 1).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+import pulumi
+from pulumi.runtime import mocks as _mocks
+from pulumi.runtime import rpc as _rpc
+
+SECRET = "[secret]"
+COMPUTED = "<computed>"
+STACK_TYPE = "pulumi:pulumi:Stack"
+
+
+@dataclass
+class Record:
+    urn: str                      # the engine's URN (after finalize); the mock's until then
+    type: str
+    name: str
+    custom: bool
+    remote: bool
+    parent: str
+    dependencies: list[str]
+    property_dependencies: dict[str, list[str]]
+    provider: str
+    inputs: dict[str, Any]        # secrets still wrapped in the RPC envelope, unknowns as pulumi Unknown
+    options: dict[str, Any] = field(default_factory=dict)
+    kind: str = "register"        # register | read
+
+
+class EchoMocks(_mocks.Mocks):
+    """Resources echo their inputs as outputs, as providers do for known inputs during a preview.
+
+    Outputs a provider computes (a Helm release's status, a command's stdout) stay unknown, so anything
+    built from them shows as `<computed>`. Invokes are refused: the program must not depend on one offline.
+    """
+
+    def new_resource(self, args: _mocks.MockResourceArgs) -> tuple[str, dict]:
+        return f"{args.name}-id", dict(args.inputs)
+
+    def call(self, args: _mocks.MockCallArgs):
+        raise NotImplementedError(f"the offline plan has no answer for invoke {args.token}; "
+                                  "the program must not need it to register resources")
+
+
+class RecordingMonitor(_mocks.MockMonitor):
+    def __init__(self, mocks: _mocks.Mocks | None = None):
+        super().__init__(mocks or EchoMocks())
+        self.records: list[Record] = []
+        self.component_outputs: dict[str, dict[str, Any]] = {}
+        self.duplicates: list[str] = []
+        self._lock = threading.Lock()
+
+    def _keep(self, rec: Record) -> None:
+        with self._lock:
+            self.records.append(rec)
+
+    def RegisterResource(self, request):
+        resp = super().RegisterResource(request)
+        self._keep(Record(
+            urn=resp.urn, type=request.type, name=request.name, custom=request.custom, remote=request.remote,
+            parent=request.parent, dependencies=list(request.dependencies),
+            property_dependencies={k: list(v.urns) for k, v in request.propertyDependencies.items()},
+            provider=request.provider,
+            inputs=_rpc.deserialize_properties(request.object, keep_unknowns=True),
+            options={
+                "protect": request.protect if request.HasField("protect") else False,
+                "ignoreChanges": list(request.ignoreChanges),
+                "replaceOnChanges": list(request.replaceOnChanges),
+                "additionalSecretOutputs": list(request.additionalSecretOutputs),
+                "deleteBeforeReplace": request.deleteBeforeReplace,
+                "retainOnDelete": request.retainOnDelete if request.HasField("retainOnDelete") else False,
+                "deletedWith": request.deletedWith,
+                "aliases": sorted(str(a) for a in request.aliases),
+            }))
+        return resp
+
+    def ReadResource(self, request):
+        resp = super().ReadResource(request)
+        self._keep(Record(urn=resp.urn, type=request.type, name=request.name, custom=True, remote=False,
+                          parent=request.parent, dependencies=list(request.dependencies),
+                          property_dependencies={}, provider=request.provider, inputs={}, kind="read"))
+        return resp
+
+    def RegisterResourceOutputs(self, request):
+        with self._lock:   # the stock monitor drops component outputs; the plan shows them
+            self.component_outputs[request.urn] = _rpc.deserialize_properties(request.outputs, keep_unknowns=True)
+        return super().RegisterResourceOutputs(request)
+
+    def finalize(self) -> None:
+        """Rewrite every URN the way the engine builds it, and find duplicates the mock never reports.
+
+        The engine qualifies a type with all its ancestors' types (children of the stack excepted); the
+        mock keeps only the parent's. Records end sorted by URN, since registration order is not stable.
+        """
+        by_urn = {r.urn: r for r in self.records}
+        qualified: dict[str, str] = {}
+
+        def qual(urn: str) -> str:
+            if urn not in qualified:
+                r = by_urn[urn]
+                parent = by_urn.get(r.parent)
+                if r.type == STACK_TYPE or parent is None or parent.type == STACK_TYPE:
+                    qualified[urn] = r.type
+                else:
+                    qualified[urn] = qual(r.parent) + "$" + r.type
+            return qualified[urn]
+
+        real = {r.urn: f"{'::'.join(r.urn.split('::')[:2])}::{qual(r.urn)}::{r.name}" for r in self.records}
+        seen: set[str] = set()
+        for r in self.records:
+            r.urn = real[r.urn]
+            if r.urn in seen:
+                self.duplicates.append(r.urn)
+            seen.add(r.urn)
+            r.parent = real.get(r.parent, r.parent)
+            r.dependencies = sorted({real.get(d, d) for d in r.dependencies})
+            r.property_dependencies = {k: sorted({real.get(d, d) for d in v})
+                                       for k, v in sorted(r.property_dependencies.items()) if v}
+        self.component_outputs = {real.get(k, k): v for k, v in self.component_outputs.items()}
+        self.records.sort(key=lambda r: r.urn)
+
+
+def redact(value: Any, reveal: bool = False) -> Any:
+    """Plain JSON for review: secrets become `[secret]`, unknowns `<computed>`, whole floats ints again."""
+    if isinstance(value, dict):
+        if _rpc.is_rpc_secret(value):
+            return redact(_rpc.unwrap_rpc_secret(value), reveal) if reveal else SECRET
+        return {k: redact(v, reveal) for k, v in value.items()}
+    if isinstance(value, list):
+        return [redact(v, reveal) for v in value]
+    if isinstance(value, pulumi.output.Unknown) or value == _rpc.UNKNOWN:
+        return COMPUTED
+    if isinstance(value, float) and value.is_integer():
+        return int(value)         # protobuf carries every number as a double
+    if isinstance(value, (pulumi.Asset, pulumi.Archive)):
+        return {"asset": type(value).__name__,
+                **{k: getattr(value, k) for k in ("path", "text", "uri") if hasattr(value, k)}}
+    return value

@@ -1,0 +1,134 @@
+"""Run an unmodified Pulumi program (`__main__.py`) offline, the way the Python language host runs it."""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import runpy
+import sys
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+import pulumi
+import yaml
+from pulumi.runtime import settings as _settings
+from pulumi.runtime.stack import run_in_stack
+from pulumi.runtime.sync_await import _sync_await
+
+from .recorder import Record, RecordingMonitor
+
+ORGANIZATION = "organization"
+
+
+@dataclass
+class StackConfig:
+    project: str
+    values: dict[str, str]                 # fully qualified key -> string, as the CLI hands them over
+    secret_keys: list[str]
+    unresolved_secrets: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ProgramRun:
+    project: str
+    stack: str
+    records: list[Record]
+    outputs: dict[str, tuple[Any, bool]]   # export -> (value, is_secret)
+    component_outputs: dict[str, dict[str, Any]]
+    duplicates: list[str]
+    unresolved_secrets: list[str]
+    seconds: float
+
+
+def load_stack_config(project_dir: Path, stack: str) -> StackConfig:
+    """Project defaults from Pulumi.yaml, then Pulumi.<stack>.yaml. Encrypted (`secure:`) values cannot be
+    decrypted without the engine: they become a secret placeholder and are listed as unresolved."""
+    project_file = yaml.safe_load((project_dir / "Pulumi.yaml").read_text(encoding="utf-8"))
+    project = project_file["name"]
+
+    def qualify(key: str) -> str:
+        return key if ":" in key else f"{project}:{key}"
+
+    def encode(value: Any) -> str:
+        return value if isinstance(value, str) else json.dumps(value)
+
+    values: dict[str, str] = {}
+    secret_keys: set[str] = set()
+    unresolved: list[str] = []
+    for key, decl in (project_file.get("config") or {}).items():
+        if isinstance(decl, dict):
+            if "default" in decl:
+                values[qualify(key)] = encode(decl["default"])
+            elif "value" in decl:
+                values[qualify(key)] = encode(decl["value"])
+            if decl.get("secret"):
+                secret_keys.add(qualify(key))
+        else:
+            values[qualify(key)] = encode(decl)
+    stack_file = project_dir / f"Pulumi.{stack}.yaml"
+    if stack_file.exists():
+        for key, value in ((yaml.safe_load(stack_file.read_text(encoding="utf-8")) or {}).get("config") or {}).items():
+            if isinstance(value, dict) and set(value) == {"secure"}:
+                values[qualify(key)] = f"offline-placeholder-for-{qualify(key)}"
+                secret_keys.add(qualify(key))
+                unresolved.append(qualify(key))
+            else:
+                values[qualify(key)] = encode(value)
+    return StackConfig(project, values, sorted(secret_keys), sorted(unresolved))
+
+
+@contextmanager
+def _program_dir(path: Path) -> Iterator[None]:
+    """The language host runs the program from its project directory, with that directory importable."""
+    old_cwd, old_path = os.getcwd(), list(sys.path)
+    os.chdir(path)
+    sys.path.insert(0, str(path))
+    try:
+        yield
+    finally:
+        os.chdir(old_cwd)
+        sys.path[:] = old_path
+
+
+def _resolve(value: Any) -> tuple[Any, bool]:
+    out = pulumi.Output.from_input(value)
+    return _sync_await(out.future(with_unknowns=True)), bool(_sync_await(out.is_secret()))
+
+
+def run_program(project_dir: str | Path, stack: str) -> ProgramRun:
+    """Run `<project_dir>/__main__.py` for `stack` under mocks as a preview, and record every registration."""
+    project_dir = Path(project_dir).resolve()
+    cfg = load_stack_config(project_dir, stack)
+    monitor = RecordingMonitor()
+    pulumi.runtime.set_all_config(cfg.values, cfg.secret_keys)
+    # set_mocks builds and finishes a Stack of its own when none exists; a placeholder root prevents that
+    # so the program runs inside a fresh Stack exactly as under the language host (run_in_stack).
+    _settings.ROOT.set(object())
+    pulumi.runtime.set_mocks(monitor.mocks, project=cfg.project, stack=stack, preview=True, monitor=monitor,
+                             organization=ORGANIZATION)
+    _settings.ROOT.set(None)
+    holder: dict[str, Any] = {}
+
+    def body() -> None:
+        holder["stack"] = _settings.get_root_resource()
+        runpy.run_path(str(project_dir / "__main__.py"), run_name="__main__")
+
+    gc_was_enabled = gc.isenabled()
+    gc.disable()              # the cyclic GC costs a third or more of a large run and frees nothing here
+    started = time.perf_counter()
+    try:
+        with _program_dir(project_dir):
+            _sync_await(run_in_stack(body))
+        outputs = {k: _resolve(v) for k, v in sorted(holder["stack"].outputs.items())}
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    seconds = time.perf_counter() - started
+    monitor.finalize()
+    return ProgramRun(project=cfg.project, stack=stack, records=monitor.records, outputs=outputs,
+                      component_outputs=monitor.component_outputs, duplicates=monitor.duplicates,
+                      unresolved_secrets=cfg.unresolved_secrets, seconds=seconds)

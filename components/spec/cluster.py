@@ -1,0 +1,229 @@
+"""ClusterSpec: one validated description of a whole environment, and the rules that span its parts."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Iterator, Literal
+
+from pydantic import Field, model_validator
+
+from .common import CrossFieldError, DnsLabel, Loc, Problem, SpecModel
+from .fabric import FabricSpec
+from .hardware import Host, NodePool, Rack, Site, SshSettings
+from .kubernetes import KubernetesSpec
+from .storage import StorageSpec
+from .tenants import Tenant
+
+# Namespaces the platform itself owns; a tenant there would share the operators' privileges.
+SYSTEM_NAMESPACES = frozenset({
+    "default", "kube-system", "kube-public", "kube-node-lease",
+    "gpu-operator", "network-operator", "kueue-system", "node-feature-discovery",
+})
+
+
+class ClusterSpec(SpecModel):
+    name: DnsLabel = Field(description="Cluster name; prefixes every resource of the environment.")
+    environment: Literal["dev", "staging", "prod"] = Field(
+        description="Which environment this is; staging and prod get the strict policies.")
+    sites: list[Site] = Field(min_length=1)
+    ssh: SshSettings = Field(default_factory=SshSettings, description="Omitted: root on port 22, no bastion.")
+    node_pools: list[NodePool] = Field(min_length=1)
+    fabric: FabricSpec = Field(default_factory=FabricSpec, description="Omitted: plain Ethernet, unmanaged switches.")
+    storage: StorageSpec = Field(default_factory=StorageSpec, description="Omitted: no parallel filesystem.")
+    kubernetes: KubernetesSpec = Field(default_factory=KubernetesSpec,
+                                       description="Omitted: the defaults of each field.")
+    tenants: list[Tenant] = Field(default_factory=list, description="Omitted: no tenants.")
+
+    @model_validator(mode="after")
+    def _cross_field_rules(self) -> ClusterSpec:
+        problems = [p for rule in _RULES for p in rule(self)]
+        if problems:
+            raise CrossFieldError(problems)
+        return self
+
+    # --- derived views used by planners ----------------------------------------------------------
+    @property
+    def racks(self) -> dict[str, Rack]:
+        return {r.name: r for s in self.sites for r in s.racks}
+
+    @property
+    def pools(self) -> dict[str, NodePool]:
+        return {p.name: p for p in self.node_pools}
+
+    def hosts(self) -> Iterator[tuple[NodePool, Host]]:
+        for pool in self.node_pools:
+            for host in pool.hosts:
+                yield pool, host
+
+    @property
+    def gpus(self) -> int:
+        return sum(p.gpus for p in self.node_pools)
+
+    def tenant_cpu_cores(self, tenant: Tenant) -> int:
+        """Explicit quota, or the CPUs that come with the tenant's nominal GPUs (rounded down)."""
+        if tenant.cpu_cores is not None:
+            return tenant.cpu_cores
+        pools = self.pools
+        return sum(q.nominal * pools[f].cpu_cores_per_host // pools[f].gpu.count
+                   for f, q in tenant.gpu_quota.items() if f in pools)
+
+    def tenant_memory_gib(self, tenant: Tenant) -> int:
+        if tenant.memory_gib is not None:
+            return tenant.memory_gib
+        pools = self.pools
+        return sum(q.nominal * pools[f].memory_gib_per_host // pools[f].gpu.count
+                   for f, q in tenant.gpu_quota.items() if f in pools)
+
+    def warnings(self) -> list[str]:
+        """Legal but risky choices, shown in the plan summary."""
+        out = []
+        unpinned = [h.hostname for _, h in self.hosts() if h.host_key is None]
+        if unpinned:
+            out.append(f"{len(unpinned)} host(s) have no host_key, so SSH does not verify them: "
+                       f"{', '.join(unpinned[:5])}{' ...' if len(unpinned) > 5 else ''}")
+        if self.fabric.rdma:
+            bare = [p.name for p in self.node_pools if not p.nics]
+            if bare:
+                out.append(f"fabric is {self.fabric.kind} but node pool(s) {', '.join(bare)} list no NICs")
+        for t in self.tenants:
+            if not (t.groups.admin or t.groups.edit or t.groups.view):
+                out.append(f"tenant {t.name} binds no identity group; only cluster admins can use it")
+        return out
+
+
+# --- cross-field rules: each yields Problems and never stops at the first one ------------------------
+
+def _duplicates(items: list[tuple[Loc, str]], what: str, fix: str) -> Iterator[Problem]:
+    counts = Counter(v for _, v in items)
+    first: dict[str, Loc] = {}
+    for loc, v in items:
+        if counts[v] > 1:
+            if v in first:
+                yield Problem(loc, f"{what} {v!r} is already used at {_fmt(first[v])}; {fix}")
+            else:
+                first[v] = loc
+
+
+def _fmt(loc: Loc) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _unique_names(spec: ClusterSpec) -> Iterator[Problem]:
+    yield from _duplicates([(("sites", i, "name"), s.name) for i, s in enumerate(spec.sites)],
+                           "site name", "give each site its own name")
+    yield from _duplicates([(("sites", i, "racks", j, "name"), r.name)
+                            for i, s in enumerate(spec.sites) for j, r in enumerate(s.racks)],
+                           "rack name", "rack names must be unique across sites")
+    yield from _duplicates([(("node_pools", i, "name"), p.name) for i, p in enumerate(spec.node_pools)],
+                           "node pool name", "give each pool its own name")
+    machines = [(("node_pools", i, "hosts", j, "hostname"), h.hostname)
+                for i, p in enumerate(spec.node_pools) for j, h in enumerate(p.hosts)]
+    machines += [(("storage", "servers", i, "hostname"), s.hostname) for i, s in enumerate(spec.storage.servers)]
+    machines += [(("fabric", "switches", i, "name"), s.name) for i, s in enumerate(spec.fabric.switches)]
+    yield from _duplicates(machines, "host name", "every host, storage server and switch needs its own name")
+    addresses = [(("node_pools", i, "hosts", j, "address"), h.address)
+                 for i, p in enumerate(spec.node_pools) for j, h in enumerate(p.hosts)]
+    addresses += [(("storage", "servers", i, "address"), s.address) for i, s in enumerate(spec.storage.servers)]
+    addresses += [(("fabric", "switches", i, "address"), s.address) for i, s in enumerate(spec.fabric.switches)]
+    yield from _duplicates(addresses, "address", "every host, storage server and switch needs its own address")
+    yield from _duplicates([(("kubernetes", "kueue", "priority_classes", i, "name"), c.name)
+                            for i, c in enumerate(spec.kubernetes.kueue.priority_classes)],
+                           "priority class", "give each priority class its own name")
+
+
+def _racks_exist(spec: ClusterSpec) -> Iterator[Problem]:
+    racks = spec.racks
+    known = ", ".join(sorted(racks))
+    refs = [(("node_pools", i, "hosts", j, "rack"), h.rack)
+            for i, p in enumerate(spec.node_pools) for j, h in enumerate(p.hosts)]
+    refs += [(("storage", "servers", i, "rack"), s.rack) for i, s in enumerate(spec.storage.servers)]
+    refs += [(("fabric", "switches", i, "racks", j), r)
+             for i, s in enumerate(spec.fabric.switches) for j, r in enumerate(s.racks)]
+    for loc, rack in refs:
+        if rack not in racks:
+            yield Problem(loc, f"rack {rack!r} is not defined in sites; known racks: {known}. "
+                               "Add the rack to a site or fix the name")
+
+
+def _tenants(spec: ClusterSpec) -> Iterator[Problem]:
+    yield from _duplicates([(("tenants", i, "name"), t.name) for i, t in enumerate(spec.tenants)],
+                           "tenant name", "give each tenant its own name")
+    yield from _duplicates([(("tenants", i, "namespace"), t.namespace_name) for i, t in enumerate(spec.tenants)],
+                           "namespace", "each tenant needs its own namespace")
+    reserved = SYSTEM_NAMESPACES | {spec.kubernetes.monitoring.namespace, spec.kubernetes.dns_namespace}
+    pools = spec.pools
+    for i, t in enumerate(spec.tenants):
+        if t.namespace_name in reserved:
+            field = "namespace" if t.namespace else "name"
+            yield Problem(("tenants", i, field),
+                          f"namespace {t.namespace_name!r} belongs to the platform; choose another "
+                          f"(reserved: {', '.join(sorted(reserved))})")
+        for flavor in t.gpu_quota:
+            if flavor not in pools:
+                yield Problem(("tenants", i, "gpu_quota", flavor),
+                              f"no node pool named {flavor!r}; GPU quotas are per node pool: "
+                              f"{', '.join(sorted(pools))}")
+    for flavor, pool in pools.items():
+        asked = [(i, t.gpu_quota[flavor].nominal) for i, t in enumerate(spec.tenants) if flavor in t.gpu_quota]
+        total = sum(n for _, n in asked)
+        if total > pool.gpus:
+            worst = max(asked, key=lambda a: a[1])[0]
+            yield Problem(("tenants", worst, "gpu_quota", flavor),
+                          f"tenants are guaranteed {total} {flavor} GPUs in all "
+                          f"({', '.join(f'{spec.tenants[i].name}: {n}' for i, n in asked)}) but node pool "
+                          f"{flavor!r} holds {pool.gpus} ({len(pool.hosts)} hosts x {pool.gpu.count}); "
+                          "lower the nominal quotas or add hosts")
+    for attr, unit, total in (("cpu_cores", "CPU cores", sum(p.cpu_cores for p in spec.node_pools)),
+                              ("memory_gib", "GiB of memory", sum(p.memory_gib for p in spec.node_pools))):
+        get = spec.tenant_cpu_cores if attr == "cpu_cores" else spec.tenant_memory_gib
+        explicit = [i for i, t in enumerate(spec.tenants) if getattr(t, attr) is not None]
+        asked_total = sum(get(t) for t in spec.tenants)
+        if explicit and asked_total > total:   # derived quotas follow the GPU quotas, checked above
+            yield Problem(("tenants", explicit[0], attr),
+                          f"tenants are guaranteed {asked_total} {unit} in all but the node pools have {total}; "
+                          f"lower {attr}")
+
+
+def _fabric(spec: ClusterSpec) -> Iterator[Problem]:
+    fabric = spec.fabric
+    hostnames = {h.hostname for _, h in spec.hosts()} | {s.hostname for s in spec.storage.servers}
+    if fabric.infiniband is not None:
+        ib = fabric.infiniband
+        for i, sm in enumerate(ib.subnet_managers):
+            if sm not in hostnames:
+                yield Problem(("fabric", "infiniband", "subnet_managers", i),
+                              f"subnet manager host {sm!r} is not a host or storage server of this cluster; "
+                              "list one of their host names")
+        yield from _duplicates([(("fabric", "infiniband", "partitions", i, "pkey"), f"{p.pkey:#06x}")
+                                for i, p in enumerate(ib.partitions)], "partition key",
+                               "each partition needs its own pkey")
+        yield from _duplicates([(("fabric", "infiniband", "partitions", i, "name"), p.name)
+                                for i, p in enumerate(ib.partitions)], "partition name",
+                               "each partition needs its own name")
+        tenants = {t.name for t in spec.tenants}
+        for i, p in enumerate(ib.partitions):
+            for j, t in enumerate(p.tenants):
+                if t not in tenants:
+                    yield Problem(("fabric", "infiniband", "partitions", i, "tenants", j),
+                                  f"tenant {t!r} is not defined in tenants; fix the name or add the tenant")
+    switches = {s.name: s for s in fabric.switches}
+    rails = {n.rail for p in spec.node_pools for n in p.nics}
+    for i, sw in enumerate(fabric.switches):
+        if sw.role == "spine" and (sw.uplinks or sw.rails):
+            yield Problem(("fabric", "switches", i),
+                          f"spine {sw.name} lists uplinks or rails; only leaves have them")
+        for j, up in enumerate(sw.uplinks):
+            if switches.get(up) is None or switches[up].role != "spine":
+                yield Problem(("fabric", "switches", i, "uplinks", j),
+                              f"uplink {up!r} of leaf {sw.name} is not a spine switch in fabric.switches")
+        for j, rail in enumerate(sw.rails):
+            if rail not in rails:
+                yield Problem(("fabric", "switches", i, "rails", j),
+                              f"rail {rail} is not a rail of any node pool NIC "
+                              f"(rails: {', '.join(map(str, sorted(rails))) or 'none'})")
+
+
+_RULES = (_unique_names, _racks_exist, _tenants, _fabric)

@@ -1,0 +1,129 @@
+"""The data-plane fabric: InfiniBand, RoCEv2 or plain Ethernet, with its switches."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from .common import CrossFieldError, DnsLabel, HostName, IpAddress, Problem, SpecModel, field_error
+from .hardware import HostKey
+
+FabricKind = Literal["infiniband", "rocev2", "ethernet"]
+
+
+class EcnSettings(SpecModel):
+    min_threshold_kb: int = Field(150, ge=1, le=100000, description="Omitted: 150 KB, where marking starts.")
+    max_threshold_kb: int = Field(1500, ge=1, le=100000, description="Omitted: 1500 KB, where every packet is marked.")
+    probability_percent: int = Field(100, ge=1, le=100, description="Omitted: 100% at the max threshold.")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> EcnSettings:
+        if self.min_threshold_kb > self.max_threshold_kb:
+            raise field_error("min_threshold_kb", f"min_threshold_kb ({self.min_threshold_kb}) is above max_threshold_kb "
+                             f"({self.max_threshold_kb}); the min threshold must be the lower one")
+        return self
+
+
+class RoceSettings(SpecModel):
+    """Lossless RoCEv2: one priority carries RDMA with PFC, marked by one DSCP; CNPs ride their own priority."""
+
+    priority: int = Field(3, ge=0, le=7, description="Omitted: 3, the priority NVIDIA's guides use for RoCE.")
+    dscp: int = Field(26, ge=0, le=63, description="Omitted: 26 (AF31), mapped to the RoCE priority.")
+    pfc_priorities: list[int] = Field(
+        default_factory=lambda: [3], description="Omitted: PFC on the RoCE priority only.")
+    cnp_dscp: int = Field(48, ge=0, le=63, description="Omitted: 48 for congestion notification packets.")
+    cnp_priority: int = Field(6, ge=0, le=7, description="Omitted: 6.")
+    ecn: EcnSettings = Field(default_factory=EcnSettings, description="Omitted: the defaults of each field.")
+    pfc_watchdog: bool = Field(True, description="Omitted: switches drop PFC storms instead of spreading them.")
+
+    @model_validator(mode="after")
+    def _one_lossless_priority(self) -> RoceSettings:
+        if self.pfc_priorities != [self.priority]:
+            raise field_error(
+                "pfc_priorities", f"pfc_priorities is {self.pfc_priorities} but RoCE traffic uses priority {self.priority}: PFC "
+                f"must be on exactly that one priority (pfc_priorities: [{self.priority}]), or pause frames "
+                "from other traffic stall RDMA")
+        if self.cnp_priority == self.priority or self.cnp_dscp == self.dscp:
+            raise field_error("cnp_priority", "cnp_priority/cnp_dscp equal the RoCE priority/dscp: congestion notifications must "
+                             "not queue behind the traffic they slow down; use distinct values (e.g. 6 / 48)")
+        return self
+
+
+class Partition(SpecModel):
+    name: DnsLabel
+    pkey: int = Field(ge=0x0001, le=0x7FFE, description="Partition key, 0x0001-0x7ffe (0x7fff is the default).")
+    tenants: list[DnsLabel] = Field(
+        default_factory=list, description="Tenants whose pods use this partition. Omitted: every tenant.")
+    ipoib: bool = Field(False, description="Omitted: no IPoIB interface for this partition.")
+
+
+class InfinibandSettings(SpecModel):
+    subnet_managers: list[HostName] = Field(
+        min_length=1, description="Hosts that run OpenSM; the first is primary, the rest standby.")
+    partitions: list[Partition] = Field(default_factory=list, description="Omitted: only the default partition.")
+    rate_gbps: Literal[100, 200, 400, 800] = Field(400, description="Omitted: 400 (NDR).")
+
+
+class Switch(SpecModel):
+    name: HostName
+    role: Literal["leaf", "spine"]
+    vendor: Literal["cumulus", "sonic", "eos", "mlnx-os"]
+    address: IpAddress
+    ports: int = Field(ge=1, le=512)
+    port_speed_gbps: Literal[100, 200, 400, 800]
+    uplinks: list[HostName] = Field(default_factory=list, description="Spines this leaf connects to. Omitted: none.")
+    rails: list[int] = Field(default_factory=list, description="Rails served (rail-optimized). Omitted: every rail.")
+    racks: list[DnsLabel] = Field(default_factory=list, description="Racks served. Omitted: every rack.")
+    host_key: HostKey | None = Field(None, description="Omitted: the switch's identity is not verified.")
+    ssh_user: str = Field("admin", min_length=1, description="Omitted: admin.")
+
+
+class FabricSpec(SpecModel):
+    kind: FabricKind = Field("ethernet", description="Omitted: plain Ethernet, no RDMA.")
+    mtu_bytes: int | None = Field(
+        None, description="Data-plane MTU. Omitted: 9000 on Ethernet and RoCE, 4096 on InfiniBand.")
+    roce: RoceSettings | None = Field(None, description="Only with kind rocev2. Omitted: the defaults of each field.")
+    infiniband: InfinibandSettings | None = Field(None, description="Required with kind infiniband.")
+    switches: list[Switch] = Field(default_factory=list, description="Omitted: switches are not managed.")
+    gpudirect_rdma: bool | None = Field(
+        None, description="GPUDirect RDMA between GPUs and NICs. Omitted: on for InfiniBand and RoCE.")
+    control_interface: str | None = Field(
+        None, pattern=r"^[a-zA-Z][a-zA-Z0-9_.-]{0,14}$",
+        description="Host interface of the control network (NCCL_SOCKET_IFNAME). Omitted: NCCL chooses.")
+
+    @model_validator(mode="after")
+    def _kind_settings(self) -> FabricSpec:
+        problems: list[Problem] = []
+        if self.roce is not None and self.kind != "rocev2":
+            problems.append(Problem(("roce",), f"roce is set but kind is {self.kind}; remove roce or set kind: rocev2"))
+        if self.infiniband is not None and self.kind != "infiniband":
+            problems.append(Problem(("infiniband",),
+                                    f"infiniband is set but kind is {self.kind}; remove it or set kind: infiniband"))
+        if self.kind == "infiniband" and self.infiniband is None:
+            problems.append(Problem(("infiniband",), "kind is infiniband but infiniband (subnet_managers) is missing"))
+        if self.gpudirect_rdma and self.kind == "ethernet":
+            problems.append(Problem(("gpudirect_rdma",),
+                                    "gpudirect_rdma needs RDMA: set kind to rocev2 or infiniband, or drop it"))
+        mtu = self.mtu_bytes
+        if mtu is not None:
+            if self.kind == "infiniband" and mtu not in (256, 512, 1024, 2048, 4096):
+                problems.append(Problem(("mtu_bytes",),
+                                        f"{mtu} is not an InfiniBand MTU; use 256, 512, 1024, 2048 or 4096"))
+            if self.kind != "infiniband" and not 1280 <= mtu <= 9216:
+                problems.append(Problem(("mtu_bytes",), f"{mtu} is outside 1280-9216; use 9000 for jumbo frames"))
+        if problems:
+            raise CrossFieldError(problems)
+        return self
+
+    @property
+    def rdma(self) -> bool:
+        return self.kind != "ethernet"
+
+    @property
+    def effective_mtu_bytes(self) -> int:
+        return self.mtu_bytes or (4096 if self.kind == "infiniband" else 9000)
+
+    @property
+    def effective_roce(self) -> RoceSettings | None:
+        return (self.roce or RoceSettings()) if self.kind == "rocev2" else None

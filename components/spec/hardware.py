@@ -1,0 +1,213 @@
+"""Sites, racks, SSH access and GPU node pools: the physical half of the cluster spec."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import struct
+from typing import Annotated, Literal, NamedTuple
+
+from pydantic import AfterValidator, Field, model_validator
+
+from .common import DnsLabel, HostName, HostOrIp, IpAddress, Labels, SpecModel, Taint, field_error
+
+
+class GpuModelInfo(NamedTuple):
+    product: str                 # value of the GPU Feature Discovery label nvidia.com/gpu.product
+    memory_gib: int
+    tdp_w: int
+    host_gpu_counts: tuple[int, ...]   # GPUs per host that exist as real server boards
+    nvlink: bool
+    nvswitch_at: int             # GPU count from which the board has NVSwitch (0: never)
+    busbw_gb_per_s: float        # typical single-node NCCL all_reduce bus bandwidth at full board
+
+
+# One place for what each GPU model really is; a pool may override tdp_w, never the counts.
+GPU_MODELS: dict[str, GpuModelInfo] = {
+    "H100-SXM5-80GB": GpuModelInfo("NVIDIA-H100-80GB-HBM3", 80, 700, (4, 8), True, 8, 450.0),
+    "H200-SXM5-141GB": GpuModelInfo("NVIDIA-H200", 141, 700, (4, 8), True, 8, 460.0),
+    "B200-SXM6-180GB": GpuModelInfo("NVIDIA-B200", 180, 1000, (8,), True, 8, 800.0),
+    "A100-SXM4-80GB": GpuModelInfo("NVIDIA-A100-SXM4-80GB", 80, 400, (4, 8), True, 8, 230.0),
+    "H100-PCIE-80GB": GpuModelInfo("NVIDIA-H100-PCIe", 80, 350, (1, 2, 4, 8), False, 0, 20.0),
+    "L40S-48GB": GpuModelInfo("NVIDIA-L40S", 48, 350, (1, 2, 4, 8, 10), False, 0, 20.0),
+}
+
+_HOST_KEY_TYPES = ("ssh-ed25519", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384", "ecdsa-sha2-nistp521",
+                   "ssh-rsa", "sk-ssh-ed25519@openssh.com", "sk-ecdsa-sha2-nistp256@openssh.com")
+
+
+def _host_key(value: str) -> str:
+    """An authorized_keys line ("type base64 [comment]"), the only form pulumi-command can pin."""
+    parts = value.split()
+    fix = "paste the host's public key, e.g. the output of `ssh-keyscan -t ed25519 HOST` without the host name"
+    if len(parts) < 2 or parts[0] not in _HOST_KEY_TYPES:
+        raise ValueError(f"{value[:40]!r} is not an authorized_keys line ('ssh-ed25519 AAAA...'): {fix}")
+    try:
+        blob = base64.b64decode(parts[1], validate=True)
+        (n,) = struct.unpack(">I", blob[:4])
+        inner = blob[4:4 + n].decode("ascii")
+    except (binascii.Error, struct.error, UnicodeDecodeError):
+        raise ValueError(f"the key data of {parts[0]} host key is not valid base64 key material: {fix}") from None
+    if inner != parts[0]:
+        raise ValueError(f"host key says {parts[0]} but its key data is a {inner!r} key: {fix}")
+    return " ".join(parts[:2])
+
+
+HostKey = Annotated[str, AfterValidator(_host_key)]
+
+
+class Rack(SpecModel):
+    name: DnsLabel
+    pdu_capacity_kw: float = Field(gt=0, le=500, description="Power the rack's PDUs can deliver, in kW.")
+    block: DnsLabel | None = Field(
+        None, description="Network block (a group of racks under the same spines) for topology-aware "
+                          "scheduling. Omitted: the site is the block.")
+
+
+class Site(SpecModel):
+    name: DnsLabel
+    racks: list[Rack] = Field(min_length=1)
+
+
+class Bastion(SpecModel):
+    host: HostOrIp
+    port: int = Field(22, ge=1, le=65535, description="Omitted: 22.")
+    user: str = Field("root", min_length=1, description="Omitted: root.")
+    host_key: HostKey | None = Field(
+        None, description="Omitted: the bastion's identity is not verified (refused by policy in staging/prod).")
+
+
+class SshSettings(SpecModel):
+    """How the program reaches hosts; the private key is the secret config `sshPrivateKey`, never here."""
+
+    user: str = Field("root", min_length=1, description="Omitted: root. A non-root user needs passwordless sudo.")
+    port: int = Field(22, ge=1, le=65535, description="Omitted: 22.")
+    bastion: Bastion | None = Field(None, description="Omitted: hosts are reached directly.")
+
+
+class Host(SpecModel):
+    hostname: HostName = Field(description="Host name, also its Kubernetes node name.")
+    address: IpAddress = Field(description="Management address the program reaches over SSH.")
+    rack: DnsLabel
+    host_key: HostKey | None = Field(
+        None, description="SSH host key to pin. Omitted: the host's identity is not verified "
+                          "(a warning in dev, refused by policy in staging/prod).")
+    ssh_user: str | None = Field(None, min_length=1, description="Omitted: ssh.user.")
+    ssh_port: int | None = Field(None, ge=1, le=65535, description="Omitted: ssh.port.")
+
+
+class GpuSpec(SpecModel):
+    model: Literal[tuple(GPU_MODELS)] = Field(description="GPU model from the catalogue.")  # type: ignore[valid-type]
+    count: int = Field(ge=1, le=16, description="GPUs per host.")
+    tdp_w: int | None = Field(None, ge=50, le=2000, description="Omitted: the model's TDP from the catalogue.")
+
+    @model_validator(mode="after")
+    def _count_exists(self) -> GpuSpec:
+        counts = GPU_MODELS[self.model].host_gpu_counts
+        if self.count not in counts:
+            raise field_error("count", f"{self.model} hosts carry {' or '.join(map(str, counts))} GPUs, "
+                             f"not {self.count}; set count to one of those")
+        return self
+
+    @property
+    def info(self) -> GpuModelInfo:
+        return GPU_MODELS[self.model]
+
+    @property
+    def power_w(self) -> int:
+        return self.tdp_w or self.info.tdp_w
+
+    @property
+    def nvswitch(self) -> bool:
+        return bool(self.info.nvswitch_at) and self.count >= self.info.nvswitch_at
+
+
+class Nic(SpecModel):
+    """One data-plane NIC of a host, on one rail; every host of a pool has the same NICs."""
+
+    rail: int = Field(ge=0, le=63)
+    device: str = Field(pattern=r"^[a-z][a-z0-9_]*$", description="RDMA device name, e.g. mlx5_0.")
+    interface: str = Field(pattern=r"^[a-zA-Z][a-zA-Z0-9_.-]{0,14}$", description="Network interface, e.g. ens1f0np0.")
+    speed_gbps: Literal[100, 200, 400, 800] = Field(description="Link rate in Gb/s.")
+
+
+class HostTuning(SpecModel):
+    persistence: bool = Field(True, description="Omitted: nvidia-persistenced keeps the driver loaded.")
+    gpu_clock_lock_mhz: int | None = Field(None, ge=300, le=4000, description="Omitted: clocks are not locked.")
+    gpu_power_limit_w: int | None = Field(None, ge=50, le=2000, description="Omitted: the GPU's default power limit.")
+    shm_size_gib: int | None = Field(None, ge=1, le=4096, description="Omitted: /dev/shm keeps the OS default.")
+    hugepages_2mi: int = Field(0, ge=0, description="Omitted: no 2 MiB hugepages are reserved.")
+    cpu_governor: Literal["performance", "schedutil", "powersave", "unchanged"] = Field(
+        "performance", description="Omitted: performance. `unchanged` leaves the OS setting alone.")
+    kubelet_cpu_manager_static: bool = Field(False, description="Omitted: kubelet's default (none) CPU manager.")
+    kubelet_topology_single_numa: bool = Field(
+        False, description="Omitted: kubelet's default topology manager policy (none).")
+
+
+class BurnIn(SpecModel):
+    """Gate before a node takes work: it stays tainted until this passes."""
+
+    enabled: bool = Field(True, description="Omitted: new nodes are burned in before they take work.")
+    dcgm_level: int = Field(2, ge=1, le=4, description="Omitted: `dcgmi diag -r 2` (about two minutes).")
+    nccl_min_busbw_gb_per_s: float | None = Field(
+        None, gt=0, le=5000,
+        description="Minimum single-node all_reduce bus bandwidth in GB/s. Omitted: 80% of the model's typical.")
+    timeout_s: int = Field(3600, ge=60, le=86400, description="Omitted: one hour.")
+
+
+class Sharing(SpecModel):
+    """Time-slicing or MIG, never both on one pool (the device plugin can do only one per node)."""
+
+    time_slicing_replicas: int | None = Field(None, ge=2, le=64, description="Omitted: no time-slicing.")
+    mig_config: str | None = Field(
+        None, pattern=r"^[a-z0-9][a-z0-9.-]*$",
+        description="MIG layout name from the MIG manager config (e.g. all-1g.10gb). Omitted: MIG off.")
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> Sharing:
+        if self.time_slicing_replicas is not None and self.mig_config is not None:
+            raise field_error("mig_config", "time_slicing_replicas and mig_config are both set: a pool shares GPUs one way; "
+                             "remove one of them")
+        return self
+
+
+def _default_taints() -> list[Taint]:
+    return [Taint(key="nvidia.com/gpu", value="present", effect="NoSchedule")]
+
+
+class NodePool(SpecModel):
+    name: DnsLabel = Field(description="Pool name; also the Kueue ResourceFlavor tenants' GPU quotas refer to.")
+    gpu: GpuSpec
+    cpu_cores_per_host: int = Field(ge=1, le=1024, description="Allocatable CPU cores per host.")
+    memory_gib_per_host: int = Field(ge=1, le=65536, description="Allocatable memory per host in GiB.")
+    hosts: list[Host] = Field(min_length=1)
+    nics: list[Nic] = Field(default_factory=list, description="Omitted: the pool has no data-plane NICs.")
+    labels: Labels = Field(default_factory=dict, description="Extra node labels. Omitted: only the pool's own.")
+    taints: list[Taint] = Field(
+        default_factory=_default_taints,
+        description="Omitted: nvidia.com/gpu=present:NoSchedule, so only pods that ask for GPUs land here.")
+    sharing: Sharing = Field(default_factory=Sharing, description="Omitted: whole GPUs only.")
+    tuning: HostTuning = Field(default_factory=HostTuning, description="Omitted: the defaults of each field.")
+    burn_in: BurnIn = Field(default_factory=BurnIn, description="Omitted: the defaults of each field.")
+
+    @model_validator(mode="after")
+    def _unique_nics(self) -> NodePool:
+        for attr in ("rail", "device", "interface"):
+            values = [getattr(n, attr) for n in self.nics]
+            dup = sorted({v for v in values if values.count(v) > 1}, key=str)
+            if dup:
+                raise field_error("nics", f"{attr} {', '.join(map(str, dup))} appears more than once; "
+                                 f"each NIC needs its own {attr}")
+        return self
+
+    @property
+    def gpus(self) -> int:
+        return self.gpu.count * len(self.hosts)
+
+    @property
+    def cpu_cores(self) -> int:
+        return self.cpu_cores_per_host * len(self.hosts)
+
+    @property
+    def memory_gib(self) -> int:
+        return self.memory_gib_per_host * len(self.hosts)

@@ -1,0 +1,129 @@
+"""Tenants: who they are, what they may use, and how they share the cluster."""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, BeforeValidator, Field, model_validator
+
+from .common import DnsLabel, Labels, SpecModel, field_error
+
+
+class GpuQuota(SpecModel):
+    """A tenant's GPUs of one flavour (node pool); a bare integer in YAML means `nominal`."""
+
+    nominal: int = Field(ge=0, description="GPUs guaranteed to the tenant.")
+    borrowing_limit: int | None = Field(
+        None, ge=0, description="Extra GPUs it may borrow from the cohort. Omitted: no limit.")
+    lending_limit: int | None = Field(
+        None, ge=0, description="Of its nominal GPUs, how many idle ones others may borrow. Omitted: all of them.")
+
+    @model_validator(mode="after")
+    def _lend_at_most_nominal(self) -> GpuQuota:
+        if self.lending_limit is not None and self.lending_limit > self.nominal:
+            raise field_error("lending_limit", f"lending_limit {self.lending_limit} is above nominal {self.nominal}; a tenant can "
+                             f"lend at most what it owns (set lending_limit <= {self.nominal})")
+        return self
+
+
+def _int_is_nominal(value: object) -> object:
+    return {"nominal": value} if isinstance(value, int) and not isinstance(value, bool) else value
+
+
+QuotaOrCount = Annotated[GpuQuota, BeforeValidator(_int_is_nominal)]
+
+
+def _cidr(value: str) -> str:
+    try:
+        return str(ipaddress.ip_network(value, strict=True))
+    except ValueError as e:
+        raise ValueError(f"{value!r} is not a network in CIDR form ({e}); e.g. '10.20.0.0/16'") from None
+
+
+Cidr = Annotated[str, AfterValidator(_cidr)]
+
+
+class Groups(SpecModel):
+    """Identity-provider groups bound to Kubernetes' built-in namespace roles (never cluster-admin)."""
+
+    admin: list[str] = Field(default_factory=list, description="Omitted: no group administers the namespace.")
+    edit: list[str] = Field(default_factory=list, description="Omitted: no group may edit.")
+    view: list[str] = Field(default_factory=list, description="Omitted: no group may view.")
+
+
+class ContainerDefaults(SpecModel):
+    """LimitRange defaults, so a container that states nothing still has requests and limits."""
+
+    cpu_request: str = Field("500m", pattern=r"^[0-9]+(\.[0-9]+)?m?$", description="Omitted: 500m.")
+    cpu_limit: str = Field("4", pattern=r"^[0-9]+(\.[0-9]+)?m?$", description="Omitted: 4 cores.")
+    memory_request_mib: int = Field(1024, ge=16, description="Omitted: 1 GiB.")
+    memory_limit_mib: int = Field(8192, ge=16, description="Omitted: 8 GiB.")
+
+    @model_validator(mode="after")
+    def _request_below_limit(self) -> ContainerDefaults:
+        if self.memory_request_mib > self.memory_limit_mib:
+            raise field_error("memory_request_mib", f"memory_request_mib {self.memory_request_mib} is above memory_limit_mib "
+                             f"{self.memory_limit_mib}; Kubernetes rejects such pods")
+        if _millicores(self.cpu_request) > _millicores(self.cpu_limit):
+            raise field_error("cpu_request", f"cpu_request {self.cpu_request} is above cpu_limit {self.cpu_limit}; "
+                             "Kubernetes rejects such pods")
+        return self
+
+
+def _millicores(q: str) -> float:
+    return float(q[:-1]) if q.endswith("m") else float(q) * 1000
+
+
+class TenantStorage(SpecModel):
+    quota_gib: int = Field(1024, ge=0, description="Total PVC storage requests. Omitted: 1 TiB.")
+    max_claims: int = Field(50, ge=0, description="PersistentVolumeClaims. Omitted: 50.")
+
+
+class ObjectLimits(SpecModel):
+    """Object counts guarded by the namespace ResourceQuota (Kueue does not count these)."""
+
+    pods: int = Field(1000, ge=1, description="Omitted: 1000.")
+    services: int = Field(50, ge=0, description="Omitted: 50.")
+    configmaps: int = Field(200, ge=0, description="Omitted: 200.")
+    secrets: int = Field(200, ge=0, description="Omitted: 200.")
+    load_balancers: int = Field(0, ge=0, description="Omitted: none; tenants do not expose services by default.")
+    node_ports: int = Field(0, ge=0, description="Omitted: none.")
+
+
+class Preemption(SpecModel):
+    """Kueue ClusterQueue preemption, in Kueue's own words."""
+
+    reclaim_within_cohort: Literal["Never", "LowerPriority", "Any"] = Field(
+        "Any", description="Omitted: Any; a tenant takes back its lent GPUs from any borrower.")
+    borrow_within_cohort: Literal["Never", "LowerPriority"] = Field(
+        "Never", description="Omitted: Never; a borrowing workload never preempts others.")
+    within_cluster_queue: Literal["Never", "LowerPriority", "LowerOrNewerEqualPriority"] = Field(
+        "LowerPriority", description="Omitted: LowerPriority; the tenant's urgent jobs preempt its own lesser ones.")
+
+
+class Tenant(SpecModel):
+    name: DnsLabel
+    namespace: DnsLabel | None = Field(None, description="Omitted: the tenant's name.")
+    labels: Labels = Field(default_factory=dict, description="Extra namespace labels. Omitted: only the tenant's own.")
+    groups: Groups = Field(default_factory=Groups, description="Omitted: no group is bound.")
+    gpu_quota: dict[DnsLabel, QuotaOrCount] = Field(
+        default_factory=dict, description="GPU quota per flavour (node pool name). Omitted: no GPUs.")
+    cpu_cores: int | None = Field(
+        None, ge=0, description="Kueue CPU quota. Omitted: the CPUs of the hosts its nominal GPUs sit on.")
+    memory_gib: int | None = Field(
+        None, ge=0, description="Kueue memory quota. Omitted: the memory of the hosts its nominal GPUs sit on.")
+    container_defaults: ContainerDefaults = Field(default_factory=ContainerDefaults)
+    storage: TenantStorage = Field(default_factory=TenantStorage)
+    objects: ObjectLimits = Field(default_factory=ObjectLimits)
+    preemption: Preemption = Field(default_factory=Preemption)
+    fair_sharing_weight: float | None = Field(
+        None, gt=0, le=1000, description="Weight under fair sharing. Omitted: 1 (Kueue's default).")
+    allow_ingress_from_namespaces: list[DnsLabel] = Field(
+        default_factory=list, description="Other namespaces that may reach the tenant's pods. Omitted: none.")
+    allow_egress_cidrs: list[Cidr] = Field(
+        default_factory=list, description="Networks outside the cluster pods may reach. Omitted: none.")
+
+    @property
+    def namespace_name(self) -> str:
+        return self.namespace or self.name
