@@ -11,7 +11,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import pulumi
 import yaml
@@ -99,36 +99,48 @@ def _resolve(value: Any) -> tuple[Any, bool]:
     return _sync_await(out.future(with_unknowns=True)), bool(_sync_await(out.is_secret()))
 
 
-def run_program(project_dir: str | Path, stack: str) -> ProgramRun:
-    """Run `<project_dir>/__main__.py` for `stack` under mocks as a preview, and record every registration."""
-    project_dir = Path(project_dir).resolve()
-    cfg = load_stack_config(project_dir, stack)
+def run_offline(program: Callable[[], Any], *, project: str, stack: str,
+                config: dict[str, str] | None = None, secret_keys: list[str] | None = None,
+                unresolved_secrets: list[str] | None = None) -> ProgramRun:
+    """Run `program` inside a fresh Stack under mocks, as a preview, and record every registration.
+
+    Exceptions from the program, an RPC or an apply propagate, as they would fail `pulumi preview`.
+    """
     monitor = RecordingMonitor()
-    pulumi.runtime.set_all_config(cfg.values, cfg.secret_keys)
+    pulumi.runtime.set_all_config(dict(config or {}), list(secret_keys or []))
     # set_mocks builds and finishes a Stack of its own when none exists; a placeholder root prevents that
     # so the program runs inside a fresh Stack exactly as under the language host (run_in_stack).
     _settings.ROOT.set(object())
-    pulumi.runtime.set_mocks(monitor.mocks, project=cfg.project, stack=stack, preview=True, monitor=monitor,
+    pulumi.runtime.set_mocks(monitor.mocks, project=project, stack=stack, preview=True, monitor=monitor,
                              organization=ORGANIZATION)
     _settings.ROOT.set(None)
     holder: dict[str, Any] = {}
 
     def body() -> None:
         holder["stack"] = _settings.get_root_resource()
-        runpy.run_path(str(project_dir / "__main__.py"), run_name="__main__")
+        program()
 
     gc_was_enabled = gc.isenabled()
     gc.disable()              # the cyclic GC costs a third or more of a large run and frees nothing here
     started = time.perf_counter()
     try:
-        with _program_dir(project_dir):
-            _sync_await(run_in_stack(body))
+        _sync_await(run_in_stack(body))
         outputs = {k: _resolve(v) for k, v in sorted(holder["stack"].outputs.items())}
     finally:
         if gc_was_enabled:
             gc.enable()
     seconds = time.perf_counter() - started
     monitor.finalize()
-    return ProgramRun(project=cfg.project, stack=stack, records=monitor.records, outputs=outputs,
+    return ProgramRun(project=project, stack=stack, records=monitor.records, outputs=outputs,
                       component_outputs=monitor.component_outputs, duplicates=monitor.duplicates,
-                      unresolved_secrets=cfg.unresolved_secrets, seconds=seconds)
+                      unresolved_secrets=list(unresolved_secrets or []), seconds=seconds)
+
+
+def run_program(project_dir: str | Path, stack: str) -> ProgramRun:
+    """Run `<project_dir>/__main__.py` for `stack` with the stack's config, as `pulumi preview` would."""
+    project_dir = Path(project_dir).resolve()
+    cfg = load_stack_config(project_dir, stack)
+    with _program_dir(project_dir):
+        return run_offline(lambda: runpy.run_path(str(project_dir / "__main__.py"), run_name="__main__"),
+                           project=cfg.project, stack=stack, config=cfg.values, secret_keys=cfg.secret_keys,
+                           unresolved_secrets=cfg.unresolved_secrets)

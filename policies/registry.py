@@ -1,0 +1,5 @@
+"""Every policy of the pack, in one list."""
+
+from tenancy import TENANCY_POLICIES
+
+POLICIES = [*TENANCY_POLICIES]

@@ -1,0 +1,55 @@
+"""A spec change shows up as exactly the resources it touches."""
+
+from __future__ import annotations
+
+import yaml
+
+from components.offline.diff import diff_plans, render_diff
+from components.offline.plan import build_plan
+from components.cluster import GpuCluster
+from components.spec import parse_spec
+
+
+def plan_of(record, data):
+    spec = parse_spec(yaml.safe_dump(data))
+    return build_plan(record(lambda: GpuCluster(spec.name, spec), stack="dev")).document
+
+
+def test_a_tenant_quota_change_touches_one_resource(record, dev_data):
+    before = plan_of(record, dev_data)
+    dev_data["tenants"][0]["gpu_quota"]["h100"]["nominal"] = 8
+    dev_data["tenants"][0]["cpu_cores"] = 140      # keep the derived CPU quota as it was
+    dev_data["tenants"][0]["memory_gib"] = 2560
+    diffs = diff_plans(before, plan_of(record, dev_data))
+    changed = [(d.action, d.urn.rsplit("::", 1)[-1]) for d in diffs if not d.urn.endswith("::dev")]
+    assert changed == [("update", "dev-team-a-cq")]
+    cq = next(d for d in diffs if d.urn.endswith("dev-team-a-cq"))
+    assert [(c.path, c.old, c.new) for c in cq.changes] == [
+        ("inputs.spec.resourceGroups[1].flavors[0].resources[0].nominalQuota", 10, 8)]
+
+
+def test_adding_a_tenant_changes_no_other_tenant(record, dev_data):
+    before = plan_of(record, dev_data)
+    dev_data["tenants"][1]["gpu_quota"]["h100"]["nominal"] = 4
+    dev_data["tenants"].append({"name": "team-c", "groups": {"edit": ["oidc:team-c"]}, "gpu_quota": {"h100": 2}})
+    diffs = diff_plans(before, plan_of(record, dev_data))
+    touched = {d.urn.rsplit("::", 1)[-1] for d in diffs if d.action != "create"}
+    assert touched == {"dev", "dev-team-b-cq"}                   # the cluster's spec input and team-b's quota
+    assert {d.urn.rsplit("::", 1)[-1] for d in diffs if d.action == "create"} >= {"dev-team-c", "dev-team-c-ns"}
+
+
+def test_renaming_a_namespace_is_a_replacement_and_is_rendered(record, dev_data):
+    before = plan_of(record, dev_data)
+    dev_data["tenants"][1]["namespace"] = "team-bee"
+    diffs = diff_plans(before, plan_of(record, dev_data))
+    ns = next(d for d in diffs if d.urn.endswith("::dev-team-b-ns"))
+    assert ns.action == "replace"
+    text = render_diff(diffs, unchanged=0)
+    assert '+- replace kubernetes:core/v1:Namespace dev-team-b-ns' in text
+    assert 'inputs.metadata.name: "team-b" -> "team-bee"' in text
+
+
+def test_identical_plans_have_no_diff(record, dev_data):
+    plan = plan_of(record, dev_data)
+    assert diff_plans(plan, plan) == []
+    assert render_diff([], unchanged=25) == "0 to create, 0 to update, 0 to replace, 0 to delete, 25 unchanged\n"

@@ -1,0 +1,120 @@
+"""The offline plan of the real program: complete, honest, deterministic, and free of secrets."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pulumi
+import pytest
+from pulumi_command import remote
+
+from components.offline.plan import HONESTY, build_plan, write_plan
+from components.offline.runner import load_stack_config, run_program
+from tests.conftest import ROOT
+
+
+@pytest.fixture(scope="module")
+def dev_plan():
+    return build_plan(run_program(ROOT, "dev"))
+
+
+def test_plan_says_what_it_is(dev_plan):
+    assert dev_plan.document["note"] == HONESTY
+    assert dev_plan.summary.startswith(HONESTY)
+
+
+def test_every_resource_hangs_under_the_cluster_with_engine_urns(dev_plan):
+    resources = {r["urn"]: r for r in dev_plan.document["resources"]}
+    stack = next(u for u, r in resources.items() if r["type"] == "pulumi:pulumi:Stack")
+    cluster = next(u for u, r in resources.items() if r["type"] == "gpucluster:index:GpuCluster")
+    assert resources[cluster]["parent"] == stack
+    for urn, r in resources.items():
+        if urn not in (stack, cluster):
+            assert r["parent"] in resources, urn
+            assert urn.startswith("urn:pulumi:dev::gpucluster::gpucluster:index:GpuCluster$"), urn
+    assert "urn:pulumi:dev::gpucluster::gpucluster:index:GpuCluster$gpucluster:k8s:Tenant$" \
+           "kubernetes:core/v1:Namespace::dev-team-a-ns" in resources
+
+
+def test_writes_one_manifest_per_kubernetes_object(dev_plan):
+    k8s = [r for r in dev_plan.document["resources"] if r["type"].startswith("kubernetes:")]
+    manifests = [p for p in dev_plan.files if p.startswith("manifests/")]
+    assert len(manifests) == len(k8s) == 22
+    assert "manifests/team-a/networkpolicy-default-deny.yaml" in manifests
+    assert "manifests/_cluster/clusterqueue-team-b.yaml" in manifests
+
+
+def test_the_same_spec_gives_byte_identical_plans(tmp_path):
+    first, second = tmp_path / "a", tmp_path / "b"
+    write_plan(build_plan(run_program(ROOT, "dev")), first)
+    write_plan(build_plan(run_program(ROOT, "dev")), second)
+    files = sorted(p.relative_to(first) for p in first.rglob("*") if p.is_file())
+    assert files == sorted(p.relative_to(second) for p in second.rglob("*") if p.is_file())
+    for f in files:
+        assert (first / f).read_bytes() == (second / f).read_bytes(), f
+
+
+def test_summary_counts_resources_and_tenants(dev_plan):
+    assert "Stack dev of project gpucluster: 25 resources" in dev_plan.summary
+    assert "Cluster dev (dev): 2 nodes, 16 GPUs, fabric rocev2, storage none" in dev_plan.summary
+    assert "team-b  team-b     h100: 6" in dev_plan.summary
+
+
+KEY = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA-very-secret\n-----END OPENSSH PRIVATE KEY-----"
+
+
+def test_secrets_never_reach_the_plan_files_but_scripts_do(record, tmp_path):
+    def program():
+        key = pulumi.Output.secret(KEY)
+        remote.Command("gpu-01-prepare", connection=remote.ConnectionArgs(host="10.0.0.5", user="ubuntu",
+                                                                            private_key=key),
+                       create="#!/usr/bin/env bash\nset -euo pipefail\necho prepared\n", delete="true")
+        remote.Command("gpu-01-auth", connection=remote.ConnectionArgs(host="10.0.0.5", private_key=key),
+                       create=pulumi.Output.concat("echo ", pulumi.Output.secret("token-123"), " > /etc/auth"))
+        pulumi.export("key", key)
+    plan = build_plan(record(program))
+    write_plan(plan, tmp_path / "plan")
+    text = "".join(p.read_text() for p in (tmp_path / "plan").rglob("*") if p.is_file())
+    assert "very-secret" not in text and "token-123" not in text
+    assert plan.files["scripts/10.0.0.5/gpu-01-prepare.sh"].endswith("echo prepared\n")
+    assert plan.files["scripts/10.0.0.5/gpu-01-prepare.delete.sh"] == "true\n"
+    assert "embeds a secret" in plan.files["scripts/10.0.0.5/gpu-01-auth.sh"]
+    assert plan.document["outputs"]["key"] == "[secret]"
+    command = next(r for r in plan.document["resources"] if r["name"] == "gpu-01-prepare")
+    assert command["inputs"]["connection"] == "[secret]"
+
+
+def test_duplicate_kubernetes_objects_are_plan_errors(record):
+    import pulumi_kubernetes as k8s
+
+    def program():
+        for name in ("a", "b"):
+            k8s.core.v1.Namespace(name, metadata={"name": "same"})
+    plan = build_plan(record(program))
+    assert plan.errors == ["b and a both manage the Kubernetes object manifests/_cluster/namespace-same.yaml; "
+                           "one would overwrite the other"]
+
+
+def test_refuses_to_replace_a_folder_that_holds_no_plan(dev_plan, tmp_path):
+    (tmp_path / "precious.txt").write_text("keep me")
+    with pytest.raises(FileExistsError, match="holds no plan"):
+        write_plan(dev_plan, tmp_path)
+    assert (tmp_path / "precious.txt").read_text() == "keep me"
+
+
+def test_replaces_a_previous_plan_so_removed_objects_disappear(dev_plan, tmp_path):
+    write_plan(dev_plan, tmp_path)
+    (tmp_path / "manifests" / "stale.yaml").write_text("old")
+    write_plan(dev_plan, tmp_path)
+    assert not (tmp_path / "manifests" / "stale.yaml").exists()
+
+
+def test_encrypted_stack_config_becomes_an_unresolved_placeholder(tmp_path):
+    shutil.copy(ROOT / "Pulumi.yaml", tmp_path / "Pulumi.yaml")
+    (tmp_path / "Pulumi.qa.yaml").write_text("config:\n  gpucluster:token:\n    secure: v1:abc\n  specFile: x.yaml\n")
+    cfg = load_stack_config(tmp_path, "qa")
+    assert cfg.values["gpucluster:specFile"] == "x.yaml"
+    assert cfg.unresolved_secrets == ["gpucluster:token"] and "gpucluster:token" in cfg.secret_keys
+    assert "v1:abc" not in json.dumps(cfg.values)

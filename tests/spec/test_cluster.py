@@ -1,0 +1,46 @@
+"""Derived views of the spec and the warnings the plan shows."""
+
+from __future__ import annotations
+
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from components.spec import parse_spec
+from tests.conftest import _DEV, problems_of
+
+
+def test_cpu_and_memory_follow_the_guaranteed_gpus(dev_spec):
+    team_a = dev_spec.tenants[0]          # 10 of 8-GPU hosts with 112 cores and 2048 GiB
+    assert dev_spec.tenant_cpu_cores(team_a) == 10 * 112 // 8
+    assert dev_spec.tenant_memory_gib(team_a) == 10 * 2048 // 8
+
+
+def test_explicit_cpu_quota_wins(dev_data):
+    dev_data["tenants"][0]["cpu_cores"] = 16
+    spec = parse_spec(yaml.safe_dump(dev_data))
+    assert spec.tenant_cpu_cores(spec.tenants[0]) == 16
+
+
+def test_warns_about_unpinned_host_keys(dev_data):
+    del dev_data["node_pools"][0]["hosts"][1]["host_key"]
+    spec = parse_spec(yaml.safe_dump(dev_data))
+    assert spec.warnings() == ["1 host(s) have no host_key, so SSH does not verify them: gpu-dev-02"]
+
+
+def test_warns_about_a_tenant_without_groups(dev_data):
+    dev_data["tenants"][1]["groups"] = {}
+    spec = parse_spec(yaml.safe_dump(dev_data))
+    assert spec.warnings() == ["tenant team-b binds no identity group; only cluster admins can use it"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(min_value=0, max_value=20), min_size=1, max_size=5))
+def test_guaranteed_gpus_fit_the_pool_exactly_when_their_sum_does(nominals):
+    data = yaml.safe_load(yaml.safe_dump(_DEV))
+    data["tenants"] = [{"name": f"t{i}", "gpu_quota": {"h100": n}} for i, n in enumerate(nominals)]
+    found = problems_of(data)
+    if sum(nominals) <= 16:
+        assert found == []
+    else:
+        assert len(found) == 1 and f"tenants are guaranteed {sum(nominals)} h100 GPUs" in found[0]
