@@ -59,20 +59,19 @@ class ClusterSpec(SpecModel):
     def gpus(self) -> int:
         return sum(p.gpus for p in self.node_pools)
 
-    def tenant_cpu_cores(self, tenant: Tenant) -> int:
-        """Explicit quota, or the CPUs that come with the tenant's nominal GPUs (rounded down)."""
-        if tenant.cpu_cores is not None:
-            return tenant.cpu_cores
+    def _tenant_share(self, explicit: int | None, tenant: Tenant, per_host: str) -> int:
+        """An explicit quota, or what comes with the tenant's nominal GPUs (rounded down)."""
+        if explicit is not None:
+            return explicit
         pools = self.pools
-        return sum(q.nominal * pools[f].cpu_cores_per_host // pools[f].gpu.count
+        return sum(q.nominal * getattr(pools[f], per_host) // pools[f].gpu.count
                    for f, q in tenant.gpu_quota.items() if f in pools)
 
+    def tenant_cpu_cores(self, tenant: Tenant) -> int:
+        return self._tenant_share(tenant.cpu_cores, tenant, "cpu_cores_per_host")
+
     def tenant_memory_gib(self, tenant: Tenant) -> int:
-        if tenant.memory_gib is not None:
-            return tenant.memory_gib
-        pools = self.pools
-        return sum(q.nominal * pools[f].memory_gib_per_host // pools[f].gpu.count
-                   for f, q in tenant.gpu_quota.items() if f in pools)
+        return self._tenant_share(tenant.memory_gib, tenant, "memory_gib_per_host")
 
     def warnings(self) -> list[str]:
         """Legal but risky choices, shown in the plan summary."""
