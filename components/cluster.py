@@ -6,6 +6,7 @@ from typing import ClassVar
 
 import pulumi
 
+from .k8s.gpu_stack import GpuKubernetesStack
 from .k8s.tenant import Tenant, TenantArgs
 from .spec import ClusterSpec
 
@@ -19,16 +20,22 @@ class GpuCluster(pulumi.ComponentResource):
 
     TYPE: ClassVar[str] = "gpucluster:index:GpuCluster"
 
+    kubernetes: GpuKubernetesStack
+    """The operators, Kueue and monitoring; what job templates need (flavors, RDMA resource, networks)."""
     tenants: dict[str, Tenant]
     """Tenant components by tenant name."""
 
     def __init__(self, name: str, spec: ClusterSpec, opts: pulumi.ResourceOptions | None = None):
         super().__init__(self.TYPE, name, {"spec": spec.model_dump(mode="json")}, opts)
         child = pulumi.ResourceOptions(parent=self)
-        self.tenants = {t.name: Tenant(f"{name}-{t.name}", TenantArgs.from_spec(spec, t), opts=child)
+        self.kubernetes = GpuKubernetesStack(f"{name}-k8s", spec, opts=child)
+        self.tenants = {t.name: Tenant(f"{name}-{t.name}", TenantArgs.from_spec(spec, t),
+                                       kueue_ready=self.kubernetes.kueue_ready, opts=child)
                         for t in spec.tenants}
         self.register_outputs({
             "gpus": spec.gpus,
+            "rdma_resource": self.kubernetes.rdma_resource,
+            "networks": self.kubernetes.networks,
             "tenant_namespaces": {n: t.namespace for n, t in self.tenants.items()},
             "tenant_local_queues": {n: t.local_queue for n, t in self.tenants.items()},
         })

@@ -12,6 +12,7 @@ from typing import Any, NamedTuple
 
 import pulumi
 import pulumi_kubernetes as k8s
+from pulumi_kubernetes import _utilities as _k8s_utilities
 
 _TYPED: dict[tuple[str, str], Any] = {
     ("v1", "Namespace"): k8s.core.v1.Namespace,
@@ -34,6 +35,18 @@ def _snake(key: str) -> str:
     return re.sub(r"(?<!^)(?=[A-Z])", "_", key).lower()
 
 
+class _WholeObject(pulumi.CustomResource):
+    """A custom object with top-level fields besides `spec` (Kueue's WorkloadPriorityClass has `value`).
+
+    apiextensions.CustomResource passes only apiVersion, kind, metadata and spec; the provider itself takes a
+    resource's inputs as the whole object, so this registers the same type token with the whole body.
+    """
+
+    def __init__(self, name: str, obj: dict[str, Any], opts: pulumi.ResourceOptions):
+        opts = pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(version=_k8s_utilities.get_version()))
+        super().__init__(f"kubernetes:{obj['apiVersion']}:{obj['kind']}", name, dict(obj), opts)
+
+
 def register(name: str, obj: dict[str, Any], opts: pulumi.ResourceOptions,
              namespace: pulumi.Input[str] | None = None) -> pulumi.CustomResource:
     """Create the resource for `obj`; `namespace`, when given, replaces metadata.namespace with an Output
@@ -46,5 +59,7 @@ def register(name: str, obj: dict[str, Any], opts: pulumi.ResourceOptions,
     if cls is not None:
         # Nested values stay camelCase dicts: the SDK passes plain dicts to the provider unchanged.
         return cls(name, metadata=metadata, **{_snake(k): v for k, v in body.items()}, opts=opts)
-    return k8s.apiextensions.CustomResource(name, api_version=obj["apiVersion"], kind=obj["kind"],
-                                            metadata=metadata, **body, opts=opts)
+    if set(body) <= {"spec"}:
+        return k8s.apiextensions.CustomResource(name, api_version=obj["apiVersion"], kind=obj["kind"],
+                                                metadata=metadata, spec=body.get("spec"), opts=opts)
+    return _WholeObject(name, {**obj, "metadata": metadata}, opts)

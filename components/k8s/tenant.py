@@ -27,6 +27,7 @@ CPU_FLAVOR = "default-flavor"
 # A LocalQueue named "default" also receives jobs that carry no queue-name label (Kueue's defaulting).
 LOCAL_QUEUE = "default"
 KUEUE_API = "kueue.x-k8s.io/v1beta2"
+TENANT_LABEL = "gpucluster.io/tenant"
 
 
 class TenantArgs(SpecModel):
@@ -56,7 +57,7 @@ class TenantArgs(SpecModel):
 
 def _labels(args: TenantArgs) -> dict[str, str]:
     return {"app.kubernetes.io/managed-by": "pulumi", "gpucluster.io/cluster": args.cluster,
-            "gpucluster.io/tenant": args.tenant.name}
+            TENANT_LABEL: args.tenant.name}
 
 
 def _meta(args: TenantArgs, name: str, namespaced: bool = True) -> dict[str, Any]:

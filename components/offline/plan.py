@@ -13,7 +13,9 @@ from typing import Any
 import yaml
 from pulumi.runtime import rpc as _rpc
 
+from ..k8s.network_operator import rdma_resource
 from ..spec import ClusterSpec
+from ..spec.cluster import network_operator_enabled
 from .recorder import SECRET, STACK_TYPE, Record, redact
 from .runner import ProgramRun
 
@@ -49,8 +51,20 @@ def _k8s_document(inputs: dict[str, Any]) -> dict[str, Any]:
     return {**head, **obj}
 
 
+class _Dumper(yaml.SafeDumper):
+    """Multi-line strings (embedded configs, scripts, dashboards) as literal blocks, readable in review."""
+
+
+def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    block = "\n" in value and not any(c in value for c in "\t\r") and value == value.rstrip(" ")
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|" if block else None)
+
+
+_Dumper.add_representer(str, _str)
+
+
 def _yaml(doc: Any) -> str:
-    return yaml.safe_dump(doc, sort_keys=False, default_flow_style=False, width=120, allow_unicode=True)
+    return yaml.dump(doc, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=120, allow_unicode=True)
 
 
 def _resource_entry(r: Record, component_outputs: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -80,7 +94,7 @@ def _release_files(r: Record) -> tuple[str, str]:
     header = (f"# Helm release {name}: chart {i.get('chart')} {i.get('version', '')} from "
               f"{(i.get('repositoryOpts') or {}).get('repo', 'the chart reference')} into namespace "
               f"{i.get('namespace', 'default')}\n")
-    path = f"manifests/helm/{_SAFE.sub('_', str(i.get('namespace', 'default')))}-{_SAFE.sub('_', str(name))}.values.yaml"
+    path = f"helm/{_SAFE.sub('_', str(i.get('namespace', 'default')))}-{_SAFE.sub('_', str(name))}.values.yaml"
     return path, header + _yaml(_ordered(i.get("values") or {}))
 
 
@@ -157,6 +171,12 @@ def render_summary(run: ProgramRun, plan: Plan, clusters: list[ClusterSpec]) -> 
     for spec in clusters:
         lines += ["", f"Cluster {spec.name} ({spec.environment}): {sum(len(p.hosts) for p in spec.node_pools)} nodes, "
                       f"{spec.gpus} GPUs, fabric {spec.fabric.kind}, storage {spec.storage.kind}"]
+        k = spec.kubernetes
+        network = (f"Network Operator {k.network_operator.chart_version}" if network_operator_enabled(spec)
+                   else "no Network Operator")
+        lines.append(f"Kubernetes: GPU Operator {k.gpu_operator.chart_version}, {network}, Kueue "
+                     f"{k.kueue.chart_version}, NFD {k.nfd.chart_version}; RDMA resource "
+                     f"{rdma_resource(spec) if network_operator_enabled(spec) else 'none'}")
         lines += _table(["node pool", "GPU", "hosts", "GPUs"],
                         [[p.name, f"{p.gpu.count} x {p.gpu.model}", len(p.hosts), p.gpus] for p in spec.node_pools])
         if spec.tenants:

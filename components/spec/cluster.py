@@ -13,6 +13,7 @@ from .hardware import Host, NodePool, Rack, Site, SshSettings
 from .kubernetes import KubernetesSpec
 from .storage import StorageSpec
 from .tenants import Tenant
+from .versions import describe_known, find
 
 # Namespaces the platform itself owns; a tenant there would share the operators' privileges.
 SYSTEM_NAMESPACES = frozenset({
@@ -168,12 +169,14 @@ def _tenants(spec: ClusterSpec) -> Iterator[Problem]:
     for flavor, pool in pools.items():
         asked = [(i, t.gpu_quota[flavor].nominal) for i, t in enumerate(spec.tenants) if flavor in t.gpu_quota]
         total = sum(n for _, n in asked)
-        if total > pool.gpus:
+        capacity = pool.gpu_resources
+        if capacity is not None and total > capacity:
             worst = max(asked, key=lambda a: a[1])[0]
+            shared = "" if capacity == pool.gpus else f", shared as {pool.gpu_resources_per_host} per host"
             yield Problem(("tenants", worst, "gpu_quota", flavor),
                           f"tenants are guaranteed {total} {flavor} GPUs in all "
                           f"({', '.join(f'{spec.tenants[i].name}: {n}' for i, n in asked)}) but node pool "
-                          f"{flavor!r} holds {pool.gpus} ({len(pool.hosts)} hosts x {pool.gpu.count}); "
+                          f"{flavor!r} holds {capacity} ({len(pool.hosts)} hosts x {pool.gpu.count}{shared}); "
                           "lower the nominal quotas or add hosts")
     for attr, unit, total in (("cpu_cores", "CPU cores", sum(p.cpu_cores for p in spec.node_pools)),
                               ("memory_gib", "GiB of memory", sum(p.memory_gib for p in spec.node_pools))):
@@ -225,4 +228,37 @@ def _fabric(spec: ClusterSpec) -> Iterator[Problem]:
                               f"(rails: {', '.join(map(str, sorted(rails))) or 'none'})")
 
 
-_RULES = (_unique_names, _racks_exist, _tenants, _fabric)
+def _kubernetes(spec: ClusterSpec) -> Iterator[Problem]:
+    k = spec.kubernetes
+    network = k.network_operator.chart_version if network_operator_enabled(spec) else None
+    if not k.allow_unknown_versions and find(k.gpu_operator.chart_version, network, k.kueue.chart_version,
+                                             k.nfd.chart_version) is None:
+        yield Problem(("kubernetes",),
+                      f"gpu_operator {k.gpu_operator.chart_version}, network_operator {network or '(not installed)'}, "
+                      f"kueue {k.kueue.chart_version} and nfd {k.nfd.chart_version} are not a known-good "
+                      f"combination; known: {describe_known()}. Use a known one or set allow_unknown_versions: true")
+    for i, pool in enumerate(spec.node_pools):
+        if pool.sharing.mig_config and not pool.gpu.info.mig:
+            yield Problem(("node_pools", i, "sharing", "mig_config"),
+                          f"{pool.gpu.model} has no MIG; remove mig_config or use time_slicing_replicas")
+    subnets = k.network_operator.rail_subnets
+    if subnets:
+        rails = sorted({n.rail for p in spec.node_pools for n in p.nics})
+        if len(subnets) != len(rails):
+            yield Problem(("kubernetes", "network_operator", "rail_subnets"),
+                          f"{len(subnets)} subnet(s) for {len(rails)} rail(s) ({', '.join(map(str, rails))}); "
+                          "give one subnet per rail, in rail order")
+        for rail in rails:
+            names = {n.interface for p in spec.node_pools for n in p.nics if n.rail == rail}
+            if len(names) > 1:
+                yield Problem(("kubernetes", "network_operator", "rail_subnets"),
+                              f"rail {rail} uses interfaces {', '.join(sorted(names))} in different pools; a "
+                              "secondary network needs one interface name per rail (rename them with udev)")
+
+
+def network_operator_enabled(spec: ClusterSpec) -> bool:
+    enabled = spec.kubernetes.network_operator.enabled
+    return spec.fabric.rdma if enabled is None else enabled
+
+
+_RULES = (_unique_names, _racks_exist, _tenants, _fabric, _kubernetes)

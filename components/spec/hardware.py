@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 import struct
 from typing import Annotated, Literal, NamedTuple
 
@@ -20,16 +21,17 @@ class GpuModelInfo(NamedTuple):
     nvlink: bool
     nvswitch_at: int             # GPU count from which the board has NVSwitch (0: never)
     busbw_gb_per_s: float        # typical single-node NCCL all_reduce bus bandwidth at full board
+    mig: bool                    # supports Multi-Instance GPU (7 compute slices)
 
 
 # One place for what each GPU model really is; a pool may override tdp_w, never the counts.
 GPU_MODELS: dict[str, GpuModelInfo] = {
-    "H100-SXM5-80GB": GpuModelInfo("NVIDIA-H100-80GB-HBM3", 80, 700, (4, 8), True, 8, 450.0),
-    "H200-SXM5-141GB": GpuModelInfo("NVIDIA-H200", 141, 700, (4, 8), True, 8, 460.0),
-    "B200-SXM6-180GB": GpuModelInfo("NVIDIA-B200", 180, 1000, (8,), True, 8, 800.0),
-    "A100-SXM4-80GB": GpuModelInfo("NVIDIA-A100-SXM4-80GB", 80, 400, (4, 8), True, 8, 230.0),
-    "H100-PCIE-80GB": GpuModelInfo("NVIDIA-H100-PCIe", 80, 350, (1, 2, 4, 8), False, 0, 20.0),
-    "L40S-48GB": GpuModelInfo("NVIDIA-L40S", 48, 350, (1, 2, 4, 8, 10), False, 0, 20.0),
+    "H100-SXM5-80GB": GpuModelInfo("NVIDIA-H100-80GB-HBM3", 80, 700, (4, 8), True, 8, 450.0, True),
+    "H200-SXM5-141GB": GpuModelInfo("NVIDIA-H200", 141, 700, (4, 8), True, 8, 460.0, True),
+    "B200-SXM6-180GB": GpuModelInfo("NVIDIA-B200", 180, 1000, (8,), True, 8, 800.0, True),
+    "A100-SXM4-80GB": GpuModelInfo("NVIDIA-A100-SXM4-80GB", 80, 400, (4, 8), True, 8, 230.0, True),
+    "H100-PCIE-80GB": GpuModelInfo("NVIDIA-H100-PCIe", 80, 350, (1, 2, 4, 8), False, 0, 20.0, True),
+    "L40S-48GB": GpuModelInfo("NVIDIA-L40S", 48, 350, (1, 2, 4, 8, 10), False, 0, 20.0, False),
 }
 
 _HOST_KEY_TYPES = ("ssh-ed25519", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384", "ecdsa-sha2-nistp521",
@@ -203,6 +205,24 @@ class NodePool(SpecModel):
     @property
     def gpus(self) -> int:
         return self.gpu.count * len(self.hosts)
+
+    @property
+    def gpu_resources_per_host(self) -> int | None:
+        """nvidia.com/gpu each host advertises: time-sliced replicas or MIG slices count too.
+
+        None for a MIG layout other than all-<N>g.*, whose slice count depends on the layout's contents.
+        """
+        if self.sharing.time_slicing_replicas:
+            return self.gpu.count * self.sharing.time_slicing_replicas
+        if self.sharing.mig_config:
+            m = re.fullmatch(r"all-([1-7])g\..*", self.sharing.mig_config)
+            return self.gpu.count * (7 // int(m.group(1))) if m else None
+        return self.gpu.count
+
+    @property
+    def gpu_resources(self) -> int | None:
+        per_host = self.gpu_resources_per_host
+        return None if per_host is None else per_host * len(self.hosts)
 
     @property
     def cpu_cores(self) -> int:

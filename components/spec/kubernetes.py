@@ -2,11 +2,25 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+import re
+from typing import Annotated, Literal
 
-from .common import DnsLabel, LabelKey, SpecModel
+from pydantic import AfterValidator, Field
+
+from .common import DnsLabel, LabelKey, Labels, SpecModel
+from .tenants import Cidr
 
 VERSION = r"^v?[0-9]+\.[0-9]+\.[0-9]+$"
+
+
+def _resource_name(value: str) -> str:
+    if not re.fullmatch(r"[A-Za-z0-9_]+", value):
+        raise ValueError(f"{value!r} is not a device plugin resource name: the RDMA device plugins accept only "
+                         f"letters, digits and '_' (e.g. {re.sub(r'[^A-Za-z0-9_]', '_', value)!r})")
+    return value
+
+
+ResourceName = Annotated[str, AfterValidator(_resource_name)]
 
 
 class GpuOperatorSettings(SpecModel):
@@ -14,11 +28,30 @@ class GpuOperatorSettings(SpecModel):
     chart_version: str = Field("v26.7.0", pattern=VERSION, description="Omitted: v26.7.0.")
     driver_managed: bool = Field(
         True, description="Omitted: the operator installs the driver; false uses the driver preinstalled on hosts.")
+    kernel_module_type: Literal["auto", "open", "proprietary"] = Field(
+        "auto", description="Driver kernel modules. Omitted: auto (open modules on GPUs that support them).")
+    mig_strategy: Literal["single", "mixed"] = Field(
+        "single", description="How MIG devices are advertised. Omitted: single (each MIG slice is a nvidia.com/gpu).")
 
 
 class NetworkOperatorSettings(SpecModel):
     enabled: bool | None = Field(None, description="Omitted: installed when the fabric is InfiniBand or RoCE.")
     chart_version: str = Field("26.4.1", pattern=VERSION, description="Omitted: 26.4.1.")
+    rdma_device_plugin: Literal["shared", "sriov"] = Field(
+        "shared", description="Omitted: the RDMA shared device plugin (every pod sees the host's HCAs).")
+    rdma_resource_name: ResourceName = Field(
+        "rdma_shared_devices", max_length=63,
+        description="Device plugin resource pods ask for (rdma/<name>, or nvidia.com/<name> with sriov). Letters, "
+                    "digits and '_' only. Omitted: rdma_shared_devices.")
+    rdma_hca_max: int = Field(63, ge=1, le=1000, description="Pods that may share one HCA. Omitted: 63.")
+    ofed_driver_version: str | None = Field(
+        None, pattern=r"^[A-Za-z0-9._-]+$",
+        description="DOCA-OFED driver container version to install. Omitted: the hosts' own (or inbox) driver.")
+    rail_subnets: list[Cidr] = Field(
+        default_factory=list,
+        description="Pod IP range of each rail's secondary network, in rail order. Omitted: no secondary "
+                    "networks; pods reach the HCAs through the device plugin alone.")
+    ips_per_node: int = Field(32, ge=2, le=4096, description="Pod addresses per node on each rail. Omitted: 32.")
 
 
 class NfdSettings(SpecModel):
@@ -44,9 +77,17 @@ class KueueSettings(SpecModel):
 
 
 class MonitoringSettings(SpecModel):
+    """Rules and dashboards for an existing Prometheus Operator stack (kube-prometheus-stack) to pick up."""
+
     enabled: bool = Field(True, description="Omitted: DCGM metrics, alert rules and dashboards are installed.")
     namespace: DnsLabel = Field("monitoring", description="Namespace of the Prometheus stack. Omitted: monitoring.")
     gpu_temperature_limit_c: int = Field(85, ge=40, le=110, description="Omitted: alert above 85 C.")
+    rule_labels: Labels = Field(
+        default_factory=lambda: {"release": "kube-prometheus-stack"},
+        description="Labels Prometheus selects rules and ServiceMonitors by. Omitted: release=kube-prometheus-stack.")
+    dashboard_labels: Labels = Field(
+        default_factory=lambda: {"grafana_dashboard": "1"},
+        description="Labels Grafana's sidecar loads dashboards by. Omitted: grafana_dashboard=1.")
 
 
 class KubernetesSpec(SpecModel):

@@ -1,0 +1,60 @@
+"""NVIDIA GPU Operator: chart values rendered from the spec."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from ..spec import ClusterSpec, NodePool
+from .helm import NVIDIA_REPO, Chart
+from .labels import system_tolerations
+from .monitoring import DCGM_METRICS_CONFIG, render_dcgm_metrics_csv
+
+NAMESPACE = "gpu-operator"
+DEVICE_PLUGIN_CONFIG = "gpucluster-device-plugin"
+
+
+def chart(spec: ClusterSpec) -> Chart:
+    return Chart("gpu-operator", spec.kubernetes.gpu_operator.chart_version, NVIDIA_REPO)
+
+
+def gpudirect_rdma(spec: ClusterSpec) -> bool:
+    f = spec.fabric
+    return f.rdma if f.gpudirect_rdma is None else f.gpudirect_rdma
+
+
+def render_time_slicing(pool: NodePool) -> str:
+    """One key of the device plugin ConfigMap; nodes pick it with the nvidia.com/device-plugin.config label."""
+    return yaml.safe_dump({"version": "v1", "sharing": {"timeSlicing": {
+        "renameByDefault": False, "failRequestsGreaterThanOne": True,
+        "resources": [{"name": "nvidia.com/gpu", "replicas": pool.sharing.time_slicing_replicas}]}}},
+        sort_keys=False)
+
+
+def render_gpu_operator_values(spec: ClusterSpec) -> dict[str, Any]:
+    g, monitoring = spec.kubernetes.gpu_operator, spec.kubernetes.monitoring
+    rdma = gpudirect_rdma(spec)
+    values: dict[str, Any] = {
+        "nfd": {"enabled": False},          # the stack installs NFD once, for both operators
+        "driver": {"enabled": g.driver_managed, "kernelModuleType": g.kernel_module_type,
+                   "rdma": {"enabled": rdma,
+                            "useHostMofed": rdma and spec.kubernetes.network_operator.ofed_driver_version is None}},
+        "toolkit": {"enabled": True},
+        "cdi": {"enabled": True},
+        "mig": {"strategy": g.mig_strategy},
+        "migManager": {"enabled": any(p.sharing.mig_config for p in spec.node_pools)},
+        "daemonsets": {"tolerations": system_tolerations(spec)},
+        "dcgmExporter": {"enabled": True, "serviceMonitor": {
+            "enabled": monitoring.enabled, "interval": "15s", "honorLabels": False,
+            "additionalLabels": dict(monitoring.rule_labels) if monitoring.enabled else {}}},
+    }
+    if monitoring.enabled:
+        values["dcgmExporter"]["config"] = {"name": DCGM_METRICS_CONFIG, "create": True,
+                                            "data": render_dcgm_metrics_csv()}
+    sliced = [p for p in spec.node_pools if p.sharing.time_slicing_replicas]
+    if sliced:
+        data = {"default": yaml.safe_dump({"version": "v1"}), **{p.name: render_time_slicing(p) for p in sliced}}
+        values["devicePlugin"] = {"config": {"create": True, "name": DEVICE_PLUGIN_CONFIG, "default": "default",
+                                             "data": data}}
+    return values

@@ -1,0 +1,106 @@
+"""GpuKubernetesStack: NFD, the GPU and Network Operators, Kueue and GPU monitoring, from spec.kubernetes.
+
+NFD is installed once by this stack and both operators' bundled copies are turned off: one owner, one
+version, and neither operator's upgrade can remove the other's node labels.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import pulumi
+
+from ..spec import ClusterSpec
+from ..spec.cluster import network_operator_enabled
+from ..spec.versions import StackVersions, find
+from . import gpu_operator, kueue, monitoring, network_operator, nfd
+from .helm import release
+from .objects import Manifest, register
+
+# Pod Security level each system namespace really needs: node agents load drivers and read host devices.
+NAMESPACE_SECURITY = {nfd.NAMESPACE: "privileged", gpu_operator.NAMESPACE: "privileged",
+                      network_operator.NAMESPACE: "privileged", kueue.NAMESPACE: "baseline"}
+
+
+def render_namespaces(spec: ClusterSpec) -> list[Manifest]:
+    wanted = [nfd.NAMESPACE, gpu_operator.NAMESPACE, kueue.NAMESPACE]
+    if network_operator_enabled(spec):
+        wanted.insert(2, network_operator.NAMESPACE)
+    out = []
+    for ns in wanted:
+        level = NAMESPACE_SECURITY[ns]
+        out.append(Manifest(f"ns-{ns}", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": {
+            "app.kubernetes.io/managed-by": "pulumi", "gpucluster.io/cluster": spec.name,
+            "pod-security.kubernetes.io/enforce": level, "pod-security.kubernetes.io/warn": "restricted",
+            "pod-security.kubernetes.io/audit": "restricted"}}}))
+    return out
+
+
+def stack_versions(spec: ClusterSpec) -> StackVersions | None:
+    k = spec.kubernetes
+    return find(k.gpu_operator.chart_version, k.network_operator.chart_version if network_operator_enabled(spec)
+                else None, k.kueue.chart_version, k.nfd.chart_version)
+
+
+def network_images_row(spec: ClusterSpec) -> StackVersions:
+    """Component images follow the operator's release; an allowed unknown version uses its own tag."""
+    row = stack_versions(spec)
+    if row is not None:
+        return row
+    version = spec.kubernetes.network_operator.chart_version
+    return StackVersions("", version, "", "", f"network-operator-v{version.lstrip('v')}", "not in the table")
+
+
+class GpuKubernetesStack(pulumi.ComponentResource):
+    """Everything a GPU cluster needs on Kubernetes, installed in dependency order.
+
+    Kueue objects wait for the Kueue release, which Pulumi awaits until the controller's readiness probe
+    passes; Kueue's probe passes only once its webhook server is serving, so nothing is created too early.
+    """
+
+    TYPE: ClassVar[str] = "gpucluster:k8s:GpuKubernetesStack"
+
+    kueue_ready: list[pulumi.Resource]
+    """Resources Kueue objects elsewhere (tenant queues) must depend on."""
+    flavors: dict[str, str]
+    """Kueue ResourceFlavor per node pool (pool name -> flavor name)."""
+    rdma_resource: str | None
+    """Extended resource pods request for RDMA (e.g. rdma/rdma_shared_devices); None without the Network Operator."""
+    networks: list[str]
+    """Secondary network attachments, in rail order, for the k8s.v1.cni.cncf.io/networks annotation."""
+
+    def __init__(self, name: str, spec: ClusterSpec, opts: pulumi.ResourceOptions | None = None):
+        super().__init__(self.TYPE, name, {"spec": spec.kubernetes.model_dump(mode="json")}, opts)
+        namespaces = {m.obj["metadata"]["name"]: register(f"{name}-{m.role}", m.obj,
+                                                          pulumi.ResourceOptions(parent=self))
+                      for m in render_namespaces(spec)}
+
+        def after(*deps: pulumi.Resource) -> pulumi.ResourceOptions:
+            return pulumi.ResourceOptions(parent=self, depends_on=list(deps))
+
+        def helm(role: str, module: Any, values: dict[str, Any], *deps: pulumi.Resource):
+            return release(f"{name}-{role}", role, module.chart(spec), module.NAMESPACE, values,
+                           after(namespaces[module.NAMESPACE], *deps))
+
+        nfd_release = helm("node-feature-discovery", nfd, nfd.render_nfd_values(spec))
+        helm("gpu-operator", gpu_operator, gpu_operator.render_gpu_operator_values(spec), nfd_release)
+        self.rdma_resource, self.networks = None, []
+        if network_operator_enabled(spec):
+            net = helm("network-operator", network_operator,
+                       network_operator.render_network_operator_values(spec), nfd_release)
+            for m in [network_operator.render_nic_cluster_policy(spec, network_images_row(spec)),
+                      *network_operator.render_secondary_networks(spec)]:
+                register(f"{name}-{m.role}", m.obj, after(net))
+            self.rdma_resource = network_operator.rdma_resource(spec)
+            self.networks = network_operator.network_names(spec)
+        kueue_release = helm("kueue", kueue, kueue.render_kueue_values(spec))
+        self.kueue_ready = [kueue_release]
+        for m in kueue.render_kueue_objects(spec):
+            register(f"{name}-{m.role}", m.obj, after(kueue_release))
+        self.flavors = {p.name: p.name for p in spec.node_pools}
+        if spec.kubernetes.monitoring.enabled:
+            ns = spec.kubernetes.monitoring.namespace
+            for m in (monitoring.render_prometheus_rule(spec, ns), monitoring.render_dashboard(spec, ns)):
+                register(f"{name}-{m.role}", m.obj, pulumi.ResourceOptions(parent=self))
+        self.register_outputs({"flavors": self.flavors, "rdma_resource": self.rdma_resource,
+                               "networks": self.networks, "kueue_release": kueue_release.name})

@@ -1,0 +1,71 @@
+"""Kueue: its configuration, the flavors that map quota onto node pools, topology, cohort and priorities."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from ..spec import ClusterSpec
+from .helm import Chart
+from .labels import POOL_LABEL, pool_tolerations
+from .objects import Manifest
+from .tenant import CPU_FLAVOR, KUEUE_API, TENANT_LABEL
+
+NAMESPACE = "kueue-system"
+TOPOLOGY = "gpu-topology"
+FRAMEWORKS = ["batch/job", "kubeflow.org/mpijob", "kubeflow.org/pytorchjob", "trainer.kubeflow.org/trainjob",
+              "jobset.x-k8s.io/jobset", "ray.io/rayjob", "ray.io/raycluster", "leaderworkerset.x-k8s.io/leaderworkerset",
+              "pod", "deployment", "statefulset"]
+
+
+def chart(spec: ClusterSpec) -> Chart:
+    return Chart("oci://registry.k8s.io/kueue/charts/kueue", spec.kubernetes.kueue.chart_version)
+
+
+def render_kueue_config(spec: ClusterSpec) -> dict[str, Any]:
+    """The controller's whole Configuration (the chart takes it as one string, replacing its default)."""
+    config: dict[str, Any] = {
+        "apiVersion": "config.kueue.x-k8s.io/v1beta2", "kind": "Configuration",
+        "health": {"healthProbeBindAddress": ":8081"},
+        "metrics": {"bindAddress": ":8443", "enableClusterQueueResources": True},
+        "webhook": {"port": 9443},
+        "leaderElection": {"leaderElect": True, "resourceName": "c1f6bfd2.kueue.x-k8s.io"},
+        "clientConnection": {"qps": 300, "burst": 500},
+        # Every batch workload in a tenant namespace goes through a queue; system namespaces are left alone.
+        "manageJobsWithoutQueueName": True,
+        "managedJobsNamespaceSelector": {"matchExpressions": [{"key": TENANT_LABEL, "operator": "Exists"}]},
+        "integrations": {"frameworks": FRAMEWORKS},
+    }
+    if spec.kubernetes.kueue.fair_sharing:
+        config["fairSharing"] = {"preemptionStrategies": ["LessThanOrEqualToFinalShare", "LessThanInitialShare"]}
+    return config
+
+
+def render_kueue_values(spec: ClusterSpec) -> dict[str, Any]:
+    return {"enablePrometheus": spec.kubernetes.monitoring.enabled,
+            "managerConfig": {"controllerManagerConfigYaml": yaml.safe_dump(render_kueue_config(spec),
+                                                                            sort_keys=False)}}
+
+
+def render_kueue_objects(spec: ClusterSpec) -> list[Manifest]:
+    """Flavors (CPU and one per node pool), the Topology, the shared Cohort and the priority classes."""
+    k = spec.kubernetes.kueue
+    out = [Manifest("flavor-cpu", {"apiVersion": KUEUE_API, "kind": "ResourceFlavor",
+                                   "metadata": {"name": CPU_FLAVOR}, "spec": {}})]
+    for pool in spec.node_pools:
+        out.append(Manifest(f"flavor-{pool.name}", {
+            "apiVersion": KUEUE_API, "kind": "ResourceFlavor", "metadata": {"name": pool.name},
+            "spec": {"nodeLabels": {POOL_LABEL: pool.name}, "tolerations": pool_tolerations(pool),
+                     "topologyName": TOPOLOGY}}))
+    out.append(Manifest("topology", {"apiVersion": KUEUE_API, "kind": "Topology", "metadata": {"name": TOPOLOGY},
+                                     "spec": {"levels": [{"nodeLabel": label} for label in k.topology_levels]}}))
+    out.append(Manifest("cohort", {"apiVersion": KUEUE_API, "kind": "Cohort", "metadata": {"name": k.cohort},
+                                   "spec": {}}))
+    for pc in k.priority_classes:
+        obj = {"apiVersion": KUEUE_API, "kind": "WorkloadPriorityClass", "metadata": {"name": pc.name},
+               "value": pc.value}
+        if pc.description:
+            obj["description"] = pc.description
+        out.append(Manifest(f"priority-{pc.name}", obj))
+    return out

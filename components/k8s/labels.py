@@ -1,0 +1,43 @@
+"""Node labels and taints the stack agrees on: node pools set them, Kueue and the operators select by them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..spec import ClusterSpec, NodePool
+
+POOL_LABEL = "gpucluster.io/pool"
+BLOCK_LABEL = "gpucluster.io/block"
+RACK_LABEL = "gpucluster.io/rack"
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+DEVICE_PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"
+MIG_CONFIG_LABEL = "nvidia.com/mig.config"
+# Taint a node carries until its burn-in passes; operators' daemonsets tolerate it, workloads do not.
+BURN_IN_TAINT = "gpucluster.io/burn-in"
+
+
+def pool_labels(pool: NodePool) -> dict[str, str]:
+    """Labels every node of the pool carries (besides its rack and block)."""
+    labels = {POOL_LABEL: pool.name, **pool.labels}
+    if pool.sharing.time_slicing_replicas:
+        labels[DEVICE_PLUGIN_CONFIG_LABEL] = pool.name
+    if pool.sharing.mig_config:
+        labels[MIG_CONFIG_LABEL] = pool.sharing.mig_config
+    return labels
+
+
+def pool_tolerations(pool: NodePool) -> list[dict[str, Any]]:
+    """Tolerations matching exactly the pool's taints."""
+    return [{"key": t.key, "operator": "Equal", "value": t.value, "effect": t.effect} if t.value
+            else {"key": t.key, "operator": "Exists", "effect": t.effect} for t in pool.taints]
+
+
+def system_tolerations(spec: ClusterSpec) -> list[dict[str, Any]]:
+    """What node agents (drivers, device plugins, NFD) tolerate: every pool taint and the burn-in gate."""
+    seen: dict[tuple[str, str], dict[str, Any]] = {}
+    for pool in spec.node_pools:
+        for t in pool.taints:
+            seen[(t.key, t.effect)] = {"key": t.key, "operator": "Exists", "effect": t.effect}
+    for effect in ("NoSchedule", "NoExecute"):
+        seen[(BURN_IN_TAINT, effect)] = {"key": BURN_IN_TAINT, "operator": "Exists", "effect": effect}
+    return [seen[k] for k in sorted(seen)]

@@ -1,0 +1,130 @@
+"""GPU alerts, the DCGM metrics they read, and a Grafana dashboard, kept in one module so they agree.
+
+Every metric an alert or panel uses is in DCGM_FIELDS, which the GPU Operator's dcgm-exporter is configured
+with: its default list (dcp-metrics-included.csv) leaves out the ECC and throttling counters.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ..spec import ClusterSpec
+from .labels import POOL_LABEL
+from .objects import Manifest
+
+# (DCGM field, Prometheus type, help): dcgm-exporter's default list plus ECC, throttling and NVLink errors.
+DCGM_FIELDS: tuple[tuple[str, str, str], ...] = (
+    ("DCGM_FI_DEV_SM_CLOCK", "gauge", "SM clock frequency (in MHz)."),
+    ("DCGM_FI_DEV_MEM_CLOCK", "gauge", "Memory clock frequency (in MHz)."),
+    ("DCGM_FI_DEV_MEMORY_TEMP", "gauge", "Memory temperature (in C)."),
+    ("DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C)."),
+    ("DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W)."),
+    ("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "counter", "Total energy consumption since boot (in mJ)."),
+    ("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "counter", "Total number of PCIe retries."),
+    ("DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %)."),
+    ("DCGM_FI_DEV_MEM_COPY_UTIL", "gauge", "Memory utilization (in %)."),
+    ("DCGM_FI_DEV_XID_ERRORS", "gauge", "Value of the last XID error encountered."),
+    ("DCGM_FI_DEV_POWER_VIOLATION", "counter", "Throttling duration due to power constraints (in ns)."),
+    ("DCGM_FI_DEV_THERMAL_VIOLATION", "counter", "Throttling duration due to thermal constraints (in ns)."),
+    ("DCGM_FI_DEV_FB_FREE", "gauge", "Framebuffer memory free (in MiB)."),
+    ("DCGM_FI_DEV_FB_USED", "gauge", "Framebuffer memory used (in MiB)."),
+    ("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "counter", "Total number of single-bit volatile ECC errors."),
+    ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "counter", "Total number of double-bit volatile ECC errors."),
+    ("DCGM_FI_DEV_RETIRED_DBE", "counter", "Total number of retired pages due to double-bit errors."),
+    ("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "counter", "Number of remapped rows for uncorrectable errors"),
+    ("DCGM_FI_DEV_ROW_REMAP_FAILURE", "gauge", "Whether remapping of rows has failed"),
+    ("DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL", "counter", "Total number of NVLink flow-control CRC errors."),
+    ("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "counter", "Total number of NVLink bandwidth counters for all lanes."),
+    ("DCGM_FI_DRIVER_VERSION", "label", "Driver Version"),
+    ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "gauge", "Ratio of time the graphics engine is active."),
+    ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "gauge", "Ratio of cycles the tensor (HMMA) pipe is active."),
+    ("DCGM_FI_PROF_DRAM_ACTIVE", "gauge", "Ratio of cycles the device memory interface is active."),
+)
+DCGM_METRICS_CONFIG = "gpucluster-dcgm-metrics"
+
+
+def render_dcgm_metrics_csv() -> str:
+    return "# DCGM FIELD, Prometheus metric type, help message\n" + "".join(
+        f"{field}, {kind}, {help_}\n" for field, kind, help_ in DCGM_FIELDS)
+
+
+def _rule(alert: str, expr: str, for_: str, severity: str, summary: str) -> dict[str, Any]:
+    return {"alert": alert, "expr": expr, "for": for_, "labels": {"severity": severity},
+            "annotations": {"summary": summary}}
+
+
+def render_alert_rules(spec: ClusterSpec) -> list[dict[str, Any]]:
+    limit = spec.kubernetes.monitoring.gpu_temperature_limit_c
+    rules = [
+        _rule("GpuTemperatureHigh", f"max by (Hostname, gpu) (DCGM_FI_DEV_GPU_TEMP) > {limit}", "5m", "warning",
+              f"GPU {{{{ $labels.gpu }}}} on {{{{ $labels.Hostname }}}} is at {{{{ $value }}}} C, above {limit} C"),
+        _rule("GpuXidError", "max by (Hostname, gpu) (DCGM_FI_DEV_XID_ERRORS) > 0", "0m", "critical",
+              "GPU {{ $labels.gpu }} on {{ $labels.Hostname }} reported XID {{ $value }}"),
+        _rule("GpuEccDoubleBitError",
+              "sum by (Hostname, gpu) (increase(DCGM_FI_DEV_ECC_DBE_VOL_TOTAL[10m])) > 0 "
+              "or max by (Hostname, gpu) (DCGM_FI_DEV_ROW_REMAP_FAILURE) > 0", "0m", "critical",
+              "GPU {{ $labels.gpu }} on {{ $labels.Hostname }} has uncorrectable ECC errors; drain the node"),
+        _rule("GpuThermalThrottling",
+              "max by (Hostname, gpu) (rate(DCGM_FI_DEV_THERMAL_VIOLATION[5m])) / 1e9 > 0.05", "10m", "warning",
+              "GPU {{ $labels.gpu }} on {{ $labels.Hostname }} is thermally throttled {{ $value | humanizePercentage }} of the time"),
+        _rule("GpuPowerThrottling",
+              "max by (Hostname, gpu) (rate(DCGM_FI_DEV_POWER_VIOLATION[5m])) / 1e9 > 0.2", "15m", "warning",
+              "GPU {{ $labels.gpu }} on {{ $labels.Hostname }} is power capped {{ $value | humanizePercentage }} of the time"),
+    ]
+    # kube-state-metrics must export the pool label (metricLabelsAllowlist: nodes=[gpucluster.io/pool]).
+    label = "label_" + POOL_LABEL.replace(".", "_").replace("/", "_").replace("-", "_")
+    for pool in spec.node_pools:
+        expected = pool.gpu_resources_per_host
+        if expected is None:
+            continue
+        rules.append(_rule(
+            f"GpusMissing{''.join(w.capitalize() for w in pool.name.split('-'))}",
+            f'kube_node_status_capacity{{resource="nvidia_com_gpu"}} * on (node) group_left () '
+            f'max by (node) (kube_node_labels{{{label}="{pool.name}"}}) < {expected}', "10m", "critical",
+            f"node {{{{ $labels.node }}}} of pool {pool.name} advertises {{{{ $value }}}} of {expected} GPUs"))
+    return rules
+
+
+def render_prometheus_rule(spec: ClusterSpec, namespace: str) -> Manifest:
+    m = spec.kubernetes.monitoring
+    return Manifest("gpu-alerts", {
+        "apiVersion": "monitoring.coreos.com/v1", "kind": "PrometheusRule",
+        "metadata": {"name": "gpucluster-gpu-alerts", "namespace": namespace, "labels": dict(m.rule_labels)},
+        "spec": {"groups": [{"name": "gpucluster.gpu", "rules": render_alert_rules(spec)}]},
+    })
+
+
+def _panel(pid: int, title: str, expr: str, unit: str, x: int, y: int) -> dict[str, Any]:
+    return {"id": pid, "type": "timeseries", "title": title, "gridPos": {"h": 8, "w": 12, "x": x, "y": y},
+            "datasource": {"type": "prometheus", "uid": "${datasource}"},
+            "fieldConfig": {"defaults": {"unit": unit}, "overrides": []},
+            "targets": [{"expr": expr, "legendFormat": "{{Hostname}} gpu{{gpu}}", "refId": "A"}]}
+
+
+def render_dashboard(spec: ClusterSpec, namespace: str) -> Manifest:
+    m = spec.kubernetes.monitoring
+    panels = [
+        ("GPU utilization", "DCGM_FI_DEV_GPU_UTIL", "percent"),
+        ("Tensor core activity", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "percentunit"),
+        ("GPU temperature", "DCGM_FI_DEV_GPU_TEMP", "celsius"),
+        ("Power draw", "DCGM_FI_DEV_POWER_USAGE", "watt"),
+        ("Framebuffer used", "DCGM_FI_DEV_FB_USED", "decmbytes"),
+        ("NVLink bandwidth", "rate(DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL[1m])", "Bps"),
+        ("Fabric receive (per HCA port)", "rate(node_infiniband_port_data_received_bytes_total[1m])", "Bps"),
+        ("Fabric transmit (per HCA port)", "rate(node_infiniband_port_data_transmitted_bytes_total[1m])", "Bps"),
+        ("XID errors (last code)", "DCGM_FI_DEV_XID_ERRORS", "none"),
+        ("Thermal throttling", "rate(DCGM_FI_DEV_THERMAL_VIOLATION[5m]) / 1e9", "percentunit"),
+    ]
+    dashboard = {
+        "title": f"GPU cluster {spec.name}", "uid": f"gpucluster-{spec.name}", "schemaVersion": 39,
+        "tags": ["gpu", "gpucluster"], "time": {"from": "now-6h", "to": "now"}, "refresh": "1m",
+        "templating": {"list": [{"name": "datasource", "type": "datasource", "query": "prometheus"}]},
+        "panels": [_panel(i + 1, title, expr, unit, (i % 2) * 12, (i // 2) * 8)
+                   for i, (title, expr, unit) in enumerate(panels)],
+    }
+    return Manifest("gpu-dashboard", {
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "gpucluster-gpu-dashboard", "namespace": namespace, "labels": dict(m.dashboard_labels)},
+        "data": {"gpucluster-gpu.json": json.dumps(dashboard, indent=1, sort_keys=True)},
+    })

@@ -1,0 +1,113 @@
+"""NVIDIA Network Operator: chart values, the NicClusterPolicy and the secondary networks pods attach to."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ..spec import ClusterSpec
+from ..spec.versions import StackVersions
+from .helm import NVIDIA_REPO, Chart
+from .labels import POOL_LABEL, system_tolerations
+from .objects import Manifest
+
+NAMESPACE = "network-operator"
+POLICY_NAME = "nic-cluster-policy"      # the operator ignores a NicClusterPolicy of any other name
+NETWORK_NAMESPACE = "default"           # where the NetworkAttachmentDefinitions live; pods refer to default/rail-N
+IMAGE_REPOSITORY = "nvcr.io/nvidia/mellanox"
+MELLANOX_VENDOR = "15b3"
+API = "mellanox.com/v1alpha1"
+
+
+def chart(spec: ClusterSpec) -> Chart:
+    return Chart("network-operator", spec.kubernetes.network_operator.chart_version, NVIDIA_REPO)
+
+
+def rdma_resource(spec: ClusterSpec) -> str:
+    """The extended resource pods request to get the HCAs (expose it to job templates)."""
+    n = spec.kubernetes.network_operator
+    prefix = "rdma" if n.rdma_device_plugin == "shared" else "nvidia.com"
+    return f"{prefix}/{n.rdma_resource_name}"
+
+
+def _rails(spec: ClusterSpec) -> dict[int, str]:
+    """Rail number -> interface name (the spec guarantees one name per rail when networks are asked for)."""
+    return {n.rail: n.interface for p in spec.node_pools for n in sorted(p.nics, key=lambda n: n.rail)}
+
+
+def render_network_operator_values(spec: ClusterSpec) -> dict[str, Any]:
+    n = spec.kubernetes.network_operator
+    return {
+        # The stack's own NFD serves both operators; the operator still ships its NodeFeatureRules for NICs.
+        "nfd": {"enabled": False, "deployNodeFeatureRules": True},
+        "sriovNetworkOperator": {"enabled": n.rdma_device_plugin == "sriov"},
+    }
+
+
+def _image(name: str, versions: StackVersions) -> dict[str, str]:
+    return {"image": name, "repository": IMAGE_REPOSITORY, "version": versions.network_images}
+
+
+def render_nic_cluster_policy(spec: ClusterSpec, versions: StackVersions) -> Manifest:
+    n = spec.kubernetes.network_operator
+    interfaces = sorted({nic.interface for p in spec.node_pools for nic in p.nics})
+    link_type = "infiniband" if spec.fabric.kind == "infiniband" else "ether"
+    body: dict[str, Any] = {"tolerations": system_tolerations(spec)}
+    if n.ofed_driver_version:
+        body["ofedDriver"] = {"image": "doca-driver", "repository": IMAGE_REPOSITORY,
+                              "version": n.ofed_driver_version}
+    if n.rdma_device_plugin == "shared":
+        config = {"configList": [{"resourceName": n.rdma_resource_name, "rdmaHcaMax": n.rdma_hca_max,
+                                  "selectors": {"vendors": [MELLANOX_VENDOR], "ifNames": interfaces,
+                                                "linkTypes": [link_type]}}]}
+        body["rdmaSharedDevicePlugin"] = {**_image("k8s-rdma-shared-dev-plugin", versions),
+                                          "config": json.dumps(config, sort_keys=True)}
+    else:
+        config = {"resourceList": [{"resourcePrefix": "nvidia.com", "resourceName": n.rdma_resource_name,
+                                    "selectors": {"vendors": [MELLANOX_VENDOR], "pfNames": interfaces,
+                                                  "isRdma": True}}]}
+        body["sriovDevicePlugin"] = {**_image("sriov-network-device-plugin", versions),
+                                     "config": json.dumps(config, sort_keys=True)}
+    if n.rail_subnets:
+        secondary: dict[str, Any] = {"cniPlugins": _image("plugins", versions), "multus": _image("multus-cni", versions)}
+        if spec.fabric.kind == "infiniband":
+            secondary["ipoib"] = _image("ipoib-cni", versions)
+        body["secondaryNetwork"] = secondary
+        body["nvIpam"] = {**_image("nvidia-k8s-ipam", versions), "enableWebhook": False}
+    return Manifest("nic-policy", {"apiVersion": API, "kind": "NicClusterPolicy",
+                                   "metadata": {"name": POLICY_NAME}, "spec": body})
+
+
+def network_names(spec: ClusterSpec) -> list[str]:
+    """Network attachments pods list in k8s.v1.cni.cncf.io/networks, in rail order."""
+    if not spec.kubernetes.network_operator.rail_subnets:
+        return []
+    return [f"{NETWORK_NAMESPACE}/rail-{rail}" for rail in sorted(_rails(spec))]
+
+
+def render_secondary_networks(spec: ClusterSpec) -> list[Manifest]:
+    """Per rail: an nv-ipam IPPool and the network kind the fabric and device plugin call for."""
+    n = spec.kubernetes.network_operator
+    if not n.rail_subnets:
+        return []
+    pools_with_nics = sorted(p.name for p in spec.node_pools if p.nics)
+    node_selector = {"nodeSelectorTerms": [{"matchExpressions": [
+        {"key": POOL_LABEL, "operator": "In", "values": pools_with_nics}]}]}
+    out: list[Manifest] = []
+    for (rail, interface), subnet in zip(sorted(_rails(spec).items()), n.rail_subnets):
+        name = f"rail-{rail}"
+        out.append(Manifest(f"ippool-{name}", {
+            "apiVersion": "nv-ipam.nvidia.com/v1alpha1", "kind": "IPPool",
+            "metadata": {"name": name, "namespace": NAMESPACE},
+            "spec": {"subnet": subnet, "perNodeBlockSize": n.ips_per_node, "nodeSelector": node_selector}}))
+        ipam = json.dumps({"type": "nv-ipam", "poolName": name})
+        if n.rdma_device_plugin == "sriov":
+            kind, spec_ = "HostDeviceNetwork", {"resourceName": rdma_resource(spec), "ipam": ipam}
+        elif spec.fabric.kind == "infiniband":
+            kind, spec_ = "IPoIBNetwork", {"master": interface, "ipam": ipam}
+        else:
+            kind, spec_ = "MacvlanNetwork", {"master": interface, "mode": "bridge",
+                                             "mtu": spec.fabric.effective_mtu_bytes, "ipam": ipam}
+        out.append(Manifest(f"net-{name}", {"apiVersion": API, "kind": kind, "metadata": {"name": name},
+                                            "spec": {"networkNamespace": NETWORK_NAMESPACE, **spec_}}))
+    return out
