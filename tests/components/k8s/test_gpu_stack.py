@@ -1,0 +1,260 @@
+"""The GPU stack's objects, their validity against the upstream CRDs, and the component under mocks."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from components.cluster import GpuCluster
+from components.k8s import kueue, monitoring, network_operator
+from components.k8s.gpu_stack import GpuKubernetesStack, render_namespaces
+from components.k8s.gpu_stack import network_images_row
+from tests.components.k8s.conftest import infiniband
+from tests.conftest import problems_of
+
+
+def all_objects(spec) -> list[dict]:
+    row = network_images_row(spec)
+    manifests = [*render_namespaces(spec), network_operator.render_nic_cluster_policy(spec, row),
+                 *network_operator.render_secondary_networks(spec), *kueue.render_kueue_objects(spec),
+                 monitoring.render_prometheus_rule(spec, "monitoring"), monitoring.render_dashboard(spec, "monitoring")]
+    return [m.obj for m in manifests]
+
+
+VARIANTS = {
+    "dev": lambda d: None,
+    "infiniband": infiniband,
+    "roce-networks": lambda d: d["kubernetes"].update(network_operator={"rail_subnets": ["10.201.0.0/16",
+                                                                                       "10.202.0.0/16"]}),
+    "sriov": lambda d: d["kubernetes"].update(network_operator={"rdma_device_plugin": "sriov",
+                                                                "rail_subnets": ["10.201.0.0/16", "10.202.0.0/16"]}),
+}
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_custom_resources_pass_the_upstream_crds(variant, make_spec, shared_dir, tmp_path):
+    objs = [o for o in all_objects(make_spec(VARIANTS[variant])) if "." in o["apiVersion"].split("/")[0]]
+    (tmp_path / "objs.yaml").write_text(yaml.safe_dump_all(objs))
+    out = subprocess.run([sys.executable, str(shared_dir / "tools" / "validate_crs.py"), str(tmp_path / "objs.yaml")],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+    checked = [o for o in objs if o["apiVersion"].split("/")[0] in ("kueue.x-k8s.io", "mellanox.com")]
+    assert out.stdout.strip().splitlines()[-1] == f"{len(checked)} validated, 0 errors"
+
+
+def test_core_objects_are_valid_kubernetes(dev_spec):
+    for obj in all_objects(dev_spec):
+        if obj["apiVersion"] == "v1":
+            kubernetes_validate.validate(obj, dev_spec.kubernetes.version, strict=True)
+
+
+def test_system_namespaces_get_the_pod_security_they_need(dev_spec):
+    levels = {m.obj["metadata"]["name"]: m.obj["metadata"]["labels"]["pod-security.kubernetes.io/enforce"]
+              for m in render_namespaces(dev_spec)}
+    assert levels == {"node-feature-discovery": "privileged", "gpu-operator": "privileged",
+                      "network-operator": "privileged", "kueue-system": "baseline"}
+
+
+def test_no_network_operator_namespace_on_plain_ethernet(make_spec):
+    spec = make_spec(lambda d: d.update(fabric={"kind": "ethernet"}))
+    assert "network-operator" not in {m.obj["metadata"]["name"] for m in render_namespaces(spec)}
+
+
+def test_rdma_shared_device_plugin_selects_the_pools_nics(dev_spec):
+    policy = network_operator.render_nic_cluster_policy(dev_spec, network_images_row(dev_spec)).obj
+    assert policy["metadata"] == {"name": "nic-cluster-policy"}
+    config = json.loads(policy["spec"]["rdmaSharedDevicePlugin"]["config"])
+    assert config == {"configList": [{"resourceName": "rdma_shared_devices", "rdmaHcaMax": 63, "selectors": {
+        "vendors": ["15b3"], "ifNames": ["ens1f0np0", "ens2f0np0"], "linkTypes": ["ether"]}}]}
+    assert policy["spec"]["rdmaSharedDevicePlugin"]["version"] == "network-operator-v26.4.1"
+    assert network_operator.rdma_resource(dev_spec) == "rdma/rdma_shared_devices"
+    assert "secondaryNetwork" not in policy["spec"] and network_operator.network_names(dev_spec) == []
+
+
+def test_sriov_uses_devices_plugin_and_host_device_networks(make_spec):
+    spec = make_spec(VARIANTS["sriov"])
+    policy = network_operator.render_nic_cluster_policy(spec, network_images_row(spec)).obj["spec"]
+    assert "rdmaSharedDevicePlugin" not in policy
+    resources = json.loads(policy["sriovDevicePlugin"]["config"])["resourceList"]
+    assert resources[0]["selectors"]["pfNames"] == ["ens1f0np0", "ens2f0np0"] and "deviceIDs" not in \
+        resources[0]["selectors"]
+    kinds = {m.obj["kind"] for m in network_operator.render_secondary_networks(spec)}
+    assert kinds == {"IPPool", "HostDeviceNetwork"}
+    assert network_operator.rdma_resource(spec) == "nvidia.com/rdma_shared_devices"
+
+
+def test_roce_rails_get_macvlan_networks_with_the_fabric_mtu(make_spec):
+    spec = make_spec(VARIANTS["roce-networks"])
+    nets = {m.obj["metadata"]["name"] + "/" + m.obj["kind"]: m.obj for m in network_operator.render_secondary_networks(spec)}
+    rail0 = nets["rail-0/MacvlanNetwork"]["spec"]
+    assert rail0["master"] == "ens1f0np0" and rail0["mtu"] == 9000 and rail0["networkNamespace"] == "default"
+    assert json.loads(rail0["ipam"]) == {"type": "nv-ipam", "poolName": "rail-0"}
+    assert nets["rail-1/IPPool"]["spec"]["subnet"] == "10.202.0.0/16"
+    assert network_operator.network_names(spec) == ["default/rail-0", "default/rail-1"]
+
+
+def test_infiniband_rails_get_ipoib_networks(make_spec):
+    spec = make_spec(infiniband)
+    kinds = sorted(m.obj["kind"] for m in network_operator.render_secondary_networks(spec))
+    assert kinds == ["IPPool", "IPPool", "IPoIBNetwork", "IPoIBNetwork"]
+    policy = network_operator.render_nic_cluster_policy(spec, network_images_row(spec)).obj["spec"]
+    assert "ipoib" in policy["secondaryNetwork"]
+    assert json.loads(policy["rdmaSharedDevicePlugin"]["config"])["configList"][0]["selectors"]["linkTypes"] == \
+        ["infiniband"]
+
+
+def test_kueue_objects_map_quota_onto_node_pools(dev_spec):
+    objs = {(m.obj["kind"], m.obj["metadata"]["name"]): m.obj for m in kueue.render_kueue_objects(dev_spec)}
+    assert objs[("ResourceFlavor", "default-flavor")]["spec"] == {}
+    h100 = objs[("ResourceFlavor", "h100")]["spec"]
+    assert h100["nodeLabels"] == {"gpucluster.io/pool": "h100"} and h100["topologyName"] == "gpu-topology"
+    assert h100["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Equal", "value": "present",
+                                    "effect": "NoSchedule"}]
+    assert [lv["nodeLabel"] for lv in objs[("Topology", "gpu-topology")]["spec"]["levels"]] == [
+        "gpucluster.io/block", "gpucluster.io/rack", "kubernetes.io/hostname"]
+    assert ("Cohort", "gpu-cluster") in objs
+    assert objs[("WorkloadPriorityClass", "production")]["value"] == 1000
+
+
+def test_alerts_use_only_metrics_dcgm_exports(dev_spec):
+    exported = {f for f, _, _ in monitoring.DCGM_FIELDS}
+    rules = monitoring.render_alert_rules(dev_spec)
+    for rule in rules:
+        used = {w for w in rule["expr"].replace("(", " ").replace(")", " ").replace("[", " ").split()
+                if w.startswith("DCGM_")}
+        assert used <= exported, rule["alert"]
+    assert {r["alert"] for r in rules} == {"GpuTemperatureHigh", "GpuXidError", "GpuEccDoubleBitError",
+                                           "GpuThermalThrottling", "GpuPowerThrottling", "GpusMissingH100"}
+    assert next(r for r in rules if r["alert"] == "GpuTemperatureHigh")["expr"].endswith("> 85")
+    assert next(r for r in rules if r["alert"] == "GpusMissingH100")["expr"].endswith("< 8")
+
+
+def test_missing_gpu_alert_counts_time_sliced_replicas(make_spec):
+    spec = make_spec(lambda d: d["node_pools"][0].update(sharing={"time_slicing_replicas": 4}))
+    rule = next(r for r in monitoring.render_alert_rules(spec) if r["alert"] == "GpusMissingH100")
+    assert rule["expr"].endswith("< 32")
+
+
+def test_temperature_limit_comes_from_the_spec(make_spec):
+    spec = make_spec(lambda d: d["kubernetes"].update(monitoring={"gpu_temperature_limit_c": 80}))
+    assert monitoring.render_alert_rules(spec)[0]["expr"].endswith("> 80")
+
+
+def test_dashboard_is_valid_json_grafana_loads(dev_spec):
+    cm = monitoring.render_dashboard(dev_spec, "monitoring").obj
+    assert cm["metadata"]["labels"] == {"grafana_dashboard": "1"}
+    dashboard = json.loads(cm["data"]["gpucluster-gpu.json"])
+    assert dashboard["uid"] == "gpucluster-dev" and len(dashboard["panels"]) == 10
+
+
+# --- bad input ------------------------------------------------------------------------------------------
+
+def test_rejects_an_unknown_version_combination(dev_data):
+    dev_data["kubernetes"]["kueue"]["chart_version"] = "0.13.0"
+    (msg,) = problems_of(dev_data)
+    assert "kubernetes: gpu_operator v26.7.0, network_operator 26.4.1, kueue 0.13.0 and nfd 0.19.0 are not a " \
+           "known-good combination; known: gpu_operator v26.7.0, network_operator 26.4.1, kueue 0.19.2, nfd 0.19.0" in msg
+
+
+def test_an_unknown_combination_can_be_allowed_explicitly(dev_data):
+    dev_data["kubernetes"]["kueue"]["chart_version"] = "0.13.0"
+    dev_data["kubernetes"]["allow_unknown_versions"] = True
+    assert problems_of(dev_data) == []
+
+
+def test_rejects_an_rdma_resource_name_with_a_hyphen(dev_data):
+    dev_data["kubernetes"]["network_operator"] = {"rdma_resource_name": "rdma-shared"}
+    (msg,) = problems_of(dev_data)
+    assert "kubernetes.network_operator.rdma_resource_name: 'rdma-shared' is not a device plugin resource name" in msg
+    assert "(e.g. 'rdma_shared')" in msg
+
+
+def test_rejects_mig_on_a_gpu_without_mig(dev_data):
+    dev_data["node_pools"][0]["gpu"] = {"model": "L40S-48GB", "count": 8}
+    dev_data["node_pools"][0]["sharing"] = {"mig_config": "all-1g.10gb"}
+    dev_data["tenants"] = []
+    (msg,) = problems_of(dev_data)
+    assert "node_pools[0].sharing.mig_config: L40S-48GB has no MIG" in msg
+
+
+def test_rejects_rail_subnets_that_do_not_match_the_rails(dev_data):
+    dev_data["kubernetes"]["network_operator"] = {"rail_subnets": ["10.201.0.0/16"]}
+    (msg,) = problems_of(dev_data)
+    assert "kubernetes.network_operator.rail_subnets: 1 subnet(s) for 2 rail(s) (0, 1)" in msg
+
+
+def test_quota_capacity_counts_time_sliced_replicas(dev_data):
+    dev_data["node_pools"][0]["sharing"] = {"time_slicing_replicas": 2}
+    dev_data["tenants"][0]["gpu_quota"]["h100"]["nominal"] = 26     # 26 + 6 = 32 = 2 hosts x 8 x 2
+    assert problems_of(dev_data) == []
+    dev_data["tenants"][0]["gpu_quota"]["h100"]["nominal"] = 27
+    (msg,) = problems_of(dev_data)
+    assert "node pool 'h100' holds 32 (2 hosts x 8, shared as 16 per host)" in msg
+
+
+# --- the component under mocks ----------------------------------------------------------------------------
+
+def short(urn: str) -> str:
+    return urn.rsplit("::", 1)[-1]
+
+
+@pytest.fixture
+def stack_run(dev_spec, record):
+    return record(lambda: GpuCluster("dev", dev_spec))
+
+
+def test_stack_children_are_named_by_role_under_the_stack(stack_run):
+    stack = next(r for r in stack_run.records if r.type == GpuKubernetesStack.TYPE)
+    children = {short(r.urn) for r in stack_run.records if r.parent == stack.urn}
+    assert {"dev-k8s-node-feature-discovery", "dev-k8s-gpu-operator", "dev-k8s-network-operator", "dev-k8s-kueue",
+            "dev-k8s-nic-policy", "dev-k8s-flavor-h100", "dev-k8s-flavor-cpu", "dev-k8s-topology", "dev-k8s-cohort",
+            "dev-k8s-gpu-alerts", "dev-k8s-gpu-dashboard"} <= children
+    assert stack_run.duplicates == []
+
+
+def test_exactly_one_nfd_is_installed(stack_run):
+    releases = [r for r in stack_run.records if r.type == "kubernetes:helm.sh/v3:Release"]
+    charts = sorted(r.inputs["chart"].rsplit("/", 1)[-1] for r in releases)
+    assert charts == ["gpu-operator", "kueue", "network-operator", "node-feature-discovery"]
+    by_chart = {r.inputs["chart"].rsplit("/", 1)[-1]: r.inputs for r in releases}
+    assert by_chart["gpu-operator"]["values"]["nfd"]["enabled"] is False
+    assert by_chart["network-operator"]["values"]["nfd"]["enabled"] is False
+
+
+def test_releases_are_pinned_awaited_and_named(stack_run):
+    for r in (r for r in stack_run.records if r.type == "kubernetes:helm.sh/v3:Release"):
+        assert r.inputs["version"] and r.inputs["skipAwait"] is False
+        assert r.inputs["name"] == short(r.urn).removeprefix("dev-k8s-")
+
+
+def test_every_kueue_object_waits_for_the_kueue_release(stack_run):
+    urns = {short(r.urn): r for r in stack_run.records}
+    kueue_release = urns["dev-k8s-kueue"].urn
+    kueue_objects = [r for r in stack_run.records if r.type.startswith("kubernetes:kueue.x-k8s.io")]
+    assert len(kueue_objects) == 10            # 2 flavors, topology, cohort, 2 priorities, 2 CQs, 2 LQs
+    for r in kueue_objects:
+        assert kueue_release in r.dependencies, short(r.urn)
+
+
+def test_operators_wait_for_nfd_and_their_namespace(stack_run):
+    urns = {short(r.urn): r for r in stack_run.records}
+    gpu = urns["dev-k8s-gpu-operator"].dependencies
+    assert urns["dev-k8s-node-feature-discovery"].urn in gpu and urns["dev-k8s-ns-gpu-operator"].urn in gpu
+    assert urns["dev-k8s-network-operator"].urn in urns["dev-k8s-nic-policy"].dependencies
+
+
+def test_cluster_exposes_what_job_templates_need(dev_spec, record):
+    import pulumi
+
+    def program():
+        cluster = GpuCluster("dev", dev_spec)
+        pulumi.export("rdma", cluster.kubernetes.rdma_resource)
+        pulumi.export("flavors", cluster.kubernetes.flavors)
+    run = record(program)
+    assert run.outputs["rdma"] == ("rdma/rdma_shared_devices", False)
+    assert run.outputs["flavors"] == ({"h100": "h100"}, False)
