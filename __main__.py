@@ -6,9 +6,11 @@ from components import GpuCluster, load_spec
 
 config = pulumi.Config()
 spec = load_spec(config.get("specFile") or f"stacks/{pulumi.get_stack()}.yaml")
-cluster = GpuCluster(spec.name, spec)
+cluster = GpuCluster(spec.name, spec, ssh_private_key=config.require_secret("sshPrivateKey"))
 
 pulumi.export("cluster", spec.name)
 pulumi.export("gpus", spec.gpus)
 pulumi.export("tenantNamespaces", {n: t.namespace for n, t in cluster.tenants.items()})
 pulumi.export("tenantLocalQueues", {n: t.local_queue for n, t in cluster.tenants.items()})
+pulumi.export("rdmaResource", cluster.kubernetes.rdma_resource)
+pulumi.export("burnIn", {h: v for p in cluster.node_pools.values() for h, v in p.burn_in.items()})

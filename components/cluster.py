@@ -8,6 +8,7 @@ import pulumi
 
 from .k8s.gpu_stack import GpuKubernetesStack
 from .k8s.tenant import Tenant, TenantArgs
+from .nodes import GpuNodePool, NodePoolArgs
 from .spec import ClusterSpec
 
 
@@ -15,19 +16,25 @@ class GpuCluster(pulumi.ComponentResource):
     """Everything an environment needs, built from one ClusterSpec.
 
     The validated spec is the component's input, so policy packs can check intent across layers.
-    Providers (a Kubernetes provider for another cluster, say) come in through `opts.providers`.
+    Providers (a Kubernetes provider for another cluster, say) come in through `opts.providers`; the SSH
+    private key for hosts and switches is a Pulumi secret.
     """
 
     TYPE: ClassVar[str] = "gpucluster:index:GpuCluster"
 
+    node_pools: dict[str, GpuNodePool]
+    """Node pool components by pool name."""
     kubernetes: GpuKubernetesStack
     """The operators, Kueue and monitoring; what job templates need (flavors, RDMA resource, networks)."""
     tenants: dict[str, Tenant]
     """Tenant components by tenant name."""
 
-    def __init__(self, name: str, spec: ClusterSpec, opts: pulumi.ResourceOptions | None = None):
+    def __init__(self, name: str, spec: ClusterSpec, ssh_private_key: pulumi.Input[str],
+                 opts: pulumi.ResourceOptions | None = None):
         super().__init__(self.TYPE, name, {"spec": spec.model_dump(mode="json")}, opts)
         child = pulumi.ResourceOptions(parent=self)
+        self.node_pools = {p.name: GpuNodePool(f"{name}-{p.name}", NodePoolArgs.from_spec(spec, p), ssh_private_key,
+                                               opts=child) for p in spec.node_pools}
         self.kubernetes = GpuKubernetesStack(f"{name}-k8s", spec, opts=child)
         self.tenants = {t.name: Tenant(f"{name}-{t.name}", TenantArgs.from_spec(spec, t),
                                        kueue_ready=self.kubernetes.kueue_ready, opts=child)
@@ -36,6 +43,7 @@ class GpuCluster(pulumi.ComponentResource):
             "gpus": spec.gpus,
             "rdma_resource": self.kubernetes.rdma_resource,
             "networks": self.kubernetes.networks,
+            "burn_in": {h: v for p in self.node_pools.values() for h, v in p.burn_in.items()},
             "tenant_namespaces": {n: t.namespace for n, t in self.tenants.items()},
             "tenant_local_queues": {n: t.local_queue for n, t in self.tenants.items()},
         })

@@ -9,6 +9,8 @@ from typing import Any, Callable
 import pytest
 import yaml
 
+import pulumi
+
 from components.offline.runner import ProgramRun, run_offline
 from components.spec import ClusterSpec, SpecError, parse_spec
 
@@ -44,6 +46,11 @@ def record() -> Callable[[Callable[[], Any]], ProgramRun]:
     def run(program: Callable[[], Any], stack: str = "test") -> ProgramRun:
         return run_offline(program, project="gpucluster", stack=stack)
     return run
+
+
+def ssh_key() -> pulumi.Output[str]:
+    """A stand-in private key, secret as in a real stack (call inside a program)."""
+    return pulumi.Output.secret("-----BEGIN OPENSSH PRIVATE KEY-----\ntest-only\n-----END OPENSSH PRIVATE KEY-----")
 
 
 @pytest.fixture

@@ -16,6 +16,7 @@ from pulumi.runtime import rpc as _rpc
 from ..k8s.network_operator import rdma_resource
 from ..spec import ClusterSpec
 from ..spec.cluster import network_operator_enabled
+from ..ssh import unwrap
 from .recorder import SECRET, STACK_TYPE, Record, redact
 from .runner import ProgramRun
 
@@ -98,24 +99,38 @@ def _release_files(r: Record) -> tuple[str, str]:
     return path, header + _yaml(_ordered(i.get("values") or {}))
 
 
-def _script_files(r: Record) -> dict[str, str]:
-    """One file per script of a remote command, under the host it runs on (only the host is revealed)."""
+def _script_files(r: Record, names: dict[str, str]) -> dict[str, str]:
+    """One file per script of a remote command, under the host it runs on (only the host is revealed),
+    named as the spec names it when the address is known."""
     conn = r.inputs.get("connection") or {}
-    host = (_rpc.unwrap_rpc_secret(conn) if _rpc.is_rpc_secret(conn) else conn).get("host", "unknown-host")
-    host = _SAFE.sub("_", str(redact(host)))
+    host = str(redact((_rpc.unwrap_rpc_secret(conn) if _rpc.is_rpc_secret(conn) else conn).get("host", "unknown")))
+    host = _SAFE.sub("_", names.get(host, host))
     out = {}
     for step in ("create", "update", "delete"):
         script = redact(r.inputs.get(step))
         if script is None:
             continue
+        script = unwrap(script) if script != SECRET else script
         suffix = "" if step == "create" else f".{step}"
         text = script if script != SECRET else "# [secret]: this script embeds a secret and is not shown offline\n"
         out[f"scripts/{host}/{_SAFE.sub('_', r.name)}{suffix}.sh"] = text if text.endswith("\n") else text + "\n"
     return out
 
 
+def _machine_names(clusters: list[ClusterSpec]) -> dict[str, str]:
+    names = {}
+    for spec in clusters:
+        names.update({h.address: h.hostname for _, h in spec.hosts()})
+        names.update({s.address: s.hostname for s in spec.storage.servers})
+        names.update({s.address: s.name for s in spec.fabric.switches})
+    return names
+
+
 def build_plan(run: ProgramRun) -> Plan:
     files: dict[str, str] = {}
+    specs = [r.inputs["spec"] for r in run.records if r.type == GPUCLUSTER_PREFIX and "spec" in r.inputs]
+    clusters = [ClusterSpec.model_validate(redact(s)) for s in specs]
+    names = _machine_names(clusters)
     errors = [f"duplicate resource URN {u}: the real engine refuses this" for u in run.duplicates]
     owners: dict[str, str] = {}
     for r in run.records:
@@ -131,7 +146,7 @@ def build_plan(run: ProgramRun) -> Plan:
             path, text = _release_files(r)
             files[path] = text
         elif r.type == REMOTE_COMMAND:
-            files.update(_script_files(r))
+            files.update(_script_files(r, names))
     document = {
         "note": HONESTY, "project": run.project, "stack": run.stack,
         "unresolvedSecrets": run.unresolved_secrets,
@@ -139,10 +154,8 @@ def build_plan(run: ProgramRun) -> Plan:
         "resources": [_resource_entry(r, run.component_outputs) for r in run.records],
     }
     files["resources.json"] = json.dumps(document, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
-    warnings = [f"secret config {k} is encrypted in the stack file; a placeholder stands in for it offline"
+    warnings = [f"secret config {k} is encrypted or not set; a placeholder stands in for it offline"
                 for k in run.unresolved_secrets]
-    specs = [r.inputs["spec"] for r in run.records if r.type == GPUCLUSTER_PREFIX and "spec" in r.inputs]
-    clusters = [ClusterSpec.model_validate(redact(s)) for s in specs]
     for spec in clusters:
         warnings += spec.warnings()
     plan = Plan(document, files, errors, warnings)

@@ -46,7 +46,8 @@ class ProgramRun:
 
 def load_stack_config(project_dir: Path, stack: str) -> StackConfig:
     """Project defaults from Pulumi.yaml, then Pulumi.<stack>.yaml. Encrypted (`secure:`) values cannot be
-    decrypted without the engine: they become a secret placeholder and are listed as unresolved."""
+    decrypted without the engine, and a declared secret may not be set yet: both become a secret placeholder
+    and are listed as unresolved."""
     project_file = yaml.safe_load((project_dir / "Pulumi.yaml").read_text(encoding="utf-8"))
     project = project_file["name"]
 
@@ -78,6 +79,10 @@ def load_stack_config(project_dir: Path, stack: str) -> StackConfig:
                 unresolved.append(qualify(key))
             else:
                 values[qualify(key)] = encode(value)
+    for key in sorted(secret_keys):     # declared secrets no stack file sets (they live in the engine's state)
+        if key not in values:
+            values[key] = f"offline-placeholder-for-{key}"
+            unresolved.append(key)
     return StackConfig(project, values, sorted(secret_keys), sorted(unresolved))
 
 

@@ -10,7 +10,8 @@ from typing import Annotated, Literal, NamedTuple
 
 from pydantic import AfterValidator, Field, model_validator
 
-from .common import DnsLabel, HostName, HostOrIp, IpAddress, Labels, SpecModel, Taint, field_error
+from .common import (CrossFieldError, DnsLabel, HostName, HostOrIp, IpAddress, Labels, Problem, SpecModel, Taint,
+                     field_error)
 
 
 class GpuModelInfo(NamedTuple):
@@ -32,6 +33,13 @@ GPU_MODELS: dict[str, GpuModelInfo] = {
     "A100-SXM4-80GB": GpuModelInfo("NVIDIA-A100-SXM4-80GB", 80, 400, (4, 8), True, 8, 230.0, True),
     "H100-PCIE-80GB": GpuModelInfo("NVIDIA-H100-PCIe", 80, 350, (1, 2, 4, 8), False, 0, 20.0, True),
     "L40S-48GB": GpuModelInfo("NVIDIA-L40S", 48, 350, (1, 2, 4, 8, 10), False, 0, 20.0, False),
+}
+
+# Server models whose GPU count is fixed by the board (a pool may name one to have its count checked).
+HOST_MODELS: dict[str, tuple[str, int]] = {
+    "dgx-a100": ("A100-SXM4-80GB", 8), "dgx-h100": ("H100-SXM5-80GB", 8), "dgx-h200": ("H200-SXM5-141GB", 8),
+    "dgx-b200": ("B200-SXM6-180GB", 8), "hgx-h100-4gpu": ("H100-SXM5-80GB", 4),
+    "hgx-h200-4gpu": ("H200-SXM5-141GB", 4), "hgx-a100-4gpu": ("A100-SXM4-80GB", 4),
 }
 
 _HOST_KEY_TYPES = ("ssh-ed25519", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384", "ecdsa-sha2-nistp521",
@@ -143,7 +151,11 @@ class HostTuning(SpecModel):
         "performance", description="Omitted: performance. `unchanged` leaves the OS setting alone.")
     kubelet_cpu_manager_static: bool = Field(False, description="Omitted: kubelet's default (none) CPU manager.")
     kubelet_topology_single_numa: bool = Field(
-        False, description="Omitted: kubelet's default topology manager policy (none).")
+        False, description="Omitted: kubelet's default topology manager policy (none). Note: single-numa-node "
+                           "rejects pods whose GPUs span both sockets, such as a whole 8-GPU pod on most HGX boards.")
+    kubelet_reserved_cpus: str = Field(
+        "0-1", pattern=r"^[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*$",
+        description="CPUs kept for the system under the static CPU manager (which requires some). Omitted: 0-1.")
 
 
 class BurnIn(SpecModel):
@@ -155,6 +167,8 @@ class BurnIn(SpecModel):
         None, gt=0, le=5000,
         description="Minimum single-node all_reduce bus bandwidth in GB/s. Omitted: 80% of the model's typical.")
     timeout_s: int = Field(3600, ge=60, le=86400, description="Omitted: one hour.")
+    nccl_tests_dir: str = Field("/opt/nccl-tests/build", pattern=r"^/[A-Za-z0-9/_.-]*$",
+                                description="Where all_reduce_perf is on the hosts. Omitted: /opt/nccl-tests/build.")
 
 
 class Sharing(SpecModel):
@@ -179,6 +193,8 @@ def _default_taints() -> list[Taint]:
 
 class NodePool(SpecModel):
     name: DnsLabel = Field(description="Pool name; also the Kueue ResourceFlavor tenants' GPU quotas refer to.")
+    host_model: Literal[tuple(HOST_MODELS)] | None = Field(  # type: ignore[valid-type]
+        None, description="Server model, to check the GPU model and count against. Omitted: not checked.")
     gpu: GpuSpec
     cpu_cores_per_host: int = Field(ge=1, le=1024, description="Allocatable CPU cores per host.")
     memory_gib_per_host: int = Field(ge=1, le=65536, description="Allocatable memory per host in GiB.")
@@ -191,6 +207,25 @@ class NodePool(SpecModel):
     sharing: Sharing = Field(default_factory=Sharing, description="Omitted: whole GPUs only.")
     tuning: HostTuning = Field(default_factory=HostTuning, description="Omitted: the defaults of each field.")
     burn_in: BurnIn = Field(default_factory=BurnIn, description="Omitted: the defaults of each field.")
+
+    @model_validator(mode="after")
+    def _matches_host_model(self) -> NodePool:
+        if self.host_model is not None:
+            model, count = HOST_MODELS[self.host_model]
+            if self.gpu.model != model:
+                raise CrossFieldError([Problem(("gpu", "model"), f"host model {self.host_model} carries {model}, "
+                                                                 f"not {self.gpu.model}; fix gpu.model or host_model")])
+            if self.gpu.count != count:
+                raise CrossFieldError([Problem(("gpu", "count"), f"host model {self.host_model} has {count} GPUs, "
+                                                                 f"not {self.gpu.count}; set gpu.count: {count}")])
+        ceiling = 1.25 * self.gpu.info.busbw_gb_per_s
+        wanted = self.burn_in.nccl_min_busbw_gb_per_s
+        if wanted is not None and wanted > ceiling:
+            raise CrossFieldError([Problem(("burn_in", "nccl_min_busbw_gb_per_s"),
+                                           f"{wanted} GB/s is more than {self.gpu.model} reaches (typically "
+                                           f"{self.gpu.info.busbw_gb_per_s} GB/s), so every node would fail burn-in; "
+                                           f"use at most {ceiling:g}")])
+        return self
 
     @model_validator(mode="after")
     def _unique_nics(self) -> NodePool:

@@ -8,11 +8,12 @@ from components.offline.diff import diff_plans, render_diff
 from components.offline.plan import build_plan
 from components.cluster import GpuCluster
 from components.spec import parse_spec
+from tests.conftest import ssh_key
 
 
 def plan_of(record, data):
     spec = parse_spec(yaml.safe_dump(data))
-    return build_plan(record(lambda: GpuCluster(spec.name, spec), stack="dev")).document
+    return build_plan(record(lambda: GpuCluster(spec.name, spec, ssh_key()), stack="dev")).document
 
 
 def test_a_tenant_quota_change_touches_one_resource(record, dev_data):

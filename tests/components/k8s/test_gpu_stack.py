@@ -15,7 +15,7 @@ from components.k8s import kueue, monitoring, network_operator
 from components.k8s.gpu_stack import GpuKubernetesStack, render_namespaces
 from components.k8s.gpu_stack import network_images_row
 from tests.components.k8s.conftest import infiniband
-from tests.conftest import problems_of
+from tests.conftest import problems_of, ssh_key
 
 
 def all_objects(spec) -> list[dict]:
@@ -205,7 +205,7 @@ def short(urn: str) -> str:
 
 @pytest.fixture
 def stack_run(dev_spec, record):
-    return record(lambda: GpuCluster("dev", dev_spec))
+    return record(lambda: GpuCluster("dev", dev_spec, ssh_key()))
 
 
 def test_stack_children_are_named_by_role_under_the_stack(stack_run):
@@ -252,7 +252,7 @@ def test_cluster_exposes_what_job_templates_need(dev_spec, record):
     import pulumi
 
     def program():
-        cluster = GpuCluster("dev", dev_spec)
+        cluster = GpuCluster("dev", dev_spec, ssh_key())
         pulumi.export("rdma", cluster.kubernetes.rdma_resource)
         pulumi.export("flavors", cluster.kubernetes.flavors)
     run = record(program)

@@ -1,0 +1,3 @@
+from .node_pool import GpuNodePool, NodePoolArgs
+
+__all__ = ["GpuNodePool", "NodePoolArgs"]

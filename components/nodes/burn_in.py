@@ -1,0 +1,68 @@
+"""Burn-in: DCGM diagnostics and a single-node NCCL all-reduce before a node takes work.
+
+The script exits 0 whether the node passes or not and prints one result line; the node pool turns that line
+into taints, so a failed node stays quarantined with the reason on the node, instead of failing the whole
+deployment. It exits non-zero only when it cannot test at all (tools missing).
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from ..bash import script
+from ..spec import Host, NodePool
+from ..ssh import Script
+
+RESULT = "GPUCLUSTER_BURN_IN="
+
+_BODY = r'''
+need dcgmi "install NVIDIA DCGM (datacenter-gpu-manager) and start nvidia-dcgm"
+need timeout "coreutils"
+allreduce=@DIR@/all_reduce_perf
+[[ -x "$allreduce" ]] || fail "all_reduce_perf is missing at $allreduce (build NVIDIA nccl-tests there)"
+reasons=()
+if ! diag=$(timeout @TIMEOUT@ dcgmi diag -r @LEVEL@ 2>&1); then
+  reasons+=("dcgmi diag -r @LEVEL@ failed: $(printf '%s\n' "$diag" | grep -iE 'fail|error' | head -n 3 | tr '\n' ' ')")
+fi
+if nccl=$(timeout @TIMEOUT@ "$allreduce" -b 8 -e 8G -f 2 -g @GPUS@ 2>&1); then
+  busbw=$(printf '%s\n' "$nccl" | awk -F: '/Avg bus bandwidth/ { gsub(/ /, "", $2); print $2 }')
+  if [[ -z "$busbw" ]]; then
+    reasons+=("all_reduce_perf printed no bus bandwidth")
+  elif ! awk -v b="$busbw" -v min=@MIN@ 'BEGIN { exit !(b >= min) }'; then
+    reasons+=("NCCL all_reduce bus bandwidth $busbw GB/s is below @MIN@ GB/s")
+  else
+    note "NCCL all_reduce bus bandwidth $busbw GB/s (minimum @MIN@)"
+  fi
+else
+  reasons+=("all_reduce_perf failed: $(printf '%s\n' "$nccl" | tail -n 2 | tr '\n' ' ')")
+fi
+if (( ${#reasons[@]} )); then
+  printf '%sfailed: %s\n' @RESULT@ "${reasons[*]}"
+else
+  printf '%spassed\n' @RESULT@
+fi
+'''
+
+
+def min_busbw(pool: NodePool) -> float:
+    b = pool.burn_in
+    return b.nccl_min_busbw_gb_per_s or round(0.8 * pool.gpu.info.busbw_gb_per_s, 1)
+
+
+def render_burn_in(pool: NodePool, host: Host) -> Script:
+    b = pool.burn_in
+    body = _BODY
+    for key, value in dict(DIR=b.nccl_tests_dir, TIMEOUT=b.timeout_s, LEVEL=b.dcgm_level, GPUS=pool.gpu.count,
+                           MIN=min_busbw(pool), RESULT=RESULT).items():
+        body = body.replace(f"@{key}@", shlex.quote(str(value)))
+    return Script(script(f"Burn in {host.hostname}: dcgmi diag -r {b.dcgm_level}, NCCL all_reduce on "
+                         f"{pool.gpu.count} GPUs", host.hostname, body))
+
+
+def parse_result(stdout: str | None) -> tuple[bool, str]:
+    """(passed, why) from the script's output; no result line is a failure that says so."""
+    for line in reversed((stdout or "").splitlines()):
+        if line.startswith(RESULT):
+            verdict = line[len(RESULT):].strip()
+            return verdict == "passed", verdict
+    return False, "failed: the burn-in printed no result"

@@ -1,0 +1,103 @@
+"""GpuNodePool: bare-metal GPU hosts made into healthy, schedulable Kubernetes GPU nodes.
+
+Per host, keyed by hostname (adding a host changes nothing for the others), three resources:
+`<name>-<host>-prepare` and `<name>-<host>-burn-in` over SSH, and `<name>-<host>-node`, a NodePatch of the
+existing Node (patched, not owned) whose taints follow the burn-in: new nodes register with the burn-in taint
+(kubelet's registerWithTaints, set by the preparation), and the patch replaces the node's whole taint list
+(an atomic list under server-side apply) with the pool's taints, plus a quarantine taint if the burn-in failed.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import pulumi
+import pulumi_kubernetes as k8s
+from pydantic import Field
+
+from ..k8s.labels import BLOCK_LABEL, BURN_IN_TAINT, RACK_LABEL, pool_labels
+from ..spec import ClusterSpec, Host, NodePool
+from ..spec.common import SpecModel
+from ..spec.hardware import SshSettings
+from ..ssh import SshTarget, push
+from .burn_in import parse_result, render_burn_in
+from .host_prep import render_host_prep
+
+BURN_IN_ANNOTATION = "gpucluster.io/burn-in"
+
+
+class NodePoolArgs(SpecModel):
+    pool: NodePool
+    ssh: SshSettings = Field(default_factory=SshSettings, description="Omitted: root on port 22, no bastion.")
+    rdma: bool = Field(False, description="The fabric has RDMA. Omitted: no.")
+    blocks: dict[str, str] = Field(default_factory=dict, description="Rack -> network block. Omitted: none.")
+
+    @classmethod
+    def from_spec(cls, spec: ClusterSpec, pool: NodePool) -> NodePoolArgs:
+        blocks = {r.name: r.block or s.name for s in spec.sites for r in s.racks}
+        return cls(pool=pool, ssh=spec.ssh, rdma=spec.fabric.rdma, blocks=blocks)
+
+    def target(self, host: Host) -> SshTarget:
+        return SshTarget(host=host.address, user=host.ssh_user or self.ssh.user, port=host.ssh_port or self.ssh.port,
+                         host_key=host.host_key, bastion=self.ssh.bastion)
+
+
+def node_labels(args: NodePoolArgs, host: Host) -> dict[str, str]:
+    labels = {**pool_labels(args.pool), RACK_LABEL: host.rack, "gpucluster.io/gpu-model": args.pool.gpu.model}
+    if host.rack in args.blocks:
+        labels[BLOCK_LABEL] = args.blocks[host.rack]
+    return labels
+
+
+def node_taints(pool: NodePool, verdict: tuple[bool, str] | None) -> list[dict[str, str]]:
+    """The whole taint list: the pool's, plus quarantine when the burn-in did not pass."""
+    taints = [{"key": t.key, "value": t.value, "effect": t.effect} for t in pool.taints]
+    if verdict is not None and not verdict[0]:
+        taints.append({"key": BURN_IN_TAINT, "value": "failed", "effect": "NoSchedule"})
+    return taints
+
+
+def render_node_patch(args: NodePoolArgs, host: Host, verdict: tuple[bool, str] | None) -> dict[str, Any]:
+    """The Node patch; `verdict` is the burn-in result, None when the pool skips burn-in."""
+    annotations = {"pulumi.com/patchForce": "true"}   # take over the taints kubelet registered
+    if verdict is not None:
+        annotations[BURN_IN_ANNOTATION] = verdict[1][:1000]
+    return {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": host.hostname, "labels": node_labels(args, host), "annotations": annotations},
+            "spec": {"taints": node_taints(args.pool, verdict)}}
+
+
+class GpuNodePool(pulumi.ComponentResource):
+    TYPE: ClassVar[str] = "gpucluster:nodes:GpuNodePool"
+
+    burn_in: dict[str, pulumi.Output[str]]
+    """Burn-in verdict per host ("passed" or "failed: why"); "skipped" when the pool has no burn-in."""
+
+    def __init__(self, name: str, args: NodePoolArgs, ssh_private_key: pulumi.Input[str],
+                 opts: pulumi.ResourceOptions | None = None):
+        super().__init__(self.TYPE, name, {"spec": args.model_dump(mode="json")}, opts)
+        pool = args.pool
+        self.burn_in = {}
+        for host in pool.hosts:
+            key = f"{name}-{host.hostname}"
+            target = args.target(host)
+            prepare = push(f"{key}-prepare", target, render_host_prep(pool, host, rdma=args.rdma), ssh_private_key,
+                           parent=self)
+            if pool.burn_in.enabled:
+                burn = push(f"{key}-burn-in", target, render_burn_in(pool, host), ssh_private_key, parent=self,
+                            depends_on=[prepare])
+                verdict = burn.stdout.apply(parse_result)
+                self.burn_in[host.hostname] = verdict.apply(lambda v: v[1])
+                patch_deps: list[pulumi.Resource] = [burn]
+            else:
+                verdict = pulumi.Output.from_input(None)
+                self.burn_in[host.hostname] = pulumi.Output.from_input("skipped")
+                patch_deps = [prepare]
+            # Name and labels are known at preview; only what the burn-in decides waits for its result.
+            static = render_node_patch(args, host, None)
+            meta = {**static["metadata"], "annotations": verdict.apply(
+                lambda v, h=host: render_node_patch(args, h, v)["metadata"]["annotations"])}
+            k8s.core.v1.NodePatch(f"{key}-node", metadata=meta,
+                                  spec={"taints": verdict.apply(lambda v: node_taints(pool, v))},
+                                  opts=pulumi.ResourceOptions(parent=self, depends_on=patch_deps))
+        self.register_outputs({"burn_in": self.burn_in})

@@ -1,0 +1,74 @@
+"""Push generated scripts to hosts and switches as `pulumi_command.remote.Command` resources.
+
+One way for every SSH-pushed part of the project (node pools, fabric, storage):
+- the connection comes from the spec; the private key is a Pulumi secret and pulumi-command keeps the whole
+  connection secret; `host_key` is pinned when the spec has one; a bastion is a single-hop `proxy`;
+- the script travels inside the command as a quoted heredoc run by bash (as root through `sudo -n` for other
+  users), never through `environment` (sshd refuses variables it does not AcceptEnv);
+- `triggers` holds the script's hash, so a changed script runs again and an unchanged one never does;
+- a replacement deletes before it creates: the old `delete` undoes the old state first, instead of undoing the
+  new one after it is applied.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from typing import NamedTuple, Sequence
+
+import pulumi
+from pulumi_command import remote
+
+from .bash import heredoc
+from .spec.hardware import Bastion
+
+SCRIPT_MARKER = "GPUCLUSTER_SCRIPT"
+_WRAPPED = re.compile(rf"^(?:sudo -n )?/bin/bash -s <<'{SCRIPT_MARKER}'\n(.*)\n{SCRIPT_MARKER}\n?$", re.S)
+
+
+class SshTarget(NamedTuple):
+    host: str
+    user: str
+    port: int = 22
+    host_key: str | None = None
+    bastion: Bastion | None = None
+
+
+class Script(NamedTuple):
+    create: str
+    delete: str | None = None
+
+
+def digest(script: Script) -> str:
+    return hashlib.sha256(f"{script.create}\0{script.delete or ''}".encode()).hexdigest()
+
+
+def as_command(text: str, user: str) -> str:
+    """What the SSH session runs: the script fed to bash, with root rights."""
+    return f"{'' if user == 'root' else 'sudo -n '}/bin/bash -s {heredoc(text, SCRIPT_MARKER)}\n"
+
+
+def unwrap(command: str) -> str:
+    """The script inside a command built by `as_command` (the plan shows scripts, not wrappers)."""
+    m = _WRAPPED.match(command)
+    return m.group(1) + "\n" if m else command
+
+
+def connection(target: SshTarget, private_key: pulumi.Input[str]) -> remote.ConnectionArgs:
+    proxy = None
+    if target.bastion is not None:
+        b = target.bastion
+        proxy = remote.ProxyConnectionArgs(host=b.host, port=b.port, user=b.user, private_key=private_key,
+                                           host_key=b.host_key)
+    return remote.ConnectionArgs(host=target.host, port=target.port, user=target.user, private_key=private_key,
+                                 host_key=target.host_key, proxy=proxy, dial_error_limit=10, per_dial_timeout=15)
+
+
+def push(name: str, target: SshTarget, script: Script, private_key: pulumi.Input[str], *,
+         parent: pulumi.Resource, depends_on: Sequence[pulumi.Resource] = ()) -> remote.Command:
+    return remote.Command(
+        name, connection=connection(target, private_key), create=as_command(script.create, target.user),
+        delete=as_command(script.delete, target.user) if script.delete else None, triggers=[digest(script)],
+        add_previous_output_in_env=False,
+        opts=pulumi.ResourceOptions(parent=parent, depends_on=list(depends_on),
+                                    delete_before_replace=script.delete is not None))
