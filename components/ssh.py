@@ -45,7 +45,7 @@ def digest(script: Script) -> str:
 
 def as_command(text: str, user: str) -> str:
     """What the SSH session runs: the script fed to bash, with root rights."""
-    return f"{'' if user == 'root' else 'sudo -n '}/bin/bash -s {heredoc(text, SCRIPT_MARKER)}\n"
+    return f"{'' if user == 'root' else 'sudo -n '}/bin/bash -s {heredoc(text.rstrip(chr(10)), SCRIPT_MARKER)}\n"
 
 
 def unwrap(command: str) -> str:

@@ -1,0 +1,110 @@
+"""GpuNodePool and the SSH machinery under mocks: names keyed by host, secret connections, triggers."""
+
+from __future__ import annotations
+
+import pulumi
+import yaml
+
+from components.nodes import GpuNodePool, NodePoolArgs
+from components.nodes.node_pool import node_taints, render_node_patch
+from components.offline.plan import build_plan
+from components.spec import parse_spec
+from components.ssh import Script, SshTarget, as_command, digest, push, unwrap
+from tests.conftest import ssh_key
+
+
+def short(urn: str) -> str:
+    return urn.rsplit("::", 1)[-1]
+
+
+def pool_run(record, spec):
+    return record(lambda: GpuNodePool("dev-h100", NodePoolArgs.from_spec(spec, spec.node_pools[0]), ssh_key()))
+
+
+def test_three_resources_per_host_keyed_by_hostname(dev_spec, record):
+    run = pool_run(record, dev_spec)
+    pool = next(r for r in run.records if r.type == GpuNodePool.TYPE)
+    children = sorted(short(r.urn) for r in run.records if r.parent == pool.urn)
+    assert children == sorted(f"dev-h100-{h}-{role}" for h in ("gpu-dev-01", "gpu-dev-02")
+                              for role in ("prepare", "burn-in", "node"))
+
+
+def test_connection_is_secret_and_pins_the_host_key(dev_spec, record):
+    run = pool_run(record, dev_spec)
+    prepare = next(r for r in run.records if short(r.urn) == "dev-h100-gpu-dev-01-prepare")
+    conn = prepare.inputs["connection"]
+    assert pulumi.runtime.rpc.is_rpc_secret(conn)
+    value = pulumi.runtime.rpc.unwrap_rpc_secret(conn)
+    assert value["host"] == "10.10.0.11" and value["user"] == "ubuntu"
+    assert value["hostKey"] == dev_spec.node_pools[0].hosts[0].host_key
+    assert "environment" not in prepare.inputs and prepare.inputs["addPreviousOutputInEnv"] is False
+    assert prepare.options["deleteBeforeReplace"] is True
+    assert prepare.inputs["create"].startswith("sudo -n /bin/bash -s <<'GPUCLUSTER_SCRIPT'\n#!/usr/bin/env bash")
+
+
+def test_burn_in_follows_preparation_and_the_patch_follows_burn_in(dev_spec, record):
+    urns = {short(r.urn): r for r in pool_run(record, dev_spec).records}
+    assert urns["dev-h100-gpu-dev-01-prepare"].urn in urns["dev-h100-gpu-dev-01-burn-in"].dependencies
+    assert urns["dev-h100-gpu-dev-01-burn-in"].urn in urns["dev-h100-gpu-dev-01-node"].dependencies
+    patch = urns["dev-h100-gpu-dev-01-node"].inputs
+    assert patch["metadata"]["name"] == "gpu-dev-01"
+    assert patch["metadata"]["labels"]["gpucluster.io/pool"] == "h100"
+    assert patch["metadata"]["labels"]["gpucluster.io/rack"] == "r01"
+
+
+def test_triggers_change_with_the_script_and_only_then(dev_data, record):
+    def triggers(data):
+        spec = parse_spec(yaml.safe_dump(data))
+        run = pool_run(record, spec)
+        return {short(r.urn): r.inputs["triggers"] for r in run.records if r.type == "command:remote:Command"}
+    before = triggers(dev_data)
+    assert triggers(dev_data) == before
+    dev_data["node_pools"][0]["tuning"]["shm_size_gib"] = 256
+    after = triggers(dev_data)
+    assert {k for k in before if before[k] != after[k]} == {"dev-h100-gpu-dev-01-prepare",
+                                                             "dev-h100-gpu-dev-02-prepare"}
+
+
+def test_adding_a_host_changes_nothing_for_the_others(dev_data, record):
+    def plan(data):
+        spec = parse_spec(yaml.safe_dump(data))
+        return {r["urn"]: r for r in build_plan(pool_run(record, spec)).document["resources"]
+                if r["type"] != GpuNodePool.TYPE}
+    before = plan(dev_data)
+    dev_data["sites"][0]["racks"][0]["pdu_capacity_kw"] = 60
+    dev_data["node_pools"][0]["hosts"].append({"hostname": "gpu-dev-03", "address": "10.10.0.13", "rack": "r01"})
+    after = plan(dev_data)
+    assert {u for u in before if before[u] != after.get(u)} == set()
+    assert len(after) - len(before) == 3
+
+
+def test_a_failed_burn_in_quarantines_the_node_and_says_why(dev_spec):
+    args = NodePoolArgs.from_spec(dev_spec, dev_spec.node_pools[0])
+    host = dev_spec.node_pools[0].hosts[0]
+    failed = render_node_patch(args, host, (False, "failed: dcgmi diag -r 2 failed"))
+    assert failed["spec"]["taints"] == [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"},
+                                        {"key": "gpucluster.io/burn-in", "value": "failed", "effect": "NoSchedule"}]
+    assert failed["metadata"]["annotations"]["gpucluster.io/burn-in"] == "failed: dcgmi diag -r 2 failed"
+    passed = render_node_patch(args, host, (True, "passed"))
+    assert passed["spec"]["taints"] == node_taints(dev_spec.node_pools[0], None)
+    assert passed["metadata"]["annotations"]["pulumi.com/patchForce"] == "true"
+
+
+def test_a_bastion_becomes_a_pinned_proxy(record):
+    from components.spec.hardware import Bastion
+    key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIIjPvsb1auu+FHfwP0boHL4g7PTUuBh+Kb48FXfnr632"
+    target = SshTarget("10.0.0.5", "admin", 22, None, Bastion(host="bastion.example.com", host_key=key))
+
+    def program():
+        push("h-x", target, Script("echo hi"), ssh_key(), parent=None)
+    (cmd,) = [r for r in record(program).records if r.type == "command:remote:Command"]
+    proxy = pulumi.runtime.rpc.unwrap_rpc_secret(cmd.inputs["connection"])["proxy"]
+    assert proxy["host"] == "bastion.example.com" and proxy["hostKey"] == key
+    assert cmd.options["deleteBeforeReplace"] is False       # nothing to undo, so plain replacement
+
+
+def test_commands_wrap_scripts_reversibly():
+    text = "#!/usr/bin/env bash\necho 'x'\n"
+    assert unwrap(as_command(text, "root")) == text and unwrap(as_command(text, "ubuntu")) == text
+    assert as_command(text, "root").startswith("/bin/bash -s <<'GPUCLUSTER_SCRIPT'")
+    assert digest(Script("a", "b")) != digest(Script("a", None))

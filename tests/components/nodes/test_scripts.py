@@ -1,0 +1,131 @@
+"""Rendered host scripts: shellcheck-clean, idempotent by construction, and shaped by the pool spec."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+
+import pytest
+import yaml
+
+from components.nodes.burn_in import min_busbw, parse_result, render_burn_in
+from components.nodes.host_prep import render_host_prep, render_kubelet_config
+from components.spec import parse_spec
+from tests.conftest import problems_of
+
+VARIANTS = {
+    "dev": lambda d: None,
+    "minimal": lambda d: d["node_pools"][0].update(tuning={"cpu_governor": "unchanged", "persistence": False},
+                                                    burn_in={"enabled": False}),
+    "tuned": lambda d: d["node_pools"][0].update(tuning={"gpu_clock_lock_mhz": 1980, "gpu_power_limit_w": 600,
+                                                         "hugepages_2mi": 1024, "shm_size_gib": 64}),
+    "pcie": lambda d: d["node_pools"][0]["gpu"].update(model="H100-PCIE-80GB"),
+}
+
+
+def spec_for(dev_data, variant):
+    VARIANTS[variant](dev_data)
+    return parse_spec(yaml.safe_dump(dev_data))
+
+
+def scripts_of(spec):
+    pool = spec.node_pools[0]
+    host = pool.hosts[0]
+    prep = render_host_prep(pool, host, rdma=spec.fabric.rdma)
+    return {"prepare": prep.create, "undo": prep.delete, "burn-in": render_burn_in(pool, host).create}
+
+
+@pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck is not installed (.ci/run installs it)")
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_every_script_passes_shellcheck(variant, dev_data, tmp_path):
+    for name, text in scripts_of(spec_for(dev_data, variant)).items():
+        path = tmp_path / f"{name}.sh"
+        path.write_text(text)
+        out = subprocess.run(["shellcheck", "-S", "style", str(path)], capture_output=True, text=True)
+        assert out.returncode == 0, f"{variant}/{name}:\n{out.stdout}"
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_scripts_are_strict_bash_and_report_changes(variant, dev_data):
+    for name, text in scripts_of(spec_for(dev_data, variant)).items():
+        assert text.startswith("#!/usr/bin/env bash\n"), name
+        assert "\nset -euo pipefail\n" in text and text.endswith("\nfinish\n"), name
+        assert not re.search(r"@[A-Z_]+@", text), name
+
+
+def test_preparation_checks_the_gpus_the_pool_expects(dev_spec):
+    prep = scripts_of(dev_spec)["prepare"]
+    assert '[[ "$gpus" -eq 8 ]] || fail "found $gpus GPUs, the pool expects 8 (H100-SXM5-80GB)"' in prep
+    assert "NVIDIA-H100-80GB-HBM3" in prep and "ecc.errors.uncorrected.volatile.total" in prep
+    assert "(48|63|64|74|79|94|95)" in prep
+
+
+def test_nvswitch_boards_need_a_matching_fabric_manager(dev_spec, dev_data):
+    assert "nv-fabricmanager --version" in scripts_of(dev_spec)["prepare"]
+    assert "nv-fabricmanager" not in scripts_of(spec_for(dev_data, "pcie"))["prepare"]
+
+
+def test_tuning_persists_through_a_boot_unit(dev_data):
+    prep = scripts_of(spec_for(dev_data, "tuned"))["prepare"]
+    assert "nvidia-smi -lgc 1980,1980" in prep and "nvidia-smi -pl 600" in prep
+    assert "ExecStart=/usr/local/sbin/gpucluster-node-tuning" in prep
+    assert "vm.nr_hugepages = 1024" in prep and "size=64G" in prep
+    assert "power limit 600 W is outside" in prep
+
+
+def test_no_tuning_removes_the_boot_unit(dev_data):
+    prep = scripts_of(spec_for(dev_data, "minimal"))["prepare"]
+    assert "drop_file /etc/systemd/system/gpucluster-node-tuning.service" in prep
+    assert "nvidia-persistenced" not in prep
+
+
+def test_kubelet_registers_new_nodes_tainted_until_burn_in(dev_spec):
+    config = render_kubelet_config(dev_spec.node_pools[0])
+    assert config["registerWithTaints"][0] == {"key": "gpucluster.io/burn-in", "value": "pending",
+                                               "effect": "NoSchedule"}
+    assert config["cpuManagerPolicy"] == "static" and config["reservedSystemCPUs"] == "0-1"
+    assert config["topologyManagerPolicy"] == "single-numa-node"
+
+
+def test_rdma_fabric_lifts_the_memlock_limit(dev_spec, dev_data):
+    assert "LimitMEMLOCK=infinity" in scripts_of(dev_spec)["prepare"]
+    dev_data["fabric"] = {"kind": "ethernet"}
+    assert "LimitMEMLOCK" not in scripts_of(parse_spec(yaml.safe_dump(dev_data)))["prepare"]
+
+
+def test_burn_in_threshold_defaults_to_80_percent_of_typical(dev_spec):
+    assert min_busbw(dev_spec.node_pools[0]) == 360.0
+    burn = scripts_of(dev_spec)["burn-in"]
+    assert "dcgmi diag -r 2" in burn and "-g 8" in burn and "min=360.0" in burn
+
+
+@pytest.mark.parametrize("stdout, expected", [
+    ("gpu-01: note\nGPUCLUSTER_BURN_IN=passed\ngpu-01: 0 change(s)\n", (True, "passed")),
+    ("GPUCLUSTER_BURN_IN=failed: NCCL all_reduce bus bandwidth 100 GB/s is below 360 GB/s\n",
+     (False, "failed: NCCL all_reduce bus bandwidth 100 GB/s is below 360 GB/s")),
+    ("", (False, "failed: the burn-in printed no result")),
+    (None, (False, "failed: the burn-in printed no result")),
+])
+def test_parses_the_burn_in_verdict(stdout, expected):
+    assert parse_result(stdout) == expected
+
+
+# --- bad input -----------------------------------------------------------------------------------------
+
+def test_rejects_8_gpus_on_a_host_model_with_4(dev_data):
+    dev_data["node_pools"][0]["host_model"] = "hgx-h100-4gpu"
+    (msg,) = problems_of(dev_data)
+    assert "node_pools[0].gpu.count: host model hgx-h100-4gpu has 4 GPUs, not 8; set gpu.count: 4" in msg
+
+
+def test_rejects_a_burn_in_threshold_no_node_can_reach(dev_data):
+    dev_data["node_pools"][0]["burn_in"] = {"nccl_min_busbw_gb_per_s": 900}
+    (msg,) = problems_of(dev_data)
+    assert "node_pools[0].burn_in.nccl_min_busbw_gb_per_s: 900.0 GB/s is more than H100-SXM5-80GB reaches" in msg
+
+
+def test_rejects_a_dcgm_level_out_of_range(dev_data):
+    dev_data["node_pools"][0]["burn_in"] = {"dcgm_level": 5}
+    (msg,) = problems_of(dev_data)
+    assert "node_pools[0].burn_in.dcgm_level: Input should be less than or equal to 4 (got 5)" in msg
