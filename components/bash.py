@@ -1,6 +1,7 @@
 """Building blocks of the bash scripts pushed to hosts: one prelude, so every script behaves the same way.
 
-Every script: runs under `set -euo pipefail`; checks before it changes; reports each change on stdout as
+Every script: runs under `set -euo pipefail` (so no `| head`: a writer cut off by SIGPIPE fails the pipe;
+`sed -n 1p` reads all its input); checks before it changes; reports each change on stdout as
 `<host>: changed: ...`; ends with `<host>: N change(s)` so a second run visibly changes nothing; fails with
 `<host>: error: ...` naming what is missing.
 """

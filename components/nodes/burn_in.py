@@ -22,7 +22,7 @@ allreduce=@DIR@/all_reduce_perf
 [[ -x "$allreduce" ]] || fail "all_reduce_perf is missing at $allreduce (build NVIDIA nccl-tests there)"
 reasons=()
 if ! diag=$(timeout @TIMEOUT@ dcgmi diag -r @LEVEL@ 2>&1); then
-  reasons+=("dcgmi diag -r @LEVEL@ failed: $(printf '%s\n' "$diag" | grep -iE 'fail|error' | head -n 3 | tr '\n' ' ')")
+  reasons+=("dcgmi diag -r @LEVEL@ failed: $(printf '%s\n' "$diag" | grep -iE 'fail|error' | sed -n 1,3p | tr '\n' ' ')")
 fi
 if nccl=$(timeout @TIMEOUT@ "$allreduce" -b 8 -e 8G -f 2 -g @GPUS@ 2>&1); then
   busbw=$(printf '%s\n' "$nccl" | awk -F: '/Avg bus bandwidth/ { gsub(/ /, "", $2); print $2 }')

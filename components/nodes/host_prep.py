@@ -99,8 +99,8 @@ fi
 _FABRIC_MANAGER = r'''
 # --- NVSwitch: Fabric Manager must match the driver exactly, or CUDA fails with error 802 -------------
 need nv-fabricmanager "install the nvidia-fabricmanager package of the driver's version"
-driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -n 1)
-fm=$(nv-fabricmanager --version 2>/dev/null | grep -oE '[0-9]+(\.[0-9]+)+' | head -n 1 || true)
+driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader | sed -n 1p)
+fm=$(nv-fabricmanager --version 2>/dev/null | grep -oE '[0-9]+(\.[0-9]+)+' | sed -n 1p || true)
 [[ "$fm" == "$driver" ]] || fail "nvidia-fabricmanager is ${fm:-unknown} but the driver is $driver; install the matching version"
 '''
 

@@ -1,0 +1,191 @@
+"""Real OpenSSH servers in network namespaces, one per test host, each with its own filesystem view.
+
+Each host is a network namespace on a bridge (addresses from 198.18.0.0/15, the benchmarking range, made by
+this run and nowhere routed) running a real sshd inside a private mount namespace, where overlays over /etc,
+/usr/local, /opt and /var/lib and a tmpfs /dev/shm take every write the scripts make; the test machine itself
+is never changed. Tests read and plant files through each host's upper directories.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .doubles import ALL_REDUCE, DOUBLES, HEALTHY, STATE_DIR, state_env
+
+OVERLAID = ("/etc", "/usr/local", "/opt", "/var/lib")
+TOOLS = ("ip", "unshare", "ssh", "ssh-keygen", "mount")
+
+
+def unavailable() -> str | None:
+    """Why real test hosts cannot run here, or None."""
+    if os.geteuid() != 0:
+        return "real SSH test hosts need root (network and mount namespaces)"
+    missing = [t for t in TOOLS if shutil.which(t) is None] + \
+        ([] if Path("/usr/sbin/sshd").exists() else ["sshd (openssh-server)"])
+    if missing:
+        return f"missing {', '.join(missing)} (.ci/run installs openssh-server and iproute2)"
+    probe = subprocess.run(["ip", "netns", "add", "gcprobe"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        return f"cannot create network namespaces: {probe.stderr.strip()}"
+    subprocess.run(["ip", "netns", "del", "gcprobe"], capture_output=True)
+    return None
+
+
+def _run(*cmd: str) -> None:
+    subprocess.run(cmd, check=True, capture_output=True, text=True)
+
+
+@dataclass
+class TestHost:
+    name: str
+    address: str
+    root: Path
+    netns: str
+    host_key: str = ""
+    process: subprocess.Popen | None = None
+    shell: object = None          # runs a command on the host over SSH (set by TestHosts)
+
+    def upper(self, path: str) -> Path:
+        """Where a path under an overlaid directory lands on this host (e.g. /etc/fstab)."""
+        top = next(t for t in OVERLAID if path == t or path.startswith(t + "/"))
+        return self.root / top.strip("/").replace("/", "_") / "up" / path[len(top):].lstrip("/")
+
+    def read(self, path: str) -> str:
+        return self.upper(path).read_text()
+
+    def exists(self, path: str) -> bool:
+        return self.upper(path).exists()
+
+    def plant(self, path: str, text: str, mode: int = 0o644) -> None:
+        p = self.upper(path)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text)
+        p.chmod(mode)
+
+    # Changes to a running host go through the host itself: the upper directories are read-only to tests
+    # once mounted (overlayfs does not promise to notice changes made beside it).
+    def sh(self, command: str) -> None:
+        out = self.shell(self, command)
+        assert out.returncode == 0, out.stderr
+
+    def set_hardware(self, **state: str) -> None:
+        self.sh(f"cat > {STATE_DIR}/state.env <<'EOF'\n{state_env({**HEALTHY, **state})}EOF")
+
+    def remove_tool(self, tool: str) -> None:
+        self.sh(f"mv /usr/local/bin/{tool} /usr/local/bin/{tool}.off")
+
+    def restore_tool(self, tool: str) -> None:
+        self.sh(f"mv /usr/local/bin/{tool}.off /usr/local/bin/{tool}")
+
+    def calls(self) -> list[str]:
+        log = self.upper(f"{STATE_DIR}/calls.log")
+        return log.read_text().splitlines() if log.exists() else []
+
+    def clear_calls(self) -> None:
+        self.sh(f"rm -f {STATE_DIR}/calls.log")
+
+
+@dataclass
+class TestHosts:
+    work: Path
+    names: list[str]
+    hosts: dict[str, TestHost] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.tag = f"{os.getpid() % 10000}"
+        self.octet = os.getpid() % 250
+        self.bridge = f"gcb{self.tag}"
+        self.client_key = self.work / "client_ed25519"
+
+    def start(self) -> TestHosts:
+        _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(self.client_key))
+        Path("/run/sshd").mkdir(parents=True, exist_ok=True)       # sshd's privilege separation directory
+        _run("ip", "link", "add", self.bridge, "type", "bridge")
+        _run("ip", "addr", "add", f"198.18.{self.octet}.1/24", "dev", self.bridge)
+        _run("ip", "link", "set", self.bridge, "up")
+        for i, name in enumerate(self.names):
+            self.hosts[name] = self._start_host(i, name)
+        for host in self.hosts.values():
+            self._wait(host)
+        return self
+
+    def _start_host(self, i: int, name: str) -> TestHost:
+        host = TestHost(name, f"198.18.{self.octet}.{10 + i}", self.work / name, f"gc{self.tag}h{i}",
+                        shell=lambda h, command: self.ssh(h, command))
+        for top in OVERLAID:
+            for part in ("up", "work"):
+                (host.root / top.strip("/").replace("/", "_") / part).mkdir(parents=True, exist_ok=True)
+        # root must be able to log in with a key while the image's root password is locked
+        shadow = Path("/etc/shadow").read_text().splitlines()
+        host.plant("/etc/shadow", "\n".join(":".join(["root", "*", *l.split(":")[2:]]) if l.startswith("root:")
+                                            else l for l in shadow) + "\n", 0o640)
+        host.plant("/etc/fstab", "# test host fstab\nproc /proc proc defaults 0 0\n")
+        for tool, text in DOUBLES.items():
+            host.plant(f"/usr/local/bin/{tool}", text, 0o755)
+        host.plant("/opt/nccl-tests/build/all_reduce_perf", ALL_REDUCE, 0o755)
+        host.plant(f"{STATE_DIR}/state.env", state_env(HEALTHY))
+        host.plant(f"{STATE_DIR}/enabled/kubelet", "")               # a node that already joined the cluster
+        host.plant(f"{STATE_DIR}/active/kubelet", "")
+        keyfile = host.root / "ssh_host_ed25519_key"
+        _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(keyfile))
+        host.host_key = " ".join(Path(f"{keyfile}.pub").read_text().split()[:2])
+        (host.root / "authorized_keys").write_text(Path(f"{self.client_key}.pub").read_text())
+        (host.root / "sshd_config").write_text(
+            f"Port 22\nListenAddress {host.address}\nHostKey {keyfile}\nPidFile {host.root}/sshd.pid\n"
+            f"AuthorizedKeysFile {host.root}/authorized_keys\nPermitRootLogin prohibit-password\n"
+            "PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\n"
+            "PrintMotd no\nSubsystem sftp internal-sftp\n")
+        veth, peer = f"gcv{self.tag}{i}", f"gcp{self.tag}{i}"
+        _run("ip", "netns", "add", host.netns)
+        _run("ip", "link", "add", veth, "type", "veth", "peer", "name", peer)
+        _run("ip", "link", "set", veth, "master", self.bridge, "up")
+        _run("ip", "link", "set", peer, "netns", host.netns)
+        ns = ("ip", "netns", "exec", host.netns)
+        _run(*ns, "ip", "link", "set", "lo", "up")
+        _run(*ns, "ip", "addr", "add", f"{host.address}/24", "dev", peer)
+        _run(*ns, "ip", "link", "set", peer, "up")
+        mounts = "; ".join(
+            f"mount -t overlay overlay -o lowerdir={top},upperdir={host.root}/{top.strip('/').replace('/', '_')}/up,"
+            f"workdir={host.root}/{top.strip('/').replace('/', '_')}/work {top}" for top in OVERLAID)
+        boot = f"set -e; {mounts}; mount -t tmpfs -o size=64m tmpfs /dev/shm; exec /usr/sbin/sshd -D -e -f {host.root}/sshd_config"
+        log = open(host.root / "sshd.log", "w")
+        host.process = subprocess.Popen([*ns, "unshare", "--mount", "--propagation", "private", "bash", "-c", boot],
+                                        stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        return host
+
+    def _wait(self, host: TestHost, timeout_s: float = 10) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if host.process.poll() is not None:
+                raise RuntimeError(f"sshd of {host.name} exited: {(host.root / 'sshd.log').read_text()}")
+            try:
+                socket.create_connection((host.address, 22), timeout=0.5).close()
+                return
+            except OSError:
+                time.sleep(0.1)
+        raise RuntimeError(f"sshd of {host.name} did not listen within {timeout_s}s")
+
+    def ssh(self, host: TestHost, command: str, *, user: str = "root", host_key: str | None = None,
+            timeout_s: float = 60) -> subprocess.CompletedProcess:
+        """Run `command` as pulumi-command would: one SSH exec request, the host key pinned."""
+        known = self.work / f"known_hosts_{host.name}"
+        known.write_text(f"{host.address} {host_key or host.host_key}\n")
+        return subprocess.run(
+            ["ssh", "-i", str(self.client_key), "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes",
+             "-o", f"UserKnownHostsFile={known}", "-o", "StrictHostKeyChecking=yes", "-o", "ConnectTimeout=5",
+             f"{user}@{host.address}", command], capture_output=True, text=True, timeout=timeout_s)
+
+    def stop(self) -> None:
+        for host in self.hosts.values():
+            if host.process and host.process.poll() is None:
+                os.killpg(host.process.pid, signal.SIGTERM)
+                host.process.wait(timeout=10)
+            subprocess.run(["ip", "netns", "del", host.netns], capture_output=True)
+        subprocess.run(["ip", "link", "del", self.bridge], capture_output=True)
