@@ -44,6 +44,9 @@ class NodePoolArgs(SpecModel):
 
 def node_labels(args: NodePoolArgs, host: Host) -> dict[str, str]:
     labels = {**pool_labels(args.pool), RACK_LABEL: host.rack, "gpucluster.io/gpu-model": args.pool.gpu.model}
+    if args.pool.nics:    # what a job can expect of the node's data-plane network
+        labels["gpucluster.io/rails"] = str(len(args.pool.nics))
+        labels["gpucluster.io/rail-gbps"] = str(min(n.speed_gbps for n in args.pool.nics))
     if host.rack in args.blocks:
         labels[BLOCK_LABEL] = args.blocks[host.rack]
     return labels

@@ -50,6 +50,8 @@ def test_burn_in_follows_preparation_and_the_patch_follows_burn_in(dev_spec, rec
     assert patch["metadata"]["name"] == "gpu-dev-01"
     assert patch["metadata"]["labels"]["gpucluster.io/pool"] == "h100"
     assert patch["metadata"]["labels"]["gpucluster.io/rack"] == "r01"
+    assert patch["metadata"]["labels"]["gpucluster.io/rails"] == "2"
+    assert patch["metadata"]["labels"]["gpucluster.io/rail-gbps"] == "400"
 
 
 def test_triggers_change_with_the_script_and_only_then(dev_data, record):
