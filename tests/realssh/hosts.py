@@ -14,8 +14,10 @@ import signal
 import socket
 import subprocess
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
 
 from .doubles import ALL_REDUCE, DOUBLES, HEALTHY, STATE_DIR, state_env
 
@@ -78,11 +80,23 @@ class TestHost:
     def set_hardware(self, **state: str) -> None:
         self.sh(f"cat > {STATE_DIR}/state.env <<'EOF'\n{state_env({**HEALTHY, **state})}EOF")
 
-    def remove_tool(self, tool: str) -> None:
+    @contextmanager
+    def without(self, tool: str) -> Iterator[None]:
+        """The host lacks `tool` inside the block."""
         self.sh(f"mv /usr/local/bin/{tool} /usr/local/bin/{tool}.off")
+        try:
+            yield
+        finally:
+            self.sh(f"mv /usr/local/bin/{tool}.off /usr/local/bin/{tool}")
 
-    def restore_tool(self, tool: str) -> None:
-        self.sh(f"mv /usr/local/bin/{tool}.off /usr/local/bin/{tool}")
+    @contextmanager
+    def hardware(self, **state: str) -> Iterator[None]:
+        """The host's simulated hardware differs from a healthy one inside the block."""
+        self.set_hardware(**state)
+        try:
+            yield
+        finally:
+            self.set_hardware()
 
     def calls(self) -> list[str]:
         log = self.upper(f"{STATE_DIR}/calls.log")

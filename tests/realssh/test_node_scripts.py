@@ -70,11 +70,8 @@ def test_a_changed_spec_changes_only_what_it_should(test_hosts):
 
 def test_a_missing_tool_fails_naming_host_and_tool(test_hosts):
     host = test_hosts.hosts["gpu-dev-03"]
-    host.remove_tool("nvidia-smi")
-    try:
+    with host.without("nvidia-smi"):
         out = prepare(test_hosts, host)
-    finally:
-        host.restore_tool("nvidia-smi")
     assert out.returncode == 1
     assert out.stderr.strip() == "gpu-dev-03: error: nvidia-smi is missing (the NVIDIA driver is not installed or not on PATH)"
     assert not host.exists(KUBELET_DROP_IN)            # nothing was changed before the check
@@ -82,23 +79,19 @@ def test_a_missing_tool_fails_naming_host_and_tool(test_hosts):
 
 def test_missing_gpus_fail_with_what_is_missing(test_hosts):
     host = test_hosts.hosts["gpu-dev-03"]
-    host.set_hardware(GPU_COUNT="7")
-    try:
+    with host.hardware(GPU_COUNT="7"):
         out = prepare(test_hosts, host)
-    finally:
-        host.set_hardware()
     assert out.returncode == 1
     assert "gpu-dev-03: error: found 7 GPUs, the pool expects 8 (H100-SXM5-80GB)" in out.stderr
 
 
 def test_ecc_errors_and_a_mismatched_fabric_manager_fail(test_hosts):
     host = test_hosts.hosts["gpu-dev-03"]
-    host.set_hardware(ECC="2")
-    out = prepare(test_hosts, host)
+    with host.hardware(ECC="2"):
+        out = prepare(test_hosts, host)
     assert out.returncode == 1 and "GPU 0 has 2 uncorrected ECC errors" in out.stderr
-    host.set_hardware(FM_VERSION="550.54.14")
-    out = prepare(test_hosts, host)
-    host.set_hardware()
+    with host.hardware(FM_VERSION="550.54.14"):
+        out = prepare(test_hosts, host)
     assert out.returncode == 1
     assert "nvidia-fabricmanager is 550.54.14 but the driver is 550.54.15" in out.stderr
 
@@ -128,11 +121,8 @@ def test_burn_in_passes_on_a_healthy_node(test_hosts):
 
 def test_burn_in_reports_why_a_node_fails(test_hosts):
     host = test_hosts.hosts["gpu-dev-01"]
-    host.set_hardware(BUSBW="120.5", DCGM="fail")
-    try:
+    with host.hardware(BUSBW="120.5", DCGM="fail"):
         out = burn_in(test_hosts, host)
-    finally:
-        host.set_hardware()
     assert out.returncode == 0, out.stderr
     passed, why = parse_result(out.stdout)
     assert not passed
@@ -142,11 +132,8 @@ def test_burn_in_reports_why_a_node_fails(test_hosts):
 
 def test_burn_in_without_dcgm_cannot_run(test_hosts):
     host = test_hosts.hosts["gpu-dev-03"]
-    host.remove_tool("dcgmi")
-    try:
+    with host.without("dcgmi"):
         out = burn_in(test_hosts, host)
-    finally:
-        host.restore_tool("dcgmi")
     assert out.returncode == 1 and "dcgmi is missing" in out.stderr
 
 
