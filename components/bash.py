@@ -8,7 +8,9 @@ Every script: runs under `set -euo pipefail` (so no `| head`: a writer cut off b
 
 from __future__ import annotations
 
+import re
 import shlex
+from typing import Any
 
 PRELUDE = r'''set -euo pipefail
 umask 022
@@ -51,3 +53,15 @@ def heredoc(text: str, marker: str = "GPUCLUSTER_EOF") -> str:
     if marker in text:
         raise ValueError(f"{marker} appears in the text")
     return f"<<'{marker}'\n{text}\n{marker}"
+
+
+def fill(template: str, docs: dict[str, str] | None = None, **values: Any) -> str:
+    """Substitute @KEY@ with shell-quoted values and @KEY_DOC@ with quoted heredocs; nothing may be left over."""
+    for key, text in (docs or {}).items():
+        template = template.replace(f"$(cat @{key}@)", f"$(cat {heredoc(text)}\n)")
+    for key, value in values.items():
+        template = template.replace(f"@{key}@", shlex.quote(str(value)))
+    left = re.findall(r"@[A-Z_]+@", template)
+    if left:
+        raise ValueError(f"unfilled placeholders {left}")
+    return template

@@ -9,7 +9,6 @@ from ..spec import ClusterSpec, NodePool
 POOL_LABEL = "gpucluster.io/pool"
 BLOCK_LABEL = "gpucluster.io/block"
 RACK_LABEL = "gpucluster.io/rack"
-HOSTNAME_LABEL = "kubernetes.io/hostname"
 DEVICE_PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"
 MIG_CONFIG_LABEL = "nvidia.com/mig.config"
 # Taint a node carries until its burn-in passes; operators' daemonsets tolerate it, workloads do not.

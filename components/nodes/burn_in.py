@@ -7,9 +7,7 @@ deployment. It exits non-zero only when it cannot test at all (tools missing).
 
 from __future__ import annotations
 
-import shlex
-
-from ..bash import script
+from ..bash import fill, script
 from ..spec import Host, NodePool
 from ..ssh import Script
 
@@ -51,10 +49,8 @@ def min_busbw(pool: NodePool) -> float:
 
 def render_burn_in(pool: NodePool, host: Host) -> Script:
     b = pool.burn_in
-    body = _BODY
-    for key, value in dict(DIR=b.nccl_tests_dir, TIMEOUT=b.timeout_s, LEVEL=b.dcgm_level, GPUS=pool.gpu.count,
-                           MIN=min_busbw(pool), RESULT=RESULT).items():
-        body = body.replace(f"@{key}@", shlex.quote(str(value)))
+    body = fill(_BODY, DIR=b.nccl_tests_dir, TIMEOUT=b.timeout_s, LEVEL=b.dcgm_level, GPUS=pool.gpu.count,
+                MIN=min_busbw(pool), RESULT=RESULT)
     return Script(script(f"Burn in {host.hostname}: dcgmi diag -r {b.dcgm_level}, NCCL all_reduce on "
                          f"{pool.gpu.count} GPUs", host.hostname, body))
 

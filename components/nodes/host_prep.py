@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import re
-import shlex
 from typing import Any
 
 import yaml
 
-from ..bash import heredoc, script
+from ..bash import fill, heredoc, script
 from ..k8s.labels import BURN_IN_TAINT
 from ..spec import Host, NodePool
 from ..ssh import Script
@@ -22,18 +20,6 @@ MEMLOCK_DROP_IN = "/etc/systemd/system/containerd.service.d/50-gpucluster-memloc
 SHM_FSTAB_TAG = "# gpucluster /dev/shm"
 # XIDs that mean the hardware is at fault (DBE, row remap, fell off the bus, uncontained ECC), not the job.
 HARDWARE_XIDS = (48, 63, 64, 74, 79, 94, 95)
-
-
-def _fill(template: str, docs: dict[str, str] | None = None, **values: Any) -> str:
-    """Substitute @KEY@ with shell-quoted values and @KEY_DOC@ with quoted heredocs; nothing may be left over."""
-    for key, text in (docs or {}).items():
-        template = template.replace(f"$(cat @{key}@)", f"$(cat {heredoc(text)}\n)")
-    for key, value in values.items():
-        template = template.replace(f"@{key}@", shlex.quote(str(value)))
-    left = re.findall(r"@[A-Z_]+@", template)
-    if left:
-        raise ValueError(f"unfilled placeholders {left}")
-    return template
 
 
 def render_kubelet_config(pool: NodePool) -> dict[str, Any]:
@@ -193,41 +179,41 @@ fi
 def render_host_prep(pool: NodePool, host: Host, *, rdma: bool) -> Script:
     """`rdma`: the fabric has RDMA, so containers need unlimited locked memory."""
     info, t = pool.gpu.info, pool.tuning
-    parts = [_fill(_PREFLIGHT.replace("(XIDS)", "(" + "|".join(map(str, HARDWARE_XIDS)) + ")"),
+    parts = [fill(_PREFLIGHT.replace("(XIDS)", "(" + "|".join(map(str, HARDWARE_XIDS)) + ")"),
                    GPUS=pool.gpu.count, MODEL=pool.gpu.model, PRODUCT=info.product)]
     if t.persistence:
         parts.append("\n# --- GPU persistence: the daemon, not the legacy nvidia-smi -pm flag\n"
                      "need nvidia-persistenced \"it ships with the NVIDIA driver\"\n"
-                     + _fill(_SERVICE, UNIT="nvidia-persistenced"))
+                     + fill(_SERVICE, UNIT="nvidia-persistenced"))
     if pool.gpu.nvswitch:
-        parts.append(_FABRIC_MANAGER + _fill(_SERVICE, UNIT="nvidia-fabricmanager"))
+        parts.append(_FABRIC_MANAGER + fill(_SERVICE, UNIT="nvidia-fabricmanager"))
     if t.gpu_power_limit_w:
-        parts.append(_fill(r'''
+        parts.append(fill(r'''
 while IFS=', ' read -r index low high; do
   awk -v w=@W@ -v lo="$low" -v hi="$high" 'BEGIN { exit !(w >= lo && w <= hi) }' ||
     fail "power limit @W@ W is outside GPU $index's range $low-$high W; change tuning.gpu_power_limit_w"
 done < <(nvidia-smi --query-gpu=index,power.min_limit,power.max_limit --format=csv,noheader,nounits)
 ''', W=t.gpu_power_limit_w))
     if t.shm_size_gib:
-        parts.append(_fill(_SHM, SIZE=t.shm_size_gib, TAG=SHM_FSTAB_TAG,
+        parts.append(fill(_SHM, SIZE=t.shm_size_gib, TAG=SHM_FSTAB_TAG,
                            LINE=f"tmpfs /dev/shm tmpfs defaults,size={t.shm_size_gib}G 0 0 {SHM_FSTAB_TAG}"))
     if t.hugepages_2mi:
-        parts.append(_fill(_HUGEPAGES, FILE=HUGEPAGES_SYSCTL, PAGES=t.hugepages_2mi))
+        parts.append(fill(_HUGEPAGES, FILE=HUGEPAGES_SYSCTL, PAGES=t.hugepages_2mi))
     tuning = render_tuning_script(pool)
     if tuning:
         unit = ("[Unit]\nDescription=GPU clocks, power cap and CPU governor (gpucluster)\n"
                 "After=nvidia-persistenced.service\n\n[Service]\nType=oneshot\nRemainAfterExit=yes\n"
                 f"ExecStart={TUNING_SCRIPT}\n\n[Install]\nWantedBy=multi-user.target")
-        parts.append(_fill(_TUNING, {"SCRIPT_DOC": tuning, "UNIT_DOC": unit}, SCRIPT=TUNING_SCRIPT, UNIT=TUNING_UNIT))
+        parts.append(fill(_TUNING, {"SCRIPT_DOC": tuning, "UNIT_DOC": unit}, SCRIPT=TUNING_SCRIPT, UNIT=TUNING_UNIT))
     else:
-        parts.append(_fill(_NO_TUNING, SCRIPT=TUNING_SCRIPT, UNIT=TUNING_UNIT))
+        parts.append(fill(_NO_TUNING, SCRIPT=TUNING_SCRIPT, UNIT=TUNING_UNIT))
     if rdma:
-        parts.append(_fill(_MEMLOCK, FILE=MEMLOCK_DROP_IN))
+        parts.append(fill(_MEMLOCK, FILE=MEMLOCK_DROP_IN))
     config = yaml.safe_dump(render_kubelet_config(pool), sort_keys=False).rstrip("\n")
-    parts.append(_fill(_KUBELET, {"CONFIG_DOC": config}, DROP_IN=KUBELET_DROP_IN, DIR=KUBELET_DROP_IN_DIR))
+    parts.append(fill(_KUBELET, {"CONFIG_DOC": config}, DROP_IN=KUBELET_DROP_IN, DIR=KUBELET_DROP_IN_DIR))
     create = script(f"Prepare {host.hostname} ({pool.name}: {pool.gpu.count} x {pool.gpu.model})", host.hostname,
                     "".join(parts))
-    delete = script(f"Undo the preparation of {host.hostname}", host.hostname, _fill(r'''
+    delete = script(f"Undo the preparation of {host.hostname}", host.hostname, fill(r'''
 need systemctl "this host does not run systemd"
 if [[ -e @UNIT@ ]]; then systemctl disable --now gpucluster-node-tuning.service >/dev/null 2>&1 || true; fi
 for f in @UNIT@ @SCRIPT@ @DROP_IN@ @HUGEPAGES@ @MEMLOCK@; do drop_file "$f"; done

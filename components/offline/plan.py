@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 from pulumi.runtime import rpc as _rpc
 
+from ..cluster import GpuCluster
 from ..k8s.network_operator import rdma_resource
 from ..spec import ClusterSpec
 from ..spec.cluster import network_operator_enabled
@@ -22,7 +23,6 @@ from .runner import ProgramRun
 
 HONESTY = ("Offline plan: what the program registers under Pulumi's mock runtime, not the state of a cluster. "
            "Values known only after a real apply show as <computed>; secrets show as [secret].")
-GPUCLUSTER_PREFIX = "gpucluster:index:GpuCluster"
 HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
 REMOTE_COMMAND = "command:remote:Command"
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
@@ -128,7 +128,7 @@ def _machine_names(clusters: list[ClusterSpec]) -> dict[str, str]:
 
 def build_plan(run: ProgramRun) -> Plan:
     files: dict[str, str] = {}
-    specs = [r.inputs["spec"] for r in run.records if r.type == GPUCLUSTER_PREFIX and "spec" in r.inputs]
+    specs = [r.inputs["spec"] for r in run.records if r.type == GpuCluster.TYPE and "spec" in r.inputs]
     clusters = [ClusterSpec.model_validate(redact(s)) for s in specs]
     names = _machine_names(clusters)
     errors = [f"duplicate resource URN {u}: the real engine refuses this" for u in run.duplicates]
