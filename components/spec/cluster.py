@@ -13,7 +13,11 @@ from .hardware import Host, NodePool, Rack, Site, SshSettings
 from .kubernetes import KubernetesSpec
 from .storage import StorageSpec
 from .tenants import Tenant
+from .topology import plan_topology
 from .versions import describe_known, find
+
+# Switch vendors with a RoCE backend in components/fabric/switches.py (kept here so the spec needs no Pulumi).
+SWITCH_VENDORS = ("cumulus", "sonic", "eos")
 
 # Namespaces the platform itself owns; a tenant there would share the operators' privileges.
 SYSTEM_NAMESPACES = frozenset({
@@ -226,6 +230,16 @@ def _fabric(spec: ClusterSpec) -> Iterator[Problem]:
                 yield Problem(("fabric", "switches", i, "rails", j),
                               f"rail {rail} is not a rail of any node pool NIC "
                               f"(rails: {', '.join(map(str, sorted(rails))) or 'none'})")
+        if fabric.kind != "infiniband" and sw.mtu_bytes is not None and sw.mtu_bytes < fabric.effective_mtu_bytes:
+            yield Problem(("fabric", "switches", i, "mtu_bytes"),
+                          f"switch {sw.name} MTU {sw.mtu_bytes} is below the hosts' MTU {fabric.effective_mtu_bytes} "
+                          "(fabric.mtu_bytes): it would drop their jumbo frames; raise it to at least "
+                          f"{fabric.effective_mtu_bytes} or omit it for the vendor's jumbo size")
+        if fabric.kind == "rocev2" and sw.managed and sw.vendor not in SWITCH_VENDORS:
+            yield Problem(("fabric", "switches", i, "vendor"),
+                          f"no RoCE configuration backend for {sw.vendor} (have: {', '.join(SWITCH_VENDORS)}); "
+                          "set managed: false and configure it by hand, or use a supported vendor")
+    yield from plan_topology(spec)[1]
 
 
 def _kubernetes(spec: ClusterSpec) -> Iterator[Problem]:

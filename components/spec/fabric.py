@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from .common import CrossFieldError, DnsLabel, HostName, IpAddress, Problem, SpecModel, field_error
 from .hardware import HostKey
@@ -36,6 +36,9 @@ class RoceSettings(SpecModel):
     cnp_priority: int = Field(6, ge=0, le=7, description="Omitted: 6.")
     ecn: EcnSettings = Field(default_factory=EcnSettings, description="Omitted: the defaults of each field.")
     pfc_watchdog: bool = Field(True, description="Omitted: switches drop PFC storms instead of spreading them.")
+    dscp_map: dict[int, int] = Field(
+        default_factory=dict, description="More DSCP -> priority entries for hosts and switches (other traffic "
+                                          "classes). Omitted: only dscp -> priority and cnp_dscp -> cnp_priority.")
 
     @model_validator(mode="after")
     def _one_lossless_priority(self) -> RoceSettings:
@@ -47,15 +50,42 @@ class RoceSettings(SpecModel):
         if self.cnp_priority == self.priority or self.cnp_dscp == self.dscp:
             raise field_error("cnp_priority", "cnp_priority/cnp_dscp equal the RoCE priority/dscp: congestion notifications must "
                              "not queue behind the traffic they slow down; use distinct values (e.g. 6 / 48)")
+        for dscp, prio in sorted(self.dscp_map.items()):
+            if not (0 <= dscp <= 63 and 0 <= prio <= 7):
+                raise field_error("dscp_map", f"{dscp}: {prio} is not a DSCP (0-63) to priority (0-7) entry")
+            wanted = {self.dscp: self.priority, self.cnp_dscp: self.cnp_priority}.get(dscp, prio)
+            if prio != wanted:
+                raise field_error("dscp_map", f"dscp_map sends DSCP {dscp} to priority {prio}, but "
+                                 f"{'RoCE' if dscp == self.dscp else 'CNP'} traffic marked {dscp} must use priority "
+                                 f"{wanted} (PFC is on priority {self.priority}); remove the entry or map it to {wanted}")
         return self
+
+    @property
+    def tos(self) -> int:
+        """IP ToS byte of RoCE traffic: the DSCP with ECT(0), so switches mark instead of dropping."""
+        return self.dscp << 2 | 2
+
+    @property
+    def dscp_priorities(self) -> dict[int, int]:
+        return {**self.dscp_map, self.dscp: self.priority, self.cnp_dscp: self.cnp_priority}
 
 
 class Partition(SpecModel):
     name: DnsLabel
-    pkey: int = Field(ge=0x0001, le=0x7FFE, description="Partition key, 0x0001-0x7ffe (0x7fff is the default).")
+    pkey: int = Field(description="Partition key, 0x0001-0x7ffe (0x7fff is the default partition).")
     tenants: list[DnsLabel] = Field(
         default_factory=list, description="Tenants whose pods use this partition. Omitted: every tenant.")
     ipoib: bool = Field(False, description="Omitted: no IPoIB interface for this partition.")
+
+    @field_validator("pkey")
+    @classmethod
+    def _pkey_in_range(cls, value: int) -> int:
+        if not 0x0001 <= value <= 0x7FFE:
+            hint = (f"; drop the full-membership bit 0x8000 (use {value & 0x7FFF:#06x}), membership is set per port"
+                    if 0x8001 <= value <= 0xFFFE else "")
+            raise ValueError(f"partition key {value:#06x} is outside 0x0001-0x7ffe (0x7fff is the default "
+                             f"partition){hint}")
+        return value
 
 
 class InfinibandSettings(SpecModel):
@@ -63,6 +93,8 @@ class InfinibandSettings(SpecModel):
         min_length=1, description="Hosts that run OpenSM; the first is primary, the rest standby.")
     partitions: list[Partition] = Field(default_factory=list, description="Omitted: only the default partition.")
     rate_gbps: Literal[100, 200, 400, 800] = Field(400, description="Omitted: 400 (NDR).")
+    routing_engine: Literal["updn", "minhop", "ftree", "dfsssp"] = Field(
+        "updn", description="OpenSM routing engine. Omitted: updn, deadlock-free on any tree without a root list.")
 
 
 class Switch(SpecModel):
@@ -77,6 +109,33 @@ class Switch(SpecModel):
     racks: list[DnsLabel] = Field(default_factory=list, description="Racks served. Omitted: every rack.")
     host_key: HostKey | None = Field(None, description="Omitted: the switch's identity is not verified.")
     ssh_user: str = Field("admin", min_length=1, description="Omitted: admin.")
+    managed: bool = Field(True, description="Push this switch's RoCE configuration (rocev2 fabrics). Omitted: yes; "
+                                            "false keeps it in the topology only.")
+    mtu_bytes: int | None = Field(None, ge=1280, le=9216,
+                                  description="Port MTU. Omitted: the vendor's jumbo size (Cumulus 9216, EOS 9214, "
+                                              "SONiC 9100), which carries a 9000-byte host MTU.")
+    links_per_uplink: int = Field(1, ge=1, le=64, description="Parallel links to each spine in uplinks. Omitted: 1.")
+    port_names: list[str] = Field(
+        default_factory=list, description="Names of ports 1..ports when the vendor's default does not fit. Omitted: "
+                                          "swp1.. (Cumulus), Ethernet1.. (EOS), Ethernet0, Ethernet8.. (SONiC, 8 lanes)")
+
+    @model_validator(mode="after")
+    def _port_names_cover_ports(self) -> Switch:
+        if self.port_names and len(self.port_names) != self.ports:
+            raise field_error("port_names", f"{len(self.port_names)} port names for {self.ports} ports; "
+                                            "name every port, in order, or omit port_names")
+        return self
+
+
+class FabricChecks(SpecModel):
+    """Thresholds of the checks rendered for after `pulumi up` (ib_write_bw per rail, multi-node all_reduce)."""
+
+    link_min_percent: int = Field(90, ge=10, le=100,
+                                  description="ib_write_bw must reach this share of the line rate. Omitted: 90%.")
+    nccl_min_busbw_gb_per_s: float | None = Field(
+        None, gt=0, description="all_reduce_perf bus bandwidth floor across nodes. Omitted: 80% of what the "
+                                "slower of NVLink and the node's NICs allows.")
+    nccl_hosts: int | None = Field(None, ge=2, description="Nodes in the NCCL check. Omitted: every host of the pool.")
 
 
 class FabricSpec(SpecModel):
@@ -91,6 +150,7 @@ class FabricSpec(SpecModel):
     control_interface: str | None = Field(
         None, pattern=r"^[a-zA-Z][a-zA-Z0-9_.-]{0,14}$",
         description="Host interface of the control network (NCCL_SOCKET_IFNAME). Omitted: NCCL chooses.")
+    checks: FabricChecks = Field(default_factory=FabricChecks, description="Omitted: the defaults of each field.")
 
     @model_validator(mode="after")
     def _kind_settings(self) -> FabricSpec:
@@ -123,6 +183,10 @@ class FabricSpec(SpecModel):
     @property
     def effective_mtu_bytes(self) -> int:
         return self.mtu_bytes or (4096 if self.kind == "infiniband" else 9000)
+
+    @property
+    def effective_gpudirect(self) -> bool:
+        return self.rdma if self.gpudirect_rdma is None else self.gpudirect_rdma
 
     @property
     def effective_roce(self) -> RoceSettings | None:

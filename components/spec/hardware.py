@@ -104,6 +104,10 @@ class Host(SpecModel):
                           "(a warning in dev, refused by policy in staging/prod).")
     ssh_user: str | None = Field(None, min_length=1, description="Omitted: ssh.user.")
     ssh_port: int | None = Field(None, ge=1, le=65535, description="Omitted: ssh.port.")
+    leaf_port: int | None = Field(
+        None, ge=1, le=512, description="Leaf port the host's data-plane NICs are cabled to, the same number on each "
+                                        "rail's leaf (a leaf with several of its rails: the next ports too). Omitted: the lowest free "
+                                        "port, in the order hosts are listed.")
 
 
 class GpuSpec(SpecModel):

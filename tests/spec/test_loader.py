@@ -108,7 +108,53 @@ def test_rejects_a_partition_key_out_of_range(dev_data):
     dev_data["fabric"] = {"kind": "infiniband", "infiniband": {"subnet_managers": ["gpu-dev-01"],
                                                                "partitions": [{"name": "p1", "pkey": 0x7FFF}]}}
     msg = one(dev_data)
-    assert "fabric.infiniband.partitions[0].pkey: Input should be less than or equal to 32766 (got 32767)" in msg
+    assert "fabric.infiniband.partitions[0].pkey: partition key 0x7fff is outside 0x0001-0x7ffe" in msg
+
+
+def test_a_partition_key_with_the_membership_bit_gets_the_key_to_use(dev_data):
+    dev_data["fabric"] = {"kind": "infiniband", "infiniband": {"subnet_managers": ["gpu-dev-01"],
+                                                               "partitions": [{"name": "p1", "pkey": 0x8002}]}}
+    assert "drop the full-membership bit 0x8000 (use 0x0002)" in one(dev_data)
+
+
+def test_rejects_pfc_on_more_than_the_roce_priority(dev_data):
+    dev_data["fabric"]["roce"] = {"pfc_priorities": [3, 4]}
+    assert "fabric.roce.pfc_priorities: pfc_priorities is [3, 4] but RoCE traffic uses priority 3" in one(dev_data)
+
+
+def test_rejects_a_dscp_map_that_sends_roce_traffic_elsewhere(dev_data):
+    dev_data["fabric"]["roce"] = {"dscp_map": {26: 2}}
+    assert ("fabric.roce.dscp_map: dscp_map sends DSCP 26 to priority 2, but RoCE traffic marked 26 must use "
+            "priority 3") in one(dev_data)
+
+
+def test_rejects_a_switch_mtu_below_the_hosts(dev_data):
+    dev_data["fabric"]["switches"][0]["mtu_bytes"] = 1500
+    assert "fabric.switches[0].mtu_bytes: switch leaf-dev-01 MTU 1500 is below the hosts' MTU 9000" in one(dev_data)
+
+
+def test_rejects_a_leaf_with_more_downlinks_than_ports(dev_data):
+    dev_data["fabric"]["switches"][0]["ports"] = 3
+    assert "fabric.switches[0].ports: leaf leaf-dev-01 has 4 downlinks and 0 uplinks but only 3 ports" in one(dev_data)
+
+
+def test_rejects_a_nic_that_reaches_no_leaf(dev_data):
+    dev_data["fabric"]["switches"][0]["rails"] = [0]
+    found = problems_of(dev_data)
+    assert len(found) == 2 and "node_pools[0].hosts[0]: rail 1 of gpu-dev-01 (rack r01) reaches no leaf" in found[0]
+
+
+def test_rejects_two_hosts_on_one_leaf_port(dev_data):
+    for host in dev_data["node_pools"][0]["hosts"]:
+        host["leaf_port"] = 5
+    found = problems_of(dev_data)
+    assert len(found) == 2       # both of gpu-dev-02's NICs (ports 5 and 6)
+    assert "node_pools[0].hosts[1].leaf_port: leaf_port 5 of leaf-dev-01 is already cabled to gpu-dev-01" in found[0]
+
+
+def test_rejects_a_managed_switch_without_a_backend(dev_data):
+    dev_data["fabric"]["switches"][0]["vendor"] = "mlnx-os"
+    assert "fabric.switches[0].vendor: no RoCE configuration backend for mlnx-os" in one(dev_data)
 
 
 def test_rejects_a_subnet_manager_that_is_not_a_host(dev_data):

@@ -1,0 +1,165 @@
+"""The fabric's cabling, derived from the spec: which host NIC goes to which leaf port, and what that gives.
+
+A leaf serves a NIC when the host's rack is in the leaf's `racks` and the NIC's rail in its `rails` (an empty
+list serves all). Each NIC must reach exactly one leaf. Ports: a host's `leaf_port` when given (a leaf with
+several of the host's rails gives them the next ports, in rail order), else the lowest free port in the order
+hosts are listed; uplinks take the highest ports. From the links come, per leaf, the downlink and uplink
+bandwidth and their ratio (oversubscription), whether the layout is rail-optimized (every leaf carries one
+rail, and there are several rails), and the bisection bandwidth.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Iterator
+
+from .common import Loc, Problem
+
+if TYPE_CHECKING:
+    from .cluster import ClusterSpec
+    from .fabric import Switch
+
+
+@dataclass(frozen=True)
+class Link:
+    """One host NIC cabled to one leaf port."""
+
+    host: str
+    rail: int
+    device: str
+    interface: str
+    speed_gbps: int
+    leaf: str
+    port: int
+
+
+@dataclass(frozen=True)
+class LeafLoad:
+    name: str
+    ports: int
+    downlinks: int
+    uplinks: int
+    down_gbps: int
+    up_gbps: int
+    rails: tuple[int, ...]
+
+    @property
+    def oversubscription(self) -> float | None:
+        """Downlink over uplink bandwidth; None for a leaf without uplinks (nothing leaves it)."""
+        return round(self.down_gbps / self.up_gbps, 3) if self.up_gbps else None
+
+
+@dataclass(frozen=True)
+class Topology:
+    links: tuple[Link, ...] = ()
+    leaves: dict[str, LeafLoad] = field(default_factory=dict)
+
+    @property
+    def rail_optimized(self) -> bool:
+        rails = {link.rail for link in self.links}
+        return len(rails) > 1 and all(len(leaf.rails) <= 1 for leaf in self.leaves.values())
+
+    @property
+    def bisection_gbps(self) -> float:
+        """Bandwidth across a worst-case cut halving the hosts, at leaf granularity: each leaf passes at most
+        the smaller of its downlinks and uplinks (a leaf without uplinks is cut through its middle)."""
+        return sum(min(leaf.down_gbps, leaf.up_gbps or leaf.down_gbps) for leaf in self.leaves.values()) / 2
+
+    def leaf_of(self, host: str) -> str | None:
+        """The leaf of the host's lowest rail: hosts under the same set of rail leaves share it."""
+        mine = [link for link in self.links if link.host == host]
+        return min(mine, key=lambda link: link.rail).leaf if mine else None
+
+    def summary(self) -> dict[str, object]:
+        return {
+            "rail_optimized": self.rail_optimized,
+            "bisection_gbps": self.bisection_gbps,
+            "leaves": {name: {"downlinks": leaf.downlinks, "uplinks": leaf.uplinks, "ports": leaf.ports,
+                              "down_gbps": leaf.down_gbps, "up_gbps": leaf.up_gbps,
+                              "oversubscription": leaf.oversubscription, "rails": list(leaf.rails)}
+                       for name, leaf in sorted(self.leaves.items())},
+        }
+
+
+def _serves(leaf: Switch, rack: str, rail: int) -> bool:
+    return (not leaf.racks or rack in leaf.racks) and (not leaf.rails or rail in leaf.rails)
+
+
+def plan_topology(spec: ClusterSpec) -> tuple[Topology, list[Problem]]:
+    """The links and leaf loads, and every cabling problem (each naming the field to fix)."""
+    switches = spec.fabric.switches
+    leaves = [s for s in switches if s.role == "leaf"]
+    if not leaves:
+        return Topology(), []
+    problems: list[Problem] = []
+    where = {s.name: ("fabric", "switches", i) for i, s in enumerate(switches)}
+    uplink_ports = {leaf.name: len(leaf.uplinks) * leaf.links_per_uplink for leaf in leaves}
+    taken: dict[str, dict[int, str]] = {leaf.name: {} for leaf in leaves}
+    wanted: list[tuple[Loc, str, int, Link]] = []     # (host loc, leaf, explicit port or 0, link without port)
+    for pi, pool in enumerate(spec.node_pools):
+        for hi, host in enumerate(pool.hosts):
+            loc = ("node_pools", pi, "hosts", hi)
+            for nic in pool.nics:
+                serving = [leaf for leaf in leaves if _serves(leaf, host.rack, nic.rail)]
+                if len(serving) != 1:
+                    names = ", ".join(s.name for s in serving)
+                    problems.append(Problem(loc, f"rail {nic.rail} of {host.hostname} (rack {host.rack}) reaches "
+                                                 f"{'no leaf' if not serving else 'leaves ' + names}; each NIC needs "
+                                                 "exactly one leaf: fix the leaves' racks or rails"))
+                    continue
+                link = Link(host.hostname, nic.rail, nic.device, nic.interface, nic.speed_gbps, serving[0].name, 0)
+                wanted.append((loc, serving[0].name, host.leaf_port or 0, link))
+    offsets: dict[tuple[str, str], int] = {}
+    for n, (loc, leaf_name, port, link) in enumerate(wanted):   # explicit ports first: automatic ones avoid them
+        if not port:
+            continue
+        port += offsets.get((link.host, leaf_name), 0)    # a leaf with several of the host's rails: next ports
+        offsets[(link.host, leaf_name)] = offsets.get((link.host, leaf_name), 0) + 1
+        wanted[n] = (loc, leaf_name, port, link)
+        leaf = next(s for s in leaves if s.name == leaf_name)
+        if port > leaf.ports - uplink_ports[leaf_name]:
+            problems.append(Problem(loc + ("leaf_port",),
+                                    f"leaf_port {port} is not a downlink port of {leaf_name} (ports 1-"
+                                    f"{leaf.ports - uplink_ports[leaf_name]}; the top {uplink_ports[leaf_name]} "
+                                    "are uplinks); choose a free port in that range"))
+        elif port in taken[leaf_name]:
+            problems.append(Problem(loc + ("leaf_port",), f"leaf_port {port} of {leaf_name} is already cabled to "
+                                                          f"{taken[leaf_name][port]}; give each host its own port"))
+        else:
+            taken[leaf_name][port] = link.host
+    links: list[Link] = []
+    cursor = {leaf.name: 1 for leaf in leaves}
+    for _, leaf_name, port, link in wanted:
+        if not port:
+            while cursor[leaf_name] in taken[leaf_name]:
+                cursor[leaf_name] += 1
+            port = cursor[leaf_name]
+            taken[leaf_name][port] = link.host
+        links.append(Link(**{**link.__dict__, "port": port}))
+    loads: dict[str, LeafLoad] = {}
+    for leaf in leaves:
+        mine = [link for link in links if link.leaf == leaf.name]
+        down = len(taken[leaf.name])
+        if down + uplink_ports[leaf.name] > leaf.ports:
+            problems.append(Problem(where[leaf.name] + ("ports",),
+                                    f"leaf {leaf.name} has {down} downlinks and {uplink_ports[leaf.name]} uplinks "
+                                    f"but only {leaf.ports} ports; add a leaf (narrow racks/rails) or fix ports"))
+        loads[leaf.name] = LeafLoad(leaf.name, leaf.ports, down, uplink_ports[leaf.name],
+                                    sum(link.speed_gbps for link in mine),
+                                    uplink_ports[leaf.name] * leaf.port_speed_gbps,
+                                    tuple(sorted({link.rail for link in mine})))
+    problems.extend(_spine_capacity(spec))
+    return Topology(tuple(links), loads), problems
+
+
+def _spine_capacity(spec: ClusterSpec) -> Iterator[Problem]:
+    switches = spec.fabric.switches
+    for i, spine in enumerate(switches):
+        if spine.role != "spine":
+            continue
+        used = sum(leaf.links_per_uplink for leaf in switches if spine.name in leaf.uplinks)
+        if used > spine.ports:
+            yield Problem(("fabric", "switches", i, "ports"),
+                          f"spine {spine.name} takes {used} uplinks from its leaves but has {spine.ports} ports; "
+                          "add a spine or lower links_per_uplink")
+
