@@ -10,6 +10,7 @@ cluster = GpuCluster(spec.name, spec, ssh_private_key=config.require_secret("ssh
 
 pulumi.export("cluster", spec.name)
 pulumi.export("gpus", spec.gpus)
+pulumi.export("fabricTopology", cluster.fabric.topology)
 pulumi.export("tenantNamespaces", {n: t.namespace for n, t in cluster.tenants.items()})
 pulumi.export("tenantLocalQueues", {n: t.local_queue for n, t in cluster.tenants.items()})
 pulumi.export("rdmaResource", cluster.kubernetes.rdma_resource)

@@ -58,7 +58,8 @@ def heredoc(text: str, marker: str = "GPUCLUSTER_EOF") -> str:
 def fill(template: str, docs: dict[str, str] | None = None, **values: Any) -> str:
     """Substitute @KEY@ with shell-quoted values and @KEY_DOC@ with quoted heredocs; nothing may be left over."""
     for key, text in (docs or {}).items():
-        template = template.replace(f"$(cat @{key}@)", f"$(cat {heredoc(text)}\n)")
+        marker = next(m for m in (f"GPUCLUSTER_EOF{n or ''}" for n in range(100)) if m not in text)  # nesting
+        template = template.replace(f"$(cat @{key}@)", f"$(cat {heredoc(text, marker)}\n)")
     for key, value in values.items():
         template = template.replace(f"@{key}@", shlex.quote(str(value)))
     left = re.findall(r"@[A-Z_]+@", template)

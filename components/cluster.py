@@ -6,6 +6,7 @@ from typing import ClassVar
 
 import pulumi
 
+from .fabric import Fabric
 from .k8s.gpu_stack import GpuKubernetesStack
 from .k8s.tenant import Tenant, TenantArgs
 from .nodes import GpuNodePool, NodePoolArgs
@@ -24,6 +25,8 @@ class GpuCluster(pulumi.ComponentResource):
 
     node_pools: dict[str, GpuNodePool]
     """Node pool components by pool name."""
+    fabric: Fabric
+    """Host and switch fabric settings, topology figures, NCCL settings and the after-apply checks."""
     kubernetes: GpuKubernetesStack
     """The operators, Kueue and monitoring; what job templates need (flavors, RDMA resource, networks)."""
     tenants: dict[str, Tenant]
@@ -35,12 +38,14 @@ class GpuCluster(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
         self.node_pools = {p.name: GpuNodePool(f"{name}-{p.name}", NodePoolArgs.from_spec(spec, p), ssh_private_key,
                                                opts=child) for p in spec.node_pools}
+        self.fabric = Fabric(f"{name}-fabric", spec, ssh_private_key, opts=child)
         self.kubernetes = GpuKubernetesStack(f"{name}-k8s", spec, opts=child)
         self.tenants = {t.name: Tenant(f"{name}-{t.name}", TenantArgs.from_spec(spec, t),
                                        kueue_ready=self.kubernetes.kueue_ready, opts=child)
                         for t in spec.tenants}
         self.register_outputs({
             "gpus": spec.gpus,
+            "fabric_topology": self.fabric.topology,
             "rdma_resource": self.kubernetes.rdma_resource,
             "networks": self.kubernetes.networks,
             "burn_in": {h: v for p in self.node_pools.values() for h, v in p.burn_in.items()},

@@ -9,6 +9,8 @@ from ..spec import ClusterSpec, NodePool
 POOL_LABEL = "gpucluster.io/pool"
 BLOCK_LABEL = "gpucluster.io/block"
 RACK_LABEL = "gpucluster.io/rack"
+# The leaf switch of the host's first rail (the rack, when the spec lists no leaves): Kueue's middle level.
+LEAF_LABEL = "gpucluster.io/leaf"
 DEVICE_PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"
 MIG_CONFIG_LABEL = "nvidia.com/mig.config"
 # Taint a node carries until its burn-in passes; operators' daemonsets tolerate it, workloads do not.

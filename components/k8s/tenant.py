@@ -19,6 +19,7 @@ import pulumi
 from pydantic import Field
 
 from ..spec import ClusterSpec, Tenant as TenantSpec
+from ..fabric.nccl import nccl_env
 from ..spec.common import SpecModel
 from .objects import Manifest, register
 
@@ -42,6 +43,9 @@ class TenantArgs(SpecModel):
     monitoring_namespace: str | None = Field(None, description="Omitted: no scraping is allowed in.")
     protect: bool = Field(True, description="Omitted: the namespace is protected; deleting it needs an explicit "
                                             "unprotect first, since it deletes the tenant's volumes too.")
+    nccl: dict[str, dict[str, str]] = Field(
+        default_factory=dict, description="NCCL settings per node pool, as ConfigMaps `nccl-<pool>` for jobs' "
+                                          "envFrom. Omitted: none.")
 
     @classmethod
     def from_spec(cls, spec: ClusterSpec, tenant: TenantSpec) -> TenantArgs:
@@ -50,7 +54,8 @@ class TenantArgs(SpecModel):
                    memory_gib=spec.tenant_memory_gib(tenant), cohort=spec.kubernetes.kueue.cohort,
                    dns_namespace=spec.kubernetes.dns_namespace,
                    monitoring_namespace=monitoring.namespace if monitoring.enabled else None,
-                   protect=spec.environment != "dev")
+                   protect=spec.environment != "dev",
+                   nccl={pool: nccl_env(spec, spec.pools[pool]) for pool in tenant.gpu_quota if pool in spec.pools})
 
 
 # --- pure rendering ---------------------------------------------------------------------------------
@@ -193,7 +198,13 @@ def render_tenant(args: TenantArgs) -> list[Manifest]:
     return [Manifest("ns", render_namespace(args)), *render_role_bindings(args),
             *render_network_policies(args), Manifest("limits", render_limit_range(args)),
             Manifest("quota", render_resource_quota(args)), Manifest("cq", render_cluster_queue(args)),
-            Manifest("lq", render_local_queue(args))]
+            Manifest("lq", render_local_queue(args)), *render_nccl_config_maps(args)]
+
+
+def render_nccl_config_maps(args: TenantArgs) -> list[Manifest]:
+    """The fabric's NCCL settings for the pools the tenant may use (`envFrom: [{configMapRef: nccl-<pool>}]`)."""
+    return [Manifest(f"nccl-{pool}", {"apiVersion": "v1", "kind": "ConfigMap", "metadata": _meta(args, f"nccl-{pool}"),
+                                      "data": dict(env)}) for pool, env in sorted(args.nccl.items())]
 
 
 # --- the component ------------------------------------------------------------------------------------

@@ -15,10 +15,11 @@ import pulumi
 import pulumi_kubernetes as k8s
 from pydantic import Field
 
-from ..k8s.labels import BLOCK_LABEL, BURN_IN_TAINT, RACK_LABEL, pool_labels
+from ..k8s.labels import BLOCK_LABEL, BURN_IN_TAINT, LEAF_LABEL, RACK_LABEL, pool_labels
 from ..spec import ClusterSpec, Host, NodePool
 from ..spec.common import SpecModel
 from ..spec.hardware import SshSettings
+from ..spec.topology import plan_topology
 from ..ssh import SshTarget, push
 from .burn_in import parse_result, render_burn_in
 from .host_prep import render_host_prep
@@ -31,11 +32,15 @@ class NodePoolArgs(SpecModel):
     ssh: SshSettings = Field(default_factory=SshSettings, description="Omitted: root on port 22, no bastion.")
     rdma: bool = Field(False, description="The fabric has RDMA. Omitted: no.")
     blocks: dict[str, str] = Field(default_factory=dict, description="Rack -> network block. Omitted: none.")
+    leaves: dict[str, str] = Field(default_factory=dict,
+                                   description="Host -> leaf switch of its first rail. Omitted: the host's rack.")
 
     @classmethod
     def from_spec(cls, spec: ClusterSpec, pool: NodePool) -> NodePoolArgs:
         blocks = {r.name: r.block or s.name for s in spec.sites for r in s.racks}
-        return cls(pool=pool, ssh=spec.ssh, rdma=spec.fabric.rdma, blocks=blocks)
+        topology = plan_topology(spec)[0]
+        leaves = {h.hostname: leaf for h in pool.hosts if (leaf := topology.leaf_of(h.hostname))}
+        return cls(pool=pool, ssh=spec.ssh, rdma=spec.fabric.rdma, blocks=blocks, leaves=leaves)
 
     def target(self, host: Host) -> SshTarget:
         return SshTarget(host=host.address, user=host.ssh_user or self.ssh.user, port=host.ssh_port or self.ssh.port,
@@ -43,7 +48,8 @@ class NodePoolArgs(SpecModel):
 
 
 def node_labels(args: NodePoolArgs, host: Host) -> dict[str, str]:
-    labels = {**pool_labels(args.pool), RACK_LABEL: host.rack, "gpucluster.io/gpu-model": args.pool.gpu.model}
+    labels = {**pool_labels(args.pool), RACK_LABEL: host.rack, LEAF_LABEL: args.leaves.get(host.hostname, host.rack),
+              "gpucluster.io/gpu-model": args.pool.gpu.model}
     if args.pool.nics:    # what a job can expect of the node's data-plane network
         labels["gpucluster.io/rails"] = str(len(args.pool.nics))
         labels["gpucluster.io/rail-gbps"] = str(min(n.speed_gbps for n in args.pool.nics))

@@ -14,10 +14,14 @@ import yaml
 from pulumi.runtime import rpc as _rpc
 
 from ..cluster import GpuCluster
+from ..fabric import Fabric
+from ..fabric.nccl import nccl_env
 from ..k8s.network_operator import rdma_resource
 from ..spec import ClusterSpec
 from ..spec.cluster import network_operator_enabled
+from ..spec.topology import plan_topology
 from ..ssh import unwrap
+from ..yamltext import to_yaml
 from .recorder import SECRET, STACK_TYPE, Record, redact
 from .runner import ProgramRun
 
@@ -52,22 +56,6 @@ def _k8s_document(inputs: dict[str, Any]) -> dict[str, Any]:
     return {**head, **obj}
 
 
-class _Dumper(yaml.SafeDumper):
-    """Multi-line strings (embedded configs, scripts, dashboards) as literal blocks, readable in review."""
-
-
-def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
-    block = "\n" in value and not any(c in value for c in "\t\r") and value == value.rstrip(" ")
-    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|" if block else None)
-
-
-_Dumper.add_representer(str, _str)
-
-
-def _yaml(doc: Any) -> str:
-    return yaml.dump(doc, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=120, allow_unicode=True)
-
-
 def _resource_entry(r: Record, component_outputs: dict[str, dict[str, Any]]) -> dict[str, Any]:
     explicit = set(r.dependencies) - {u for us in r.property_dependencies.values() for u in us}
     entry: dict[str, Any] = {
@@ -96,7 +84,7 @@ def _release_files(r: Record) -> tuple[str, str]:
               f"{(i.get('repositoryOpts') or {}).get('repo', 'the chart reference')} into namespace "
               f"{i.get('namespace', 'default')}\n")
     path = f"helm/{_SAFE.sub('_', str(i.get('namespace', 'default')))}-{_SAFE.sub('_', str(name))}.values.yaml"
-    return path, header + _yaml(_ordered(i.get("values") or {}))
+    return path, header + to_yaml(_ordered(i.get("values") or {}))
 
 
 def _script_files(r: Record, names: dict[str, str]) -> dict[str, str]:
@@ -141,12 +129,15 @@ def build_plan(run: ProgramRun) -> Plan:
                 errors.append(f"{r.name} and {owners[path]} both manage the Kubernetes object {path}; "
                               "one would overwrite the other")
             owners[path] = r.name
-            files[path] = _yaml(_k8s_document(r.inputs))
+            files[path] = to_yaml(_k8s_document(r.inputs))
         elif r.type == HELM_RELEASE:
             path, text = _release_files(r)
             files[path] = text
         elif r.type == REMOTE_COMMAND:
             files.update(_script_files(r, names))
+        elif r.type == Fabric.TYPE:
+            checks = run.component_outputs.get(r.urn, {}).get("checks") or {}
+            files.update({f"checks/{_SAFE.sub('_', n)}": text for n, text in checks.items()})
     document = {
         "note": HONESTY, "project": run.project, "stack": run.stack,
         "unresolvedSecrets": run.unresolved_secrets,
@@ -168,6 +159,26 @@ def _table(headers: list[str], rows: list[list[Any]]) -> list[str]:
     widths = [max(len(str(x)) for x in col) for col in zip(headers, *rows)]
     fmt = "  ".join(f"{{:<{w}}}" if i < len(widths) - 1 else f"{{:>{w}}}" for i, w in enumerate(widths))
     return [fmt.format(*headers), fmt.format(*("-" * w for w in widths))] + [fmt.format(*map(str, r)) for r in rows]
+
+
+def _fabric_summary(spec: ClusterSpec) -> list[str]:
+    topology = plan_topology(spec)[0]
+    f = spec.fabric
+    mtu = f"MTU {f.effective_mtu_bytes}"
+    roce = f.effective_roce
+    qos = f", RoCE priority {roce.priority} (PFC), DSCP {roce.dscp}, ToS {roce.tos}" if roce else ""
+    lines = [f"Fabric {f.kind}: {mtu}{qos}; {len(topology.links)} host links, "
+             f"{'rail-optimized' if topology.rail_optimized else 'not rail-optimized'}, "
+             f"bisection {topology.bisection_gbps:g} Gb/s"]
+    if topology.leaves:
+        lines += _table(["leaf", "rails", "downlinks", "uplinks", "ports", "down Gb/s", "up Gb/s", "oversubscription"], [
+            [leaf.name, ",".join(map(str, leaf.rails)) or "-", leaf.downlinks, leaf.uplinks, leaf.ports,
+             leaf.down_gbps, leaf.up_gbps,
+             f"{leaf.oversubscription:g}:1" if leaf.oversubscription is not None else "no uplinks"]
+            for leaf in topology.leaves.values()])
+    for pool in spec.node_pools:
+        lines.append(f"NCCL ({pool.name}): " + " ".join(f"{k}={v}" for k, v in nccl_env(spec, pool).items()))
+    return lines
 
 
 def render_summary(run: ProgramRun, plan: Plan, clusters: list[ClusterSpec]) -> str:
@@ -192,6 +203,7 @@ def render_summary(run: ProgramRun, plan: Plan, clusters: list[ClusterSpec]) -> 
                      f"{rdma_resource(spec) if network_operator_enabled(spec) else 'none'}")
         lines += _table(["node pool", "GPU", "hosts", "GPUs"],
                         [[p.name, f"{p.gpu.count} x {p.gpu.model}", len(p.hosts), p.gpus] for p in spec.node_pools])
+        lines += ["", *_fabric_summary(spec)]
         if spec.tenants:
             lines.append("")
             lines += _table(["tenant", "namespace", "guaranteed GPUs", "borrowing limit", "CPU", "memory"], [

@@ -136,6 +136,9 @@ class FabricChecks(SpecModel):
         None, gt=0, description="all_reduce_perf bus bandwidth floor across nodes. Omitted: 80% of what the "
                                 "slower of NVLink and the node's NICs allows.")
     nccl_hosts: int | None = Field(None, ge=2, description="Nodes in the NCCL check. Omitted: every host of the pool.")
+    nccl_tests_image: str = Field(
+        "ghcr.io/coreweave/nccl-tests:12.8.1-devel-ubuntu22.04-nccl2.26.2-1-0708d2e", min_length=1,
+        description="Image with MPI and nccl-tests at /opt/nccl_tests/build. Omitted: CoreWeave's public build.")
 
 
 class FabricSpec(SpecModel):

@@ -71,9 +71,10 @@ class KueueSettings(SpecModel):
     priority_classes: list[PriorityClass] = Field(
         default_factory=list, description="WorkloadPriorityClasses. Omitted: none; every workload has priority 0.")
     topology_levels: list[LabelKey] = Field(
-        default_factory=lambda: ["gpucluster.io/block", "gpucluster.io/rack", "kubernetes.io/hostname"],
+        default_factory=lambda: ["gpucluster.io/block", "gpucluster.io/leaf", "kubernetes.io/hostname"],
         min_length=1,
-        description="Node labels from widest to narrowest for topology-aware scheduling. Omitted: block, rack, host.")
+        description="Node labels from widest to narrowest for topology-aware scheduling. Omitted: block, leaf "
+                    "(the leaf switch of the host's first rail, or its rack without leaves), host.")
 
 
 class MonitoringSettings(SpecModel):

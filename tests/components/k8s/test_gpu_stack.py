@@ -116,7 +116,7 @@ def test_kueue_objects_map_quota_onto_node_pools(dev_spec):
     assert h100["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Equal", "value": "present",
                                     "effect": "NoSchedule"}]
     assert [lv["nodeLabel"] for lv in objs[("Topology", "gpu-topology")]["spec"]["levels"]] == [
-        "gpucluster.io/block", "gpucluster.io/rack", "kubernetes.io/hostname"]
+        "gpucluster.io/block", "gpucluster.io/leaf", "kubernetes.io/hostname"]
     assert ("Cohort", "gpu-cluster") in objs
     assert objs[("WorkloadPriorityClass", "production")]["value"] == 1000
 

@@ -98,7 +98,7 @@ def test_a_tenant_without_gpus_gets_no_gpu_group(dev_data):
 
 
 def test_local_queue_is_the_namespace_default(dev_spec):
-    lq = render_tenant(args_for(dev_spec))[-1].obj
+    lq = next(m.obj for m in render_tenant(args_for(dev_spec)) if m.role == "lq")
     assert lq["kind"] == "LocalQueue" and lq["metadata"] == {**lq["metadata"], "name": LOCAL_QUEUE,
                                                               "namespace": "team-a"}
     assert lq["spec"] == {"clusterQueue": "team-a"}
@@ -132,8 +132,15 @@ def test_children_are_named_by_role_and_parented_to_the_tenant(dev_spec, record)
     tenant = next(r for r in run.records if r.type == Tenant.TYPE)
     children = sorted(short(r.urn) for r in run.records if r.parent == tenant.urn)
     assert children == sorted(["t-ns", "t-rb-admin", "t-rb-edit", "t-np-deny", "t-np-same-ns", "t-np-dns",
-                               "t-np-ingress", "t-limits", "t-quota", "t-cq", "t-lq"])
+                               "t-np-ingress", "t-limits", "t-quota", "t-cq", "t-lq", "t-nccl-h100"])
     assert run.duplicates == []
+
+
+def test_jobs_get_the_fabric_nccl_settings_of_the_pools_they_may_use(dev_spec):
+    cm = next(m.obj for m in render_tenant(args_for(dev_spec)) if m.role == "nccl-h100")
+    assert cm["kind"] == "ConfigMap" and cm["metadata"]["name"] == "nccl-h100"
+    assert cm["metadata"]["namespace"] == "team-a"
+    assert cm["data"]["NCCL_IB_HCA"] == "=mlx5_0:1,mlx5_1:1" and cm["data"]["NCCL_IB_TC"] == "106"
 
 
 def test_namespaced_objects_depend_on_the_namespace(dev_spec, record):

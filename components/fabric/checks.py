@@ -1,0 +1,131 @@
+"""Checks to run after `pulumi up`: every rail of every host at line rate, then NCCL across nodes.
+
+- Links: ib_write_bw between neighbours in a ring of the pool's hosts (each host is server once and client
+  once, so every NIC is exercised twice with n pairs, not n^2), one rail at a time, run from the operator's
+  machine over SSH like Pulumi itself. RoCE runs use the GID index the fabric script found and the RoCE
+  traffic class, so they prove the lossless class end to end. (../shared/reference/node-commands.md 3.5)
+- NCCL: an MPIJob (Kubeflow MPI operator) running all_reduce_perf with one rank per GPU; its launcher fails
+  when the average bus bandwidth is below the threshold. (reference 3.6)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..bash import fill, script
+from ..k8s.labels import POOL_LABEL, pool_tolerations
+from ..k8s.network_operator import rdma_resource
+from ..spec import ClusterSpec, NodePool
+from .nccl import NCCL_CONF, nccl_env
+
+NCCL_TESTS = "/opt/nccl_tests/build/all_reduce_perf"
+CHECKS_NAMESPACE = "gpucluster-checks"
+PERFTEST = "-i 1 -F --report_gbits -D 10 -q 4 -s 1048576"
+
+
+def _pairs(hosts: list[str]) -> list[tuple[str, str]]:
+    if len(hosts) < 2:
+        return []
+    return [(hosts[i], hosts[(i + 1) % len(hosts)]) for i in range(len(hosts))][: 1 if len(hosts) == 2 else None]
+
+
+def render_link_check(spec: ClusterSpec, pool: NodePool) -> str | None:
+    """A script for the operator's machine; exits non-zero naming every slow or broken link."""
+    if not spec.fabric.rdma or not pool.nics or len(pool.hosts) < 2:
+        return None
+    roce = spec.fabric.effective_roce
+    percent = spec.fabric.checks.link_min_percent
+    extra = f" --tclass={roce.tos}" if roce else ""
+    # evaluated on each host: the GID index its fabric script found (perftest's -x), none on InfiniBand
+    gid = f"\"'$(sed -n \"s/^NCCL_IB_GID_INDEX=/-x /p\" {NCCL_CONF})'\"" if roce else ""
+    by_name = {h.hostname: h for h in pool.hosts}
+    user = spec.ssh.user
+    lines = []
+    for server, client in _pairs([h.hostname for h in pool.hosts]):
+        for nic in sorted(pool.nics, key=lambda n: n.rail):
+            floor = nic.speed_gbps * percent / 100
+            lines.append(f"check_link {server} {by_name[server].address} {client} {by_name[client].address} "
+                         f"{nic.device} {nic.rail} {floor:g}")
+    template = r'''
+SSH_USER=${SSH_USER:-@USER@}
+FAILED=0
+remote() { ssh -o BatchMode=yes -o ConnectTimeout=10 "$SSH_USER@$1" "$2"; }
+# check_link SERVER SERVER_ADDRESS CLIENT CLIENT_ADDRESS DEVICE RAIL MIN_GBPS
+check_link() {
+  local cmd out bw
+  # shellcheck disable=SC2016  # the $(...) runs on the remote host
+  cmd="ib_write_bw -d $5 @GID@@PERFTEST@@EXTRA@"
+  remote "$2" "timeout 60 $cmd" >/dev/null 2>&1 &
+  sleep 2
+  if ! out=$(remote "$4" "timeout 60 $cmd $2" 2>&1); then
+    note "FAIL rail $6 $3 -> $1 ($5): ib_write_bw failed: $(printf '%s' "$out" | tail -n 1)"; FAILED=1; wait || true; return 0
+  fi
+  wait || true
+  bw=$(printf '%s\n' "$out" | awk '$1 ~ /^[0-9]+$/ && NF >= 4 { v = $4 } END { print v + 0 }')
+  if awk -v bw="$bw" -v min="$7" 'BEGIN { exit !(bw >= min) }'; then
+    note "ok   rail $6 $3 -> $1 ($5): $bw Gb/s (>= $7)"
+  else
+    note "FAIL rail $6 $3 -> $1 ($5): $bw Gb/s, below $7 Gb/s (@PERCENT@% of line rate)"; FAILED=1
+  fi
+}
+@CHECKS@
+if (( FAILED )); then fail "some links are below @PERCENT@% of line rate or broken (see FAIL lines)"; fi
+'''
+    for key, raw in {"@GID@": gid + " " if gid else "", "@PERFTEST@": PERFTEST, "@EXTRA@": extra,
+                     "@CHECKS@": "\n".join(lines)}.items():     # shell text, not values to quote
+        template = template.replace(key, raw)
+    body = fill(template, USER=user, PERCENT=percent)
+    return script(f"Fabric link check of pool {pool.name}: ib_write_bw per rail, at least {percent}% of line rate",
+                  f"links-{pool.name}", body)
+
+
+def nccl_floor_gb_per_s(spec: ClusterSpec, pool: NodePool) -> float:
+    """The spec's floor, or 80% of the slower of NVLink (the model's bus bandwidth) and the node's NICs."""
+    wanted = spec.fabric.checks.nccl_min_busbw_gb_per_s
+    if wanted is not None:
+        return wanted
+    nic_gb_per_s = sum(n.speed_gbps for n in pool.nics) / 8
+    return round(0.8 * min(pool.gpu.info.busbw_gb_per_s, nic_gb_per_s or pool.gpu.info.busbw_gb_per_s), 1)
+
+
+def render_nccl_job(spec: ClusterSpec, pool: NodePool) -> list[dict[str, Any]]:
+    """The check's namespace and MPIJob, to `kubectl apply` after `pulumi up` (empty below two hosts).
+
+    Its own namespace, outside Kueue's tenant namespaces: the MPI operator's workers run sshd as root, which
+    the tenants' restricted pod security refuses; run it before tenants start or on a drained pool.
+    """
+    hosts = min(spec.fabric.checks.nccl_hosts or len(pool.hosts), len(pool.hosts))
+    if hosts < 2:
+        return []
+    gpus, floor = pool.gpu.count, nccl_floor_gb_per_s(spec, pool)
+    env = [{"name": k, "value": v} for k, v in nccl_env(spec, pool).items()]
+    ranks = hosts * gpus
+    exports = " ".join(f"-x {e['name']}" for e in env)
+    launcher = fill(r'''set -euo pipefail
+out=$(mpirun --allow-run-as-root -np @RANKS@ -N @GPUS@ --bind-to none EXPORTS @BIN@ -b 512M -e 8G -f 2 -g 1 | tee /dev/stderr)
+busbw=$(printf '%s\n' "$out" | sed -n 's/^# Avg bus bandwidth *: *//p')
+echo "average bus bandwidth ${busbw:-none} GB/s, floor @FLOOR@ GB/s"
+awk -v b="${busbw:-0}" -v f=@FLOOR@ 'BEGIN { exit !(b >= f) }'
+'''.replace("EXPORTS", exports), RANKS=ranks, GPUS=gpus, FLOOR=floor, BIN=NCCL_TESTS)
+    limits = {"nvidia.com/gpu": gpus}
+    if spec.fabric.rdma and pool.nics:
+        limits[rdma_resource(spec)] = 1
+    image = spec.fabric.checks.nccl_tests_image
+    worker = {"spec": {
+        "nodeSelector": {POOL_LABEL: pool.name}, "tolerations": pool_tolerations(pool),
+        "containers": [{"name": "worker", "image": image, "command": ["/usr/sbin/sshd", "-De"], "env": env,
+                        "resources": {"limits": limits},
+                        "volumeMounts": [{"name": "shm", "mountPath": "/dev/shm"}]}],
+        "volumes": [{"name": "shm", "emptyDir": {"medium": "Memory"}}]}}
+    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {
+        "name": CHECKS_NAMESPACE, "labels": {"pod-security.kubernetes.io/enforce": "baseline"}}}
+    return [namespace, {
+        "apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob",
+        "metadata": {"name": f"nccl-check-{pool.name}", "namespace": CHECKS_NAMESPACE,
+                     "annotations": {"gpucluster.io/min-busbw-gb-per-s": f"{floor:g}"}},
+        "spec": {"slotsPerWorker": gpus, "runPolicy": {"cleanPodPolicy": "Running", "backoffLimit": 0},
+                 "mpiReplicaSpecs": {
+                     "Launcher": {"replicas": 1, "template": {"spec": {"containers": [{
+                         "name": "launcher", "image": image, "command": ["/bin/bash", "-c", launcher], "env": env}]}}},
+                     "Worker": {"replicas": hosts, "template": worker}}},
+    }]

@@ -1,0 +1,88 @@
+"""Fabric: the data plane configured on hosts and switches from one spec, so both ends agree by construction.
+
+Resources, keyed by stable names: `<name>-<hostname>` per host with data-plane NICs or a subnet manager (one
+SSH script: NIC settings, boot unit, /etc/nccl.conf, OpenSM on SM hosts), and `<name>-<switch>` per managed
+RoCE switch. On InfiniBand, every other host waits for the subnet managers, whose sweep makes ports Active.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import pulumi
+from ..spec import ClusterSpec
+from ..spec.hardware import Nic
+from ..spec.topology import plan_topology
+from ..ssh import SshTarget, push
+from ..yamltext import to_yaml_all
+from .checks import render_link_check, render_nccl_job
+from .host import render_fabric_host
+from .nccl import nccl_env
+from .switches import render_switch
+
+
+def fabric_hosts(spec: ClusterSpec) -> list[tuple[str, SshTarget, list[Nic], dict[str, str]]]:
+    """(hostname, target, NICs, NCCL settings) of every host the fabric configures; subnet managers first."""
+    ssh = spec.ssh
+    sms = spec.fabric.infiniband.subnet_managers if spec.fabric.infiniband else []
+    out = []
+    if spec.fabric.rdma:
+        for pool, host in spec.hosts():
+            if pool.nics or host.hostname in sms:
+                target = SshTarget(host.address, host.ssh_user or ssh.user, host.ssh_port or ssh.port, host.host_key,
+                                   ssh.bastion)
+                out.append((host.hostname, target, list(pool.nics), nccl_env(spec, pool)))
+        for server in spec.storage.servers:
+            if server.hostname in sms:
+                out.append((server.hostname, SshTarget(server.address, ssh.user, ssh.port, server.host_key,
+                                                       ssh.bastion), [], {}))
+    return sorted(out, key=lambda h: (h[0] not in sms, sms.index(h[0]) if h[0] in sms else 0))
+
+
+def render_checks(spec: ClusterSpec) -> dict[str, str]:
+    """File name -> content of the after-apply checks."""
+    out: dict[str, str] = {}
+    for pool in spec.node_pools:
+        links = render_link_check(spec, pool)
+        if links:
+            out[f"links-{pool.name}.sh"] = links
+        job = render_nccl_job(spec, pool)
+        if job:
+            out[f"nccl-{pool.name}.yaml"] = to_yaml_all(job)
+    return out
+
+
+class Fabric(pulumi.ComponentResource):
+    TYPE: ClassVar[str] = "gpucluster:fabric:Fabric"
+
+    topology: dict[str, Any]
+    """Rail-optimized or not, bisection bandwidth, and per leaf its links and oversubscription."""
+    nccl_env: dict[str, dict[str, str]]
+    """NCCL settings per node pool (also in /etc/nccl.conf on its hosts), for job templates."""
+    checks: dict[str, str]
+    """Scripts and job specs to run after `pulumi up` (ib_write_bw per rail, multi-node all_reduce_perf)."""
+    host_scripts: dict[str, pulumi.Resource]
+    """The fabric script of each host, by hostname (what depends on a configured fabric waits on these)."""
+
+    def __init__(self, name: str, spec: ClusterSpec, ssh_private_key: pulumi.Input[str],
+                 opts: pulumi.ResourceOptions | None = None):
+        super().__init__(self.TYPE, name, {"fabric": spec.fabric.model_dump(mode="json")}, opts)
+        self.topology = plan_topology(spec)[0].summary()
+        self.nccl_env = {p.name: nccl_env(spec, p) for p in spec.node_pools}
+        self.checks = render_checks(spec)
+        sms = set(spec.fabric.infiniband.subnet_managers) if spec.fabric.infiniband else set()
+        self.host_scripts = {}
+        managers: list[pulumi.Resource] = []
+        for hostname, target, nics, env in fabric_hosts(spec):
+            resource = push(f"{name}-{hostname}", target, render_fabric_host(spec, hostname, nics, env),
+                            ssh_private_key, parent=self, depends_on=[] if hostname in sms else managers)
+            if hostname in sms:
+                managers.append(resource)
+            self.host_scripts[hostname] = resource
+        if spec.fabric.kind == "rocev2":
+            for switch in spec.fabric.switches:
+                if switch.managed:
+                    target = SshTarget(switch.address, switch.ssh_user, 22, switch.host_key, spec.ssh.bastion)
+                    push(f"{name}-{switch.name}", target, render_switch(switch, spec.fabric), ssh_private_key,
+                         parent=self)
+        self.register_outputs({"topology": self.topology, "nccl_env": self.nccl_env, "checks": self.checks})

@@ -1,0 +1,303 @@
+"""One fabric script per host (../shared/reference/node-commands.md, sections 1, 3 and 4).
+
+None of the RoCE or IPoIB runtime settings survive a reboot or driver reload, so the script installs an apply
+script and a boot unit that runs it, then runs it now: the same code path at push and at boot. The apply script
+checks every NIC before it changes anything, and reads what it cannot know from the device (the RoCEv2 GID
+index, the port GUID). On InfiniBand subnet-manager hosts the push also sets up OpenSM first, so the ports
+become Active before they are checked.
+"""
+
+from __future__ import annotations
+
+from ..bash import fill, script
+from ..spec import ClusterSpec
+from ..spec.hardware import Nic
+from ..ssh import Script
+from .nccl import NCCL_CONF, render_nccl_conf
+
+APPLY = "/usr/local/sbin/gpucluster-fabric"
+APPLY_UNIT = "/etc/systemd/system/gpucluster-fabric.service"
+OPENSM_CONF = "/etc/opensm/opensm.conf"
+PARTITIONS_CONF = "/etc/opensm/partitions.conf"
+OPENSM_UNIT = "/etc/systemd/system/gpucluster-opensm.service"
+BOOT_WAIT_S = 180          # at boot, NICs and the SM can take minutes to come up
+PUSH_WAIT_S = 60
+IB_MTU_CODES = {256: 1, 512: 2, 1024: 3, 2048: 4, 4096: 5}             # IBTA encodings in partitions.conf
+IB_RATE_CODES = {100: 16, 200: 17, 400: 21, 800: 23}                  # enum ibv_rate
+
+_COMMON = r'''
+WAIT_S=${1:-0}
+wait_for() { local i=0; while [[ ! -e "$1" ]] && (( i < WAIT_S )); do sleep 1; i=$((i + 1)); done; }
+# check_nic DEVICE INTERFACE RAIL LINK_LAYER: present, of the right kind, and paired as the spec says
+check_nic() {
+  wait_for "/sys/class/net/$2"
+  wait_for "/sys/class/infiniband/$1"
+  [[ -d "/sys/class/net/$2" ]] || fail "NIC $2 (rail $3, $1) not found: check nics[].interface against 'ip link'"
+  [[ -d "/sys/class/infiniband/$1" ]] ||
+    fail "RDMA device $1 (rail $3, $2) not found: load the mlx5_ib driver (DOCA-OFED) or fix nics[].device"
+  local layer
+  layer=$(cat "/sys/class/infiniband/$1/ports/1/link_layer" 2>/dev/null || echo unknown)
+  [[ "$layer" == "$4" ]] || fail "$1 ($2, rail $3) has link layer $layer, not $4: set the port type with mlxconfig (LINK_TYPE_P1) or fix fabric.kind"
+  [[ -e "/sys/class/infiniband/$1/device/net/$2" ]] || fail "$2 is not a port of $1 (rail $3): fix the pairing in nics[] (see ibdev2netdev)"
+}
+set_mtu() {
+  local mtu
+  mtu=$(ip -o link show dev "$1" | sed -n 's/.* mtu \([0-9][0-9]*\) .*/\1/p')
+  if [[ "$mtu" != "$2" ]]; then ip link set dev "$1" mtu "$2"; changed "$1: MTU ${mtu:-unknown} -> $2"; fi
+}
+'''
+
+_ROCE = r'''
+# set_sysfs FILE VALUE WHAT: OFED-only knobs are skipped, with a note, when the driver lacks them
+set_sysfs() {
+  if [[ ! -e "$1" ]]; then note "no $1 (inbox driver?): $3 stays at the default"; return 0; fi
+  local now
+  now=$(cat "$1")
+  if [[ "$now" != "$2" && "$now" != *"=$2" ]]; then echo "$2" > "$1"; changed "$3"; fi
+}
+# roce_nic DEVICE INTERFACE: lossless RoCEv2 on one NIC
+roce_nic() {
+  local dev=$1 if=$2 qos trust pfc pause point
+  set_mtu "$if" @MTU@
+  qos=$(mlnx_qos -i "$if")
+  trust=$(printf '%s\n' "$qos" | sed -n 's/^Priority trust state: *//p')
+  if [[ "$trust" != dscp ]]; then
+    mlnx_qos -i "$if" --trust dscp >/dev/null
+    changed "$if: trust DSCP (was ${trust:-unknown})"
+    qos=$(mlnx_qos -i "$if")
+  fi
+  pfc=$(printf '%s\n' "$qos" | awk '$1 == "enabled" { $1 = ""; gsub(/ /, ""); print; exit }')
+  if [[ "$pfc" != @PFC_BITS@ ]]; then
+    mlnx_qos -i "$if" --pfc @PFC@ >/dev/null
+    changed "$if: PFC on priority @PRIO@ only (was ${pfc:-unknown})"
+  fi
+  @DSCP_MAP@
+  for point in roce_np roce_rp; do
+    set_sysfs "/sys/class/net/$if/ecn/$point/enable/@PRIO@" 1 "$if: ECN $point on priority @PRIO@"
+  done
+  set_sysfs "/sys/class/net/$if/ecn/roce_np/cnp_dscp" @CNP_DSCP@ "$if: CNPs marked DSCP @CNP_DSCP@"
+  set_sysfs "/sys/class/net/$if/ecn/roce_np/cnp_802p_prio" @CNP_PRIO@ "$if: CNPs on priority @CNP_PRIO@"
+  pause=$(ethtool -a "$if" 2>/dev/null | awk '$1 == "RX:" || $1 == "TX:" { printf "%s", $2 }' || true)
+  if [[ -n "$pause" && "$pause" != offoff ]]; then
+    ethtool -A "$if" autoneg off rx off tx off
+    changed "$if: global pause off (PFC replaces it)"
+  fi
+  local cma=/sys/kernel/config/rdma_cm
+  if [[ ! -d $cma ]]; then
+    modprobe rdma_cm 2>/dev/null || true
+    mountpoint -q /sys/kernel/config || mount -t configfs none /sys/kernel/config
+  fi
+  [[ -d $cma ]] || fail "$cma is missing: load the rdma_cm module"
+  [[ -d "$cma/$dev" ]] || mkdir "$cma/$dev"
+  set_sysfs "$cma/$dev/ports/1/default_roce_mode" "RoCE v2" "$dev: RDMA-CM uses RoCE v2"
+  set_sysfs "$cma/$dev/ports/1/default_roce_tos" @TOS@ "$dev: RDMA-CM ToS @TOS@"
+  set_sysfs "/sys/class/infiniband/$dev/tc/1/traffic_class" @TOS@ "$dev: traffic class @TOS@ for every QP"
+}
+# dscp_prio INTERFACE DSCP PRIORITY
+dscp_prio() {
+  if ! mlnx_qos -i "$1" | grep -Eq "prio:$3 dscp:([0-9]+,)*$(printf %02d "$2"),"; then
+    mlnx_qos -i "$1" --dscp2prio "set,$2,$3" >/dev/null
+    changed "$1: DSCP $2 -> priority $3"
+  fi
+}
+# gid_index DEVICE: the first IPv4 RoCE v2 GID (index 1 is link-local IPv6 and not routable)
+gid_index() {
+  local port=/sys/class/infiniband/$1/ports/1 i
+  while read -r i; do
+    [[ "$(cat "$port/gid_attrs/types/$i" 2>/dev/null)" == "RoCE v2" ]] || continue
+    if [[ "$(cat "$port/gids/$i")" == 0000:0000:0000:0000:0000:ffff:* ]]; then echo "$i"; return 0; fi
+  done < <(find "$port/gid_attrs/types" -mindepth 1 -maxdepth 1 -printf '%f\n' | sort -n)
+}
+'''
+
+_IB = r'''
+# ib_nic DEVICE INTERFACE RATE_GBPS: the port is Active at its rate (an SM has swept it), IPoIB in datagram mode
+ib_nic() {
+  local dev=$1 if=$2 state="" rate i
+  for ((i = 0; i <= PORT_WAIT_S; i++)); do
+    state=$(ibstat "$dev" 1 | sed -n 's/^[[:space:]]*State: *//p')
+    [[ "$state" != Active ]] || break
+    if (( i < PORT_WAIT_S )); then sleep 1; fi
+  done
+  [[ "$state" == Active ]] || fail "$dev port 1 is ${state:-unknown}, not Active after ${PORT_WAIT_S}s: no subnet manager has brought it up (is opensm running on fabric.infiniband.subnet_managers?), or the link is down"
+  rate=$(ibstat "$dev" 1 | sed -n 's/^[[:space:]]*Rate: *//p')
+  [[ "$rate" == "$3" ]] || fail "$dev runs at ${rate:-unknown} Gb/s but nics[] says $3: check the cable, transceiver and switch port"
+  if [[ -e "/sys/class/net/$if/mode" && "$(cat "/sys/class/net/$if/mode")" != datagram ]]; then
+    echo datagram > "/sys/class/net/$if/mode"
+    changed "$if: IPoIB datagram mode"
+  fi
+  set_mtu "$if" @IPOIB_MTU@
+}
+# ipoib_child PARENT PKEY: the partition's IPoIB interface, named <parent>.<pkey> as the kernel does
+ipoib_child() {
+  local child="$1.${2#0x}"
+  if ! ip link show dev "$child" >/dev/null 2>&1; then
+    ip link add link "$1" name "$child" type ipoib pkey "$2"
+    changed "$child: IPoIB interface for partition $2"
+  fi
+  set_mtu "$child" @IPOIB_MTU@
+  ip link set dev "$child" up
+}
+PORT_WAIT_S=$(( WAIT_S > @PUSH_WAIT@ ? WAIT_S : @PUSH_WAIT@ ))
+'''
+
+_NCCL = r'''
+# --- NCCL: the settings above, as NCCL reads them (KEY=VALUE, no quotes) -------------------------------
+conf=$(cat @NCCL_DOC@)
+@GID@
+put_file @NCCL_CONF@ 0644 "$conf"
+'''
+
+_GID = r'''gids=()
+for dev in @DEVICES@; do gids+=("$(gid_index "$dev")"); done
+if [[ -n "${gids[0]}" && "$(printf '%s\n' "${gids[@]}" | sort -u | wc -l)" -eq 1 ]]; then
+  conf+=$'\n'"NCCL_IB_GID_INDEX=${gids[0]}"
+else
+  note "RoCE v2 IPv4 GID index differs between NICs or is missing (${gids[*]:-none}): NCCL picks it itself"
+fi'''
+
+_OPENSM = r'''
+# --- subnet manager: OpenSM with the spec's priority and partitions --------------------------------------
+need opensm "install the opensm package"
+conf=$(cat @CONF_DOC@)
+gid0=$(cat /sys/class/infiniband/@DEV@/ports/1/gids/0 2>/dev/null || true)
+if [[ -n "$gid0" ]]; then conf+=$'\n'"guid 0x$(printf '%s' "$gid0" | cut -d: -f5-8 | tr -d :)"; fi
+put_file @CONF@ 0644 "$conf"
+sm_changed=$FILE_CHANGED
+put_file @PARTITIONS@ 0644 "$(cat @PARTITIONS_DOC@)"
+sm_changed=$(( sm_changed + FILE_CHANGED ))
+put_file @UNIT@ 0644 "$(cat @UNIT_DOC@)"
+if (( FILE_CHANGED )); then systemctl daemon-reload; fi
+for other in opensm opensmd; do
+  if systemctl is-enabled --quiet "$other" 2>/dev/null; then
+    systemctl disable --now "$other" >/dev/null
+    changed "disabled $other: gpucluster-opensm runs the subnet manager now"
+  fi
+done
+if [[ "$(systemctl is-enabled gpucluster-opensm 2>/dev/null || true)" != enabled ]]; then
+  systemctl enable gpucluster-opensm >/dev/null
+  changed "enabled gpucluster-opensm"
+fi
+if (( sm_changed || FILE_CHANGED )) || ! systemctl is-active --quiet gpucluster-opensm; then
+  systemctl restart gpucluster-opensm
+  changed "started the subnet manager (priority @PRIORITY@)"
+fi
+'''
+
+_PUSH = r'''
+need systemctl "this host does not run systemd"
+@SM@
+# --- the settings, applied now and by a boot unit (none of them persist on their own) ------------------
+put_file @APPLY@ 0755 "$(cat @APPLY_DOC@)"
+put_file @UNIT@ 0644 "$(cat @UNIT_DOC@)"
+if (( FILE_CHANGED )); then systemctl daemon-reload; fi
+if [[ "$(systemctl is-enabled gpucluster-fabric 2>/dev/null || true)" != enabled ]]; then
+  systemctl enable gpucluster-fabric >/dev/null
+  changed "enabled gpucluster-fabric at boot"
+fi
+if ! out=$(@APPLY@ @WAIT@); then
+  printf '%s\n' "$out"
+  fail "the fabric settings were not applied (see the error above)"
+fi
+printf '%s\n' "$out" | grep -v ' change(s)$' || true
+applied=$(printf '%s\n' "$out" | sed -n 's/^.*: \([0-9][0-9]*\) change(s)$/\1/p')
+CHANGES=$((CHANGES + ${applied:-0}))
+'''
+
+
+def _apply_unit() -> str:
+    return ("[Unit]\nDescription=RoCE/InfiniBand host settings and NCCL config (gpucluster)\n"
+            "Wants=network-online.target\nAfter=network-online.target openibd.service\n\n"
+            f"[Service]\nType=oneshot\nRemainAfterExit=yes\nExecStart={APPLY} {BOOT_WAIT_S}\n\n"
+            "[Install]\nWantedBy=multi-user.target")
+
+
+def render_partitions(spec: ClusterSpec) -> str:
+    """partitions.conf: the default partition and one per spec partition, all ports full members."""
+    ib = spec.fabric.infiniband
+    assert ib is not None
+    speeds = [n.speed_gbps for p in spec.node_pools for n in p.nics]
+    flags = f"mtu={IB_MTU_CODES[spec.fabric.effective_mtu_bytes]}, rate={IB_RATE_CODES[min(speeds or [ib.rate_gbps])]}"
+    lines = ["# InfiniBand partitions (generated by gpucluster). IPoIB groups use the fabric MTU, not 2048.",
+             f"Default=0x7fff, ipoib, {flags} : ALL=full, ALL_SWITCHES=full, SELF=full ;"]
+    for p in ib.partitions:
+        who = ", ".join(p.tenants) or "every tenant"
+        lines.append(f"# {p.name}: {who}")
+        lines.append(f"{p.name}={p.pkey:#06x}{', ipoib, ' + flags if p.ipoib else ''} : ALL=full ;")
+    return "\n".join(lines)
+
+
+def render_opensm_conf(spec: ClusterSpec, priority: int) -> str:
+    ib = spec.fabric.infiniband
+    assert ib is not None
+    return "\n".join(["# OpenSM (generated by gpucluster); the port GUID is read from the device",
+                      f"sm_priority {priority}", f"routing_engine {ib.routing_engine}",
+                      f"partition_config_file {PARTITIONS_CONF}", "sweep_interval 10",
+                      "log_file /var/log/opensm.log"])
+
+
+def sm_priority(spec: ClusterSpec, hostname: str) -> int | None:
+    """15 for the primary, then 14, 13... for standbys (a higher priority wins mastership); None: no SM here."""
+    ib = spec.fabric.infiniband
+    if ib is None or hostname not in ib.subnet_managers:
+        return None
+    return 15 - ib.subnet_managers.index(hostname)
+
+
+def render_apply(spec: ClusterSpec, hostname: str, nics: list[Nic], nccl: dict[str, str]) -> str:
+    fabric = spec.fabric
+    nics = sorted(nics, key=lambda n: n.rail)
+    roce = fabric.effective_roce
+    parts = [_COMMON]
+    layer = "Ethernet" if roce else "InfiniBand"
+    checks = "".join(f"check_nic {n.device} {n.interface} {n.rail} {layer}\n" for n in nics)
+    if roce is not None:
+        dscp = "\n  ".join(f'dscp_prio "$if" {d} {p}' for d, p in sorted(roce.dscp_priorities.items()))
+        bits = ["1" if i == roce.priority else "0" for i in range(8)]
+        parts.append(fill(_ROCE.replace("@DSCP_MAP@", dscp), MTU=fabric.effective_mtu_bytes, PRIO=roce.priority,
+                          PFC_BITS="".join(bits), PFC=",".join(bits), CNP_DSCP=roce.cnp_dscp,
+                          CNP_PRIO=roce.cnp_priority, TOS=roce.tos))
+        body = "".join(f"roce_nic {n.device} {n.interface}\n" for n in nics)
+        gid = fill(_GID.replace("@DEVICES@", " ".join(n.device for n in nics)))
+    else:
+        parts.append(fill(_IB, IPOIB_MTU=fabric.effective_mtu_bytes - 4, PUSH_WAIT=PUSH_WAIT_S))
+        ib = fabric.infiniband
+        pkeys = [p.pkey | 0x8000 for p in (ib.partitions if ib else []) if p.ipoib]
+        body = "".join(f"ib_nic {n.device} {n.interface} {n.speed_gbps}\n"
+                       + "".join(f"ipoib_child {n.interface} {k:#06x}\n" for k in pkeys) for n in nics)
+        gid = ""
+    parts.append("\n# --- every NIC first: nothing changes unless all of them are there ------------------\n"
+                 + checks + "\n# --- then the settings ---\n" + body)
+    parts.append(fill(_NCCL.replace("@GID@", gid), {"NCCL_DOC": render_nccl_conf(nccl).rstrip("\n")},
+                      NCCL_CONF=NCCL_CONF))
+    return script(f"Fabric settings of {hostname} ({fabric.kind}, {len(nics)} NIC(s)), applied at every boot",
+                  hostname, "".join(parts))
+
+
+def render_fabric_host(spec: ClusterSpec, hostname: str, nics: list[Nic], nccl: dict[str, str]) -> Script:
+    priority = sm_priority(spec, hostname)
+    sm = ""
+    if priority is not None:
+        first = min(nics, key=lambda n: n.rail).device if nics else "mlx5_0"
+        unit = ("[Unit]\nDescription=InfiniBand subnet manager (gpucluster)\nAfter=network.target openibd.service\n\n"
+                f"[Service]\nExecStart=/usr/sbin/opensm --config {OPENSM_CONF}\nRestart=on-failure\n\n"
+                "[Install]\nWantedBy=multi-user.target")
+        sm = fill(_OPENSM, {"CONF_DOC": render_opensm_conf(spec, priority), "PARTITIONS_DOC": render_partitions(spec),
+                            "UNIT_DOC": unit},
+                  DEV=first, CONF=OPENSM_CONF, PARTITIONS=PARTITIONS_CONF, UNIT=OPENSM_UNIT, PRIORITY=priority)
+    push = fill(_PUSH.replace("@SM@", sm), {"APPLY_DOC": render_apply(spec, hostname, nics, nccl).rstrip("\n"),
+                                            "UNIT_DOC": _apply_unit()},
+                APPLY=APPLY, UNIT=APPLY_UNIT, WAIT=PUSH_WAIT_S)
+    create = script(f"Fabric of {hostname}: {spec.fabric.kind}"
+                    + (f", subnet manager priority {priority}" if priority is not None else ""), hostname, push)
+    delete = script(f"Undo the fabric setup of {hostname}", hostname, fill(r'''
+need systemctl "this host does not run systemd"
+for unit in gpucluster-fabric gpucluster-opensm; do
+  if [[ -e "/etc/systemd/system/$unit.service" ]]; then systemctl disable --now "$unit" >/dev/null 2>&1 || true; fi
+done
+for f in @APPLY@ @UNIT@ @NCCL@ @OPENSM_UNIT@ @OPENSM_CONF@ @PARTITIONS@; do drop_file "$f"; done
+systemctl daemon-reload
+note "runtime NIC settings (MTU, PFC, trust, ECN) stay until the next reboot or driver reload"
+''', APPLY=APPLY, UNIT=APPLY_UNIT, NCCL=NCCL_CONF, OPENSM_UNIT=OPENSM_UNIT, OPENSM_CONF=OPENSM_CONF,
+                                                                                     PARTITIONS=PARTITIONS_CONF))
+    return Script(create, delete)

@@ -1,0 +1,213 @@
+"""Lossless RoCE on leaf and spine switches, one backend per network OS (reference section 2).
+
+Every backend renders the minimal configuration for the fabric's one RoCE priority: DSCP trust and the same
+DSCP -> priority map as the hosts, PFC on that priority only, ECN on its queue with the spec's thresholds, CNPs
+on their own strict queue, the port MTU and the PFC watchdog. Each is a bash script pushed over SSH like the
+host scripts, checking before it changes, so a second run reports nothing. The configuration covers every port
+of the switch, so cabling another host changes nothing on it. Destroying the resource leaves the switch as it
+is: removing lossless settings under live RDMA traffic would do more harm than keeping them.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Protocol
+
+from ..bash import fill, script
+from ..spec.fabric import FabricSpec, RoceSettings, Switch
+from ..ssh import Script
+
+
+class SwitchBackend(Protocol):
+    vendor: ClassVar[str]
+    jumbo_mtu_bytes: ClassVar[int]
+
+    def port_name(self, number: int) -> str: ...
+
+    def body(self, switch: Switch, roce: RoceSettings, mtu_bytes: int, ports: list[str]) -> str:
+        """The script body (after the shared prelude) that brings the switch to the wanted state."""
+        ...
+
+
+def _ranges(ports: list[str], prefix: str) -> str:
+    """swp1,swp2,swp3,swp7 -> swp1-3,swp7 when every port is <prefix><n>, else the plain list."""
+    if not all(p.startswith(prefix) and p[len(prefix):].isdigit() for p in ports):
+        return ",".join(ports)
+    groups: list[list[int]] = []
+    for n in sorted(int(p[len(prefix):]) for p in ports):
+        if groups and n == groups[-1][1] + 1:
+            groups[-1][1] = n
+        else:
+            groups.append([n, n])
+    return ",".join(f"{prefix}{a}-{b}" if b > a else f"{prefix}{a}" for a, b in groups)
+
+
+class Cumulus:
+    """NVIDIA Cumulus Linux 5.x through NVUE: `nv set` stages, `nv config apply` applies when something differs."""
+
+    vendor: ClassVar[str] = "cumulus"
+    jumbo_mtu_bytes: ClassVar[int] = 9216
+    ROCE_TC = 3          # the lossless traffic class NVUE's RoCE mode sets up
+    CNP_TC = 6
+
+    def port_name(self, number: int) -> str:
+        return f"swp{number}"
+
+    def commands(self, roce: RoceSettings, mtu_bytes: int, ports: list[str]) -> list[str]:
+        ecn, tc, ifs = roce.ecn, self.ROCE_TC, _ranges(ports, "swp")
+        out = ["nv set qos roce mode lossless"]
+        out += [f"nv set qos mapping default-global dscp {d} switch-priority {p}"
+                for d, p in sorted(roce.dscp_priorities.items())]
+        out += [f"nv set qos pfc default-global switch-priority {roce.priority}",
+                f"nv set qos egress-queue-mapping default-global switch-priority {roce.priority} traffic-class {tc}",
+                f"nv set qos egress-queue-mapping default-global switch-priority {roce.cnp_priority} "
+                f"traffic-class {self.CNP_TC}",
+                f"nv set qos congestion-control default-global traffic-class {tc} ecn enable",
+                f"nv set qos congestion-control default-global traffic-class {tc} min-threshold "
+                f"{ecn.min_threshold_kb * 1000}",
+                f"nv set qos congestion-control default-global traffic-class {tc} max-threshold "
+                f"{ecn.max_threshold_kb * 1000}",
+                f"nv set qos congestion-control default-global traffic-class {tc} probability "
+                f"{ecn.probability_percent}",
+                f"nv set interface {ifs} link mtu {mtu_bytes}"]
+        if roce.pfc_watchdog:
+            out.append(f"nv set interface {ifs} qos pfc-watchdog state enable")
+        return out
+
+    def body(self, switch: Switch, roce: RoceSettings, mtu_bytes: int, ports: list[str]) -> str:
+        return fill(r'''
+need nv "this switch does not run NVUE (Cumulus Linux 5.x)"
+@COMMANDS@
+pending=$(nv config diff)
+if [[ -n "$pending" && "$pending" != "{}" ]]; then
+  printf '%s\n' "$pending"
+  nv config apply -y >/dev/null
+  nv config save >/dev/null
+  changed @WHAT@
+fi
+'''.replace("@COMMANDS@", "\n".join(self.commands(roce, mtu_bytes, ports))),
+                    WHAT=f"applied lossless RoCE: priority {roce.priority}, DSCP {roce.dscp}, MTU {mtu_bytes}")
+
+
+class Sonic:
+    """SONiC: CONFIG_DB read with sonic-db-cli, changed with the `config` CLI, then `config save`.
+
+    The stock AZURE map sends DSCP 26 to lossy TC1 and enables PFC on 3 and 4; both are corrected here.
+    """
+
+    vendor: ClassVar[str] = "sonic"
+    jumbo_mtu_bytes: ClassVar[int] = 9100
+    LANES_PER_PORT = 8
+
+    def port_name(self, number: int) -> str:
+        return f"Ethernet{(number - 1) * self.LANES_PER_PORT}"
+
+    def body(self, switch: Switch, roce: RoceSettings, mtu_bytes: int, ports: list[str]) -> str:
+        ecn = roce.ecn
+        maps = "\n".join(f"dscp_tc {d} {p}" for d, p in sorted(roce.dscp_priorities.items()))
+        watchdog = r'''
+  if [[ -z "$(sonic-db-cli CONFIG_DB hget "PFC_WD|$1" action)" ]]; then
+    config pfcwd start --action drop "$1" 200 --restoration-time 200
+    changed "$1: PFC watchdog (drop)"
+  fi''' if roce.pfc_watchdog else ""
+        return fill(r'''
+need config "this switch does not run SONiC"
+need sonic-db-cli "this switch does not run SONiC"
+dscp_tc() {
+  if [[ "$(sonic-db-cli CONFIG_DB hget 'DSCP_TO_TC_MAP|AZURE' "$1")" != "$2" ]]; then
+    sonic-db-cli CONFIG_DB hset 'DSCP_TO_TC_MAP|AZURE' "$1" "$2" >/dev/null
+    changed "DSCP $1 -> traffic class $2"
+  fi
+}
+roce_port() {
+  local pfc prio
+  pfc=$(sonic-db-cli CONFIG_DB hget "PORT_QOS_MAP|$1" pfc_enable)
+  if [[ "$pfc" != @PRIO@ ]]; then
+    for prio in ${pfc//,/ }; do
+      if [[ "$prio" != @PRIO@ ]]; then config interface pfc priority "$1" "$prio" off; fi
+    done
+    if [[ ",$pfc," != *,@PRIO@,* ]]; then config interface pfc priority "$1" @PRIO@ on; fi
+    changed "$1: PFC on priority @PRIO@ only (was ${pfc:-none})"
+  fi
+  if [[ "$(sonic-db-cli CONFIG_DB hget "PORT|$1" mtu)" != @MTU@ ]]; then
+    config interface mtu "$1" @MTU@
+    changed "$1: MTU @MTU@"
+  fi@WATCHDOG@
+}
+@MAPS@
+wred=$(sonic-db-cli CONFIG_DB hget 'WRED_PROFILE|AZURE_LOSSLESS' green_min_threshold),$(sonic-db-cli CONFIG_DB hget 'WRED_PROFILE|AZURE_LOSSLESS' green_max_threshold),$(sonic-db-cli CONFIG_DB hget 'WRED_PROFILE|AZURE_LOSSLESS' green_drop_probability)
+if [[ "$wred" != @WRED@ ]]; then
+  config ecn -profile AZURE_LOSSLESS -gmin @GMIN@ -gmax @GMAX@ -gdrop @GDROP@
+  changed "ECN thresholds @GMIN@/@GMAX@ bytes, @GDROP@% (was $wred)"
+fi
+for port in @PORTS@; do roce_port "$port"; done
+if (( CHANGES > 0 )); then config save -y >/dev/null; note "saved to /etc/sonic/config_db.json"; fi
+'''.replace("@MAPS@", maps).replace("@WATCHDOG@", watchdog).replace("@PORTS@", " ".join(ports)),
+                    PRIO=roce.priority, MTU=mtu_bytes, GMIN=ecn.min_threshold_kb * 1000,
+                    GMAX=ecn.max_threshold_kb * 1000, GDROP=ecn.probability_percent,
+                    WRED=f"{ecn.min_threshold_kb * 1000},{ecn.max_threshold_kb * 1000},{ecn.probability_percent}")
+
+
+class Eos:
+    """Arista EOS through a configuration session (diffed first, committed only when it changes something).
+
+    The SSH account's shell must be bash (`username NAME shell /bin/bash`), as for any scripted EOS change.
+    """
+
+    vendor: ClassVar[str] = "eos"
+    jumbo_mtu_bytes: ClassVar[int] = 9214
+    PROFILE = "GPUCLUSTER-ROCE"
+
+    def port_name(self, number: int) -> str:
+        return f"Ethernet{number}"
+
+    def config(self, roce: RoceSettings, mtu_bytes: int, ports: list[str]) -> str:
+        ecn = roce.ecn
+        lines = [f"qos map dscp {d} to traffic-class {p}" for d, p in sorted(roce.dscp_priorities.items())]
+        lines += [f"qos profile {self.PROFILE}", "   qos trust dscp", "   priority-flow-control on",
+                  f"   priority-flow-control priority {roce.priority} no-drop"]
+        if roce.pfc_watchdog:
+            lines.append("   priority-flow-control pause watchdog")
+        lines += [f"   uc-tx-queue {roce.priority}",
+                  f"      random-detect ecn minimum-threshold {ecn.min_threshold_kb} kbytes maximum-threshold "
+                  f"{ecn.max_threshold_kb} kbytes max-mark-probability {ecn.probability_percent} weight 0",
+                  f"   uc-tx-queue {roce.cnp_priority}", "      priority strict",
+                  f"interface {_ranges(ports, 'Ethernet')}", f"   mtu {mtu_bytes}",
+                  f"   service-profile {self.PROFILE}"]
+        if roce.pfc_watchdog:
+            lines.append("priority-flow-control pause watchdog action drop")
+        return "\n".join(lines)
+
+    def body(self, switch: Switch, roce: RoceSettings, mtu_bytes: int, ports: list[str]) -> str:
+        return fill(r'''
+need FastCli "log in to EOS as an account whose shell is bash (username NAME shell /bin/bash)"
+config=$(cat @CONFIG_DOC@)
+diffs=$(FastCli -p 15 -c "configure session gpucluster-roce
+$config
+show session-config diffs
+abort")
+if printf '%s\n' "$diffs" | grep -Eq '^[+-][^+-]'; then
+  printf '%s\n' "$diffs"
+  FastCli -p 15 -c "configure session gpucluster-roce
+$config
+commit" >/dev/null
+  FastCli -p 15 -c "copy running-config startup-config" >/dev/null
+  changed @WHAT@
+fi
+''', {"CONFIG_DOC": self.config(roce, mtu_bytes, ports)},
+                    WHAT=f"committed lossless RoCE: priority {roce.priority}, DSCP {roce.dscp}, MTU {mtu_bytes}")
+
+
+BACKENDS: dict[str, SwitchBackend] = {b.vendor: b for b in (Cumulus(), Sonic(), Eos())}
+
+
+def switch_ports(switch: Switch, backend: SwitchBackend) -> list[str]:
+    return list(switch.port_names) or [backend.port_name(n) for n in range(1, switch.ports + 1)]
+
+
+def render_switch(switch: Switch, fabric: FabricSpec) -> Script:
+    roce = fabric.effective_roce
+    assert roce is not None and switch.vendor in BACKENDS, "the spec allows managed switches only on RoCE backends"
+    backend = BACKENDS[switch.vendor]
+    mtu = switch.mtu_bytes or backend.jumbo_mtu_bytes
+    body = backend.body(switch, roce, mtu, switch_ports(switch, backend))
+    return Script(script(f"Lossless RoCE on {switch.role} {switch.name} ({switch.vendor})", switch.name, body))
