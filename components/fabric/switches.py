@@ -57,6 +57,8 @@ class Cumulus:
         out = ["nv set qos roce mode lossless"]
         out += [f"nv set qos mapping default-global dscp {d} switch-priority {p}"
                 for d, p in sorted(roce.dscp_priorities.items())]
+        if roce.priority != self.ROCE_TC:     # RoCE mode puts PFC on 3; PFC stays on exactly one priority
+            out.append(f"nv unset qos pfc default-global switch-priority {self.ROCE_TC}")
         out += [f"nv set qos pfc default-global switch-priority {roce.priority}",
                 f"nv set qos egress-queue-mapping default-global switch-priority {roce.priority} traffic-class {tc}",
                 f"nv set qos egress-queue-mapping default-global switch-priority {roce.cnp_priority} "
