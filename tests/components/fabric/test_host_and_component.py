@@ -1,0 +1,175 @@
+"""Fabric host scripts, NCCL settings, checks, and the component's resource graph under mocks."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+import yaml
+
+from components.fabric import Fabric
+from components.fabric.checks import nccl_floor_gb_per_s, render_link_check, render_nccl_job
+from components.fabric.fabric import fabric_hosts, render_checks
+from components.fabric.host import render_apply, render_fabric_host, render_partitions
+from components.fabric.nccl import nccl_env, render_nccl_conf
+from components.spec import parse_spec
+from tests.components.k8s.conftest import infiniband
+from tests.conftest import ssh_key
+
+VARIANTS = {
+    "roce": lambda d: None,
+    "roce-custom": lambda d: d["fabric"].update(roce={"priority": 5, "pfc_priorities": [5], "dscp": 46}),
+    "infiniband": infiniband,
+    "infiniband-partitions": lambda d: (infiniband(d), d["fabric"]["infiniband"].update(
+        partitions=[{"name": "team-a", "pkey": 0x0A01, "tenants": ["team-a"], "ipoib": True}])),
+}
+
+
+def spec_for(dev_data, variant):
+    VARIANTS[variant](dev_data)
+    return parse_spec(yaml.safe_dump(dev_data))
+
+
+def scripts_of(spec):
+    for hostname, _, nics, env in fabric_hosts(spec):
+        s = render_fabric_host(spec, hostname, nics, env)
+        yield f"{hostname}.sh", s.create
+        yield f"{hostname}.delete.sh", s.delete
+        yield f"{hostname}.apply.sh", render_apply(spec, hostname, nics, env)   # travels inside the heredoc
+    for name, text in render_checks(spec).items():
+        if name.endswith(".sh"):
+            yield name, text
+
+
+@pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck is not installed (.ci/run installs it)")
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_every_fabric_script_passes_shellcheck(variant, dev_data, tmp_path):
+    for name, text in scripts_of(spec_for(dev_data, variant)):
+        path = tmp_path / name
+        path.write_text(text)
+        out = subprocess.run(["shellcheck", "-S", "style", str(path)], capture_output=True, text=True)
+        assert out.returncode == 0, f"{name}:\n{out.stdout}"
+
+
+def test_roce_host_settings_use_the_fabric_class(dev_spec):
+    pool = dev_spec.node_pools[0]
+    text = render_apply(dev_spec, "gpu-dev-01", pool.nics, nccl_env(dev_spec, pool))
+    assert "mlnx_qos -i \"$if\" --pfc 0,0,0,1,0,0,0,0" in text and '"$pfc" != 00010000' in text
+    assert 'dscp_prio "$if" 26 3' in text and 'dscp_prio "$if" 48 6' in text
+    assert "set_mtu \"$if\" 9000" in text and "default_roce_tos\" 106" in text
+    assert "ecn/$point/enable/3" in text and "ethtool -A \"$if\" autoneg off rx off tx off" in text
+    # NICs are all checked before any is changed
+    assert text.index("check_nic mlx5_1 ens2f0np0 1 Ethernet") < text.index("roce_nic mlx5_0 ens1f0np0")
+
+
+def test_nccl_settings_match_the_fabric(dev_spec, dev_data):
+    env = nccl_env(dev_spec, dev_spec.node_pools[0])
+    assert env == {"NCCL_IB_HCA": "=mlx5_0:1,mlx5_1:1", "NCCL_IB_TC": "106", "NCCL_IB_ROCE_VERSION_NUM": "2",
+                   "NCCL_IB_ADDR_FAMILY": "AF_INET", "NCCL_NET_GDR_LEVEL": "PHB", "NCCL_SOCKET_IFNAME": "=eno1"}
+    assert render_nccl_conf(env).splitlines()[1:3] == ["NCCL_IB_HCA==mlx5_0:1,mlx5_1:1", "NCCL_IB_TC=106"]
+    assert all('"' not in line and "export" not in line for line in render_nccl_conf(env).splitlines())
+    ib = spec_for(dev_data, "infiniband")
+    env = nccl_env(ib, ib.node_pools[0])
+    assert "NCCL_IB_TC" not in env and env["NCCL_IB_HCA"] == "=mlx5_0:1,mlx5_1:1"
+
+
+def test_hcas_are_listed_in_rail_order(dev_data):
+    dev_data["node_pools"][0]["nics"].reverse()
+    spec = parse_spec(yaml.safe_dump(dev_data))
+    assert nccl_env(spec, spec.node_pools[0])["NCCL_IB_HCA"] == "=mlx5_0:1,mlx5_1:1"
+
+
+def test_no_gpudirect_turns_nccl_gdr_off(dev_data):
+    dev_data["fabric"]["gpudirect_rdma"] = False
+    spec = parse_spec(yaml.safe_dump(dev_data))
+    assert nccl_env(spec, spec.node_pools[0])["NCCL_NET_GDR_LEVEL"] == "LOC"
+
+
+def test_partitions_carry_the_fabric_mtu_and_rate(dev_data):
+    spec = spec_for(dev_data, "infiniband-partitions")
+    assert render_partitions(spec).splitlines()[1:] == [
+        "Default=0x7fff, ipoib, mtu=5, rate=21 : ALL=full, ALL_SWITCHES=full, SELF=full ;",
+        "# team-a: team-a", "team-a=0x0a01, ipoib, mtu=5, rate=21 : ALL=full ;"]
+
+
+def test_infiniband_hosts_get_ipoib_children_and_the_primary_sm_the_top_priority(dev_data):
+    spec = spec_for(dev_data, "infiniband-partitions")
+    pool = spec.node_pools[0]
+    apply = render_apply(spec, "gpu-dev-02", pool.nics, nccl_env(spec, pool))
+    assert "ib_nic mlx5_0 ibp0s0 400\nipoib_child ibp0s0 0x8a01" in apply and "set_mtu \"$if\" 4092" in apply
+    primary = render_fabric_host(spec, "gpu-dev-01", pool.nics, {}).create
+    standby = render_fabric_host(spec, "gpu-dev-02", pool.nics, {}).create
+    assert "sm_priority 15" in primary and "sm_priority 14" in standby
+
+
+def test_link_check_pairs_hosts_per_rail_with_the_threshold(dev_spec):
+    text = render_link_check(dev_spec, dev_spec.node_pools[0])
+    assert "check_link gpu-dev-01 10.10.0.11 gpu-dev-02 10.10.0.12 mlx5_0 0 360" in text
+    assert "check_link gpu-dev-01 10.10.0.11 gpu-dev-02 10.10.0.12 mlx5_1 1 360" in text
+    assert "--tclass=106" in text
+
+
+def test_nccl_job_runs_one_rank_per_gpu_and_fails_below_the_floor(dev_spec, dev_data):
+    namespace, job = render_nccl_job(dev_spec, dev_spec.node_pools[0])
+    assert namespace["kind"] == "Namespace" and job["kind"] == "MPIJob"
+    workers = job["spec"]["mpiReplicaSpecs"]["Worker"]
+    assert workers["replicas"] == 2 and job["spec"]["slotsPerWorker"] == 8
+    limits = workers["template"]["spec"]["containers"][0]["resources"]["limits"]
+    assert limits == {"nvidia.com/gpu": 8, "rdma/rdma_shared_devices": 1}
+    launcher = job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]["command"][2]
+    assert "-np 16 -N 8" in launcher and "f=80.0" in launcher        # 2 x 400G = 100 GB/s, 80%
+    assert nccl_floor_gb_per_s(dev_spec, dev_spec.node_pools[0]) == 80.0
+    dev_data["fabric"]["checks"] = {"nccl_min_busbw_gb_per_s": 70}
+    spec = parse_spec(yaml.safe_dump(dev_data))
+    assert nccl_floor_gb_per_s(spec, spec.node_pools[0]) == 70
+
+
+def test_nccl_job_objects_are_valid_kubernetes(dev_spec):
+    kubernetes_validate = pytest.importorskip("kubernetes_validate")
+    namespace, _ = render_nccl_job(dev_spec, dev_spec.node_pools[0])
+    kubernetes_validate.validate(namespace, dev_spec.kubernetes.version, strict=True)
+
+
+# --- the component under mocks ------------------------------------------------------------------------------
+
+def short(urn: str) -> str:
+    return urn.rsplit("::", 1)[-1]
+
+
+def test_one_script_per_host_and_managed_switch_keyed_by_name(dev_spec, record):
+    run = record(lambda: Fabric("f", dev_spec, ssh_key()))
+    fabric = next(r for r in run.records if r.type == Fabric.TYPE)
+    children = sorted(short(r.urn) for r in run.records if r.parent == fabric.urn)
+    assert children == ["f-gpu-dev-01", "f-gpu-dev-02", "f-leaf-dev-01"]
+    switch = next(r for r in run.records if short(r.urn) == "f-leaf-dev-01")
+    assert switch.inputs["connection"] is not None and run.duplicates == []
+    outputs = run.component_outputs[fabric.urn]
+    assert set(outputs["checks"]) == {"links-h100.sh", "nccl-h100.yaml"}
+    assert outputs["topology"]["leaves"]["leaf-dev-01"]["downlinks"] == 4
+
+
+def test_infiniband_hosts_wait_for_the_subnet_managers(dev_data, record):
+    infiniband(dev_data)
+    dev_data["fabric"]["infiniband"]["subnet_managers"] = ["gpu-dev-01"]
+    spec = parse_spec(yaml.safe_dump(dev_data))
+    run = record(lambda: Fabric("f", spec, ssh_key()))
+    by_name = {short(r.urn): r for r in run.records}
+    assert by_name["f-gpu-dev-01"].urn in by_name["f-gpu-dev-02"].dependencies
+    assert by_name["f-gpu-dev-01"].dependencies == []
+    assert not any(r.type == "command:remote:Command" and "leaf" in short(r.urn) for r in run.records)
+
+
+def test_unmanaged_switches_get_no_script(dev_data, record):
+    dev_data["fabric"]["switches"][0]["managed"] = False
+    spec = parse_spec(yaml.safe_dump(dev_data))
+    run = record(lambda: Fabric("f", spec, ssh_key()))
+    assert "f-leaf-dev-01" not in {short(r.urn) for r in run.records}
+
+
+def test_an_ethernet_fabric_configures_no_host(dev_data, record):
+    dev_data["fabric"] = {"kind": "ethernet"}
+    dev_data["kubernetes"].pop("network_operator", None)
+    spec = parse_spec(yaml.safe_dump(dev_data))
+    assert fabric_hosts(spec) == []
+    assert nccl_env(spec, spec.node_pools[0]) == {"NCCL_IB_DISABLE": "1"}
