@@ -21,7 +21,7 @@ OPENSM_CONF = "/etc/opensm/opensm.conf"
 PARTITIONS_CONF = "/etc/opensm/partitions.conf"
 OPENSM_UNIT = "/etc/systemd/system/gpucluster-opensm.service"
 BOOT_WAIT_S = 180          # at boot, NICs and the SM can take minutes to come up
-PUSH_WAIT_S = 60
+PUSH_WAIT_S = 60           # InfiniBand ports wait this long for the SM's sweep, even at push time
 IB_MTU_CODES = {256: 1, 512: 2, 1024: 3, 2048: 4, 4096: 5}             # IBTA encodings in partitions.conf
 IB_RATE_CODES = {100: 16, 200: 17, 400: 21, 800: 23}                  # enum ibv_rate
 
@@ -95,7 +95,9 @@ roce_nic() {
 }
 # dscp_prio INTERFACE DSCP PRIORITY
 dscp_prio() {
-  if ! mlnx_qos -i "$1" | grep -Eq "prio:$3 dscp:([0-9]+,)*$(printf %02d "$2"),"; then
+  local qos
+  qos=$(mlnx_qos -i "$1")       # not piped into grep -q: its early exit would fail the pipe (SIGPIPE)
+  if ! grep -Eq "prio:$3 dscp:([0-9]+,)*$(printf %02d "$2")," <<<"$qos"; then
     mlnx_qos -i "$1" --dscp2prio "set,$2,$3" >/dev/null
     changed "$1: DSCP $2 -> priority $3"
   fi
@@ -287,7 +289,7 @@ def render_fabric_host(spec: ClusterSpec, hostname: str, nics: list[Nic], nccl: 
                   DEV=first, CONF=OPENSM_CONF, PARTITIONS=PARTITIONS_CONF, UNIT=OPENSM_UNIT, PRIORITY=priority)
     push = fill(_PUSH.replace("@SM@", sm), {"APPLY_DOC": render_apply(spec, hostname, nics, nccl).rstrip("\n"),
                                             "UNIT_DOC": _apply_unit()},
-                APPLY=APPLY, UNIT=APPLY_UNIT, WAIT=PUSH_WAIT_S)
+                APPLY=APPLY, UNIT=APPLY_UNIT, WAIT=0)    # a running host waits for no NIC
     create = script(f"Fabric of {hostname}: {spec.fabric.kind}"
                     + (f", subnet manager priority {priority}" if priority is not None else ""), hostname, push)
     delete = script(f"Undo the fabric setup of {hostname}", hostname, fill(r'''

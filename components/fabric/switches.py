@@ -187,7 +187,7 @@ diffs=$(FastCli -p 15 -c "configure session gpucluster-roce
 $config
 show session-config diffs
 abort")
-if printf '%s\n' "$diffs" | grep -Eq '^[+-][^+-]'; then
+if grep -Eq '^[+-][^+-]' <<<"$diffs"; then
   printf '%s\n' "$diffs"
   FastCli -p 15 -c "configure session gpucluster-roce
 $config

@@ -1,4 +1,4 @@
-"""Recording doubles for tools that need hardware this machine lacks (GPUs, DCGM, systemd as PID 1).
+"""Recording doubles for tools that need hardware this machine lacks (GPUs, DCGM, ConnectX QoS, systemd as PID 1).
 
 Each double appends its command line to /var/lib/gpucluster-doubles/calls.log and reads the host's simulated
 hardware from /var/lib/gpucluster-doubles/state.env; everything else the scripts run is real.
@@ -60,6 +60,57 @@ esac
 if [[ "$DCGM" == pass ]]; then echo "Diagnostic | Result: Pass"; else echo "Memory | Fail - GPU 3 row remap pending"; exit 226; fi
 ''',
 }
+
+# mlnx_qos keeps each interface's trust, PFC and DSCP overrides in a state file and prints them as the real tool.
+DOUBLES["mlnx_qos"] = _RECORD + r'''
+iface="" trust="" pfc="" map=""
+while (( $# )); do
+  case "$1" in
+    -i) iface=$2; shift 2 ;;
+    --trust) trust=$2; shift 2 ;;
+    --pfc|-f) pfc=$2; shift 2 ;;
+    --dscp2prio) map=$2; shift 2 ;;
+    *) echo "mlnx_qos double: unknown option $1" >&2; exit 2 ;;
+  esac
+done
+[[ -d "/sys/class/net/$iface" ]] || { echo "Netlink error: no interface $iface" >&2; exit 1; }
+f="$S/qos-$iface.env" TRUST=pcp PFC=0,0,0,0,0,0,0,0 MAP=""
+# shellcheck disable=SC1090
+if [[ -f "$f" ]]; then source "$f"; fi
+if [[ -n "$trust" ]]; then TRUST=$trust; fi
+if [[ -n "$pfc" ]]; then PFC=$pfc; fi
+if [[ -n "$map" ]]; then IFS=, read -r _ d p <<<"$map"; MAP="$MAP $d:$p"; fi
+printf 'TRUST=%s\nPFC=%s\nMAP="%s"\n' "$TRUST" "$PFC" "$MAP" > "$f"
+if [[ -z "$trust$pfc$map" ]]; then
+  echo "DCBX mode: OS controlled"
+  echo "Priority trust state: $TRUST"
+  if [[ "$TRUST" == dscp ]]; then
+    echo "dscp2prio mapping:"
+    for ((prio = 0; prio < 8; prio++)); do
+      line=""
+      for ((d = 63; d >= 0; d--)); do
+        to=$((d >> 3))
+        for m in $MAP; do if [[ "${m%:*}" == "$d" ]]; then to=${m#*:}; fi; done
+        if (( to == prio )); then line+=$(printf '%02d,' "$d"); fi
+      done
+      printf '\tprio:%d dscp:%s\n' "$prio" "$line"
+    done
+  fi
+  echo "PFC configuration:"
+  printf '\tpriority    0   1   2   3   4   5   6   7\n'
+  printf '\tenabled     %s\n' "$(printf '%s' "$PFC" | sed 's/,/   /g')"
+fi
+'''
+DOUBLES["ethtool"] = _RECORD + r'''
+f="$S/pause-$2.env" PAUSE=on
+# shellcheck disable=SC1090
+if [[ -f "$f" ]]; then source "$f"; fi
+case "$1" in
+  -a) printf 'Pause parameters for %s:\nAutonegotiate:\t%s\nRX:\t\t%s\nTX:\t\t%s\n' "$2" "$PAUSE" "$PAUSE" "$PAUSE" ;;
+  -A) echo "PAUSE=off" > "$f" ;;
+  *) echo "ethtool double: unknown option $1" >&2; exit 2 ;;
+esac
+'''
 
 ALL_REDUCE = _RECORD + r'''
 echo "# nccl-tests all_reduce_perf double"

@@ -22,6 +22,10 @@ from typing import Iterator
 from .doubles import ALL_REDUCE, DOUBLES, HEALTHY, STATE_DIR, state_env
 
 OVERLAID = ("/etc", "/usr/local", "/opt", "/var/lib")
+# Data-plane NICs of every test host: a real veth interface (its MTU really changes) plus the RDMA device's
+# sysfs and configfs entries, which only a ConnectX card would create, in a tree bound over /sys/class and
+# /sys/kernel inside the host's mount namespace.
+NICS = (("mlx5_0", "ens1f0np0"), ("mlx5_1", "ens2f0np0"))
 TOOLS = ("ip", "unshare", "ssh", "ssh-keygen", "mount")
 
 
@@ -98,6 +102,11 @@ class TestHost:
         finally:
             self.set_hardware()
 
+    def sysfs(self, path: str) -> Path:
+        """Where a /sys/class or /sys/kernel path of this host's fake device tree lives."""
+        top = "class" if path.startswith("/sys/class/") else "kernel"
+        return self.root / f"sys_{top}" / path[len(f"/sys/{top}/"):]
+
     def calls(self) -> list[str]:
         log = self.upper(f"{STATE_DIR}/calls.log")
         return log.read_text().splitlines() if log.exists() else []
@@ -156,6 +165,7 @@ class TestHosts:
             f"AuthorizedKeysFile {host.root}/authorized_keys\nPermitRootLogin prohibit-password\n"
             "PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\n"
             "PrintMotd no\nSubsystem sftp internal-sftp\n")
+        self._fake_devices(host, i)
         veth, peer = f"gcv{self.tag}{i}", f"gcp{self.tag}{i}"
         _run("ip", "netns", "add", host.netns)
         _run("ip", "link", "add", veth, "type", "veth", "peer", "name", peer)
@@ -165,14 +175,41 @@ class TestHosts:
         _run(*ns, "ip", "link", "set", "lo", "up")
         _run(*ns, "ip", "addr", "add", f"{host.address}/24", "dev", peer)
         _run(*ns, "ip", "link", "set", peer, "up")
+        for _, ifname in NICS:
+            _run(*ns, "ip", "link", "add", ifname, "type", "veth", "peer", "name", f"{ifname}p")
         mounts = "; ".join(
             f"mount -t overlay overlay -o lowerdir={top},upperdir={host.root}/{top.strip('/').replace('/', '_')}/up,"
             f"workdir={host.root}/{top.strip('/').replace('/', '_')}/work {top}" for top in OVERLAID)
+        mounts += f"; mount --bind {host.root}/sys_class /sys/class; mount --bind {host.root}/sys_kernel /sys/kernel"
         boot = f"set -e; {mounts}; mount -t tmpfs -o size=64m tmpfs /dev/shm; exec /usr/sbin/sshd -D -e -f {host.root}/sshd_config"
         log = open(host.root / "sshd.log", "w")
         host.process = subprocess.Popen([*ns, "unshare", "--mount", "--propagation", "private", "bash", "-c", boot],
                                         stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         return host
+
+    @staticmethod
+    def _fake_devices(host: TestHost, i: int) -> None:
+        def put(path: str, text: str) -> None:
+            p = host.sysfs(path)
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.write_text(text + "\n")
+        for n, (dev, ifname) in enumerate(NICS):
+            for point in ("roce_np", "roce_rp"):
+                for prio in range(8):
+                    put(f"/sys/class/net/{ifname}/ecn/{point}/enable/{prio}", "0")
+            put(f"/sys/class/net/{ifname}/ecn/roce_np/cnp_dscp", "48")
+            port = f"/sys/class/infiniband/{dev}/ports/1"
+            put(f"{port}/link_layer", "Ethernet")
+            ipv4 = f"0000:0000:0000:0000:0000:ffff:c612:{i:02x}{n:02x}"
+            for idx, (kind, gid) in enumerate((("IB/RoCE v1", "fe80:0000:0000:0000:0000:0000:0000:0001"),
+                                               ("RoCE v2", "fe80:0000:0000:0000:0000:0000:0000:0001"),
+                                               ("IB/RoCE v1", ipv4), ("RoCE v2", ipv4))):
+                put(f"{port}/gid_attrs/types/{idx}", kind)
+                put(f"{port}/gids/{idx}", gid)
+            host.sysfs(f"/sys/class/infiniband/{dev}/device/net/{ifname}").mkdir(parents=True)
+            put(f"/sys/class/infiniband/{dev}/tc/1/traffic_class", "Global tclass=0")
+            put(f"/sys/kernel/config/rdma_cm/{dev}/ports/1/default_roce_mode", "IB/RoCE v1")
+            put(f"/sys/kernel/config/rdma_cm/{dev}/ports/1/default_roce_tos", "0")
 
     def _wait(self, host: TestHost, timeout_s: float = 10) -> None:
         deadline = time.monotonic() + timeout_s
