@@ -59,10 +59,12 @@ def test_switch_scripts_pass_shellcheck(vendor, roce, dev_data, tmp_path):
 def test_pfc_is_lossless_on_the_roce_priority_only(vendor, dev_data):
     spec = spec_with(dev_data, vendor, CUSTOM)
     text = render_switch(spec.fabric.switches[0], spec.fabric).create
-    pfc = {"cumulus": r"qos pfc default-global switch-priority (\d+)",
+    pfc = {"cumulus": r"nv set qos pfc default-global switch-priority (\d+)",
            "sonic": r'config interface pfc priority "\$1" (\d+) on',
            "eos": r"priority-flow-control priority (\d+) no-drop"}[vendor]
     assert re.findall(pfc, text) == ["5"]
+    if vendor == "cumulus":      # NVUE's RoCE mode enables PFC on 3; it must come off
+        assert "nv unset qos pfc default-global switch-priority 3" in text
 
 
 @pytest.mark.parametrize("vendor", sorted(BACKENDS))
