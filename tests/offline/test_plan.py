@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 from pathlib import Path
 
 import pulumi
@@ -123,3 +124,33 @@ def test_encrypted_stack_config_becomes_an_unresolved_placeholder(tmp_path):
     assert cfg.unresolved_secrets == ["gpucluster:sshPrivateKey", "gpucluster:token"]
     assert "gpucluster:token" in cfg.secret_keys
     assert "v1:abc" not in json.dumps(cfg.values)
+
+
+# --- the fabric in plans of a RoCE stack (dev) and an InfiniBand stack (prod) -----------------------------
+
+def test_roce_plan_shows_host_and_switch_scripts_checks_and_nccl(dev_plan):
+    files = dev_plan.files
+    for host in ("gpu-dev-01", "gpu-dev-02"):
+        assert "mlnx_qos -i \"$if\" --pfc 0,0,0,1,0,0,0,0" in files[f"scripts/{host}/dev-fabric-{host}.sh"]
+    assert "nv set qos roce mode lossless" in files["scripts/leaf-dev-01/dev-fabric-leaf-dev-01.sh"]
+    assert {"checks/links-h100.sh", "checks/nccl-h100.yaml"} <= set(files)
+    assert "NCCL_IB_TC: '106'" in files["manifests/team-a/configmap-nccl-h100.yaml"]
+    assert "RoCE priority 3 (PFC), DSCP 26, ToS 106" in dev_plan.summary
+    assert "leaf-dev-01  0,1" in dev_plan.summary
+
+
+@pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck is not installed (.ci/run installs it)")
+def test_infiniband_plan_runs_opensm_on_the_subnet_managers_and_every_script_is_clean(tmp_path):
+    plan = build_plan(run_program(ROOT, "prod"))
+    assert plan.errors == []
+    scripts = {p: t for p, t in plan.files.items() if p.endswith(".sh")}
+    assert "sm_priority 15" in scripts["scripts/gpu-prod-01/prod-fabric-gpu-prod-01.sh"]
+    assert "sm_priority 14" in scripts["scripts/gpu-prod-05/prod-fabric-gpu-prod-05.sh"]
+    assert "gpucluster-opensm" not in scripts["scripts/gpu-prod-02/prod-fabric-gpu-prod-02.sh"]
+    assert not any(p.startswith("scripts/ib-") for p in scripts)          # IB switches: the SM configures them
+    assert "rail-optimized, bisection 12800 Gb/s" in plan.summary and "1:1" in plan.summary
+    for path, text in scripts.items():
+        f = tmp_path / path.replace("/", "_")
+        f.write_text(text)
+    out = subprocess.run(["shellcheck", "-S", "style", *map(str, tmp_path.iterdir())], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout[:3000]
