@@ -239,6 +239,14 @@ def _fabric(spec: ClusterSpec) -> Iterator[Problem]:
             yield Problem(("fabric", "switches", i, "vendor"),
                           f"no RoCE configuration backend for {sw.vendor} (have: {', '.join(SWITCH_VENDORS)}); "
                           "set managed: false and configure it by hand, or use a supported vendor")
+    leaves = [(i, sw) for i, sw in enumerate(fabric.switches) if sw.role == "leaf"]
+    if fabric.kind == "infiniband" and len(leaves) > 1:
+        for i, sw in leaves:
+            if not sw.uplinks:
+                yield Problem(("fabric", "switches", i, "uplinks"),
+                              f"InfiniBand leaf {sw.name} has no uplinks: leaves without spines are separate subnets, "
+                              "each needing its own subnet manager, which this fabric does not set up; connect it "
+                              "to the spines")
     yield from plan_topology(spec)[1]
 
 

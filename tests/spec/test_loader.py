@@ -205,3 +205,11 @@ def test_a_bare_integer_quota_means_nominal(dev_data):
     dev_data["tenants"][1]["gpu_quota"] = {"h100": 4}
     spec = parse_spec(__import__("yaml").safe_dump(dev_data))
     assert spec.tenants[1].gpu_quota["h100"].nominal == 4 and spec.tenants[1].gpu_quota["h100"].borrowing_limit is None
+
+
+def test_rejects_infiniband_leaves_without_spines(dev_data):
+    dev_data["fabric"] = {"kind": "infiniband", "infiniband": {"subnet_managers": ["gpu-dev-01"]}, "switches": [
+        {"name": f"ib-leaf-{r}", "role": "leaf", "vendor": "mlnx-os", "address": f"10.10.1.{r + 1}", "ports": 32,
+         "port_speed_gbps": 400, "rails": [r], "managed": False} for r in range(2)]}
+    found = problems_of(dev_data)
+    assert len(found) == 2 and "fabric.switches[0].uplinks: InfiniBand leaf ib-leaf-0 has no uplinks" in found[0]
