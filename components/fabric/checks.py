@@ -16,7 +16,7 @@ from ..bash import fill, script
 from ..k8s.labels import POOL_LABEL, pool_tolerations
 from ..k8s.network_operator import rdma_resource
 from ..spec import ClusterSpec, NodePool
-from .nccl import NCCL_CONF, nccl_env
+from .nccl import NCCL_CONF, nccl_envs
 
 NCCL_TESTS = "/opt/nccl_tests/build/all_reduce_perf"
 CHECKS_NAMESPACE = "gpucluster-checks"
@@ -24,9 +24,10 @@ PERFTEST = "-i 1 -F --report_gbits -D 10 -q 4 -s 1048576"
 
 
 def _pairs(hosts: list[str]) -> list[tuple[str, str]]:
-    if len(hosts) < 2:
-        return []
-    return [(hosts[i], hosts[(i + 1) % len(hosts)]) for i in range(len(hosts))][: 1 if len(hosts) == 2 else None]
+    """Each host with its next one in a ring; two hosts make one pair, not the same pair twice."""
+    if len(hosts) == 2:
+        return [(hosts[0], hosts[1])]
+    return [(hosts[i], hosts[(i + 1) % len(hosts)]) for i in range(len(hosts))] if len(hosts) > 2 else []
 
 
 def render_link_check(spec: ClusterSpec, pool: NodePool) -> str | None:
@@ -98,7 +99,7 @@ def render_nccl_job(spec: ClusterSpec, pool: NodePool) -> list[dict[str, Any]]:
     if hosts < 2:
         return []
     gpus, floor = pool.gpu.count, nccl_floor_gb_per_s(spec, pool)
-    env = [{"name": k, "value": v} for k, v in nccl_env(spec, pool).items()]
+    env = [{"name": k, "value": v} for k, v in nccl_envs(spec)[pool.name].items()]
     ranks = hosts * gpus
     exports = " ".join(f"-x {e['name']}" for e in env)
     launcher = fill(r'''set -euo pipefail

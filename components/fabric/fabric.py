@@ -17,7 +17,7 @@ from ..ssh import SshTarget, push
 from ..yamltext import to_yaml_all
 from .checks import render_link_check, render_nccl_job
 from .host import render_fabric_host
-from .nccl import nccl_env
+from .nccl import nccl_envs
 from .switches import render_switch
 
 
@@ -27,11 +27,12 @@ def fabric_hosts(spec: ClusterSpec) -> list[tuple[str, SshTarget, list[Nic], dic
     sms = spec.fabric.infiniband.subnet_managers if spec.fabric.infiniband else []
     out = []
     if spec.fabric.rdma:
+        envs = nccl_envs(spec)
         for pool, host in spec.hosts():
             if pool.nics or host.hostname in sms:
                 target = SshTarget(host.address, host.ssh_user or ssh.user, host.ssh_port or ssh.port, host.host_key,
                                    ssh.bastion)
-                out.append((host.hostname, target, list(pool.nics), nccl_env(spec, pool)))
+                out.append((host.hostname, target, list(pool.nics), envs[pool.name]))
         for server in spec.storage.servers:
             if server.hostname in sms:
                 out.append((server.hostname, SshTarget(server.address, ssh.user, ssh.port, server.host_key,
@@ -68,7 +69,7 @@ class Fabric(pulumi.ComponentResource):
                  opts: pulumi.ResourceOptions | None = None):
         super().__init__(self.TYPE, name, {"fabric": spec.fabric.model_dump(mode="json")}, opts)
         self.topology = plan_topology(spec)[0].summary()
-        self.nccl_env = {p.name: nccl_env(spec, p) for p in spec.node_pools}
+        self.nccl_env = nccl_envs(spec)
         self.checks = render_checks(spec)
         sms = set(spec.fabric.infiniband.subnet_managers) if spec.fabric.infiniband else set()
         self.host_scripts = {}

@@ -13,7 +13,13 @@ from ..spec.topology import plan_topology
 NCCL_CONF = "/etc/nccl.conf"
 
 
-def nccl_env(spec: ClusterSpec, pool: NodePool) -> dict[str, str]:
+def nccl_envs(spec: ClusterSpec) -> dict[str, dict[str, str]]:
+    """NCCL settings per node pool (the topology is planned once for all of them)."""
+    rail_optimized = plan_topology(spec)[0].rail_optimized
+    return {pool.name: _pool_env(spec, pool, rail_optimized) for pool in spec.node_pools}
+
+
+def _pool_env(spec: ClusterSpec, pool: NodePool, rail_optimized: bool) -> dict[str, str]:
     fabric = spec.fabric
     env: dict[str, str] = {}
     if not fabric.rdma or not pool.nics:
@@ -28,7 +34,7 @@ def nccl_env(spec: ClusterSpec, pool: NodePool) -> dict[str, str]:
             env["NCCL_IB_ADDR_FAMILY"] = "AF_INET"
         # GPUDirect RDMA when GPU and NIC share a PCIe root complex; LOC turns it off.
         env["NCCL_NET_GDR_LEVEL"] = "PHB" if fabric.effective_gpudirect else "LOC"
-        if plan_topology(spec)[0].rail_optimized:
+        if rail_optimized:
             env["NCCL_CROSS_NIC"] = "0"                  # rail leaves: traffic stays on its rail
     if fabric.control_interface:
         env["NCCL_SOCKET_IFNAME"] = "=" + fabric.control_interface

@@ -19,7 +19,7 @@ import pulumi
 from pydantic import Field
 
 from ..spec import ClusterSpec, Tenant as TenantSpec
-from ..fabric.nccl import nccl_env
+from ..fabric.nccl import nccl_envs
 from ..spec.common import SpecModel
 from .objects import Manifest, register
 
@@ -55,7 +55,12 @@ class TenantArgs(SpecModel):
                    dns_namespace=spec.kubernetes.dns_namespace,
                    monitoring_namespace=monitoring.namespace if monitoring.enabled else None,
                    protect=spec.environment != "dev",
-                   nccl={pool: nccl_env(spec, spec.pools[pool]) for pool in tenant.gpu_quota if pool in spec.pools})
+                   nccl=_tenant_nccl(spec, tenant))
+
+
+def _tenant_nccl(spec: ClusterSpec, tenant: TenantSpec) -> dict[str, dict[str, str]]:
+    envs = nccl_envs(spec)
+    return {pool: envs[pool] for pool in tenant.gpu_quota if pool in envs}
 
 
 # --- pure rendering ---------------------------------------------------------------------------------

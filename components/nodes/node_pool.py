@@ -38,8 +38,8 @@ class NodePoolArgs(SpecModel):
     @classmethod
     def from_spec(cls, spec: ClusterSpec, pool: NodePool) -> NodePoolArgs:
         blocks = {r.name: r.block or s.name for s in spec.sites for r in s.racks}
-        topology = plan_topology(spec)[0]
-        leaves = {h.hostname: leaf for h in pool.hosts if (leaf := topology.leaf_of(h.hostname))}
+        all_leaves = plan_topology(spec)[0].host_leaves()
+        leaves = {h.hostname: all_leaves[h.hostname] for h in pool.hosts if h.hostname in all_leaves}
         return cls(pool=pool, ssh=spec.ssh, rdma=spec.fabric.rdma, blocks=blocks, leaves=leaves)
 
     def target(self, host: Host) -> SshTarget:

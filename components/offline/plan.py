@@ -15,7 +15,7 @@ from pulumi.runtime import rpc as _rpc
 
 from ..cluster import GpuCluster
 from ..fabric import Fabric
-from ..fabric.nccl import nccl_env
+from ..fabric.nccl import nccl_envs
 from ..k8s.network_operator import rdma_resource
 from ..spec import ClusterSpec
 from ..spec.cluster import network_operator_enabled
@@ -176,8 +176,8 @@ def _fabric_summary(spec: ClusterSpec) -> list[str]:
              leaf.down_gbps, leaf.up_gbps,
              f"{leaf.oversubscription:g}:1" if leaf.oversubscription is not None else "no uplinks"]
             for leaf in topology.leaves.values()])
-    for pool in spec.node_pools:
-        lines.append(f"NCCL ({pool.name}): " + " ".join(f"{k}={v}" for k, v in nccl_env(spec, pool).items()))
+    for pool, env in nccl_envs(spec).items():
+        lines.append(f"NCCL ({pool}): " + " ".join(f"{k}={v}" for k, v in env.items()))
     return lines
 
 

@@ -10,7 +10,7 @@ rail, and there are several rails), and the bisection bandwidth.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Iterator
 
 from .common import Loc, Problem
@@ -65,10 +65,9 @@ class Topology:
         the smaller of its downlinks and uplinks (a leaf without uplinks is cut through its middle)."""
         return sum(min(leaf.down_gbps, leaf.up_gbps or leaf.down_gbps) for leaf in self.leaves.values()) / 2
 
-    def leaf_of(self, host: str) -> str | None:
-        """The leaf of the host's lowest rail: hosts under the same set of rail leaves share it."""
-        mine = [link for link in self.links if link.host == host]
-        return min(mine, key=lambda link: link.rail).leaf if mine else None
+    def host_leaves(self) -> dict[str, str]:
+        """Each host's leaf for labels: that of its lowest rail, so hosts under the same rail leaves share it."""
+        return {link.host: link.leaf for link in sorted(self.links, key=lambda link: -link.rail)}
 
     def summary(self) -> dict[str, object]:
         return {
@@ -93,6 +92,7 @@ def plan_topology(spec: ClusterSpec) -> tuple[Topology, list[Problem]]:
         return Topology(), []
     problems: list[Problem] = []
     where = {s.name: ("fabric", "switches", i) for i, s in enumerate(switches)}
+    by_name = {leaf.name: leaf for leaf in leaves}
     uplink_ports = {leaf.name: len(leaf.uplinks) * leaf.links_per_uplink for leaf in leaves}
     taken: dict[str, dict[int, str]] = {leaf.name: {} for leaf in leaves}
     wanted: list[tuple[Loc, str, int, Link]] = []     # (host loc, leaf, explicit port or 0, link without port)
@@ -116,7 +116,7 @@ def plan_topology(spec: ClusterSpec) -> tuple[Topology, list[Problem]]:
         port += offsets.get((link.host, leaf_name), 0)    # a leaf with several of the host's rails: next ports
         offsets[(link.host, leaf_name)] = offsets.get((link.host, leaf_name), 0) + 1
         wanted[n] = (loc, leaf_name, port, link)
-        leaf = next(s for s in leaves if s.name == leaf_name)
+        leaf = by_name[leaf_name]
         if port > leaf.ports - uplink_ports[leaf_name]:
             problems.append(Problem(loc + ("leaf_port",),
                                     f"leaf_port {port} is not a downlink port of {leaf_name} (ports 1-"
@@ -135,10 +135,13 @@ def plan_topology(spec: ClusterSpec) -> tuple[Topology, list[Problem]]:
                 cursor[leaf_name] += 1
             port = cursor[leaf_name]
             taken[leaf_name][port] = link.host
-        links.append(Link(**{**link.__dict__, "port": port}))
+        links.append(replace(link, port=port))
+    per_leaf: dict[str, list[Link]] = {leaf.name: [] for leaf in leaves}
+    for link in links:
+        per_leaf[link.leaf].append(link)
     loads: dict[str, LeafLoad] = {}
     for leaf in leaves:
-        mine = [link for link in links if link.leaf == leaf.name]
+        mine = per_leaf[leaf.name]
         down = len(taken[leaf.name])
         if down + uplink_ports[leaf.name] > leaf.ports:
             problems.append(Problem(where[leaf.name] + ("ports",),

@@ -8,7 +8,7 @@ import subprocess
 import yaml
 
 from components.fabric.host import APPLY, APPLY_UNIT, render_fabric_host
-from components.fabric.nccl import NCCL_CONF, nccl_env
+from components.fabric.nccl import NCCL_CONF, nccl_envs
 from components.spec import parse_spec
 from components.ssh import as_command
 from tests.conftest import _DEV
@@ -20,7 +20,7 @@ def fabric_script(host, **nic_changes):
         nic.update(nic_changes.get(nic["device"], {}))
     spec = parse_spec(yaml.safe_dump(data))
     pool = spec.node_pools[0]
-    return render_fabric_host(spec, host.name, pool.nics, nccl_env(spec, pool))
+    return render_fabric_host(spec, host.name, pool.nics, nccl_envs(spec)[pool.name])
 
 
 def run(hosts, host, script, step="create"):

@@ -12,7 +12,7 @@ from components.fabric import Fabric
 from components.fabric.checks import nccl_floor_gb_per_s, render_link_check, render_nccl_job
 from components.fabric.fabric import fabric_hosts, render_checks
 from components.fabric.host import render_apply, render_fabric_host, render_partitions
-from components.fabric.nccl import nccl_env, render_nccl_conf
+from components.fabric.nccl import nccl_envs, render_nccl_conf
 from components.spec import parse_spec
 from tests.components.k8s.conftest import infiniband
 from tests.conftest import ssh_key
@@ -54,7 +54,7 @@ def test_every_fabric_script_passes_shellcheck(variant, dev_data, tmp_path):
 
 def test_roce_host_settings_use_the_fabric_class(dev_spec):
     pool = dev_spec.node_pools[0]
-    text = render_apply(dev_spec, "gpu-dev-01", pool.nics, nccl_env(dev_spec, pool))
+    text = render_apply(dev_spec, "gpu-dev-01", pool.nics, nccl_envs(dev_spec)[pool.name])
     assert "mlnx_qos -i \"$if\" --pfc 0,0,0,1,0,0,0,0" in text and '"$pfc" != 00010000' in text
     assert 'dscp_prio "$if" 26 3' in text and 'dscp_prio "$if" 48 6' in text
     assert "set_mtu \"$if\" 9000" in text and "default_roce_tos\" 106" in text
@@ -64,26 +64,26 @@ def test_roce_host_settings_use_the_fabric_class(dev_spec):
 
 
 def test_nccl_settings_match_the_fabric(dev_spec, dev_data):
-    env = nccl_env(dev_spec, dev_spec.node_pools[0])
+    env = nccl_envs(dev_spec)[dev_spec.node_pools[0].name]
     assert env == {"NCCL_IB_HCA": "=mlx5_0:1,mlx5_1:1", "NCCL_IB_TC": "106", "NCCL_IB_ROCE_VERSION_NUM": "2",
                    "NCCL_IB_ADDR_FAMILY": "AF_INET", "NCCL_NET_GDR_LEVEL": "PHB", "NCCL_SOCKET_IFNAME": "=eno1"}
     assert render_nccl_conf(env).splitlines()[1:3] == ["NCCL_IB_HCA==mlx5_0:1,mlx5_1:1", "NCCL_IB_TC=106"]
     assert all('"' not in line and "export" not in line for line in render_nccl_conf(env).splitlines())
     ib = spec_for(dev_data, "infiniband")
-    env = nccl_env(ib, ib.node_pools[0])
+    env = nccl_envs(ib)[ib.node_pools[0].name]
     assert "NCCL_IB_TC" not in env and env["NCCL_IB_HCA"] == "=mlx5_0:1,mlx5_1:1"
 
 
 def test_hcas_are_listed_in_rail_order(dev_data):
     dev_data["node_pools"][0]["nics"].reverse()
     spec = parse_spec(yaml.safe_dump(dev_data))
-    assert nccl_env(spec, spec.node_pools[0])["NCCL_IB_HCA"] == "=mlx5_0:1,mlx5_1:1"
+    assert nccl_envs(spec)[spec.node_pools[0].name]["NCCL_IB_HCA"] == "=mlx5_0:1,mlx5_1:1"
 
 
 def test_no_gpudirect_turns_nccl_gdr_off(dev_data):
     dev_data["fabric"]["gpudirect_rdma"] = False
     spec = parse_spec(yaml.safe_dump(dev_data))
-    assert nccl_env(spec, spec.node_pools[0])["NCCL_NET_GDR_LEVEL"] == "LOC"
+    assert nccl_envs(spec)[spec.node_pools[0].name]["NCCL_NET_GDR_LEVEL"] == "LOC"
 
 
 def test_partitions_carry_the_fabric_mtu_and_rate(dev_data):
@@ -96,7 +96,7 @@ def test_partitions_carry_the_fabric_mtu_and_rate(dev_data):
 def test_infiniband_hosts_get_ipoib_children_and_the_primary_sm_the_top_priority(dev_data):
     spec = spec_for(dev_data, "infiniband-partitions")
     pool = spec.node_pools[0]
-    apply = render_apply(spec, "gpu-dev-02", pool.nics, nccl_env(spec, pool))
+    apply = render_apply(spec, "gpu-dev-02", pool.nics, nccl_envs(spec)[pool.name])
     assert "ib_nic mlx5_0 ibp0s0 400\nipoib_child ibp0s0 0x8a01" in apply and "set_mtu \"$if\" 4092" in apply
     primary = render_fabric_host(spec, "gpu-dev-01", pool.nics, {}).create
     standby = render_fabric_host(spec, "gpu-dev-02", pool.nics, {}).create
@@ -172,4 +172,4 @@ def test_an_ethernet_fabric_configures_no_host(dev_data, record):
     dev_data["kubernetes"].pop("network_operator", None)
     spec = parse_spec(yaml.safe_dump(dev_data))
     assert fabric_hosts(spec) == []
-    assert nccl_env(spec, spec.node_pools[0]) == {"NCCL_IB_DISABLE": "1"}
+    assert nccl_envs(spec)[spec.node_pools[0].name] == {"NCCL_IB_DISABLE": "1"}
