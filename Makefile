@@ -5,7 +5,9 @@ STACK  ?= dev
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: plan test install schema clean
+E2E    ?= .e2e
+
+.PHONY: plan test e2e e2e-tools install schema clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,6 +22,14 @@ plan: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+# The real control plane (etcd, apiserver, controller-manager, scheduler, kubectl, KWOK, Kueue) from Go modules;
+# a binary is rebuilt only when its pinned version changes.
+e2e-tools:
+	e2e/build-tools.sh $(E2E)
+
+e2e: $(STAMP) e2e-tools
+	GPUCLUSTER_E2E=1 GPUCLUSTER_E2E_TOOLS=$(abspath $(E2E)) $(BIN)/python -m pytest -q -m e2e tests/e2e
 
 schema: $(STAMP)
 	$(BIN)/gpucluster schema --out stacks/clusterspec.schema.json

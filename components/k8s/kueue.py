@@ -7,10 +7,12 @@ from typing import Any
 import yaml
 
 from ..spec import ClusterSpec
+from ..spec.cluster import network_operator_enabled
 from .helm import Chart
 from .labels import POOL_LABEL, pool_tolerations
+from .network_operator import rdma_resource
 from .objects import Manifest
-from .tenant import CPU_FLAVOR, KUEUE_API, TENANT_LABEL
+from .tenant import KUEUE_API, TENANT_LABEL
 
 NAMESPACE = "kueue-system"
 TOPOLOGY = "gpu-topology"
@@ -37,6 +39,9 @@ def render_kueue_config(spec: ClusterSpec) -> dict[str, Any]:
         "managedJobsNamespaceSelector": {"matchExpressions": [{"key": TENANT_LABEL, "operator": "Exists"}]},
         "integrations": {"frameworks": FRAMEWORKS},
     }
+    if network_operator_enabled(spec):
+        # RDMA devices are a per-node device-plugin count, not a quota: Kueue must not refuse pods that ask for one.
+        config["resources"] = {"excludeResourcePrefixes": [rdma_resource(spec)]}
     if spec.kubernetes.kueue.fair_sharing:
         config["fairSharing"] = {"preemptionStrategies": ["LessThanOrEqualToFinalShare", "LessThanInitialShare"]}
     return config
@@ -49,10 +54,9 @@ def render_kueue_values(spec: ClusterSpec) -> dict[str, Any]:
 
 
 def render_kueue_objects(spec: ClusterSpec) -> list[Manifest]:
-    """Flavors (CPU and one per node pool), the Topology, the shared Cohort and the priority classes."""
+    """A flavor per node pool, the Topology, the shared Cohort and the priority classes."""
     k = spec.kubernetes.kueue
-    out = [Manifest("flavor-cpu", {"apiVersion": KUEUE_API, "kind": "ResourceFlavor",
-                                   "metadata": {"name": CPU_FLAVOR}, "spec": {}})]
+    out = []
     for pool in spec.node_pools:
         out.append(Manifest(f"flavor-{pool.name}", {
             "apiVersion": KUEUE_API, "kind": "ResourceFlavor", "metadata": {"name": pool.name},

@@ -18,13 +18,11 @@ from typing import Any, ClassVar, Sequence
 import pulumi
 from pydantic import Field
 
-from ..spec import ClusterSpec, Tenant as TenantSpec
+from ..spec import ClusterSpec, FlavorQuota, Share, Tenant as TenantSpec
 from ..fabric.nccl import nccl_envs
 from ..spec.common import SpecModel
 from .objects import Manifest, register
 
-# Kueue flavor that covers CPU and memory; GPU flavors are the node pools. Created by the GPU stack.
-CPU_FLAVOR = "default-flavor"
 # A LocalQueue named "default" also receives jobs that carry no queue-name label (Kueue's defaulting).
 LOCAL_QUEUE = "default"
 KUEUE_API = "kueue.x-k8s.io/v1beta2"
@@ -36,8 +34,9 @@ class TenantArgs(SpecModel):
 
     tenant: TenantSpec
     cluster: str = Field(description="Cluster name, set as a label on every object.")
-    cpu_cores: int = Field(ge=0, description="Kueue CPU quota (explicit or derived from the GPU quota).")
-    memory_gib: int = Field(ge=0, description="Kueue memory quota.")
+    quotas: dict[str, FlavorQuota] = Field(
+        default_factory=dict, description="Kueue quotas per node pool flavor (GPUs, CPU, memory), as "
+                                          "ClusterSpec.tenant_quotas derives them. Omitted: no quota anywhere.")
     cohort: str = Field(description="Kueue cohort shared by every tenant.")
     dns_namespace: str = Field("kube-system", description="Omitted: cluster DNS runs in kube-system.")
     monitoring_namespace: str | None = Field(None, description="Omitted: no scraping is allowed in.")
@@ -50,8 +49,8 @@ class TenantArgs(SpecModel):
     @classmethod
     def from_spec(cls, spec: ClusterSpec, tenant: TenantSpec) -> TenantArgs:
         monitoring = spec.kubernetes.monitoring
-        return cls(tenant=tenant, cluster=spec.name, cpu_cores=spec.tenant_cpu_cores(tenant),
-                   memory_gib=spec.tenant_memory_gib(tenant), cohort=spec.kubernetes.kueue.cohort,
+        return cls(tenant=tenant, cluster=spec.name, quotas=spec.tenant_quotas(tenant),
+                   cohort=spec.kubernetes.kueue.cohort,
                    dns_namespace=spec.kubernetes.dns_namespace,
                    monitoring_namespace=monitoring.namespace if monitoring.enabled else None,
                    protect=spec.environment != "dev",
@@ -139,12 +138,13 @@ def render_network_policies(args: TenantArgs) -> list[Manifest]:
 
 
 def render_limit_range(args: TenantArgs) -> dict[str, Any]:
+    """Default requests only: a default limit would make a container that requests more than it (and sets no
+    limit) invalid, so large GPU jobs would be refused. Kueue guards the totals."""
     d = args.tenant.container_defaults
     return {"apiVersion": "v1", "kind": "LimitRange", "metadata": _meta(args, "container-defaults"),
             "spec": {"limits": [{
                 "type": "Container",
                 "defaultRequest": {"cpu": d.cpu_request, "memory": f"{d.memory_request_mib}Mi"},
-                "default": {"cpu": d.cpu_limit, "memory": f"{d.memory_limit_mib}Mi"},
             }]}}
 
 
@@ -159,24 +159,27 @@ def render_resource_quota(args: TenantArgs) -> dict[str, Any]:
             "spec": {"hard": hard}}
 
 
+# Resources a tenant's ClusterQueue covers on every flavor, in Kueue's required order within a resource group.
+QUEUE_RESOURCES = ("cpu", "memory", "nvidia.com/gpu")
+
+
+def _share(name: str, share: Share, unit: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": name, "nominalQuota": unit(share.nominal)}
+    if share.borrowing_limit is not None:
+        out["borrowingLimit"] = unit(share.borrowing_limit)
+    if share.lending_limit is not None:
+        out["lendingLimit"] = unit(share.lending_limit)
+    return out
+
+
 def render_cluster_queue(args: TenantArgs) -> dict[str, Any]:
+    """One resource group: each pool's flavor carries the tenant's GPUs with their CPU and memory, so a GPU
+    job is admitted whole on one pool (and on its topology); the spec's order is Kueue's preference order."""
     t = args.tenant
-    groups: list[dict[str, Any]] = [{
-        "coveredResources": ["cpu", "memory"],
-        "flavors": [{"name": CPU_FLAVOR, "resources": [
-            {"name": "cpu", "nominalQuota": str(args.cpu_cores)},
-            {"name": "memory", "nominalQuota": f"{args.memory_gib}Gi"}]}],
-    }]
-    if t.gpu_quota:
-        flavors = []
-        for flavor, q in t.gpu_quota.items():       # spec order is Kueue's flavor preference order
-            res: dict[str, Any] = {"name": "nvidia.com/gpu", "nominalQuota": q.nominal}
-            if q.borrowing_limit is not None:
-                res["borrowingLimit"] = q.borrowing_limit
-            if q.lending_limit is not None:
-                res["lendingLimit"] = q.lending_limit
-            flavors.append({"name": flavor, "resources": [res]})
-        groups.append({"coveredResources": ["nvidia.com/gpu"], "flavors": flavors})
+    flavors = [{"name": flavor, "resources": [
+        _share("cpu", q.cpu_cores, str), _share("memory", q.memory_gib, lambda n: f"{n}Gi"),
+        _share("nvidia.com/gpu", q.gpus, int)]} for flavor, q in args.quotas.items()]
+    groups = [{"coveredResources": list(QUEUE_RESOURCES), "flavors": flavors}] if flavors else []
     p = t.preemption
     spec: dict[str, Any] = {
         "cohortName": args.cohort,

@@ -16,6 +16,7 @@ from pulumi.runtime import rpc as _rpc
 from ..cluster import GpuCluster
 from ..fabric import Fabric
 from ..fabric.nccl import nccl_envs
+from ..k8s.jobs import render_example_jobs
 from ..k8s.network_operator import rdma_resource
 from ..spec import ClusterSpec
 from ..spec.cluster import network_operator_enabled
@@ -138,6 +139,8 @@ def build_plan(run: ProgramRun) -> Plan:
         elif r.type == Fabric.TYPE:
             checks = run.component_outputs.get(r.urn, {}).get("checks") or {}
             files.update({f"checks/{_SAFE.sub('_', n)}": text for n, text in checks.items()})
+    for spec in clusters:
+        files.update({f"jobs/{_SAFE.sub('_', n)}.yaml": to_yaml(job) for n, job in render_example_jobs(spec).items()})
     document = {
         "note": HONESTY, "project": run.project, "stack": run.stack,
         "unresolvedSecrets": run.unresolved_secrets,

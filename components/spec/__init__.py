@@ -6,9 +6,9 @@ from .hardware import GPU_MODELS, Host, NodePool
 from .kubernetes import KubernetesSpec
 from .loader import SpecError, load_spec, parse_spec
 from .storage import StorageSpec
-from .tenants import GpuQuota, Tenant
+from .tenants import FlavorQuota, GpuQuota, Share, Tenant
 
 __all__ = [
     "GPU_MODELS", "SYSTEM_NAMESPACES", "ClusterSpec", "FabricSpec", "GpuQuota", "Host", "KubernetesSpec",
-    "NodePool", "RoceSettings", "SpecError", "StorageSpec", "Tenant", "load_spec", "parse_spec",
+    "FlavorQuota", "NodePool", "RoceSettings", "Share", "SpecError", "StorageSpec", "Tenant", "load_spec", "parse_spec",
 ]

@@ -12,7 +12,7 @@ from .fabric import FabricSpec
 from .hardware import Host, NodePool, Rack, Site, SshSettings
 from .kubernetes import KubernetesSpec
 from .storage import StorageSpec
-from .tenants import Tenant
+from .tenants import FlavorQuota, Share, Tenant
 from .topology import plan_topology
 from .versions import describe_known, find
 
@@ -64,19 +64,40 @@ class ClusterSpec(SpecModel):
     def gpus(self) -> int:
         return sum(p.gpus for p in self.node_pools)
 
-    def _tenant_share(self, explicit: int | None, tenant: Tenant, per_host: str) -> int:
-        """An explicit quota, or what comes with the tenant's nominal GPUs (rounded down)."""
-        if explicit is not None:
-            return explicit
+    def tenant_quotas(self, tenant: Tenant) -> dict[str, FlavorQuota]:
+        """Per pool the tenant has GPUs on: its GPUs, and the CPU and memory that come with them.
+
+        All three sit on the pool's Kueue flavor: Kueue assigns one flavor per resource group, and a
+        topology-aware flavor serves only workloads whose every resource it covers. CPU and memory per GPU
+        follow the pool's hosts (per GPU slice on time-sliced or MIG pools, whose quotas count slices); an
+        explicit tenant total is shared out in proportion to the nominal GPUs. Rounded down.
+        """
         pools = self.pools
-        return sum(q.nominal * getattr(pools[f], per_host) // pools[f].gpu.count
-                   for f, q in tenant.gpu_quota.items() if f in pools)
+        owned = {f: q for f, q in tenant.gpu_quota.items() if f in pools}
+        total_gpus = sum(q.nominal for q in owned.values())
+        out = {}
+        for flavor, q in owned.items():
+            pool = pools[flavor]
+            units = pool.gpu_resources_per_host or pool.gpu.count
+
+            def share(per_host: int, explicit: int | None) -> Share:
+                scale = lambda n: None if n is None else n * per_host // units  # noqa: E731
+                nominal = scale(q.nominal) if explicit is None else \
+                    (explicit * q.nominal // total_gpus if total_gpus else 0)
+                lending = None if q.lending_limit is None else min(nominal, scale(q.lending_limit))
+                return Share(nominal=nominal, borrowing_limit=scale(q.borrowing_limit), lending_limit=lending)
+
+            out[flavor] = FlavorQuota(gpus=Share(nominal=q.nominal, borrowing_limit=q.borrowing_limit,
+                                                 lending_limit=q.lending_limit),
+                                      cpu_cores=share(pool.cpu_cores_per_host, tenant.cpu_cores),
+                                      memory_gib=share(pool.memory_gib_per_host, tenant.memory_gib))
+        return out
 
     def tenant_cpu_cores(self, tenant: Tenant) -> int:
-        return self._tenant_share(tenant.cpu_cores, tenant, "cpu_cores_per_host")
+        return sum(q.cpu_cores.nominal for q in self.tenant_quotas(tenant).values())
 
     def tenant_memory_gib(self, tenant: Tenant) -> int:
-        return self._tenant_share(tenant.memory_gib, tenant, "memory_gib_per_host")
+        return sum(q.memory_gib.nominal for q in self.tenant_quotas(tenant).values())
 
     def warnings(self) -> list[str]:
         """Legal but risky choices, shown in the plan summary."""

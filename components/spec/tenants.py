@@ -27,6 +27,22 @@ class GpuQuota(SpecModel):
         return self
 
 
+class Share(SpecModel):
+    """A quota in Kueue's terms for one resource of one flavour (GPUs, CPU cores or GiB of memory)."""
+
+    nominal: int = Field(ge=0)
+    borrowing_limit: int | None = Field(None, ge=0, description="Omitted: no limit.")
+    lending_limit: int | None = Field(None, ge=0, description="Omitted: all of the nominal quota.")
+
+
+class FlavorQuota(SpecModel):
+    """What a tenant may use of one node pool: its GPUs, and the CPU and memory that come with them."""
+
+    gpus: Share
+    cpu_cores: Share
+    memory_gib: Share
+
+
 def _int_is_nominal(value: object) -> object:
     return {"nominal": value} if isinstance(value, int) and not isinstance(value, bool) else value
 
@@ -53,26 +69,14 @@ class Groups(SpecModel):
 
 
 class ContainerDefaults(SpecModel):
-    """LimitRange defaults, so a container that states nothing still has requests and limits."""
+    """LimitRange default requests, so a container that states nothing is still scheduled by its needs.
+
+    There are no default limits: a default limit below what a container requests makes the pod invalid when it
+    sets no limit itself, and Kueue already guards each tenant's CPU and memory.
+    """
 
     cpu_request: str = Field("500m", pattern=r"^[0-9]+(\.[0-9]+)?m?$", description="Omitted: 500m.")
-    cpu_limit: str = Field("4", pattern=r"^[0-9]+(\.[0-9]+)?m?$", description="Omitted: 4 cores.")
     memory_request_mib: int = Field(1024, ge=16, description="Omitted: 1 GiB.")
-    memory_limit_mib: int = Field(8192, ge=16, description="Omitted: 8 GiB.")
-
-    @model_validator(mode="after")
-    def _request_below_limit(self) -> ContainerDefaults:
-        if self.memory_request_mib > self.memory_limit_mib:
-            raise field_error("memory_request_mib", f"memory_request_mib {self.memory_request_mib} is above memory_limit_mib "
-                             f"{self.memory_limit_mib}; Kubernetes rejects such pods")
-        if _millicores(self.cpu_request) > _millicores(self.cpu_limit):
-            raise field_error("cpu_request", f"cpu_request {self.cpu_request} is above cpu_limit {self.cpu_limit}; "
-                             "Kubernetes rejects such pods")
-        return self
-
-
-def _millicores(q: str) -> float:
-    return float(q[:-1]) if q.endswith("m") else float(q) * 1000
 
 
 class TenantStorage(SpecModel):
@@ -110,9 +114,11 @@ class Tenant(SpecModel):
     gpu_quota: dict[DnsLabel, QuotaOrCount] = Field(
         default_factory=dict, description="GPU quota per flavour (node pool name). Omitted: no GPUs.")
     cpu_cores: int | None = Field(
-        None, ge=0, description="Kueue CPU quota. Omitted: the CPUs of the hosts its nominal GPUs sit on.")
+        None, ge=0, description="Kueue CPU quota, shared out over its pools in proportion to its nominal GPUs. "
+                                "Omitted: the CPUs of the hosts its nominal GPUs sit on.")
     memory_gib: int | None = Field(
-        None, ge=0, description="Kueue memory quota. Omitted: the memory of the hosts its nominal GPUs sit on.")
+        None, ge=0, description="Kueue memory quota, shared out like cpu_cores. Omitted: the memory of the "
+                                "hosts its nominal GPUs sit on.")
     container_defaults: ContainerDefaults = Field(default_factory=ContainerDefaults)
     storage: TenantStorage = Field(default_factory=TenantStorage)
     objects: ObjectLimits = Field(default_factory=ObjectLimits)

@@ -41,7 +41,7 @@ def test_bad_spec_exits_2_with_every_problem_and_no_traceback(project):
 def test_plan_writes_under_build_stack_and_prints_the_summary(project):
     out = gpucluster("plan", "dev", cwd=project)
     assert out.returncode == 0, out.stderr
-    assert "Stack dev of project gpucluster: 56 resources" in out.stdout
+    assert "Stack dev of project gpucluster: 55 resources" in out.stdout
     assert (project / "build" / "dev" / "helm" / "kueue-system-kueue.values.yaml").exists()
     assert (project / "build" / "dev" / "resources.json").exists()
     assert (project / "build" / "dev" / "manifests" / "team-a" / "localqueue-default.yaml").exists()
@@ -55,7 +55,7 @@ def test_diff_shows_a_quota_change(project):
     out = gpucluster("diff", "build/before", "build/after", "--exit-code", cwd=project)
     assert out.returncode == 1
     assert "~  update  kubernetes:kueue.x-k8s.io/v1beta2:ClusterQueue dev-team-b-cq" in out.stdout
-    assert "inputs.spec.resourceGroups[1].flavors[0].resources[0].nominalQuota: 6 -> 5" in out.stdout
+    assert "inputs.spec.resourceGroups[0].flavors[0].resources[2].nominalQuota: 6 -> 5" in out.stdout
 
 
 def test_diff_of_a_missing_plan_is_bad_input(tmp_path, capsys):

@@ -26,7 +26,7 @@ def test_a_tenant_quota_change_touches_one_resource(record, dev_data):
     assert changed == [("update", "dev-team-a-cq")]
     cq = next(d for d in diffs if d.urn.endswith("dev-team-a-cq"))
     assert [(c.path, c.old, c.new) for c in cq.changes] == [
-        ("inputs.spec.resourceGroups[1].flavors[0].resources[0].nominalQuota", 10, 8)]
+        ("inputs.spec.resourceGroups[0].flavors[0].resources[2].nominalQuota", 10, 8)]
 
 
 def test_adding_a_tenant_changes_no_other_tenant(record, dev_data):

@@ -110,7 +110,7 @@ def test_infiniband_rails_get_ipoib_networks(make_spec):
 
 def test_kueue_objects_map_quota_onto_node_pools(dev_spec):
     objs = {(m.obj["kind"], m.obj["metadata"]["name"]): m.obj for m in kueue.render_kueue_objects(dev_spec)}
-    assert objs[("ResourceFlavor", "default-flavor")]["spec"] == {}
+    assert [name for kind, name in objs if kind == "ResourceFlavor"] == ["h100"]   # a flavor is a pool
     h100 = objs[("ResourceFlavor", "h100")]["spec"]
     assert h100["nodeLabels"] == {"gpucluster.io/pool": "h100"} and h100["topologyName"] == "gpu-topology"
     assert h100["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Equal", "value": "present",
@@ -212,7 +212,7 @@ def test_stack_children_are_named_by_role_under_the_stack(stack_run):
     stack = next(r for r in stack_run.records if r.type == GpuKubernetesStack.TYPE)
     children = {short(r.urn) for r in stack_run.records if r.parent == stack.urn}
     assert {"dev-k8s-node-feature-discovery", "dev-k8s-gpu-operator", "dev-k8s-network-operator", "dev-k8s-kueue",
-            "dev-k8s-nic-policy", "dev-k8s-flavor-h100", "dev-k8s-flavor-cpu", "dev-k8s-topology", "dev-k8s-cohort",
+            "dev-k8s-nic-policy", "dev-k8s-flavor-h100", "dev-k8s-topology", "dev-k8s-cohort",
             "dev-k8s-gpu-alerts", "dev-k8s-gpu-dashboard"} <= children
     assert stack_run.duplicates == []
 
@@ -236,7 +236,7 @@ def test_every_kueue_object_waits_for_the_kueue_release(stack_run):
     urns = {short(r.urn): r for r in stack_run.records}
     kueue_release = urns["dev-k8s-kueue"].urn
     kueue_objects = [r for r in stack_run.records if r.type.startswith("kubernetes:kueue.x-k8s.io")]
-    assert len(kueue_objects) == 10            # 2 flavors, topology, cohort, 2 priorities, 2 CQs, 2 LQs
+    assert len(kueue_objects) == 9             # a flavor, topology, cohort, 2 priorities, 2 CQs, 2 LQs
     for r in kueue_objects:
         assert kueue_release in r.dependencies, short(r.urn)
 

@@ -10,9 +10,9 @@ import pulumi
 import pytest
 import yaml
 
-from components.k8s.tenant import (CPU_FLAVOR, KUEUE_API, LOCAL_QUEUE, Tenant, TenantArgs, render_cluster_queue,
-                                   render_network_policies, render_resource_quota, render_role_bindings,
-                                   render_tenant)
+from components.k8s.tenant import (KUEUE_API, LOCAL_QUEUE, Tenant, TenantArgs, render_cluster_queue,
+                                   render_limit_range, render_network_policies, render_resource_quota,
+                                   render_role_bindings, render_tenant)
 from components.spec import parse_spec
 
 
@@ -71,11 +71,10 @@ def test_cluster_queue_carries_the_tenant_quota(dev_spec):
     assert cq["apiVersion"] == KUEUE_API and cq["metadata"]["name"] == "team-a" and "namespace" not in cq["metadata"]
     assert spec["cohortName"] == "gpu-cluster"
     assert spec["namespaceSelector"] == {"matchLabels": {"kubernetes.io/metadata.name": "team-a"}}
-    cpu, gpu = spec["resourceGroups"]
-    assert cpu["flavors"][0]["name"] == CPU_FLAVOR
-    assert cpu["flavors"][0]["resources"] == [{"name": "cpu", "nominalQuota": "140"},
-                                              {"name": "memory", "nominalQuota": "2560Gi"}]
-    assert gpu == {"coveredResources": ["nvidia.com/gpu"], "flavors": [{"name": "h100", "resources": [
+    [group] = spec["resourceGroups"]
+    assert group == {"coveredResources": ["cpu", "memory", "nvidia.com/gpu"], "flavors": [{"name": "h100", "resources": [
+        {"name": "cpu", "nominalQuota": "140", "borrowingLimit": "84"},
+        {"name": "memory", "nominalQuota": "2560Gi", "borrowingLimit": "1536Gi"},
         {"name": "nvidia.com/gpu", "nominalQuota": 10, "borrowingLimit": 6}]}]}
     assert spec["preemption"] == {"reclaimWithinCohort": "Any", "borrowWithinCohort": {"policy": "Never"},
                                   "withinClusterQueue": "LowerPriority"}
@@ -85,16 +84,45 @@ def test_lending_limit_and_fair_sharing_weight_reach_the_cluster_queue(dev_data)
     dev_data["tenants"][1]["fair_sharing_weight"] = 2
     spec = parse_spec(yaml.safe_dump(dev_data))
     cq = render_cluster_queue(args_for(spec, 1))["spec"]
-    assert cq["resourceGroups"][1]["flavors"][0]["resources"][0]["lendingLimit"] == 2
+    cpu, memory, gpu = cq["resourceGroups"][0]["flavors"][0]["resources"]
+    assert (cpu["lendingLimit"], memory["lendingLimit"], gpu["lendingLimit"]) == ("28", "512Gi", 2)
     assert cq["fairSharing"] == {"weight": "2.0"}
 
 
-def test_a_tenant_without_gpus_gets_no_gpu_group(dev_data):
+def test_a_tenant_without_gpus_gets_no_resource_group(dev_data):
     dev_data["tenants"][1]["gpu_quota"] = {}
-    dev_data["tenants"][1]["cpu_cores"] = 8
     spec = parse_spec(yaml.safe_dump(dev_data))
-    groups = render_cluster_queue(args_for(spec, 1))["spec"]["resourceGroups"]
-    assert [g["coveredResources"] for g in groups] == [["cpu", "memory"]]
+    assert render_cluster_queue(args_for(spec, 1))["spec"]["resourceGroups"] == []
+
+
+def test_each_pool_flavor_carries_the_cpu_and_memory_of_its_gpus(dev_data):
+    """Two pools: CPU and memory per GPU follow each pool's hosts; an explicit total is shared by nominal GPUs."""
+    pool = dict(dev_data["node_pools"][0], name="l40s", cpu_cores_per_host=64, memory_gib_per_host=512,
+                gpu={"model": "L40S-48GB", "count": 4}, sharing={"time_slicing_replicas": 2},
+                hosts=[dict(dev_data["node_pools"][0]["hosts"][1], hostname="l40s-01", address="10.10.0.21")])
+    dev_data["node_pools"][0]["hosts"].pop(1)
+    dev_data["node_pools"].append(pool)
+    dev_data["tenants"][0]["gpu_quota"] = {"h100": 4, "l40s": {"nominal": 6, "borrowing_limit": 2}}
+    dev_data["tenants"][1]["gpu_quota"] = {"h100": 4}
+    spec = parse_spec(yaml.safe_dump(dev_data))
+    flavors = render_cluster_queue(args_for(spec))["spec"]["resourceGroups"][0]["flavors"]
+    assert [f["name"] for f in flavors] == ["h100", "l40s"]
+    assert flavors[0]["resources"] == [{"name": "cpu", "nominalQuota": "56"}, {"name": "memory", "nominalQuota": "1024Gi"},
+                                       {"name": "nvidia.com/gpu", "nominalQuota": 4}]
+    # 4 L40S x 2 slices per host: quotas count slices, so 6 slices bring 6/8 of the host, not 6/4.
+    assert flavors[1]["resources"] == [{"name": "cpu", "nominalQuota": "48", "borrowingLimit": "16"},
+                                       {"name": "memory", "nominalQuota": "384Gi", "borrowingLimit": "128Gi"},
+                                       {"name": "nvidia.com/gpu", "nominalQuota": 6, "borrowingLimit": 2}]
+    dev_data["tenants"][0]["cpu_cores"] = 100
+    spec = parse_spec(yaml.safe_dump(dev_data))
+    cpus = [f["resources"][0]["nominalQuota"] for f in render_cluster_queue(args_for(spec))["spec"]["resourceGroups"][0]["flavors"]]
+    assert cpus == ["40", "60"]
+
+
+def test_limit_range_sets_default_requests_and_never_a_default_limit(dev_spec):
+    """A default limit below what a container requests would make a big GPU job's pod invalid."""
+    [limits] = render_limit_range(args_for(dev_spec))["spec"]["limits"]
+    assert limits == {"type": "Container", "defaultRequest": {"cpu": "500m", "memory": "1024Mi"}}
 
 
 def test_local_queue_is_the_namespace_default(dev_spec):

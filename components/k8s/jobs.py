@@ -1,0 +1,99 @@
+"""The job template tenants start from: a batch/v1 Job that Kueue admits and Pod Security `restricted` accepts.
+
+Written for the spec it is rendered from, so what it asks for is what the tenant's queue and the pool's nodes
+can give: GPUs per pod within a host, CPU and memory per GPU as the tenant's quota derives them, the pool's RDMA
+resource and NCCL settings, and a memory-backed /dev/shm (the host's /dev/shm size does not reach pods).
+No node selector or tolerations: Kueue's flavor adds the pool's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..spec import ClusterSpec, NodePool, Tenant
+from ..spec.cluster import network_operator_enabled
+from .network_operator import rdma_resource
+from .tenant import LOCAL_QUEUE
+
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
+# Pod-template annotations asking Kueue's topology-aware scheduling to keep all pods within one domain.
+REQUIRED_TOPOLOGY = "kueue.x-k8s.io/podset-required-topology"
+PREFERRED_TOPOLOGY = "kueue.x-k8s.io/podset-preferred-topology"
+EXAMPLE_IMAGE = "nvcr.io/nvidia/pytorch:25.01-py3"
+
+
+def per_gpu(pool: NodePool) -> tuple[int, int]:
+    """CPU cores and GiB of memory that come with one GPU (or slice) of the pool, rounded down."""
+    units = pool.gpu_resources_per_host or pool.gpu.count
+    return pool.cpu_cores_per_host // units, pool.memory_gib_per_host // units
+
+
+def render_job(spec: ClusterSpec, tenant: Tenant, pool: NodePool, *, name: str, pods: int = 1,
+               gpus_per_pod: int | None = None, topology: str | None = None, required: bool = True,
+               limits: bool = True, priority_class: str | None = None, queue: str | None = LOCAL_QUEUE,
+               image: str = EXAMPLE_IMAGE, command: list[str] | None = None) -> dict[str, Any]:
+    """A Job of `pods` pods with `gpus_per_pod` GPUs each (omitted: a whole host's).
+
+    `topology` is a node label of the Kueue Topology (a level of `kubernetes.topology_levels`): all pods within
+    one such domain, `required` or only preferred; omitted, Kueue places pods where they fit. `limits` sets
+    memory limits equal to requests (Guaranteed memory); `queue=None` leaves the queue label out, as a tenant who
+    forgets it would (Kueue then defaults it to the namespace's `default` LocalQueue).
+    """
+    gpus = gpus_per_pod if gpus_per_pod is not None else (pool.gpu_resources_per_host or pool.gpu.count)
+    cores, mem_gib = per_gpu(pool)
+    requests: dict[str, Any] = {"cpu": str(max(1, cores * gpus)), "memory": f"{max(1, mem_gib * gpus)}Gi",
+                                "nvidia.com/gpu": str(gpus)}
+    extended = {"nvidia.com/gpu": str(gpus)}
+    if network_operator_enabled(spec) and pool.nics and gpus:
+        extended[rdma_resource(spec)] = "1"
+        requests[rdma_resource(spec)] = "1"
+    resources: dict[str, Any] = {"requests": requests,
+                                 "limits": {**extended, **({"memory": requests["memory"]} if limits else {})}}
+    container: dict[str, Any] = {
+        "name": "trainer", "image": image,
+        "command": command or ["torchrun", f"--nnodes={pods}", f"--nproc-per-node={gpus}", "train.py"],
+        "resources": resources,
+        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+        "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
+    }
+    if pool.name in tenant.gpu_quota:        # the tenant's namespace has the pool's NCCL settings (see Tenant)
+        container["envFrom"] = [{"configMapRef": {"name": f"nccl-{pool.name}"}}]
+    template_meta: dict[str, Any] = {"labels": {"app.kubernetes.io/name": name}}
+    if topology:
+        template_meta["annotations"] = {REQUIRED_TOPOLOGY if required else PREFERRED_TOPOLOGY: topology}
+    labels = {**({QUEUE_LABEL: queue} if queue else {}), **({PRIORITY_LABEL: priority_class} if priority_class else {})}
+    return {
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": name, "namespace": tenant.namespace_name, **({"labels": labels} if labels else {})},
+        "spec": {
+            "parallelism": pods, "completions": pods, "completionMode": "Indexed", "backoffLimit": 0,
+            "template": {
+                "metadata": template_meta,
+                "spec": {
+                    "restartPolicy": "Never",
+                    "securityContext": {"runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 1000,
+                                        "seccompProfile": {"type": "RuntimeDefault"}},
+                    "containers": [container],
+                    # Memory-backed, counted against the pod's memory: half of what the pod requests.
+                    "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory",
+                                                              "sizeLimit": f"{max(1, mem_gib * gpus // 2)}Gi"}}],
+                },
+            },
+        },
+    }
+
+
+def render_example_jobs(spec: ClusterSpec) -> dict[str, dict[str, Any]]:
+    """One ready-to-edit Job per tenant and pool it has GPUs on, within its guaranteed GPUs: two pods (on two
+    hosts where the pool has them), kept in one leaf switch's domain when the topology has that level."""
+    leaf = next((lvl for lvl in spec.kubernetes.kueue.topology_levels if lvl.endswith("/leaf")), None)
+    out = {}
+    for tenant in spec.tenants:
+        for pool_name, quota in tenant.gpu_quota.items():
+            pool = spec.pools[pool_name]
+            pods = min(2, len(pool.hosts)) if quota.nominal >= 2 else 1
+            per_pod = max(1, min(pool.gpu_resources_per_host or pool.gpu.count, quota.nominal // pods))
+            out[f"{tenant.name}-{pool.name}"] = render_job(spec, tenant, pool, name=f"train-{pool.name}", pods=pods,
+                                                           gpus_per_pod=per_pod, topology=leaf, required=False)
+    return out

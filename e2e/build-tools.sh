@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Builds the real control plane for `make e2e` from Go modules only (the module proxy; no prebuilt downloads):
+# etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, KWOK and Kueue, at the versions pinned in
+# e2e/tools/*/go.mod. A binary is rebuilt only when its wrapper module changed, so later runs take seconds.
+# Usage: e2e/build-tools.sh [OUT_DIR]   (default .e2e; binaries in OUT_DIR/bin, KWOK stages and Kueue CRDs beside)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=$(realpath -m "${1:-.e2e}")
+tools=$PWD/e2e/tools
+mkdir -p "$out/bin"
+[[ -x /usr/local/go/bin/go ]] && PATH=$PATH:/usr/local/go/bin
+command -v go >/dev/null 2>&1 || { echo "build-tools: no 'go' on PATH; install Go 1.21 or later (it fetches the" \
+  "go1.26 toolchain the modules need through the module proxy)" >&2; exit 1; }
+
+# Go 1.21 and later fetch the toolchain the wrapper modules name (go 1.26) through the module proxy.
+export CGO_ENABLED=0 GOFLAGS=-mod=mod
+# The checksum database does not know this Kueue dependency; the proxy serves it and go.sum pins it.
+export GONOSUMDB=sigs.k8s.io/scheduler-library
+log=$out/bin/BUILD.txt
+touch "$log"
+
+# stamp MODULE: what a binary was built from (its wrapper's go.mod pins every version; go.sum only records them)
+stamp() {
+  sha256sum <"$tools/$1/go.mod" | cut -c1-16
+}
+
+# build MODULE BINARY PACKAGE [LDFLAGS]
+build() {
+  local module=$1 bin=$2 pkg=$3 ldflags=${4:-}
+  local stamp; stamp=$(stamp "$module")
+  if [[ -x $out/bin/$bin && $(cat "$out/bin/.$bin.stamp" 2>/dev/null) == "$stamp" ]]; then
+    return 0
+  fi
+  local start=$SECONDS
+  echo "build-tools: building $bin ($pkg)" >&2
+  (cd "$tools/$module" && go build -trimpath -ldflags "-s -w $ldflags" -o "$out/bin/$bin.tmp" "$pkg")
+  mv "$out/bin/$bin.tmp" "$out/bin/$bin"
+  stamp "$module" >"$out/bin/.$bin.stamp"
+  local size; size=$(du -m "$out/bin/$bin" | cut -f1)
+  printf '%s\t%ss\t%sMiB\t%s\n' "$bin" "$((SECONDS - start))" "$size" "$(date -u +%FT%TZ)" >>"$log"
+  echo "build-tools: $bin built in $((SECONDS - start)) s, $size MiB" >&2
+}
+
+# module_dir MODULE PATH@VERSION: where the module proxy unpacked a dependency (for files shipped beside the code).
+module_dir() {
+  (cd "$tools/$1" && go mod download -json "$2" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
+}
+
+k8s_version=$(sed -n 's/^require k8s.io\/kubernetes \(v[0-9.]*\)$/\1/p' "$tools/kubernetes/go.mod")
+IFS=. read -r k8s_major k8s_minor _ <<<"${k8s_version#v}"
+k8s_ld="-X k8s.io/component-base/version.gitVersion=$k8s_version -X k8s.io/component-base/version.gitMajor=$k8s_major"
+k8s_ld+=" -X k8s.io/component-base/version.gitMinor=$k8s_minor -X k8s.io/client-go/pkg/version.gitVersion=$k8s_version"
+k8s_ld+=" -X k8s.io/component-base/version.gitTreeState=clean"
+
+build etcd etcd go.etcd.io/etcd/server/v3
+for cmd in kube-apiserver kube-scheduler kube-controller-manager kubectl; do
+  build kubernetes "$cmd" "k8s.io/kubernetes/cmd/$cmd" "$k8s_ld"
+done
+build kwok kwok sigs.k8s.io/kwok/cmd/kwok
+kueue_version=$(sed -n 's/^require sigs.k8s.io\/kueue \(v[0-9.]*\)$/\1/p' "$tools/kueue/go.mod")
+build kueue kueue sigs.k8s.io/kueue/cmd/kueue "-X sigs.k8s.io/kueue/pkg/version.GitVersion=$kueue_version"
+
+# Files the modules ship beside their code: KWOK's stages, Kueue's CRDs and webhook configurations, copied so runs need no module cache.
+kwok_dir=$(module_dir kwok "sigs.k8s.io/kwok@$(sed -n 's/^require sigs.k8s.io\/kwok \(v[0-9.]*\)$/\1/p' "$tools/kwok/go.mod")")
+kueue_dir=$(module_dir kueue "sigs.k8s.io/kueue@$kueue_version")
+rm -rf "$out/kwok-stages" "$out/kueue-crds" "$out/kueue-webhooks"
+mkdir -p "$out/kwok-stages" "$out/kueue-crds" "$out/kueue-webhooks"
+# Pods become Running and stay so until deleted (no pod-complete stage): admitted jobs keep holding their quota.
+for stage in node/fast/node-initialize node/heartbeat-with-lease/node-heartbeat-with-lease pod/fast/pod-ready \
+             pod/fast/pod-delete; do
+  cp "$kwok_dir/kustomize/stage/$stage.yaml" "$out/kwok-stages/"
+done
+cp "$kueue_dir"/config/components/crd/bases/*.yaml "$out/kueue-crds/"
+cp "$kueue_dir"/config/components/webhook/manifests.yaml "$out/kueue-webhooks/"
+chmod -R u+w "$out/kwok-stages" "$out/kueue-crds" "$out/kueue-webhooks"
+echo "$kueue_version" >"$out/kueue-crds/VERSION"
+echo "build-tools: ready in $out; build times and sizes in $log" >&2

@@ -1,0 +1,74 @@
+"""The tenant job template: what it asks for follows the pool and the tenant's quota; Pod Security restricted."""
+
+from __future__ import annotations
+
+import kubernetes_validate
+import yaml
+
+from components.k8s.jobs import PREFERRED_TOPOLOGY, REQUIRED_TOPOLOGY, render_example_jobs, render_job
+from components.spec import parse_spec
+
+
+def test_a_whole_host_job_asks_for_the_gpus_cpu_and_memory_of_the_host(dev_spec):
+    job = render_job(dev_spec, dev_spec.tenants[0], dev_spec.pools["h100"], name="train", pods=2)
+    pod = job["spec"]["template"]["spec"]
+    [c] = pod["containers"]
+    assert c["resources"]["requests"] == {"cpu": "112", "memory": "2048Gi", "nvidia.com/gpu": "8",
+                                          "rdma/rdma_shared_devices": "1"}
+    assert c["resources"]["limits"] == {"nvidia.com/gpu": "8", "rdma/rdma_shared_devices": "1", "memory": "2048Gi"}
+    assert job["metadata"]["labels"] == {"kueue.x-k8s.io/queue-name": "default"}
+    assert job["spec"]["parallelism"] == job["spec"]["completions"] == 2
+    assert c["envFrom"] == [{"configMapRef": {"name": "nccl-h100"}}]
+    assert "nodeSelector" not in pod and "tolerations" not in pod        # Kueue's flavor adds the pool's
+
+
+def test_the_template_meets_pod_security_restricted(dev_spec):
+    pod = render_job(dev_spec, dev_spec.tenants[0], dev_spec.pools["h100"], name="t")["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    for c in pod["containers"]:
+        assert c["securityContext"] == {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+
+
+def test_shm_is_memory_backed_and_sized_from_the_pod_memory(dev_spec):
+    pod = render_job(dev_spec, dev_spec.tenants[0], dev_spec.pools["h100"], name="t", gpus_per_pod=2)
+    spec = pod["spec"]["template"]["spec"]
+    assert spec["volumes"] == [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "256Gi"}}]
+    assert spec["containers"][0]["volumeMounts"] == [{"name": "dshm", "mountPath": "/dev/shm"}]
+
+
+def test_options_topology_priority_no_limits_no_queue(dev_spec):
+    t, pool = dev_spec.tenants[0], dev_spec.pools["h100"]
+    job = render_job(dev_spec, t, pool, name="t", topology="gpucluster.io/leaf", priority_class="production",
+                     limits=False, queue=None)
+    assert job["metadata"]["labels"] == {"kueue.x-k8s.io/priority-class": "production"}
+    assert job["spec"]["template"]["metadata"]["annotations"] == {REQUIRED_TOPOLOGY: "gpucluster.io/leaf"}
+    assert "memory" not in job["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]
+    preferred = render_job(dev_spec, t, pool, name="t", topology="gpucluster.io/leaf", required=False)
+    assert preferred["spec"]["template"]["metadata"]["annotations"] == {PREFERRED_TOPOLOGY: "gpucluster.io/leaf"}
+
+
+def test_time_sliced_pools_share_the_host_per_slice(dev_data):
+    dev_data["node_pools"][0]["sharing"] = {"time_slicing_replicas": 4}
+    dev_data["node_pools"][0]["tuning"]["kubelet_cpu_manager_static"] = False
+    spec = parse_spec(yaml.safe_dump(dev_data))
+    job = render_job(spec, spec.tenants[0], spec.pools["h100"], name="t", gpus_per_pod=1)
+    assert job["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"] == str(112 // 32)
+
+
+def test_no_rdma_resource_on_plain_ethernet(dev_data):
+    dev_data["fabric"] = {"kind": "ethernet"}
+    spec = parse_spec(yaml.safe_dump(dev_data))
+    c = render_job(spec, spec.tenants[0], spec.pools["h100"], name="t")["spec"]["template"]["spec"]["containers"][0]
+    assert set(c["resources"]["requests"]) == {"cpu", "memory", "nvidia.com/gpu"}
+
+
+def test_example_jobs_fit_each_tenants_guaranteed_gpus_and_are_valid(dev_spec):
+    jobs = render_example_jobs(dev_spec)
+    assert sorted(jobs) == ["team-a-h100", "team-b-h100"]
+    for name, job in jobs.items():
+        tenant = next(t for t in dev_spec.tenants if name.startswith(t.name))
+        c = job["spec"]["template"]["spec"]["containers"][0]
+        gpus = job["spec"]["parallelism"] * int(c["resources"]["requests"]["nvidia.com/gpu"])
+        assert 0 < gpus <= tenant.gpu_quota["h100"].nominal
+        kubernetes_validate.validate(job, dev_spec.kubernetes.version, strict=True)

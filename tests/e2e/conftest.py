@@ -1,0 +1,219 @@
+"""One real control plane per stack in stacks/, with the stack's plan applied and its hosts as KWOK nodes.
+
+`make e2e` sets GPUCLUSTER_E2E=1: then missing tools or a control plane that does not start fail the run. Run
+alone (`pytest -m e2e`) without the tools, the tests skip and say how to build them.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+import pytest
+
+from components.k8s.jobs import render_job
+from components.spec import ClusterSpec, NodePool, Tenant
+
+from .controlplane import ControlPlane, ControlPlaneError, missing_tools
+from .stack import STACKS, StackPlan, external_crds, kwok_nodes, ordered, plan_stack
+
+REQUIRED = os.environ.get("GPUCLUSTER_E2E") == "1"
+JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
+
+
+@dataclass
+class Admission:
+    admitted: bool
+    message: str
+    flavors: dict[str, str]
+    workload: dict[str, Any]
+
+
+class Cluster:
+    """The control plane with a stack applied, and what a tenant does with it: submit jobs, watch them."""
+
+    def __init__(self, plan: StackPlan, cp: ControlPlane):
+        self.plan, self.cp = plan, cp
+        self.spec: ClusterSpec = plan.spec
+
+    def tenant(self, name: str) -> Tenant:
+        return next(t for t in self.spec.tenants if t.name == name)
+
+    def job(self, tenant: Tenant, pool: NodePool, name: str, **kw: Any) -> dict[str, Any]:
+        return render_job(self.spec, tenant, pool, name=name, **kw)
+
+    def submit(self, job: dict[str, Any]) -> dict[str, Any]:
+        self.cp.kubectl("create", "-f", "-", input=_yaml(job))
+        return job
+
+    def delete_jobs(self, *jobs: dict[str, Any]) -> None:
+        for job in jobs:
+            m = job["metadata"]
+            self.cp.kubectl("delete", "job", m["name"], "-n", m["namespace"], "--ignore-not-found",
+                            "--cascade=foreground", "--wait=true", "--timeout=60s")
+
+    def workload(self, job: dict[str, Any]) -> dict[str, Any] | None:
+        m = job["metadata"]
+        for wl in self.cp.get("workloads.kueue.x-k8s.io", namespace=m["namespace"])["items"]:
+            if any(o["kind"] == "Job" and o["name"] == m["name"] for o in wl["metadata"].get("ownerReferences", [])):
+                return wl
+        return None
+
+    def admission(self, job: dict[str, Any]) -> Admission | None:
+        wl = self.workload(job)
+        if wl is None:
+            return None
+        conds = {c["type"]: c for c in wl.get("status", {}).get("conditions", [])}
+        admitted = conds.get("Admitted", {}).get("status") == "True"
+        reason = conds.get("QuotaReserved", {}) if not admitted else conds["Admitted"]
+        flavors = {}
+        for ps in (wl.get("status", {}).get("admission") or {}).get("podSetAssignments", []):
+            flavors.update(ps.get("flavors", {}))
+        return Admission(admitted, reason.get("message", ""), flavors, wl)
+
+    def wait_admitted(self, job: dict[str, Any], timeout_s: float = 60) -> Admission:
+        return wait_for(lambda: (a := self.admission(job)) and a.admitted and a,
+                        timeout_s, lambda: f"job {_name(job)} not admitted: {self._why(job)}")
+
+    def wait_pending(self, job: dict[str, Any], timeout_s: float = 30) -> Admission:
+        """Kueue has looked at the job and left it waiting, saying why."""
+        return wait_for(lambda: (a := self.admission(job)) and not a.admitted and a.message and a,
+                        timeout_s, lambda: f"job {_name(job)} has no pending reason: {self._why(job)}")
+
+    def assert_stays_pending(self, job: dict[str, Any], settle_s: float = 5) -> Admission:
+        self.wait_pending(job)
+        time.sleep(settle_s)
+        a = self.admission(job)
+        assert a is not None and not a.admitted, f"job {_name(job)} was admitted: {a and a.flavors}"
+        assert not self.pods(job), f"job {_name(job)} is pending but has pods"
+        return a
+
+    def pods(self, job: dict[str, Any]) -> list[dict[str, Any]]:
+        m = job["metadata"]
+        return self.cp.get("pods", namespace=m["namespace"], selector=f"{JOB_NAME_LABEL}={m['name']}")["items"]
+
+    def wait_running(self, job: dict[str, Any], timeout_s: float = 60) -> list[dict[str, Any]]:
+        """All of the job's pods bound to nodes and Running; returns them."""
+        want = job["spec"]["parallelism"]
+
+        def running() -> list[dict[str, Any]] | None:
+            pods = [p for p in self.pods(job) if not p["metadata"].get("deletionTimestamp")]
+            ok = [p for p in pods if p["spec"].get("nodeName") and p["status"].get("phase") == "Running"]
+            return ok if len(ok) == want else None
+        return wait_for(running, timeout_s, lambda: f"pods of {_name(job)} not all running: {self._pods_state(job)}")
+
+    def wait_evicted(self, job: dict[str, Any], timeout_s: float = 60) -> Admission:
+        def evicted() -> Admission | None:
+            a = self.admission(job)
+            return a if a and not a.admitted and not self.pods(job) else None
+        return wait_for(evicted, timeout_s, lambda: f"job {_name(job)} still admitted or has pods: {self._why(job)}")
+
+    def nodes(self) -> dict[str, dict[str, Any]]:
+        return {n["metadata"]["name"]: n for n in self.cp.get("nodes")["items"]}
+
+    def set_nodes(self, quarantined: set[str] = frozenset()) -> None:
+        """(Re)register every host as a KWOK node; `quarantined` hosts carry the failed burn-in taint."""
+        self.cp.apply_objects(kwok_nodes(self.spec, set(quarantined)))
+        wait_for(lambda: all(_ready(n) for n in self.nodes().values()) and len(self.nodes()) == len(list(self.spec.hosts())),
+                 60, lambda: "KWOK nodes not Ready")
+
+    def clean(self) -> None:
+        """Delete every Job in the tenants' namespaces and wait until their workloads and pods are gone."""
+        for t in self.spec.tenants:
+            self.cp.kubectl("delete", "jobs", "--all", "-n", t.namespace_name, "--cascade=foreground",
+                            "--wait=true", "--timeout=90s")
+        wait_for(lambda: not any(self.cp.get("workloads.kueue.x-k8s.io", namespace=t.namespace_name)["items"]
+                                 or self.cp.get("pods", namespace=t.namespace_name)["items"]
+                                 for t in self.spec.tenants), 90, lambda: "tenant workloads or pods left behind")
+
+    def _why(self, job: dict[str, Any]) -> str:
+        a = self.admission(job)
+        return "no Workload yet" if a is None else f"admitted={a.admitted} flavors={a.flavors} message={a.message!r}"
+
+    def _pods_state(self, job: dict[str, Any]) -> str:
+        return ", ".join(f"{p['metadata']['name']}@{p['spec'].get('nodeName')}:{p['status'].get('phase')}"
+                         for p in self.pods(job)) or "no pods"
+
+
+def wait_for(probe: Callable[[], Any], timeout_s: float, describe: Callable[[], str]) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = probe()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(describe())
+        time.sleep(0.5)
+
+
+def _ready(node: dict[str, Any]) -> bool:
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in node.get("status", {}).get("conditions", []))
+
+
+def _name(job: dict[str, Any]) -> str:
+    return f"{job['metadata']['namespace']}/{job['metadata']['name']}"
+
+
+def _yaml(obj: dict[str, Any]) -> str:
+    import yaml
+    return yaml.safe_dump(obj, sort_keys=False)
+
+
+@pytest.fixture(scope="session", params=STACKS)
+def cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """The stack's plan applied to a fresh control plane: CRDs, then its objects (dry run first), then nodes."""
+    missing = missing_tools()
+    if missing:
+        message = f"control-plane tools missing ({', '.join(missing)}): run `make e2e-tools`"
+        pytest.fail(message) if REQUIRED else pytest.skip(message)
+    stack = request.param
+    work = tmp_path_factory.mktemp(f"e2e-{stack}")
+    plan = plan_stack(stack, work / "plan")
+    cp = ControlPlane(plan.kueue_config(), work / "cp")
+    try:
+        cp.start()
+        cp.apply_files(external_crds())
+        cp.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
+        # What the stack expects to exist already: the Prometheus Operator stack's namespace.
+        if plan.spec.kubernetes.monitoring.enabled:
+            cp.kubectl("create", "namespace", plan.spec.kubernetes.monitoring.namespace)
+        c = Cluster(plan, cp)
+        c.applied = apply_plan(cp, plan)        # type: ignore[attr-defined]
+        c.set_nodes()
+    except (ControlPlaneError, AssertionError):
+        cp.close()
+        raise
+    yield c
+    cp.close()
+
+
+def apply_plan(cp: ControlPlane, plan: StackPlan) -> list[str]:
+    """Server-side apply of every object of the plan, dry run then for real, batch by batch in dependency order."""
+    applied = []
+    for batch in ordered(plan.objects):
+        if not batch:
+            continue
+        for dry_run in (True, False):
+            proc = cp.apply_objects(batch, dry_run=dry_run, check=False)
+            if proc.returncode != 0:
+                raise AssertionError(f"{'dry-run ' if dry_run else ''}server-side apply of the {plan.stack} plan "
+                                     f"refused:\n{proc.stderr}")
+        applied += [f"{o['kind']}/{o['metadata'].get('namespace', '')}/{o['metadata']['name']}" for o in batch]
+    return applied
+
+
+@pytest.fixture
+def clean(cluster: Cluster) -> Iterator[Cluster]:
+    """The cluster with no tenant jobs, before and after the test; nodes as the spec has them."""
+    cluster.clean()
+    yield cluster
+    cluster.clean()
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    missing = missing_tools()
+    return [f"e2e control plane: {'tools missing: ' + ', '.join(missing) if missing else 'tools ready'}; "
+            f"stacks: {', '.join(STACKS)}"]
+

@@ -1,0 +1,303 @@
+"""A real Kubernetes control plane on loopback: etcd, kube-apiserver, controller-manager, scheduler, KWOK, Kueue.
+
+Built by `e2e/build-tools.sh` into `.e2e/`. Every process gets free ports and its own folder, runs in its own
+process group and is stopped (group and all) when the control plane closes, so two runs never clash and nothing
+is left behind. Kueue runs out of cluster with the Configuration the stack renders, changed only where an
+in-cluster deployment would provide something; the apiserver calls its webhooks by URL with our CA.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import signal
+import socket
+import ssl
+import subprocess
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any, Iterable
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+TOOLS = Path(os.environ.get("GPUCLUSTER_E2E_TOOLS", ROOT / ".e2e"))
+BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "kwok", "kueue")
+# Pod CIDR and service range are addresses the apiserver hands out, never contacted: webhooks are called by URL.
+SERVICE_RANGE = "10.96.0.0/16"
+
+
+class ControlPlaneError(RuntimeError):
+    pass
+
+
+def missing_tools() -> list[str]:
+    have = [b for b in BINARIES if (TOOLS / "bin" / b).is_file()]
+    out = [b for b in BINARIES if b not in have]
+    out += [d for d in ("kwok-stages", "kueue-crds", "kueue-webhooks") if not (TOOLS / d).is_dir()]
+    return out
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _openssl(*args: str, cwd: Path) -> None:
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
+
+
+def make_certs(d: Path) -> None:
+    """A CA, serving certs for the apiserver and Kueue's webhooks (127.0.0.1), an admin client cert, SA keys."""
+    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt", "-days", "2",
+             "-subj", "/CN=gpucluster-e2e-ca", cwd=d)
+
+    def issue(name: str, subject: str, ext: str) -> None:
+        (d / f"{name}.ext").write_text(ext)
+        _openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.csr",
+                 "-subj", subject, cwd=d)
+        _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
+                 "-days", "2", "-out", f"{name}.crt", "-extfile", f"{name}.ext", cwd=d)
+
+    serving = "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n"
+    issue("apiserver", "/CN=kube-apiserver", serving)
+    issue("webhook", "/CN=kueue-webhook", serving)
+    issue("admin", "/O=system:masters/CN=gpucluster-e2e-admin", "extendedKeyUsage=clientAuth\n")
+    _openssl("genrsa", "-out", "sa.key", "2048", cwd=d)
+    _openssl("rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub", cwd=d)
+
+
+class ControlPlane:
+    """Start with `start()`, always `close()` (also on failure). `kubectl()` talks to it as cluster admin."""
+
+    def __init__(self, kueue_config: dict[str, Any], workdir: Path | None = None):
+        self.kueue_config = kueue_config
+        self.dir = Path(workdir or tempfile.mkdtemp(prefix="gpucluster-e2e-"))
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.bin = TOOLS / "bin"
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.kubeconfig = self.dir / "admin.kubeconfig"
+
+    # --- lifecycle ---------------------------------------------------------------------------------------
+    def start(self) -> ControlPlane:
+        missing = missing_tools()
+        if missing:
+            raise ControlPlaneError(f"control-plane tools missing in {TOOLS}: {', '.join(missing)}; "
+                                    "run `make e2e-tools` (builds them from Go modules)")
+        certs = self.dir / "pki"
+        certs.mkdir(exist_ok=True)
+        make_certs(certs)
+        self._etcd()
+        self._apiserver(certs)
+        self._write_kubeconfig(certs)
+        self._start("kube-controller-manager", [
+            f"--kubeconfig={self.kubeconfig}", f"--authentication-kubeconfig={self.kubeconfig}",
+            f"--authorization-kubeconfig={self.kubeconfig}", "--bind-address=127.0.0.1",
+            f"--secure-port={free_port()}", "--leader-elect=false", "--controllers=*,-nodeipam",
+            f"--service-account-private-key-file={certs / 'sa.key'}", f"--root-ca-file={certs / 'ca.crt'}",
+            "--use-service-account-credentials=false", f"--cert-dir={self.dir / 'kcm-certs'}"])
+        self._start("kube-scheduler", [
+            f"--kubeconfig={self.kubeconfig}", f"--authentication-kubeconfig={self.kubeconfig}",
+            f"--authorization-kubeconfig={self.kubeconfig}", "--bind-address=127.0.0.1",
+            f"--secure-port={free_port()}", "--leader-elect=false", f"--cert-dir={self.dir / 'sched-certs'}"])
+        self._kwok()
+        self._kueue(certs)
+        return self
+
+    def close(self) -> None:
+        for name, proc in reversed(list(self.procs.items())):
+            if proc.poll() is None:
+                try:
+                    os.killpg(proc.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    continue
+        deadline = time.monotonic() + 5      # throwaway state: no need for a graceful shutdown
+        for proc in self.procs.values():
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                proc.wait(timeout=5)
+        self.procs.clear()
+
+    def log(self, name: str, lines: int = 40) -> str:
+        path = self.dir / f"{name}.log"
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
+
+    def _start(self, name: str, args: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+        log = open(self.dir / f"{name}.log", "wb")
+        proc = subprocess.Popen([str(self.bin / name), *args], stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, cwd=self.dir, start_new_session=True,
+                                env={**os.environ, **(env or {})})
+        log.close()
+        self.procs[name] = proc
+        return proc
+
+    def _wait(self, name: str, ready: Any, timeout_s: float = 90) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            proc = self.procs[name]
+            if proc.poll() is not None:
+                raise ControlPlaneError(f"{name} exited with {proc.returncode}:\n{self.log(name)}")
+            try:
+                if ready():
+                    return
+            except (OSError, ValueError, subprocess.SubprocessError):
+                pass
+            time.sleep(0.5)
+        raise ControlPlaneError(f"{name} not ready after {timeout_s:.0f} s:\n{self.log(name)}")
+
+    # --- the processes -------------------------------------------------------------------------------------
+    def _etcd(self) -> None:
+        client, peer = free_port(), free_port()
+        self.etcd_url = f"http://127.0.0.1:{client}"
+        self._start("etcd", [
+            "--name=e2e", f"--data-dir={self.dir / 'etcd'}", f"--listen-client-urls={self.etcd_url}",
+            f"--advertise-client-urls={self.etcd_url}", f"--listen-peer-urls=http://127.0.0.1:{peer}",
+            f"--initial-advertise-peer-urls=http://127.0.0.1:{peer}",
+            f"--initial-cluster=e2e=http://127.0.0.1:{peer}", "--unsafe-no-fsync", "--log-level=warn"])
+        self._wait("etcd", lambda: _get(f"{self.etcd_url}/health").startswith("{\"health\":\"true\""))
+
+    def _apiserver(self, certs: Path) -> None:
+        port = free_port()
+        self.server = f"https://127.0.0.1:{port}"
+        self._start("kube-apiserver", [
+            f"--etcd-servers={self.etcd_url}", "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+            f"--secure-port={port}", f"--tls-cert-file={certs / 'apiserver.crt'}",
+            f"--tls-private-key-file={certs / 'apiserver.key'}", f"--client-ca-file={certs / 'ca.crt'}",
+            "--service-account-issuer=https://kubernetes.default.svc",
+            f"--service-account-key-file={certs / 'sa.pub'}",
+            f"--service-account-signing-key-file={certs / 'sa.key'}",
+            f"--service-cluster-ip-range={SERVICE_RANGE}", "--authorization-mode=RBAC",
+            "--allow-privileged=true", "--endpoint-reconciler-type=none", f"--cert-dir={self.dir / 'apiserver-certs'}"])
+        context = ssl.create_default_context(cafile=str(certs / "ca.crt"))
+        context.load_cert_chain(str(certs / "admin.crt"), str(certs / "admin.key"))
+        self._ssl = context
+        self._wait("kube-apiserver", lambda: _get(f"{self.server}/readyz", context) == "ok", timeout_s=120)
+
+    def _write_kubeconfig(self, certs: Path) -> None:
+        b64 = lambda p: base64.b64encode(p.read_bytes()).decode()  # noqa: E731
+        self.kubeconfig.write_text(yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config", "current-context": "e2e",
+            "clusters": [{"name": "e2e", "cluster": {"server": self.server,
+                                                     "certificate-authority-data": b64(certs / "ca.crt")}}],
+            "users": [{"name": "admin", "user": {"client-certificate-data": b64(certs / "admin.crt"),
+                                                 "client-key-data": b64(certs / "admin.key")}}],
+            "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": "admin"}}]}))
+
+    def _kwok(self) -> None:
+        stages = sorted((TOOLS / "kwok-stages").glob("*.yaml"))
+        self._start("kwok", [
+            f"--kubeconfig={self.kubeconfig}", "--manage-all-nodes=false",
+            "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+            f"--server-address=127.0.0.1:{free_port()}", *[f"--config={s}" for s in stages],
+            # Fake nodes' and pods' addresses stay on loopback: nothing is ever sent to them, and nothing may be.
+            "--node-ip=127.0.0.1", "--cidr=127.16.0.0/16"])
+        time.sleep(1)
+        self._wait("kwok", lambda: True)
+
+    def _kueue(self, certs: Path) -> None:
+        """Kueue with the stack's Configuration; only ports, certificates and leader election change."""
+        webhook_port, health_port, metrics_port = free_port(), free_port(), free_port()
+        webhook_certs = self.dir / "kueue-webhook-certs"
+        webhook_certs.mkdir(exist_ok=True)
+        (webhook_certs / "tls.crt").write_bytes((certs / "webhook.crt").read_bytes())
+        (webhook_certs / "tls.key").write_bytes((certs / "webhook.key").read_bytes())
+        config = json.loads(json.dumps(self.kueue_config))
+        config["health"] = {**config.get("health", {}), "healthProbeBindAddress": f"127.0.0.1:{health_port}"}
+        config["metrics"] = {**config.get("metrics", {}), "bindAddress": f"127.0.0.1:{metrics_port}"}
+        config["webhook"] = {**config.get("webhook", {}), "port": webhook_port, "host": "127.0.0.1",
+                             "certDir": str(webhook_certs)}
+        config["leaderElection"] = {**config.get("leaderElection", {}), "leaderElect": False}
+        config["internalCertManagement"] = {"enable": False}
+        (self.dir / "kueue-config.yaml").write_text(yaml.safe_dump(config))
+        _metrics_certs(certs)
+        self.kueue_effective_config = config
+
+        self.apply_files(sorted((TOOLS / "kueue-crds").glob("*.yaml")))
+        self.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
+        self.kubectl("create", "namespace", "kueue-system")
+        self.apply_objects(webhook_configurations(webhook_port, certs / "ca.crt"))
+        self._start("kueue", [f"--config={self.dir / 'kueue-config.yaml'}", f"--kubeconfig={self.kubeconfig}",
+                              "--feature-gates=VisibilityOnDemand=false", "--zap-log-level=2"],
+                    env={"KUBECONFIG": str(self.kubeconfig), "POD_NAMESPACE": "kueue-system"})
+        self._wait("kueue", lambda: _get(f"http://127.0.0.1:{health_port}/readyz") == "ok", timeout_s=120)
+
+    # --- talking to it ---------------------------------------------------------------------------------------
+    def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run([str(self.bin / "kubectl"), f"--kubeconfig={self.kubeconfig}", *args],
+                              input=input, capture_output=True, text=True, timeout=120)
+        if check and proc.returncode != 0:
+            raise ControlPlaneError(f"kubectl {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr}")
+        return proc
+
+    def get(self, kind: str, name: str | None = None, namespace: str | None = None,
+            selector: str | None = None) -> Any:
+        args = ["get", kind, *([name] if name else []), "-o", "json"]
+        args += ["-n", namespace] if namespace else (["-A"] if not name else [])
+        args += ["-l", selector] if selector else []
+        return json.loads(self.kubectl(*args).stdout)
+
+    def apply_objects(self, objects: Iterable[dict[str, Any]], dry_run: bool = False,
+                      check: bool = True) -> subprocess.CompletedProcess[str]:
+        text = yaml.safe_dump_all(list(objects), sort_keys=False)
+        return self.kubectl("apply", "--server-side", "--field-manager=gpucluster-e2e", "--force-conflicts",
+                            *(["--dry-run=server"] if dry_run else []), "-f", "-", input=text, check=check)
+
+    def apply_files(self, paths: Iterable[Path]) -> None:
+        for path in paths:
+            self.kubectl("apply", "--server-side", "--field-manager=gpucluster-e2e", "-f", str(path))
+
+
+# Kueue reads its metrics serving certificate from this fixed path whenever it does not manage certificates.
+KUEUE_METRICS_CERTS = Path("/etc/kueue/metrics/certs")
+
+
+def _metrics_certs(certs: Path) -> None:
+    """Put a serving certificate where Kueue insists on finding one (read once at start; nothing scrapes it)."""
+    if (KUEUE_METRICS_CERTS / "tls.crt").is_file() and (KUEUE_METRICS_CERTS / "tls.key").is_file():
+        return
+    try:
+        KUEUE_METRICS_CERTS.mkdir(parents=True, exist_ok=True)
+        (KUEUE_METRICS_CERTS / "tls.key").write_bytes((certs / "webhook.key").read_bytes())
+        (KUEUE_METRICS_CERTS / "tls.crt").write_bytes((certs / "webhook.crt").read_bytes())
+    except OSError as e:
+        raise ControlPlaneError(f"Kueue needs a certificate in {KUEUE_METRICS_CERTS} and it cannot be written "
+                                f"({e}); run the e2e tests as root or create it once") from None
+
+
+# Kueue's CRDs are exempt from nothing; job and pod webhooks skip the system namespaces, as Kueue's kustomize does.
+_SYSTEM_NAMESPACES = {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn",
+                                            "values": ["kube-system", "kueue-system"]}]}
+
+
+def webhook_configurations(port: int, ca: Path) -> list[dict[str, Any]]:
+    """Kueue's own webhook configurations (from its module), calling it by URL on loopback with our CA."""
+    bundle = base64.b64encode(ca.read_bytes()).decode()
+    out = []
+    for path in sorted((TOOLS / "kueue-webhooks").glob("*.yaml")):
+        for obj in yaml.safe_load_all(path.read_text()):
+            if not obj or obj.get("kind") not in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+                continue
+            obj["metadata"] = {"name": f"kueue-{obj['metadata']['name']}"}
+            for hook in obj.get("webhooks", []):
+                service = hook["clientConfig"].pop("service")
+                hook["clientConfig"] = {"url": f"https://127.0.0.1:{port}{service['path']}", "caBundle": bundle}
+                if not any("kueue.x-k8s.io" in r.get("apiGroups", []) for r in hook.get("rules", [])):
+                    hook["namespaceSelector"] = _SYSTEM_NAMESPACES
+            out.append(obj)
+    if not out:
+        raise ControlPlaneError(f"no webhook configurations in {TOOLS / 'kueue-webhooks'}; rerun `make e2e-tools`")
+    return out
+
+
+def _get(url: str, context: ssl.SSLContext | None = None) -> str:
+    with urllib.request.urlopen(url, timeout=3, context=context) as r:   # noqa: S310 (loopback only)
+        return r.read().decode()

@@ -1,0 +1,85 @@
+"""Every object of every stack's plan is accepted by the real apiserver, Kueue's webhooks and the upstream CRDs."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from .conftest import Cluster
+from .stack import external_crds
+
+pytestmark = pytest.mark.e2e
+
+
+def test_every_object_of_the_plan_is_stored_as_planned(cluster: Cluster):
+    for obj in cluster.plan.objects:
+        m = obj["metadata"]
+        kind = obj["kind"].lower() + ("." + obj["apiVersion"].split("/")[0] if "." in obj["apiVersion"] else "")
+        live = cluster.cp.get(kind, m["name"], namespace=m.get("namespace"))
+        assert live["metadata"].get("labels", {}) | m.get("labels", {}) == live["metadata"].get("labels", {}), \
+            f"{obj['kind']}/{m['name']}: labels differ from the plan"
+    assert len(cluster.applied) == len(cluster.plan.objects)
+
+
+def test_objects_without_a_crd_here_are_the_only_ones_not_applied(cluster: Cluster):
+    kinds = {o.split("/")[0] for objs in cluster.plan.skipped.values() for o in objs}
+    if external_crds():      # with ../shared, only the Prometheus Operator's kinds have no CRD here
+        assert kinds <= {"PrometheusRule", "ServiceMonitor"}, kinds
+    if cluster.plan.skipped:
+        pytest.skip("; ".join(f"{why}: {', '.join(objs)}" for why, objs in cluster.plan.skipped.items()))
+
+
+def test_every_kueue_object_is_active(cluster: Cluster):
+    """Kueue marks a ClusterQueue inactive when a flavor, cohort or topology it needs is missing or wrong."""
+    for kind in ("clusterqueues", "localqueues"):
+        for item in cluster.cp.get(f"{kind}.kueue.x-k8s.io")["items"]:
+            conds = {c["type"]: c for c in item.get("status", {}).get("conditions", [])}
+            assert conds.get("Active", {}).get("status") == "True", \
+                f"{kind} {item['metadata']['name']}: {conds.get('Active', {}).get('message', 'no Active condition')}"
+
+
+def test_nodes_carry_exactly_what_the_node_patches_set(cluster: Cluster):
+    nodes = cluster.nodes()
+    assert sorted(nodes) == sorted(h.hostname for _, h in cluster.spec.hosts())
+    for patch in cluster.plan.node_patches:
+        live = nodes[patch["metadata"]["name"]]
+        assert patch["metadata"]["labels"].items() <= live["metadata"]["labels"].items()
+
+
+def test_example_jobs_are_accepted_and_reference_what_exists(cluster: Cluster):
+    """The plan's jobs/ templates: admitted by the apiserver (Pod Security, LimitRange, Kueue's webhooks) and
+    every ConfigMap they read exists in their namespace."""
+    jobs = [yaml.safe_load(p.read_text()) for p in sorted((cluster.plan.dir / "jobs").glob("*.yaml"))]
+    assert len(jobs) == sum(len(t.gpu_quota) for t in cluster.spec.tenants)
+    for job in jobs:
+        proc = cluster.cp.apply_objects([job], dry_run=True, check=False)
+        assert proc.returncode == 0, proc.stderr
+        ns = job["metadata"]["namespace"]
+        for container in job["spec"]["template"]["spec"]["containers"]:
+            for ref in container.get("envFrom", []):
+                cluster.cp.get("configmap", ref["configMapRef"]["name"], namespace=ns)
+
+
+def test_after_apply_checks_are_accepted_and_reference_what_exists(cluster: Cluster):
+    """The NCCL check: its namespace is accepted, and each of its pod templates, run as a pod there, passes
+    admission (Pod Security of that namespace), with every ConfigMap and Secret it reads present."""
+    checked = 0
+    for obj in cluster.plan.checks:
+        if obj["kind"] == "Namespace":
+            cluster.cp.apply_objects([obj])
+            continue
+        assert obj["kind"] == "MPIJob", obj["kind"]
+        ns = obj["metadata"]["namespace"]
+        for role, replica in obj["spec"]["mpiReplicaSpecs"].items():
+            template = replica["template"]
+            pod = {"apiVersion": "v1", "kind": "Pod",
+                   "metadata": {"name": f"{obj['metadata']['name']}-{role.lower()}", "namespace": ns},
+                   "spec": {**template["spec"], "restartPolicy": "Never"}}
+            proc = cluster.cp.apply_objects([pod], dry_run=True, check=False)
+            assert proc.returncode == 0, f"{role} of {obj['metadata']['name']}: {proc.stderr}"
+            for container in template["spec"]["containers"]:
+                for ref in container.get("envFrom", []):
+                    kind = "configmap" if "configMapRef" in ref else "secret"
+                    cluster.cp.get(kind, (ref.get("configMapRef") or ref["secretRef"])["name"], namespace=ns)
+            checked += 1
+    assert checked == 2 * len(cluster.spec.node_pools)

@@ -1,0 +1,30 @@
+"""The control plane's pinned versions agree with the stack's (runs in `make test`, needs no tools)."""
+
+from __future__ import annotations
+
+import re
+
+from components.spec.kubernetes import KubernetesSpec
+from components.spec.versions import KNOWN_GOOD
+
+from .controlplane import ROOT
+
+TOOLS = ROOT / "e2e" / "tools"
+
+
+def _required(module: str, path: str) -> str:
+    m = re.search(rf"^require {re.escape(path)} v([0-9.]+)$", (TOOLS / module / "go.mod").read_text(), re.M)
+    assert m, f"e2e/tools/{module}/go.mod requires no exact version of {path}"
+    return m.group(1)
+
+
+def test_kueue_is_built_at_the_version_the_stack_installs():
+    assert _required("kueue", "sigs.k8s.io/kueue") == KNOWN_GOOD[-1].kueue == KubernetesSpec().kueue.chart_version
+
+
+def test_every_kubernetes_staging_module_is_pinned_to_the_release():
+    text = (TOOLS / "kubernetes" / "go.mod").read_text()
+    release = _required("kubernetes", "k8s.io/kubernetes")
+    staging = re.findall(r"^\t(k8s\.io/[a-z-]+) => \1 v0\.([0-9.]+)$", text, re.M)
+    assert len(staging) >= 30
+    assert {v for _, v in staging} == {release.split(".", 1)[1]}
