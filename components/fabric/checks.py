@@ -112,8 +112,11 @@ awk -v b="${busbw:-0}" -v f=@FLOOR@ 'BEGIN { exit !(b >= f) }'
     if spec.fabric.rdma and pool.nics:
         limits[rdma_resource(spec)] = 1
     image = spec.fabric.checks.nccl_tests_image
+    # The launcher goes where the workers go: the spec's nodes all carry their pool's taints, and a cluster may
+    # have no untainted node for it.
+    placement = {"nodeSelector": {POOL_LABEL: pool.name}, "tolerations": pool_tolerations(pool)}
     worker = {"spec": {
-        "nodeSelector": {POOL_LABEL: pool.name}, "tolerations": pool_tolerations(pool),
+        **placement,
         "containers": [{"name": "worker", "image": image, "command": ["/usr/sbin/sshd", "-De"], "env": env,
                         "resources": {"limits": limits},
                         "volumeMounts": [{"name": "shm", "mountPath": "/dev/shm"}]}],
@@ -126,7 +129,7 @@ awk -v b="${busbw:-0}" -v f=@FLOOR@ 'BEGIN { exit !(b >= f) }'
                      "annotations": {"gpucluster.io/min-busbw-gb-per-s": f"{floor:g}"}},
         "spec": {"slotsPerWorker": gpus, "runPolicy": {"cleanPodPolicy": "Running", "backoffLimit": 0},
                  "mpiReplicaSpecs": {
-                     "Launcher": {"replicas": 1, "template": {"spec": {"containers": [{
+                     "Launcher": {"replicas": 1, "template": {"spec": {**placement, "containers": [{
                          "name": "launcher", "image": image, "command": ["/bin/bash", "-c", launcher], "env": env}]}}},
                      "Worker": {"replicas": hosts, "template": worker}}},
     }]

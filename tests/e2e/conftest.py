@@ -116,8 +116,14 @@ class Cluster:
     def set_nodes(self, quarantined: set[str] = frozenset()) -> None:
         """(Re)register every host as a KWOK node; `quarantined` hosts carry the failed burn-in taint."""
         self.cp.apply_objects(kwok_nodes(self.spec, set(quarantined)))
-        wait_for(lambda: all(_ready(n) for n in self.nodes().values()) and len(self.nodes()) == len(list(self.spec.hosts())),
-                 60, lambda: "KWOK nodes not Ready")
+        hosts = len(list(self.spec.hosts()))
+        # Ready, and the node lifecycle controller has lifted its own not-ready/unreachable taints.
+        wait_for(lambda: len(nodes := self.nodes()) == hosts and all(_ready(n) for n in nodes.values()),
+                 60, lambda: f"KWOK nodes not ready and untainted: {self._node_state()}")
+
+    def _node_state(self) -> str:
+        return "; ".join(f"{name}: ready={_ready(n)} taints={[t['key'] for t in n['spec'].get('taints') or []]}"
+                         for name, n in sorted(self.nodes().items()))
 
     def clean(self) -> None:
         """Delete every Job in the tenants' namespaces and wait until their workloads and pods are gone."""
@@ -149,7 +155,9 @@ def wait_for(probe: Callable[[], Any], timeout_s: float, describe: Callable[[], 
 
 
 def _ready(node: dict[str, Any]) -> bool:
-    return any(c["type"] == "Ready" and c["status"] == "True" for c in node.get("status", {}).get("conditions", []))
+    conditions = node.get("status", {}).get("conditions", [])
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions) and \
+        not any(t["key"].startswith("node.kubernetes.io/") for t in node.get("spec", {}).get("taints") or [])
 
 
 def _name(job: dict[str, Any]) -> str:

@@ -8,6 +8,7 @@ in-cluster deployment would provide something; the apiserver calls its webhooks 
 
 from __future__ import annotations
 
+import atexit
 import base64
 import json
 import os
@@ -88,6 +89,7 @@ class ControlPlane:
         if missing:
             raise ControlPlaneError(f"control-plane tools missing in {TOOLS}: {', '.join(missing)}; "
                                     "run `make e2e-tools` (builds them from Go modules)")
+        atexit.register(self.close)         # also when the test run is interrupted
         certs = self.dir / "pki"
         certs.mkdir(exist_ok=True)
         make_certs(certs)
@@ -125,7 +127,10 @@ class ControlPlane:
                 except ProcessLookupError:
                     pass
                 proc.wait(timeout=5)
+        left = [name for name, proc in self.procs.items() if _alive(proc.pid)]
         self.procs.clear()
+        if left:
+            raise ControlPlaneError(f"processes left running after close: {', '.join(left)}")
 
     def log(self, name: str, lines: int = 40) -> str:
         path = self.dir / f"{name}.log"
@@ -296,6 +301,15 @@ def webhook_configurations(port: int, ca: Path) -> list[dict[str, Any]]:
     if not out:
         raise ControlPlaneError(f"no webhook configurations in {TOOLS / 'kueue-webhooks'}; rerun `make e2e-tools`")
     return out
+
+
+def _alive(pid: int) -> bool:
+    """The process group still has a member (a reaped leader with no children left counts as gone)."""
+    try:
+        os.killpg(pid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
 
 
 def _get(url: str, context: ssl.SSLContext | None = None) -> str:

@@ -62,7 +62,9 @@ def test_example_jobs_are_accepted_and_reference_what_exists(cluster: Cluster):
 
 def test_after_apply_checks_are_accepted_and_reference_what_exists(cluster: Cluster):
     """The NCCL check: its namespace is accepted, and each of its pod templates, run as a pod there, passes
-    admission (Pod Security of that namespace), with every ConfigMap and Secret it reads present."""
+    admission (Pod Security of that namespace), with every ConfigMap and Secret it reads present, and as many
+    nodes matching its node selector and tolerations as it has replicas, each with room for its requests."""
+    nodes = list(cluster.nodes().values())
     checked = 0
     for obj in cluster.plan.checks:
         if obj["kind"] == "Namespace":
@@ -81,5 +83,30 @@ def test_after_apply_checks_are_accepted_and_reference_what_exists(cluster: Clus
                 for ref in container.get("envFrom", []):
                     kind = "configmap" if "configMapRef" in ref else "secret"
                     cluster.cp.get(kind, (ref.get("configMapRef") or ref["secretRef"])["name"], namespace=ns)
+            misfits = {n["metadata"]["name"]: _misfit(template["spec"], n) for n in nodes}
+            fitting = [name for name, why in misfits.items() if why is None]
+            assert len(fitting) >= replica["replicas"], \
+                f"{role} of {obj['metadata']['name']}: {replica['replicas']} replicas, {len(fitting)} nodes fit: {misfits}"
             checked += 1
     assert checked == 2 * len(cluster.spec.node_pools)
+
+
+def _misfit(pod: dict, node: dict) -> str | None:
+    """Why kube-scheduler's first questions rule the node out (node selector, NoSchedule taints, extended
+    resources), or None when it fits."""
+    labels = node["metadata"].get("labels", {})
+    wrong = {k: v for k, v in (pod.get("nodeSelector") or {}).items() if labels.get(k) != v}
+    if wrong:
+        return f"node selector {wrong}"
+    tolerated = {(t.get("key"), t.get("value")) for t in pod.get("tolerations") or []}
+    exists = {t.get("key") for t in pod.get("tolerations") or [] if t.get("operator") == "Exists"}
+    for taint in node["spec"].get("taints") or []:
+        if taint["effect"] in ("NoSchedule", "NoExecute") and taint["key"] not in exists \
+                and (taint["key"], taint.get("value")) not in tolerated:
+            return f"taint {taint}"
+    allocatable = node["status"]["allocatable"]
+    for c in pod["containers"]:
+        for name, value in (c.get("resources", {}).get("limits") or {}).items():
+            if name.startswith(("nvidia.com/", "rdma/")) and int(value) > int(allocatable.get(name, "0")):
+                return f"{name}: {value} > {allocatable.get(name, '0')}"
+    return None

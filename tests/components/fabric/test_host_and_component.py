@@ -117,6 +117,10 @@ def test_nccl_job_runs_one_rank_per_gpu_and_fails_below_the_floor(dev_spec, dev_
     assert workers["replicas"] == 2 and job["spec"]["slotsPerWorker"] == 8
     limits = workers["template"]["spec"]["containers"][0]["resources"]["limits"]
     assert limits == {"nvidia.com/gpu": 8, "rdma/rdma_shared_devices": 1}
+    # The launcher runs on the pool's (tainted) nodes too: a cluster may have no untainted node for it.
+    launcher_pod = job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]
+    assert (launcher_pod["nodeSelector"], launcher_pod["tolerations"]) == \
+        (workers["template"]["spec"]["nodeSelector"], workers["template"]["spec"]["tolerations"])
     launcher = job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]["command"][2]
     assert "-np 16 -N 8" in launcher and "f=80.0" in launcher        # 2 x 400G = 100 GB/s, 80%
     assert nccl_floor_gb_per_s(dev_spec, dev_spec.node_pools[0]) == 80.0
