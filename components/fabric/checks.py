@@ -16,7 +16,7 @@ from ..bash import fill, script
 from ..k8s.labels import POOL_LABEL, pool_tolerations
 from ..k8s.network_operator import rdma_resource
 from ..spec import ClusterSpec, NodePool
-from .nccl import NCCL_CONF, nccl_envs
+from .nccl import NCCL_CONF, nccl_envs, pod_env
 
 NCCL_TESTS = "/opt/nccl_tests/build/all_reduce_perf"
 CHECKS_NAMESPACE = "gpucluster-checks"
@@ -99,7 +99,7 @@ def render_nccl_job(spec: ClusterSpec, pool: NodePool) -> list[dict[str, Any]]:
     if hosts < 2:
         return []
     gpus, floor = pool.gpu.count, nccl_floor_gb_per_s(spec, pool)
-    env = [{"name": k, "value": v} for k, v in nccl_envs(spec)[pool.name].items()]
+    env = [{"name": k, "value": v} for k, v in pod_env(nccl_envs(spec)[pool.name]).items()]
     ranks = hosts * gpus
     exports = " ".join(f"-x {e['name']}" for e in env)
     launcher = fill(r'''set -euo pipefail

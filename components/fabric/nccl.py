@@ -11,6 +11,9 @@ from ..spec import ClusterSpec, NodePool
 from ..spec.topology import plan_topology
 
 NCCL_CONF = "/etc/nccl.conf"
+# Settings that name the host's own interfaces: pods are not on the host network, so in a pod they name an
+# interface that does not exist and NCCL fails at init. Pods leave NCCL to choose (their eth0).
+HOST_ONLY = frozenset({"NCCL_SOCKET_IFNAME"})
 
 
 def nccl_envs(spec: ClusterSpec) -> dict[str, dict[str, str]]:
@@ -39,6 +42,11 @@ def _pool_env(spec: ClusterSpec, pool: NodePool, rail_optimized: bool) -> dict[s
     if fabric.control_interface:
         env["NCCL_SOCKET_IFNAME"] = "=" + fabric.control_interface
     return env
+
+
+def pod_env(env: dict[str, str]) -> dict[str, str]:
+    """What a pod can use of a pool's NCCL settings (everything but the host-only ones)."""
+    return {k: v for k, v in env.items() if k not in HOST_ONLY}
 
 
 def render_nccl_conf(env: dict[str, str]) -> str:

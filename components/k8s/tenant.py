@@ -19,7 +19,7 @@ import pulumi
 from pydantic import Field
 
 from ..spec import ClusterSpec, FlavorQuota, Share, Tenant as TenantSpec
-from ..fabric.nccl import nccl_envs
+from ..fabric.nccl import nccl_envs, pod_env
 from ..spec.common import SpecModel
 from .objects import Manifest, register
 
@@ -59,7 +59,7 @@ class TenantArgs(SpecModel):
 
 def _tenant_nccl(spec: ClusterSpec, tenant: TenantSpec) -> dict[str, dict[str, str]]:
     envs = nccl_envs(spec)
-    return {pool: envs[pool] for pool in tenant.gpu_quota if pool in envs}
+    return {pool: pod_env(envs[pool]) for pool in tenant.gpu_quota if pool in envs}
 
 
 # --- pure rendering ---------------------------------------------------------------------------------

@@ -13,7 +13,8 @@ from .common import DnsLabel, Labels, SpecModel, field_error
 class GpuQuota(SpecModel):
     """A tenant's GPUs of one flavour (node pool); a bare integer in YAML means `nominal`."""
 
-    nominal: int = Field(ge=0, description="GPUs guaranteed to the tenant.")
+    nominal: int = Field(ge=0, description="GPUs guaranteed to the tenant; on time-sliced or MIG pools, slices "
+                                          "(what the device plugin advertises), and CPU and memory follow per slice.")
     borrowing_limit: int | None = Field(
         None, ge=0, description="Extra GPUs it may borrow from the cohort. Omitted: no limit.")
     lending_limit: int | None = Field(

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 import pytest
+import yaml
 
 from components.k8s.jobs import render_job
 from components.spec import ClusterSpec, NodePool, Tenant
@@ -37,6 +38,7 @@ class Cluster:
     def __init__(self, plan: StackPlan, cp: ControlPlane):
         self.plan, self.cp = plan, cp
         self.spec: ClusterSpec = plan.spec
+        self.applied: list[str] = []          # kind/namespace/name of every object of the plan applied
 
     def tenant(self, name: str) -> Tenant:
         return next(t for t in self.spec.tenants if t.name == name)
@@ -45,7 +47,7 @@ class Cluster:
         return render_job(self.spec, tenant, pool, name=name, **kw)
 
     def submit(self, job: dict[str, Any]) -> dict[str, Any]:
-        self.cp.kubectl("create", "-f", "-", input=_yaml(job))
+        self.cp.kubectl("create", "-f", "-", input=yaml.safe_dump(job, sort_keys=False))
         return job
 
     def delete_jobs(self, *jobs: dict[str, Any]) -> None:
@@ -164,11 +166,6 @@ def _name(job: dict[str, Any]) -> str:
     return f"{job['metadata']['namespace']}/{job['metadata']['name']}"
 
 
-def _yaml(obj: dict[str, Any]) -> str:
-    import yaml
-    return yaml.safe_dump(obj, sort_keys=False)
-
-
 @pytest.fixture(scope="session", params=STACKS)
 def cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """The stack's plan applied to a fresh control plane: CRDs, then its objects (dry run first), then nodes."""
@@ -188,7 +185,7 @@ def cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
         if plan.spec.kubernetes.monitoring.enabled:
             cp.kubectl("create", "namespace", plan.spec.kubernetes.monitoring.namespace)
         c = Cluster(plan, cp)
-        c.applied = apply_plan(cp, plan)        # type: ignore[attr-defined]
+        c.applied = apply_plan(cp, plan)
         c.set_nodes()
     except (ControlPlaneError, AssertionError):
         cp.close()

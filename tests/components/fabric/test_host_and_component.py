@@ -118,6 +118,7 @@ def test_nccl_job_runs_one_rank_per_gpu_and_fails_below_the_floor(dev_spec, dev_
     limits = workers["template"]["spec"]["containers"][0]["resources"]["limits"]
     assert limits == {"nvidia.com/gpu": 8, "rdma/rdma_shared_devices": 1}
     # The launcher runs on the pool's (tainted) nodes too: a cluster may have no untainted node for it.
+    assert all(e["name"] != "NCCL_SOCKET_IFNAME" for e in workers["template"]["spec"]["containers"][0]["env"])
     launcher_pod = job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]
     assert (launcher_pod["nodeSelector"], launcher_pod["tolerations"]) == \
         (workers["template"]["spec"]["nodeSelector"], workers["template"]["spec"]["tolerations"])

@@ -169,6 +169,8 @@ def test_jobs_get_the_fabric_nccl_settings_of_the_pools_they_may_use(dev_spec):
     assert cm["kind"] == "ConfigMap" and cm["metadata"]["name"] == "nccl-h100"
     assert cm["metadata"]["namespace"] == "team-a"
     assert cm["data"]["NCCL_IB_HCA"] == "=mlx5_0:1,mlx5_1:1" and cm["data"]["NCCL_IB_TC"] == "106"
+    # The host's control interface (eno1) does not exist in a pod's network namespace.
+    assert "NCCL_SOCKET_IFNAME" not in cm["data"]
 
 
 def test_namespaced_objects_depend_on_the_namespace(dev_spec, record):
