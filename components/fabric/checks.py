@@ -80,25 +80,34 @@ if (( FAILED )); then fail "some links are below @PERCENT@% of line rate or brok
                   f"links-{pool.name}", body)
 
 
+def ranks_per_host(pool: NodePool) -> int:
+    """GPUs the NCCL check runs on per host: all of them, or one on a time-sliced pool, whose device plugin
+    refuses a pod more than one slice (failRequestsGreaterThanOne) and where NCCL refuses two ranks on one GPU."""
+    return 1 if pool.sharing.time_slicing_replicas else pool.gpu.count
+
+
 def nccl_floor_gb_per_s(spec: ClusterSpec, pool: NodePool) -> float:
-    """The spec's floor, or 80% of the slower of NVLink (the model's bus bandwidth) and the node's NICs."""
+    """The spec's floor, or 80% of the slower of NVLink (the model's bus bandwidth) and the NICs the ranks use
+    (all of the node's, or the fastest one for a single rank per host)."""
     wanted = spec.fabric.checks.nccl_min_busbw_gb_per_s
     if wanted is not None:
         return wanted
-    nic_gb_per_s = sum(n.speed_gbps for n in pool.nics) / 8
+    speeds = [n.speed_gbps for n in pool.nics]
+    nic_gb_per_s = (sum(speeds) if ranks_per_host(pool) > 1 else max(speeds, default=0)) / 8
     return round(0.8 * min(pool.gpu.info.busbw_gb_per_s, nic_gb_per_s or pool.gpu.info.busbw_gb_per_s), 1)
 
 
 def render_nccl_job(spec: ClusterSpec, pool: NodePool) -> list[dict[str, Any]]:
-    """The check's namespace and MPIJob, to `kubectl apply` after `pulumi up` (empty below two hosts).
+    """The check's namespace and MPIJob, to `kubectl apply` after `pulumi up` (empty below two hosts, and on
+    MIG pools: NCCL does not run across MIG instances).
 
     Its own namespace, outside Kueue's tenant namespaces: the MPI operator's workers run sshd as root, which
     the tenants' restricted pod security refuses; run it before tenants start or on a drained pool.
     """
     hosts = min(spec.fabric.checks.nccl_hosts or len(pool.hosts), len(pool.hosts))
-    if hosts < 2:
+    if hosts < 2 or pool.sharing.mig_config:
         return []
-    gpus, floor = pool.gpu.count, nccl_floor_gb_per_s(spec, pool)
+    gpus, floor = ranks_per_host(pool), nccl_floor_gb_per_s(spec, pool)
     env = [{"name": k, "value": v} for k, v in pod_env(nccl_envs(spec)[pool.name]).items()]
     ranks = hosts * gpus
     exports = " ".join(f"-x {e['name']}" for e in env)

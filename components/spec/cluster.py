@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 from collections import Counter
 from typing import Iterator, Literal
 
@@ -268,7 +269,30 @@ def _fabric(spec: ClusterSpec) -> Iterator[Problem]:
                               f"InfiniBand leaf {sw.name} has no uplinks: leaves without spines are separate subnets, "
                               "each needing its own subnet manager, which this fabric does not set up; connect it "
                               "to the spines")
+    yield from _control_plane_apart(spec)
     yield from plan_topology(spec)[1]
+
+
+def _control_plane_apart(spec: ClusterSpec) -> Iterator[Problem]:
+    """The management network (SSH, NCCL's bootstrap) must not ride a data NIC: changing that NIC's MTU, QoS or
+    link would cut the host off, and the data plane's lossless class would carry management traffic."""
+    control = spec.fabric.control_interface
+    for i, pool in enumerate(spec.node_pools):
+        for j, nic in enumerate(pool.nics):
+            if control is not None and nic.interface == control:
+                yield Problem(("node_pools", i, "nics", j, "interface"),
+                              f"{nic.interface} is fabric.control_interface and also the rail {nic.rail} data NIC "
+                              f"of node pool {pool.name}; management and data plane need separate NICs: set "
+                              "fabric.control_interface to the management interface")
+    subnets = [ipaddress.ip_network(c) for c in spec.kubernetes.network_operator.rail_subnets]
+    for i, pool in enumerate(spec.node_pools):
+        for j, host in enumerate(pool.hosts):
+            inside = next((n for n in subnets if ipaddress.ip_address(host.address) in n), None)
+            if inside is not None:
+                yield Problem(("node_pools", i, "hosts", j, "address"),
+                              f"{host.hostname}'s SSH address {host.address} is in rail subnet {inside} "
+                              "(kubernetes.network_operator.rail_subnets), so SSH would run over a data NIC; "
+                              "use its management address")
 
 
 def _kubernetes(spec: ClusterSpec) -> Iterator[Problem]:

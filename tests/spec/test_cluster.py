@@ -44,3 +44,18 @@ def test_guaranteed_gpus_fit_the_pool_exactly_when_their_sum_does(nominals):
         assert found == []
     else:
         assert len(found) == 1 and f"tenants are guaranteed {sum(nominals)} h100 GPUs" in found[0]
+
+
+def test_a_data_nic_cannot_be_the_control_interface(dev_data):
+    dev_data["fabric"]["control_interface"] = "ens2f0np0"
+    [problem] = problems_of(dev_data)
+    assert "node_pools[0].nics[1].interface: ens2f0np0 is fabric.control_interface and also the rail 1 data NIC " \
+           "of node pool h100" in problem and "set fabric.control_interface to the management interface" in problem
+
+
+def test_ssh_cannot_run_over_a_rail_subnet(dev_data):
+    dev_data["kubernetes"]["network_operator"] = {"rail_subnets": ["10.10.0.0/24", "10.202.0.0/16"]}
+    problems = problems_of(dev_data)
+    assert [p.split(": ", 2)[1] for p in problems] == ["node_pools[0].hosts[0].address",
+                                                       "node_pools[0].hosts[1].address"]
+    assert "gpu-dev-01's SSH address 10.10.0.11 is in rail subnet 10.10.0.0/24" in problems[0]

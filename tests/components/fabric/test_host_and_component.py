@@ -130,6 +130,22 @@ def test_nccl_job_runs_one_rank_per_gpu_and_fails_below_the_floor(dev_spec, dev_
     assert nccl_floor_gb_per_s(spec, spec.node_pools[0]) == 70
 
 
+def test_nccl_job_fits_a_time_sliced_pool_and_skips_a_mig_pool(dev_data):
+    """A time-sliced pool refuses a pod more than one slice: one rank per host, over the fastest NIC."""
+    dev_data["node_pools"][0]["sharing"] = {"time_slicing_replicas": 4}
+    dev_data["node_pools"][0]["nics"][1]["speed_gbps"] = 200
+    spec = parse_spec(yaml.safe_dump(dev_data))
+    _, job = render_nccl_job(spec, spec.node_pools[0])
+    workers = job["spec"]["mpiReplicaSpecs"]["Worker"]
+    assert job["spec"]["slotsPerWorker"] == 1
+    assert workers["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == 1
+    launcher = job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]["command"][2]
+    assert "-np 2 -N 1" in launcher and "f=40.0" in launcher          # one 400G NIC = 50 GB/s, 80%
+    dev_data["node_pools"][0]["sharing"] = {"mig_config": "all-1g.10gb"}
+    spec = parse_spec(yaml.safe_dump(dev_data))
+    assert render_nccl_job(spec, spec.node_pools[0]) == []
+
+
 def test_nccl_job_objects_are_valid_kubernetes(dev_spec):
     kubernetes_validate = pytest.importorskip("kubernetes_validate")
     namespace, _ = render_nccl_job(dev_spec, dev_spec.node_pools[0])
