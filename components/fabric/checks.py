@@ -16,7 +16,7 @@ from ..bash import fill, script
 from ..k8s.labels import POOL_LABEL, pool_tolerations
 from ..k8s.network_operator import rdma_resource
 from ..spec import ClusterSpec, NodePool
-from .nccl import NCCL_CONF, nccl_envs, pod_env
+from .nccl import LARGEST_BUSBW_AWK, NCCL_CONF, nccl_envs, pod_env
 
 NCCL_TESTS = "/opt/nccl_tests/build/all_reduce_perf"
 CHECKS_NAMESPACE = "gpucluster-checks"
@@ -113,10 +113,10 @@ def render_nccl_job(spec: ClusterSpec, pool: NodePool) -> list[dict[str, Any]]:
     exports = " ".join(f"-x {e['name']}" for e in env)
     launcher = fill(r'''set -euo pipefail
 out=$(mpirun --allow-run-as-root -np @RANKS@ -N @GPUS@ --bind-to none EXPORTS @BIN@ -b 512M -e 8G -f 2 -g 1 | tee /dev/stderr)
-busbw=$(printf '%s\n' "$out" | sed -n 's/^# Avg bus bandwidth *: *//p')
-echo "average bus bandwidth ${busbw:-none} GB/s, floor @FLOOR@ GB/s"
+busbw=$(printf '%s\n' "$out" | LARGEST_BUSBW)
+echo "bus bandwidth at 8 GiB ${busbw:-none} GB/s, floor @FLOOR@ GB/s"
 awk -v b="${busbw:-0}" -v f=@FLOOR@ 'BEGIN { exit !(b >= f) }'
-'''.replace("EXPORTS", exports), RANKS=ranks, GPUS=gpus, FLOOR=floor, BIN=NCCL_TESTS)
+'''.replace("EXPORTS", exports).replace("LARGEST_BUSBW", LARGEST_BUSBW_AWK), RANKS=ranks, GPUS=gpus, FLOOR=floor, BIN=NCCL_TESTS)
     limits = {"nvidia.com/gpu": gpus}
     if spec.fabric.rdma and pool.nics:
         limits[rdma_resource(spec)] = 1

@@ -44,6 +44,12 @@ def _pool_env(spec: ClusterSpec, pool: NodePool, rail_optimized: bool) -> dict[s
     return env
 
 
+# The bus bandwidth nccl-tests reached at its largest message: the out-of-place busbw (8th column) of the last
+# row of its table. Its "# Avg bus bandwidth" line averages every size from the smallest up, far below what
+# large messages reach, so a floor taken from large-message figures would fail healthy nodes.
+LARGEST_BUSBW_AWK = r"""awk '!/^#/ && $1 ~ /^[0-9]+$/ && NF >= 8 { bw = $8 } END { if (bw != "") print bw }'"""
+
+
 def pod_env(env: dict[str, str]) -> dict[str, str]:
     """What a pod can use of a pool's NCCL settings (everything but the host-only ones)."""
     return {k: v for k, v in env.items() if k not in HOST_ONLY}

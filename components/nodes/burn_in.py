@@ -8,6 +8,7 @@ deployment. It exits non-zero only when it cannot test at all (tools missing).
 from __future__ import annotations
 
 from ..bash import fill, script
+from ..fabric.nccl import LARGEST_BUSBW_AWK
 from ..spec import Host, NodePool
 from ..ssh import Script
 
@@ -23,13 +24,13 @@ if ! diag=$(timeout @TIMEOUT@ dcgmi diag -r @LEVEL@ 2>&1); then
   reasons+=("dcgmi diag -r @LEVEL@ failed: $(printf '%s\n' "$diag" | grep -iE 'fail|error' | sed -n 1,3p | tr '\n' ' ')")
 fi
 if nccl=$(timeout @TIMEOUT@ "$allreduce" -b 8 -e 8G -f 2 -g @GPUS@ 2>&1); then
-  busbw=$(printf '%s\n' "$nccl" | awk -F: '/Avg bus bandwidth/ { gsub(/ /, "", $2); print $2 }')
+  busbw=$(printf '%s\n' "$nccl" | LARGEST_BUSBW)
   if [[ -z "$busbw" ]]; then
     reasons+=("all_reduce_perf printed no bus bandwidth")
   elif ! awk -v b="$busbw" -v min=@MIN@ 'BEGIN { exit !(b >= min) }'; then
-    reasons+=("NCCL all_reduce bus bandwidth $busbw GB/s is below @MIN@ GB/s")
+    reasons+=("NCCL all_reduce bus bandwidth $busbw GB/s at 8 GiB is below @MIN@ GB/s")
   else
-    note "NCCL all_reduce bus bandwidth $busbw GB/s (minimum @MIN@)"
+    note "NCCL all_reduce bus bandwidth $busbw GB/s at 8 GiB (minimum @MIN@)"
   fi
 else
   reasons+=("all_reduce_perf failed: $(printf '%s\n' "$nccl" | tail -n 2 | tr '\n' ' ')")
@@ -49,7 +50,7 @@ def min_busbw(pool: NodePool) -> float:
 
 def render_burn_in(pool: NodePool, host: Host) -> Script:
     b = pool.burn_in
-    body = fill(_BODY, DIR=b.nccl_tests_dir, TIMEOUT=b.timeout_s, LEVEL=b.dcgm_level, GPUS=pool.gpu.count,
+    body = fill(_BODY.replace("LARGEST_BUSBW", LARGEST_BUSBW_AWK), DIR=b.nccl_tests_dir, TIMEOUT=b.timeout_s, LEVEL=b.dcgm_level, GPUS=pool.gpu.count,
                 MIN=min_busbw(pool), RESULT=RESULT)
     return Script(script(f"Burn in {host.hostname}: dcgmi diag -r {b.dcgm_level}, NCCL all_reduce on "
                          f"{pool.gpu.count} GPUs", host.hostname, body))

@@ -9,10 +9,12 @@ import subprocess
 import pytest
 import yaml
 
+from components.fabric.checks import render_nccl_job
+from components.fabric.nccl import LARGEST_BUSBW_AWK
 from components.nodes.burn_in import min_busbw, parse_result, render_burn_in
 from components.nodes.host_prep import render_host_prep, render_kubelet_config
 from components.spec import parse_spec
-from tests.conftest import problems_of
+from tests.conftest import ROOT, problems_of
 
 VARIANTS = {
     "dev": lambda d: None,
@@ -129,3 +131,21 @@ def test_rejects_a_dcgm_level_out_of_range(dev_data):
     dev_data["node_pools"][0]["burn_in"] = {"dcgm_level": 5}
     (msg,) = problems_of(dev_data)
     assert "node_pools[0].burn_in.dcgm_level: Input should be less than or equal to 4 (got 5)" in msg
+
+
+def test_bus_bandwidth_is_read_at_the_largest_message_not_averaged_over_all_sizes():
+    """nccl-tests' "Avg bus bandwidth" averages 8 B to 8 GiB; the floor is a large-message figure."""
+    sample = (ROOT / "tests" / "samples" / "all_reduce_perf_8xh100.txt").read_text()
+    out = subprocess.run(["bash", "-c", LARGEST_BUSBW_AWK], input=sample, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "473.39"
+    avg = float(sample.split("# Avg bus bandwidth    :")[1].split()[0])
+    assert avg < 0.8 * 473.39 < 473.39        # the average alone would fail this healthy node
+
+
+def test_burn_in_and_nccl_check_both_use_the_largest_message(dev_spec):
+    pool = dev_spec.node_pools[0]
+    burn_in = render_burn_in(pool, pool.hosts[0]).create
+    _, job = render_nccl_job(dev_spec, pool)
+    launcher = job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]["command"][2]
+    for text in (burn_in, launcher):
+        assert LARGEST_BUSBW_AWK in text and "Avg bus bandwidth" not in text
