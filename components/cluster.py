@@ -36,9 +36,11 @@ class GpuCluster(pulumi.ComponentResource):
                  opts: pulumi.ResourceOptions | None = None):
         super().__init__(self.TYPE, name, {"spec": spec.model_dump(mode="json")}, opts)
         child = pulumi.ResourceOptions(parent=self)
-        self.node_pools = {p.name: GpuNodePool(f"{name}-{p.name}", NodePoolArgs.from_spec(spec, p), ssh_private_key,
-                                               opts=child) for p in spec.node_pools}
         self.fabric = Fabric(f"{name}-fabric", spec, ssh_private_key, opts=child)
+        # A host's Node is opened to work only once its fabric is set up.
+        ready = {h: [r] for h, r in self.fabric.host_scripts.items()}
+        self.node_pools = {p.name: GpuNodePool(f"{name}-{p.name}", NodePoolArgs.from_spec(spec, p), ssh_private_key,
+                                               opts=child, host_ready=ready) for p in spec.node_pools}
         self.kubernetes = GpuKubernetesStack(f"{name}-k8s", spec, opts=child)
         self.tenants = {t.name: Tenant(f"{name}-{t.name}", TenantArgs.from_spec(spec, t),
                                        kueue_ready=self.kubernetes.kueue_ready, opts=child)

@@ -208,9 +208,13 @@ CHANGES=$((CHANGES + ${applied:-0}))
 
 
 def _apply_unit() -> str:
+    # Before kubelet: a node takes no pods until its fabric is set. Retried without limit: an InfiniBand port
+    # that is not Active yet (the subnet manager still sweeping) fails one attempt, not the boot for good.
     return ("[Unit]\nDescription=RoCE/InfiniBand host settings and NCCL config (gpucluster)\n"
-            "Wants=network-online.target\nAfter=network-online.target openibd.service\n\n"
-            f"[Service]\nType=oneshot\nRemainAfterExit=yes\nExecStart={APPLY} {BOOT_WAIT_S}\n\n"
+            "Wants=network-online.target\nAfter=network-online.target openibd.service\nBefore=kubelet.service\n"
+            "StartLimitIntervalSec=0\n\n"
+            f"[Service]\nType=oneshot\nRemainAfterExit=yes\nExecStart={APPLY} {BOOT_WAIT_S}\n"
+            "Restart=on-failure\nRestartSec=30\n\n"
             "[Install]\nWantedBy=multi-user.target")
 
 

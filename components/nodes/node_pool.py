@@ -9,7 +9,7 @@ existing Node (patched, not owned) whose taints follow the burn-in: new nodes re
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Mapping, Sequence
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -83,7 +83,10 @@ class GpuNodePool(pulumi.ComponentResource):
     """Burn-in verdict per host ("passed" or "failed: why"); "skipped" when the pool has no burn-in."""
 
     def __init__(self, name: str, args: NodePoolArgs, ssh_private_key: pulumi.Input[str],
-                 opts: pulumi.ResourceOptions | None = None):
+                 opts: pulumi.ResourceOptions | None = None, *,
+                 host_ready: Mapping[str, Sequence[pulumi.Resource]] | None = None):
+        """`host_ready`: per host name, what must be done before its Node is opened to work (its fabric
+        settings, so no pod lands on a node whose RDMA is not set up). Omitted: the node's own steps only."""
         super().__init__(self.TYPE, name, {"spec": args.model_dump(mode="json")}, opts)
         pool = args.pool
         self.burn_in = {}
@@ -108,5 +111,6 @@ class GpuNodePool(pulumi.ComponentResource):
                 lambda v, h=host: render_node_patch(args, h, v)["metadata"]["annotations"])}
             k8s.core.v1.NodePatch(f"{key}-node", metadata=meta,
                                   spec={"taints": verdict.apply(lambda v: node_taints(pool, v))},
-                                  opts=pulumi.ResourceOptions(parent=self, depends_on=patch_deps))
+                                  opts=pulumi.ResourceOptions(parent=self, depends_on=[
+                                      *patch_deps, *(host_ready or {}).get(host.hostname, ())]))
         self.register_outputs({"burn_in": self.burn_in})

@@ -63,6 +63,17 @@ def test_roce_host_settings_use_the_fabric_class(dev_spec):
     assert text.index("check_nic mlx5_1 ens2f0np0 1 Ethernet") < text.index("roce_nic mlx5_0 ens1f0np0")
 
 
+def test_the_boot_unit_runs_before_kubelet_and_retries_until_the_fabric_is_up(dev_spec, dev_data):
+    """A node takes no pods before its fabric is set; an IB port not yet Active fails an attempt, not the boot."""
+    for spec in (dev_spec, spec_for(dev_data, "infiniband")):
+        pool = spec.node_pools[0]
+        text = render_fabric_host(spec, "gpu-dev-01", pool.nics, {}).create
+        start = text.index("Description=RoCE/InfiniBand host settings")
+        unit = text[start:text.index("[Install]", start)]
+        for line in ("Before=kubelet.service", "StartLimitIntervalSec=0", "Restart=on-failure", "RestartSec=30"):
+            assert f"\n{line}\n" in unit, line
+
+
 def test_nccl_settings_match_the_fabric(dev_spec, dev_data):
     env = nccl_envs(dev_spec)[dev_spec.node_pools[0].name]
     assert env == {"NCCL_IB_HCA": "=mlx5_0:1,mlx5_1:1", "NCCL_IB_TC": "106", "NCCL_IB_ROCE_VERSION_NUM": "2",

@@ -54,6 +54,15 @@ def test_burn_in_follows_preparation_and_the_patch_follows_burn_in(dev_spec, rec
     assert patch["metadata"]["labels"]["gpucluster.io/rail-gbps"] == "400"
 
 
+def test_a_node_is_opened_only_after_its_own_fabric_settings(dev_spec, record):
+    """In a whole cluster, each host's NodePatch waits for that host's fabric script, and only that one."""
+    from components.cluster import GpuCluster
+    urns = {short(r.urn): r for r in record(lambda: GpuCluster("dev", dev_spec, ssh_key())).records}
+    for host, other in (("gpu-dev-01", "gpu-dev-02"), ("gpu-dev-02", "gpu-dev-01")):
+        deps = urns[f"dev-h100-{host}-node"].dependencies
+        assert urns[f"dev-fabric-{host}"].urn in deps and urns[f"dev-fabric-{other}"].urn not in deps
+
+
 def test_triggers_change_with_the_script_and_only_then(dev_data, record):
     def triggers(data):
         spec = parse_spec(yaml.safe_dump(data))
