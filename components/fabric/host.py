@@ -256,7 +256,14 @@ def render_apply(spec: ClusterSpec, hostname: str, nics: list[Nic], nccl: dict[s
     roce = fabric.effective_roce
     parts = [_COMMON]
     layer = "Ethernet" if roce else "InfiniBand"
-    checks = "".join(f"check_nic {n.device} {n.interface} {n.rail} {layer}\n" for n in nics)
+    # Every tool the settings use, checked with the NICs: a missing one fails before anything changes.
+    tools = ['need ip "install iproute2"'] if nics else []
+    if nics and roce is not None:
+        tools += ['need mlnx_qos "install DOCA-OFED or mlnx-tools (they ship mlnx_qos)"', 'need ethtool "install ethtool"']
+    elif nics:
+        tools += ['need ibstat "install infiniband-diags"']
+    checks = "".join(f"{t}\n" for t in tools) + \
+        "".join(f"check_nic {n.device} {n.interface} {n.rail} {layer}\n" for n in nics)
     if roce is not None:
         dscp = "\n  ".join(f'dscp_prio "$if" {d} {p}' for d, p in sorted(roce.dscp_priorities.items()))
         bits = ["1" if i == roce.priority else "0" for i in range(8)]
@@ -272,7 +279,7 @@ def render_apply(spec: ClusterSpec, hostname: str, nics: list[Nic], nccl: dict[s
         body = "".join(f"ib_nic {n.device} {n.interface} {n.speed_gbps}\n"
                        + "".join(f"ipoib_child {n.interface} {k:#06x}\n" for k in pkeys) for n in nics)
         gid = ""
-    parts.append("\n# --- every NIC first: nothing changes unless all of them are there ------------------\n"
+    parts.append("\n# --- every tool and NIC first: nothing changes unless all of them are there --------\n"
                  + checks + "\n# --- then the settings ---\n" + body)
     parts.append(fill(_NCCL.replace("@GID@", gid), {"NCCL_DOC": render_nccl_conf(nccl).rstrip("\n")},
                       NCCL_CONF=NCCL_CONF))

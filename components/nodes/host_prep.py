@@ -45,7 +45,11 @@ def render_tuning_script(pool: NodePool) -> str | None:
     if t.gpu_power_limit_w:
         lines.append(f"nvidia-smi -pl {t.gpu_power_limit_w}")
     if t.cpu_governor != "unchanged":
-        lines.append(f"if command -v cpupower >/dev/null; then cpupower frequency-set -g {t.cpu_governor}; fi")
+        # Written in sysfs: Ubuntu's cpupower is a wrapper that fails without the kernel-specific tools package.
+        lines.append("for gov in /sys/devices/system/cpu/cpu[0-9]*/cpufreq/scaling_governor; do\n"
+                     f"  if [[ -w \"$gov\" && \"$(cat \"$gov\")\" != {t.cpu_governor} ]]; then "
+                     f"echo {t.cpu_governor} > \"$gov\"; fi\n"
+                     "done")
     if not lines:
         return None
     return "#!/usr/bin/env bash\n# GPU clocks, power cap and CPU governor at boot (gpucluster)\nset -euo pipefail\n" + \

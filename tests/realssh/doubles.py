@@ -55,7 +55,6 @@ esac
 ''',
     "nv-fabricmanager": _RECORD + 'echo "Fabric Manager version is : $FM_VERSION"\n',
     "nvidia-persistenced": _RECORD,
-    "cpupower": _RECORD,
     "dcgmi": _RECORD + r'''
 if [[ "$DCGM" == pass ]]; then echo "Diagnostic | Result: Pass"; else echo "Memory | Fail - GPU 3 row remap pending"; exit 226; fi
 ''',

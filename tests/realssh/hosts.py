@@ -22,6 +22,8 @@ from typing import Iterator
 from .doubles import ALL_REDUCE, DOUBLES, HEALTHY, STATE_DIR, state_env
 
 OVERLAID = ("/etc", "/usr/local", "/opt", "/var/lib")
+# Parts of /sys each test host sees from its own fake tree (bind-mounted over the real one).
+FAKE_SYSFS = ("class", "kernel", "devices/system/cpu")
 # Data-plane NICs of every test host: a real veth interface (its MTU really changes) plus the RDMA device's
 # sysfs and configfs entries, which only a ConnectX card would create, in a tree bound over /sys/class and
 # /sys/kernel inside the host's mount namespace.
@@ -103,9 +105,9 @@ class TestHost:
             self.set_hardware()
 
     def sysfs(self, path: str) -> Path:
-        """Where a /sys/class or /sys/kernel path of this host's fake device tree lives."""
-        top = "class" if path.startswith("/sys/class/") else "kernel"
-        return self.root / f"sys_{top}" / path[len(f"/sys/{top}/"):]
+        """Where a /sys/class, /sys/kernel or /sys/devices/system/cpu path of this host's fake tree lives."""
+        top = next(t for t in FAKE_SYSFS if path.startswith(f"/sys/{t}/"))
+        return self.root / f"sys_{top.replace('/', '_')}" / path[len(f"/sys/{top}/"):]
 
     def calls(self) -> list[str]:
         log = self.upper(f"{STATE_DIR}/calls.log")
@@ -180,7 +182,7 @@ class TestHosts:
         mounts = "; ".join(
             f"mount -t overlay overlay -o lowerdir={top},upperdir={host.root}/{top.strip('/').replace('/', '_')}/up,"
             f"workdir={host.root}/{top.strip('/').replace('/', '_')}/work {top}" for top in OVERLAID)
-        mounts += f"; mount --bind {host.root}/sys_class /sys/class; mount --bind {host.root}/sys_kernel /sys/kernel"
+        mounts += "".join(f"; mount --bind {host.root}/sys_{t.replace('/', '_')} /sys/{t}" for t in FAKE_SYSFS)
         boot = f"set -e; {mounts}; mount -t tmpfs -o size=64m tmpfs /dev/shm; exec /usr/sbin/sshd -D -e -f {host.root}/sshd_config"
         log = open(host.root / "sshd.log", "w")
         host.process = subprocess.Popen([*ns, "unshare", "--mount", "--propagation", "private", "bash", "-c", boot],
@@ -210,6 +212,8 @@ class TestHosts:
             put(f"/sys/class/infiniband/{dev}/tc/1/traffic_class", "Global tclass=0")
             put(f"/sys/kernel/config/rdma_cm/{dev}/ports/1/default_roce_mode", "IB/RoCE v1")
             put(f"/sys/kernel/config/rdma_cm/{dev}/ports/1/default_roce_tos", "0")
+        for cpu in range(4):
+            put(f"/sys/devices/system/cpu/cpu{cpu}/cpufreq/scaling_governor", "powersave")
 
     def _wait(self, host: TestHost, timeout_s: float = 10) -> None:
         deadline = time.monotonic() + timeout_s

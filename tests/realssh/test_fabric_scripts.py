@@ -84,6 +84,16 @@ def test_a_missing_nic_fails_with_its_name_before_anything_changes(test_hosts):
     assert not any(c.startswith("mlnx_qos") for c in host.calls())
 
 
+def test_a_missing_tool_fails_with_its_name_before_anything_changes(test_hosts):
+    host = test_hosts.hosts["gpu-dev-03"]
+    with host.without("mlnx_qos"):
+        out = run(test_hosts, host, fabric_script(host))
+    assert out.returncode != 0
+    assert "gpu-dev-03: error: mlnx_qos is missing (install DOCA-OFED or mlnx-tools" in out.stderr
+    assert mtu(test_hosts, host, "ens1f0np0") == 1500 and mtu(test_hosts, host, "ens2f0np0") == 1500
+    assert not any(c.startswith("ethtool -A") for c in host.calls())
+
+
 def test_a_netdev_paired_with_the_wrong_rdma_device_is_refused(test_hosts):
     host = test_hosts.hosts["gpu-dev-03"]
     out = run(test_hosts, host, fabric_script(host, mlx5_0={"interface": "ens2f0np0"},
