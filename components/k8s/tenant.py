@@ -13,7 +13,7 @@ Who guards what (a deliberate split, see ../shared/reference/k8s-gpu-stack.md):
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Sequence
+from typing import Any, Callable, ClassVar, Sequence
 
 import pulumi
 from pydantic import Field
@@ -163,7 +163,7 @@ def render_resource_quota(args: TenantArgs) -> dict[str, Any]:
 QUEUE_RESOURCES = ("cpu", "memory", "nvidia.com/gpu")
 
 
-def _share(name: str, share: Share, unit: Any) -> dict[str, Any]:
+def _share(name: str, share: Share, unit: Callable[[int], Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"name": name, "nominalQuota": unit(share.nominal)}
     if share.borrowing_limit is not None:
         out["borrowingLimit"] = unit(share.borrowing_limit)

@@ -101,7 +101,10 @@ class ControlPlane:
             f"--authorization-kubeconfig={self.kubeconfig}", "--bind-address=127.0.0.1",
             f"--secure-port={free_port()}", "--leader-elect=false", "--controllers=*,-nodeipam",
             f"--service-account-private-key-file={certs / 'sa.key'}", f"--root-ca-file={certs / 'ca.crt'}",
-            "--use-service-account-credentials=false", f"--cert-dir={self.dir / 'kcm-certs'}"])
+            "--use-service-account-credentials=false", f"--cert-dir={self.dir / 'kcm-certs'}",
+            # A late KWOK heartbeat on a busy 2-core machine must not mark a node NotReady: Kueue would then
+            # evict its workloads as node failures. Node failure is not what these tests are about.
+            "--node-monitor-grace-period=10m"])
         self._start("kube-scheduler", [
             f"--kubeconfig={self.kubeconfig}", f"--authentication-kubeconfig={self.kubeconfig}",
             f"--authorization-kubeconfig={self.kubeconfig}", "--bind-address=127.0.0.1",

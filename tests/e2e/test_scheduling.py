@@ -90,24 +90,20 @@ def test_the_lender_reclaims_its_gpus_by_preemption(clean: Cluster):
 
 def test_a_multi_pod_job_asking_for_one_topology_domain_is_placed_inside_one(clean: Cluster):
     levels = clean.spec.kubernetes.kueue.topology_levels
-    tried = 0
-    for g in grants(clean.spec):
-        per_pod = min(units_per_host(g.pool) // 2, (g.nominal + g.borrowable) // 2)
-        if per_pod < 1:
-            continue
-        for level in levels:
-            job = clean.submit(clean.job(g.tenant, g.pool, f"within-{level.split('/')[-1]}", pods=2,
-                                         gpus_per_pod=per_pod, topology=level))
-            a = clean.wait_admitted(job)
-            pods = clean.wait_running(job)
-            _assert_on_pool(clean, pods, g)
-            nodes = clean.nodes()
-            domains = {nodes[p["spec"]["nodeName"]]["metadata"]["labels"].get(level) for p in pods}
-            assert len(domains) == 1 and None not in domains, f"{level}: pods spread over {domains} ({a.flavors})"
-            clean.delete_jobs(job)
-            tried += 1
-        break
-    assert tried == len(levels)
+    g = next((g for g in grants(clean.spec) if min(units_per_host(g.pool), g.nominal + g.borrowable) >= 2), None)
+    if g is None:
+        pytest.skip("no tenant of this stack can run two pods with GPUs on one host")
+    per_pod = min(units_per_host(g.pool) // 2, (g.nominal + g.borrowable) // 2)
+    for level in levels:
+        job = clean.submit(clean.job(g.tenant, g.pool, f"within-{level.split('/')[-1]}", pods=2,
+                                     gpus_per_pod=per_pod, topology=level))
+        a = clean.wait_admitted(job)
+        pods = clean.wait_running(job)
+        _assert_on_pool(clean, pods, g)
+        nodes = clean.nodes()
+        domains = {nodes[p["spec"]["nodeName"]]["metadata"]["labels"].get(level) for p in pods}
+        assert len(domains) == 1 and None not in domains, f"{level}: pods spread over {domains} ({a.flavors})"
+        clean.delete_jobs(job)
 
 
 def test_pods_never_land_on_a_quarantined_node(clean: Cluster):
