@@ -257,11 +257,11 @@ def render_apply(spec: ClusterSpec, hostname: str, nics: list[Nic], nccl: dict[s
     parts = [_COMMON]
     layer = "Ethernet" if roce else "InfiniBand"
     # Every tool the settings use, checked with the NICs: a missing one fails before anything changes.
-    tools = ['need ip "install iproute2"'] if nics else []
-    if nics and roce is not None:
-        tools += ['need mlnx_qos "install DOCA-OFED or mlnx-tools (they ship mlnx_qos)"', 'need ethtool "install ethtool"']
-    elif nics:
-        tools += ['need ibstat "install infiniband-diags"']
+    tools = []
+    if nics:
+        tools = ['need ip "install iproute2"', *(
+            ['need mlnx_qos "install DOCA-OFED or mlnx-tools (they ship mlnx_qos)"', 'need ethtool "install ethtool"']
+            if roce is not None else ['need ibstat "install infiniband-diags"'])]
     checks = "".join(f"{t}\n" for t in tools) + \
         "".join(f"check_nic {n.device} {n.interface} {n.rail} {layer}\n" for n in nics)
     if roce is not None:

@@ -25,8 +25,7 @@ EXAMPLE_IMAGE = "nvcr.io/nvidia/pytorch:25.01-py3"
 
 def per_gpu(pool: NodePool) -> tuple[int, int]:
     """CPU cores and GiB of memory that come with one GPU (or slice) of the pool, rounded down."""
-    units = pool.gpu_resources_per_host or pool.gpu.count
-    return pool.cpu_cores_per_host // units, pool.memory_gib_per_host // units
+    return pool.cpu_cores_per_host // pool.gpu_units_per_host, pool.memory_gib_per_host // pool.gpu_units_per_host
 
 
 def render_job(spec: ClusterSpec, tenant: Tenant, pool: NodePool, *, name: str, pods: int = 1,
@@ -40,14 +39,12 @@ def render_job(spec: ClusterSpec, tenant: Tenant, pool: NodePool, *, name: str, 
     memory limits equal to requests (Guaranteed memory); `queue=None` leaves the queue label out, as a tenant who
     forgets it would (Kueue then defaults it to the namespace's `default` LocalQueue).
     """
-    gpus = gpus_per_pod if gpus_per_pod is not None else (pool.gpu_resources_per_host or pool.gpu.count)
+    gpus = gpus_per_pod if gpus_per_pod is not None else pool.gpu_units_per_host
     cores, mem_gib = per_gpu(pool)
-    requests: dict[str, Any] = {"cpu": str(max(1, cores * gpus)), "memory": f"{max(1, mem_gib * gpus)}Gi",
-                                "nvidia.com/gpu": str(gpus)}
-    extended = {"nvidia.com/gpu": str(gpus)}
+    extended = {"nvidia.com/gpu": str(gpus)}      # device-plugin resources: requests equal limits
     if network_operator_enabled(spec) and pool.nics and gpus:
         extended[rdma_resource(spec)] = "1"
-        requests[rdma_resource(spec)] = "1"
+    requests: dict[str, Any] = {"cpu": str(max(1, cores * gpus)), "memory": f"{max(1, mem_gib * gpus)}Gi", **extended}
     resources: dict[str, Any] = {"requests": requests,
                                  "limits": {**extended, **({"memory": requests["memory"]} if limits else {})}}
     container: dict[str, Any] = {
@@ -93,7 +90,7 @@ def render_example_jobs(spec: ClusterSpec) -> dict[str, dict[str, Any]]:
         for pool_name, quota in tenant.gpu_quota.items():
             pool = spec.pools[pool_name]
             pods = min(2, len(pool.hosts)) if quota.nominal >= 2 else 1
-            per_pod = max(1, min(pool.gpu_resources_per_host or pool.gpu.count, quota.nominal // pods))
+            per_pod = max(1, min(pool.gpu_units_per_host, quota.nominal // pods))
             out[f"{tenant.name}-{pool.name}"] = render_job(spec, tenant, pool, name=f"train-{pool.name}", pods=pods,
                                                            gpus_per_pod=per_pod, topology=leaf, required=False)
     return out

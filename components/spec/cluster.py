@@ -79,7 +79,7 @@ class ClusterSpec(SpecModel):
         out = {}
         for flavor, q in owned.items():
             pool = pools[flavor]
-            units = pool.gpu_resources_per_host or pool.gpu.count
+            units = pool.gpu_units_per_host
 
             def share(per_host: int, explicit: int | None) -> Share:
                 scale = lambda n: None if n is None else n * per_host // units  # noqa: E731
@@ -279,7 +279,7 @@ def _control_plane_apart(spec: ClusterSpec) -> Iterator[Problem]:
     control = spec.fabric.control_interface
     for i, pool in enumerate(spec.node_pools):
         for j, nic in enumerate(pool.nics):
-            if control is not None and nic.interface == control:
+            if nic.interface == control:
                 yield Problem(("node_pools", i, "nics", j, "interface"),
                               f"{nic.interface} is fabric.control_interface and also the rail {nic.rail} data NIC "
                               f"of node pool {pool.name}; management and data plane need separate NICs: set "

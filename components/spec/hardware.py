@@ -259,6 +259,12 @@ class NodePool(SpecModel):
         return self.gpu.count
 
     @property
+    def gpu_units_per_host(self) -> int:
+        """What quotas, pods and CPU/memory shares count per host: GPUs, or slices on a shared pool (whole GPUs
+        where a MIG layout's slice count is not known from its name)."""
+        return self.gpu_resources_per_host or self.gpu.count
+
+    @property
     def gpu_resources(self) -> int | None:
         per_host = self.gpu_resources_per_host
         return None if per_host is None else per_host * len(self.hosts)

@@ -46,6 +46,3 @@ def reclaim_pairs(spec: ClusterSpec) -> list[tuple[Grant, Grant]]:
             if b.pool.name == lender.pool.name and b.tenant is not lender.tenant and b.borrowable > 0
             and lendable(lender.tenant, lender.pool.name) > 0 and lender.nominal > 0]
 
-
-def units_per_host(pool: NodePool) -> int:
-    return pool.gpu_resources_per_host or pool.gpu.count

@@ -96,7 +96,7 @@ def kwok_node(spec: ClusterSpec, pool: NodePool, hostname: str, burn_in_failed: 
     verdict = (False, "burn-in failed (e2e)") if burn_in_failed else (True, "passed")
     patch = render_node_patch(NodePoolArgs.from_spec(spec, pool), host, verdict)
     capacity = {"cpu": str(pool.cpu_cores_per_host), "memory": f"{pool.memory_gib_per_host}Gi", "pods": "110",
-                "nvidia.com/gpu": str(pool.gpu_resources_per_host or pool.gpu.count)}
+                "nvidia.com/gpu": str(pool.gpu_units_per_host)}
     if network_operator_enabled(spec) and pool.nics:
         capacity[rdma_resource(spec)] = str(spec.kubernetes.network_operator.rdma_hca_max)
     meta = patch["metadata"]

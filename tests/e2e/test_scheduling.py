@@ -12,7 +12,7 @@ import pytest
 from components.k8s.labels import BURN_IN_TAINT, POOL_LABEL
 
 from .conftest import Cluster
-from .scenarios import Grant, grants, reclaim_pairs, units_per_host
+from .scenarios import Grant, grants, reclaim_pairs
 
 pytestmark = pytest.mark.e2e
 GPU = "nvidia.com/gpu"
@@ -90,10 +90,10 @@ def test_the_lender_reclaims_its_gpus_by_preemption(clean: Cluster):
 
 def test_a_multi_pod_job_asking_for_one_topology_domain_is_placed_inside_one(clean: Cluster):
     levels = clean.spec.kubernetes.kueue.topology_levels
-    g = next((g for g in grants(clean.spec) if min(units_per_host(g.pool), g.nominal + g.borrowable) >= 2), None)
+    g = next((g for g in grants(clean.spec) if min(g.pool.gpu_units_per_host, g.nominal + g.borrowable) >= 2), None)
     if g is None:
         pytest.skip("no tenant of this stack can run two pods with GPUs on one host")
-    per_pod = min(units_per_host(g.pool) // 2, (g.nominal + g.borrowable) // 2)
+    per_pod = min(g.pool.gpu_units_per_host // 2, (g.nominal + g.borrowable) // 2)
     for level in levels:
         job = clean.submit(clean.job(g.tenant, g.pool, f"within-{level.split('/')[-1]}", pods=2,
                                      gpus_per_pod=per_pod, topology=level))
@@ -113,7 +113,7 @@ def test_pods_never_land_on_a_quarantined_node(clean: Cluster):
         pytest.skip(f"pool {g.pool.name} has one host")
     try:
         clean.set_nodes(quarantined={hosts[0]})
-        healthy = units_per_host(g.pool) * (len(hosts) - 1)
+        healthy = g.pool.gpu_units_per_host * (len(hosts) - 1)
         fits = min(g.nominal + g.borrowable, healthy)
         job = clean.submit(_single_gpu_job(clean, g, "avoid-quarantine", fits))
         clean.wait_admitted(job)
