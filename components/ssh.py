@@ -5,9 +5,12 @@ One way for every SSH-pushed part of the project (node pools, fabric, storage):
   connection secret; `host_key` is pinned when the spec has one; a bastion is a single-hop `proxy`;
 - the script travels inside the command as a quoted heredoc run by bash (as root through `sudo -n` for other
   users), never through `environment` (sshd refuses variables it does not AcceptEnv);
-- `triggers` holds the script's hash, so a changed script runs again and an unchanged one never does;
-- a replacement deletes before it creates: the old `delete` undoes the old state first, instead of undoing the
-  new one after it is applied.
+- by default `triggers` holds the script's hash, so a changed script replaces the command, and a replacement
+  deletes before it creates: the old `delete` undoes the old state first, instead of undoing the new one after
+  it is applied;
+- a `converge` script brings a host from any earlier state of its own to the new one (host preparation): a
+  change runs it again as the command's `update`, and its `delete` runs only when the resource is destroyed,
+  never between two versions (which would tear down, say, kubelet settings it is about to rewrite).
 """
 
 from __future__ import annotations
@@ -65,10 +68,15 @@ def connection(target: SshTarget, private_key: pulumi.Input[str]) -> remote.Conn
 
 
 def push(name: str, target: SshTarget, script: Script, private_key: pulumi.Input[str], *,
-         parent: pulumi.Resource, depends_on: Sequence[pulumi.Resource] = ()) -> remote.Command:
+         parent: pulumi.Resource, depends_on: Sequence[pulumi.Resource] = (), converge: bool = False
+         ) -> remote.Command:
+    create = as_command(script.create, target.user)
     return remote.Command(
-        name, connection=connection(target, private_key), create=as_command(script.create, target.user),
-        delete=as_command(script.delete, target.user) if script.delete else None, triggers=[digest(script)],
+        name, connection=connection(target, private_key), create=create,
+        update=create if converge else None,
+        delete=as_command(script.delete, target.user) if script.delete else None,
+        # The SDK marks triggers replace-on-change: a converging script must not have any.
+        triggers=None if converge else [digest(script)],
         add_previous_output_in_env=False,
         opts=pulumi.ResourceOptions(parent=parent, depends_on=list(depends_on),
                                     delete_before_replace=script.delete is not None))

@@ -19,10 +19,6 @@ def chart(spec: ClusterSpec) -> Chart:
     return Chart("gpu-operator", spec.kubernetes.gpu_operator.chart_version, NVIDIA_REPO)
 
 
-def gpudirect_rdma(spec: ClusterSpec) -> bool:
-    f = spec.fabric
-    return f.rdma if f.gpudirect_rdma is None else f.gpudirect_rdma
-
 
 def render_time_slicing(pool: NodePool) -> str:
     """One key of the device plugin ConfigMap; nodes pick it with the nvidia.com/device-plugin.config label."""
@@ -34,7 +30,8 @@ def render_time_slicing(pool: NodePool) -> str:
 
 def render_gpu_operator_values(spec: ClusterSpec) -> dict[str, Any]:
     g, monitoring = spec.kubernetes.gpu_operator, spec.kubernetes.monitoring
-    rdma = gpudirect_rdma(spec)
+    # The driver container loads nvidia-peermem only for a driver it manages; host preparation does it otherwise.
+    rdma = spec.fabric.effective_gpudirect and g.driver_managed
     values: dict[str, Any] = {
         "nfd": {"enabled": False},          # the stack installs NFD once, for both operators
         "driver": {"enabled": g.driver_managed, "kernelModuleType": g.kernel_module_type,

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 import yaml
 
-from ..bash import fill, heredoc, script
+from ..bash import fill, script
 from ..k8s.labels import BURN_IN_TAINT
 from ..spec import Host, NodePool
 from ..ssh import Script
@@ -17,6 +17,10 @@ TUNING_SCRIPT = "/usr/local/sbin/gpucluster-node-tuning"
 TUNING_UNIT = "/etc/systemd/system/gpucluster-node-tuning.service"
 HUGEPAGES_SYSCTL = "/etc/sysctl.d/90-gpucluster-hugepages.conf"
 MEMLOCK_DROP_IN = "/etc/systemd/system/containerd.service.d/50-gpucluster-memlock.conf"
+PERSISTENCE_OVERRIDE = "/etc/systemd/system/nvidia-persistenced.service.d/50-gpucluster.conf"
+PERSISTENCE_WANTS = "/etc/systemd/system/multi-user.target.wants/nvidia-persistenced.service"
+CPU_MANAGER_STATE = "/var/lib/kubelet/cpu_manager_state"
+PEERMEM_MODULES_LOAD = "/etc/modules-load.d/gpucluster-nvidia-peermem.conf"
 SHM_FSTAB_TAG = "# gpucluster /dev/shm"
 # XIDs that mean the hardware is at fault (DBE, row remap, fell off the bus, uncontained ECC), not the job.
 HARDWARE_XIDS = (48, 63, 64, 74, 79, 94, 95)
@@ -31,8 +35,8 @@ def render_kubelet_config(pool: NodePool) -> dict[str, Any]:
     t = pool.tuning
     if t.kubelet_cpu_manager_static:
         config.update(cpuManagerPolicy="static", reservedSystemCPUs=t.kubelet_reserved_cpus)
-    if t.kubelet_topology_single_numa:
-        config.update(topologyManagerPolicy="single-numa-node", topologyManagerScope="pod")
+    if t.kubelet_topology_policy != "none":
+        config.update(topologyManagerPolicy=t.kubelet_topology_policy, topologyManagerScope="pod")
     return config
 
 
@@ -56,7 +60,7 @@ def render_tuning_script(pool: NodePool) -> str | None:
         "\n".join(lines)
 
 
-_PREFLIGHT = r'''
+_PREFLIGHT = r"""
 # --- hardware present and healthy -------------------------------------------------------------------
 need nvidia-smi "the NVIDIA driver is not installed or not on PATH"
 need systemctl "this host does not run systemd"
@@ -73,9 +77,74 @@ done < <(nvidia-smi --query-gpu=index,ecc.errors.uncorrected.volatile.total --fo
 xids=$(dmesg 2>/dev/null | grep -E 'NVRM: Xid \(PCI:[^)]*\): (XIDS),' || true)
 [[ -z "$xids" ]] || fail "hardware XID errors since boot: $(printf '%s' "$xids" | tail -n 3 | tr '\n' ' ')"
 note "$gpus x @PRODUCT@ present, no uncorrected ECC or hardware XID errors"
-'''
+"""
 
-_SERVICE = r'''
+# The GPU Operator's driver container would defer to a driver loaded on the host (and then never load its
+# GPUDirect RDMA module), so with an operator-managed driver the host must have none.
+_PREFLIGHT_OPERATOR_DRIVER = r"""
+# --- hardware present; the GPU Operator installs the driver, so the host must not have one loaded -----
+need lspci "install pciutils"
+need systemctl "this host does not run systemd"
+gpus=$({ lspci -n -d 10de::0302; lspci -n -d 10de::0300; } | wc -l)
+[[ "$gpus" -eq @GPUS@ ]] || fail "found $gpus NVIDIA GPUs on the PCI bus, the pool expects @GPUS@ (@MODEL@)"
+if [[ -e /proc/driver/nvidia/version ]]; then
+  fail "an NVIDIA driver is loaded on the host ($(sed -n 1p /proc/driver/nvidia/version)) but the GPU Operator manages the driver (kubernetes.gpu_operator.driver_managed): the operator would defer to it and GPUDirect RDMA would never load; remove the host driver or set driver_managed: false"
+fi
+note "$gpus NVIDIA GPUs on the PCI bus and no host driver: the GPU Operator installs it"
+"""
+
+# Ubuntu's packaged unit is static and runs the daemon with --no-persistence-mode: enabling it does nothing
+# and persistence stays off. An override runs it in its default (persistence) mode and multi-user.target
+# pulls the static unit in at boot; nvidia-smi then proves the mode is on.
+_PERSISTENCE = r"""
+# --- GPU persistence: the daemon in persistence mode, checked on every GPU ---------------------------
+need nvidia-persistenced "it ships with the NVIDIA driver"
+pd_user=""
+if id -u nvidia-persistenced >/dev/null 2>&1; then pd_user=" --user nvidia-persistenced"; fi
+put_file @OVERRIDE@ 0644 "[Service]
+ExecStart=
+ExecStart=$(command -v nvidia-persistenced)${pd_user} --verbose"
+override_changed=$FILE_CHANGED
+case "$(systemctl is-enabled nvidia-persistenced 2>/dev/null || true)" in
+  enabled) ;;
+  static)
+    if [[ ! -e @WANTS@ ]]; then
+      systemctl add-wants multi-user.target nvidia-persistenced.service
+      changed "multi-user.target starts the static nvidia-persistenced unit at boot"
+    fi ;;
+  *) systemctl enable nvidia-persistenced >/dev/null; changed "enabled nvidia-persistenced" ;;
+esac
+if (( override_changed )); then
+  systemctl daemon-reload
+  systemctl restart nvidia-persistenced
+  changed "restarted nvidia-persistenced in persistence mode"
+elif ! systemctl is-active --quiet nvidia-persistenced; then
+  systemctl start nvidia-persistenced
+  changed "started nvidia-persistenced"
+fi
+off=$(nvidia-smi --query-gpu=index,persistence_mode --format=csv,noheader | awk -F', ' '$2 != "Enabled" { printf "%s ", $1 }')
+[[ -z "$off" ]] || fail "persistence mode is off on GPU(s) ${off% } with nvidia-persistenced running; see journalctl -u nvidia-persistenced"
+note "persistence mode is on for every GPU"
+"""
+
+# With the host's driver the GPU Operator's driver.rdma does nothing: the host loads nvidia-peermem itself.
+_PEERMEM = r"""
+# --- GPUDirect RDMA with the host's driver: nvidia-peermem, loaded now and at every boot --------------
+put_file @CONF@ 0644 "nvidia-peermem"
+if [[ ! -d /sys/module/nvidia_peermem ]]; then
+  modprobe nvidia-peermem || fail "cannot load nvidia-peermem for GPUDirect RDMA: the driver must be built against the host's RDMA stack (MLNX_OFED or inbox)"
+  changed "loaded nvidia-peermem"
+fi
+"""
+
+_POWER_RANGE = r"""
+while IFS=', ' read -r index low high; do
+  awk -v w=@W@ -v lo="$low" -v hi="$high" 'BEGIN { exit !(w >= lo && w <= hi) }' ||
+    fail "power limit @W@ W is outside GPU $index's range $low-$high W; change tuning.gpu_power_limit_w"
+done < <(nvidia-smi --query-gpu=index,power.min_limit,power.max_limit --format=csv,noheader,nounits)
+"""
+
+_SERVICE = r"""
 if [[ "$(systemctl is-enabled @UNIT@ 2>/dev/null || true)" != enabled ]]; then
   systemctl enable @UNIT@ >/dev/null
   changed "enabled @UNIT@"
@@ -84,17 +153,47 @@ if ! systemctl is-active --quiet @UNIT@; then
   systemctl start @UNIT@
   changed "started @UNIT@"
 fi
-'''
+"""
 
-_FABRIC_MANAGER = r'''
+_FABRIC_MANAGER = r"""
 # --- NVSwitch: Fabric Manager must match the driver exactly, or CUDA fails with error 802 -------------
 need nv-fabricmanager "install the nvidia-fabricmanager package of the driver's version"
 driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader | sed -n 1p)
 fm=$(nv-fabricmanager --version 2>/dev/null | grep -oE '[0-9]+(\.[0-9]+)+' | sed -n 1p || true)
 [[ "$fm" == "$driver" ]] || fail "nvidia-fabricmanager is ${fm:-unknown} but the driver is $driver; install the matching version"
-'''
+"""
 
-_SHM = r'''
+# Restarting kubelet or containerd under running pods is what a drain is for: the script decides what it
+# will restart before it changes anything and refuses while work runs on the node (system namespaces aside).
+_BUSY = r"""
+system_namespaces=@SYSTEM@
+refuse_if_busy() {
+  need crictl "it lists the pods on this node before kubelet or containerd restart; install cri-tools"
+  local id pod pods=()
+  while IFS= read -r id; do
+    pod=$(crictl inspectp -o go-template --template '{{.status.metadata.namespace}}/{{.status.metadata.name}}' "$id")
+    case " $system_namespaces " in *" ${pod%%/*} "*) ;; *) pods+=("$pod") ;; esac
+  done < <(crictl pods --state ready -q)
+  if (( ${#pods[@]} )); then
+    fail "$1 would disrupt ${#pods[@]} running pod(s): ${pods[*]:0:5}; drain the node first (kubectl drain $HOST --ignore-daemonsets --delete-emptydir-data), run again, then kubectl uncordon $HOST"
+  fi
+}
+"""
+
+# The CPU manager refuses to start on a state file written under another policy: compare with the policy the
+# file records (not with an earlier drop-in, which a replacement or a hand edit may have removed).
+_RESTART_KUBELET = r"""
+systemctl stop kubelet
+recorded=$(grep -oE '"policyName": *"[a-z]+"' @STATE@ 2>/dev/null | grep -oE '[a-z]+"$' | tr -d '"' || true)
+if [[ -n "$recorded" && "$recorded" != @POLICY@ ]]; then
+  rm -f @STATE@
+  changed "removed the CPU manager state of policy $recorded (kubelet now runs @POLICY@)"
+fi
+systemctl start kubelet
+changed "restarted kubelet"
+"""
+
+_SHM = r"""
 # --- /dev/shm: NCCL's shared-memory transport needs far more than the default ------------------------
 shm_line=@LINE@
 if ! grep -qxF "$shm_line" /etc/fstab; then
@@ -108,18 +207,18 @@ if [[ "$current" != @SIZE@ ]]; then
   mount -o remount,size=@SIZE@G /dev/shm
   changed "remounted /dev/shm with @SIZE@G (was ${current}G)"
 fi
-'''
+"""
 
-_HUGEPAGES = r'''
+_HUGEPAGES = r"""
 # --- hugepages ---------------------------------------------------------------------------------------
 put_file @FILE@ 0644 "vm.nr_hugepages = @PAGES@"
 if [[ "$(sysctl -n vm.nr_hugepages)" != @PAGES@ ]]; then
   sysctl -q -w vm.nr_hugepages=@PAGES@
   changed "reserved @PAGES@ hugepages of 2 MiB"
 fi
-'''
+"""
 
-_TUNING = r'''
+_TUNING = r"""
 # --- clocks, power cap, governor: applied now and by a boot unit --------------------------------------
 put_file @SCRIPT@ 0755 "$(cat @SCRIPT_DOC@)"
 script_changed=$FILE_CHANGED
@@ -130,79 +229,113 @@ if (( script_changed || FILE_CHANGED )); then
   systemctl restart gpucluster-node-tuning.service
   changed "applied GPU clocks, power cap and governor"
 fi
-'''
+"""
 
-_NO_TUNING = r'''
+_NO_TUNING = r"""
 if [[ -e @UNIT@ ]]; then
   systemctl disable --now gpucluster-node-tuning.service >/dev/null 2>&1 || true
   drop_file @UNIT@
   drop_file @SCRIPT@
   systemctl daemon-reload
 fi
-'''
+"""
 
-_MEMLOCK = r'''
+# What this run restarts is decided here, before anything changes, so a busy node is refused untouched.
+_RESTARTS = r"""
+# --- kubelet and containerd: decided first, never restarted under running work -----------------------
+kubelet_config="$(cat @CONFIG_DOC@)"
+memlock_config=@MEMLOCK_CONF@
+flag=--config-dir=@DIR@
+restart=()
+if systemctl is-enabled --quiet kubelet 2>/dev/null; then
+  if ! same_file @DROP_IN@ "$kubelet_config" || ! grep -qF -- "$flag" /etc/default/kubelet 2>/dev/null; then
+    restart+=(kubelet)
+  fi
+fi
+if [[ -n "$memlock_config" ]] && ! same_file @MEMLOCK@ "$memlock_config" && systemctl is-active --quiet containerd; then
+  restart+=(containerd)
+fi
+if (( ${#restart[@]} )); then refuse_if_busy "restarting ${restart[*]} for new settings"; fi
+"""
+
+_MEMLOCK = r"""
 # --- RDMA: containers lock memory for the HCAs; restricted pods cannot add IPC_LOCK --------------------
-put_file @FILE@ 0644 "[Service]
-LimitMEMLOCK=infinity"
+put_file @MEMLOCK@ 0644 "$memlock_config"
 if (( FILE_CHANGED )); then
   systemctl daemon-reload
-  if systemctl is-active --quiet containerd; then systemctl restart containerd; changed "restarted containerd"; fi
+  if [[ " ${restart[*]} " == *" containerd "* ]]; then systemctl restart containerd; changed "restarted containerd"; fi
 fi
-'''
+"""
 
-_KUBELET = r'''
+_KUBELET = r"""
 # --- kubelet: registration taints, CPU and topology managers (a drop-in, so kubeadm upgrades keep it) --
-old_policy=$(grep -h '^cpuManagerPolicy:' @DROP_IN@ 2>/dev/null || true)
-put_file @DROP_IN@ 0644 "$(cat @CONFIG_DOC@)"
-kubelet_changed=$FILE_CHANGED
-flag=--config-dir=@DIR@
+put_file @DROP_IN@ 0644 "$kubelet_config"
 if ! grep -qF -- "$flag" /etc/default/kubelet 2>/dev/null; then
   if grep -q '^KUBELET_EXTRA_ARGS=' /etc/default/kubelet 2>/dev/null; then
     sed -i -E "s|^KUBELET_EXTRA_ARGS=\"?([^\"]*)\"?\$|KUBELET_EXTRA_ARGS=\"\\1 $flag\"|" /etc/default/kubelet
   else
     printf 'KUBELET_EXTRA_ARGS="%s"\n' "$flag" >> /etc/default/kubelet
   fi
-  kubelet_changed=1
   changed "kubelet reads @DIR@"
 fi
-new_policy=$(grep -h '^cpuManagerPolicy:' @DROP_IN@ || true)
-if (( kubelet_changed )) && systemctl is-enabled --quiet kubelet 2>/dev/null; then
-  if [[ "$old_policy" != "$new_policy" ]]; then
-    # The CPU manager refuses to start on a state file written under another policy.
-    systemctl stop kubelet
-    rm -f /var/lib/kubelet/cpu_manager_state
-    note "CPU manager policy changed: drain the node before this runs on a node with work"
-  fi
-  systemctl restart kubelet
-  changed "restarted kubelet"
+if [[ " ${restart[*]} " == *" kubelet "* ]]; then
+@RESTART_KUBELET@
 fi
-'''
+"""
+
+_UNDO = r"""
+need systemctl "this host does not run systemd"
+restart=()
+if [[ -e @DROP_IN@ ]] && systemctl is-enabled --quiet kubelet 2>/dev/null; then restart+=(kubelet); fi
+if [[ -e @MEMLOCK@ ]] && systemctl is-active --quiet containerd; then restart+=(containerd); fi
+if (( ${#restart[@]} )); then refuse_if_busy "restarting ${restart[*]} without the gpucluster settings"; fi
+if [[ -e @UNIT@ ]]; then systemctl disable --now gpucluster-node-tuning.service >/dev/null 2>&1 || true; fi
+for f in @UNIT@ @SCRIPT@ @DROP_IN@ @HUGEPAGES@ @MEMLOCK@ @PERSISTENCE@ @PEERMEM@; do drop_file "$f"; done
+systemctl daemon-reload
+if [[ " ${restart[*]} " == *" containerd "* ]]; then systemctl restart containerd; changed "restarted containerd"; fi
+if [[ " ${restart[*]} " == *" kubelet "* ]]; then
+@RESTART_KUBELET@
+fi
+note "left in place: drivers, services it enabled and /dev/shm in /etc/fstab (they are harmless without it)"
+"""
 
 
-def render_host_prep(pool: NodePool, host: Host, *, rdma: bool) -> Script:
-    """`rdma`: the fabric has RDMA, so containers need unlimited locked memory."""
+def render_host_prep(pool: NodePool, host: Host, *, rdma: bool, gpudirect: bool = False, host_driver: bool = True,
+                     system_namespaces: Sequence[str] = ("kube-system",)) -> Script:
+    """`rdma`: the fabric has RDMA, so containers need unlimited locked memory. `gpudirect`: GPUs and NICs use
+    GPUDirect RDMA. `host_driver`: the driver is installed on the host (false: the GPU Operator installs it).
+    `system_namespaces`: pods there (node agents) are not work that a kubelet or containerd restart disrupts."""
     info, t = pool.gpu.info, pool.tuning
-    parts = [fill(_PREFLIGHT.replace("(XIDS)", "(" + "|".join(map(str, HARDWARE_XIDS)) + ")"),
-                   GPUS=pool.gpu.count, MODEL=pool.gpu.model, PRODUCT=info.product)]
-    if t.persistence:
-        parts.append("\n# --- GPU persistence: the daemon, not the legacy nvidia-smi -pm flag\n"
-                     "need nvidia-persistenced \"it ships with the NVIDIA driver\"\n"
-                     + fill(_SERVICE, UNIT="nvidia-persistenced"))
-    if pool.gpu.nvswitch:
-        parts.append(_FABRIC_MANAGER + fill(_SERVICE, UNIT="nvidia-fabricmanager"))
-    if t.gpu_power_limit_w:
-        parts.append(fill(r'''
-while IFS=', ' read -r index low high; do
-  awk -v w=@W@ -v lo="$low" -v hi="$high" 'BEGIN { exit !(w >= lo && w <= hi) }' ||
-    fail "power limit @W@ W is outside GPU $index's range $low-$high W; change tuning.gpu_power_limit_w"
-done < <(nvidia-smi --query-gpu=index,power.min_limit,power.max_limit --format=csv,noheader,nounits)
-''', W=t.gpu_power_limit_w))
+    cpu_policy = "static" if t.kubelet_cpu_manager_static else "none"
+    restart_kubelet = fill(_RESTART_KUBELET, STATE=CPU_MANAGER_STATE, POLICY=cpu_policy).strip("\n")
+    busy = fill(_BUSY, SYSTEM=" ".join(system_namespaces))
+    parts = [busy]
+    if not host_driver:
+        parts.append(fill(_PREFLIGHT_OPERATOR_DRIVER, GPUS=pool.gpu.count, MODEL=pool.gpu.model))
+    else:
+        parts.append(fill(_PREFLIGHT.replace("(XIDS)", "(" + "|".join(map(str, HARDWARE_XIDS)) + ")"),
+                          GPUS=pool.gpu.count, MODEL=pool.gpu.model, PRODUCT=info.product))
+        if t.gpu_power_limit_w:
+            parts.append(fill(_POWER_RANGE, W=t.gpu_power_limit_w))
+        if pool.gpu.nvswitch:
+            parts.append(_FABRIC_MANAGER)
+    config = yaml.safe_dump(render_kubelet_config(pool), sort_keys=False).rstrip("\n")
+    parts.append(fill(_RESTARTS, {"CONFIG_DOC": config}, DROP_IN=KUBELET_DROP_IN, DIR=KUBELET_DROP_IN_DIR,
+                      MEMLOCK=MEMLOCK_DROP_IN, MEMLOCK_CONF="[Service]\nLimitMEMLOCK=infinity" if rdma else ""))
+    if host_driver:         # the driver container runs these for a driver the operator installs
+        if t.persistence:
+            parts.append(fill(_PERSISTENCE, OVERRIDE=PERSISTENCE_OVERRIDE, WANTS=PERSISTENCE_WANTS))
+        if gpudirect:
+            parts.append(fill(_PEERMEM, CONF=PEERMEM_MODULES_LOAD))
+        if pool.gpu.nvswitch:
+            parts.append(fill(_SERVICE, UNIT="nvidia-fabricmanager"))
     if t.shm_size_gib:
         parts.append(fill(_SHM, SIZE=t.shm_size_gib, TAG=SHM_FSTAB_TAG,
-                           LINE=f"tmpfs /dev/shm tmpfs defaults,size={t.shm_size_gib}G 0 0 {SHM_FSTAB_TAG}"))
+                          LINE=f"tmpfs /dev/shm tmpfs defaults,size={t.shm_size_gib}G 0 0 {SHM_FSTAB_TAG}"))
     if t.hugepages_2mi:
         parts.append(fill(_HUGEPAGES, FILE=HUGEPAGES_SYSCTL, PAGES=t.hugepages_2mi))
+    else:
+        parts.append(fill("\ndrop_file @FILE@\n", FILE=HUGEPAGES_SYSCTL))
     tuning = render_tuning_script(pool)
     if tuning:
         unit = ("[Unit]\nDescription=GPU clocks, power cap and CPU governor (gpucluster)\n"
@@ -211,18 +344,16 @@ done < <(nvidia-smi --query-gpu=index,power.min_limit,power.max_limit --format=c
         parts.append(fill(_TUNING, {"SCRIPT_DOC": tuning, "UNIT_DOC": unit}, SCRIPT=TUNING_SCRIPT, UNIT=TUNING_UNIT))
     else:
         parts.append(fill(_NO_TUNING, SCRIPT=TUNING_SCRIPT, UNIT=TUNING_UNIT))
-    if rdma:
-        parts.append(fill(_MEMLOCK, FILE=MEMLOCK_DROP_IN))
-    config = yaml.safe_dump(render_kubelet_config(pool), sort_keys=False).rstrip("\n")
-    parts.append(fill(_KUBELET, {"CONFIG_DOC": config}, DROP_IN=KUBELET_DROP_IN, DIR=KUBELET_DROP_IN_DIR))
+    parts.append(fill(_MEMLOCK if rdma else "\ndrop_file @MEMLOCK@\n", MEMLOCK=MEMLOCK_DROP_IN))
+    parts.append(fill(_KUBELET.replace("@RESTART_KUBELET@", restart_kubelet), DROP_IN=KUBELET_DROP_IN,
+                      DIR=KUBELET_DROP_IN_DIR))
     create = script(f"Prepare {host.hostname} ({pool.name}: {pool.gpu.count} x {pool.gpu.model})", host.hostname,
                     "".join(parts))
-    delete = script(f"Undo the preparation of {host.hostname}", host.hostname, fill(r'''
-need systemctl "this host does not run systemd"
-if [[ -e @UNIT@ ]]; then systemctl disable --now gpucluster-node-tuning.service >/dev/null 2>&1 || true; fi
-for f in @UNIT@ @SCRIPT@ @DROP_IN@ @HUGEPAGES@ @MEMLOCK@; do drop_file "$f"; done
-systemctl daemon-reload
-note "left in place: drivers, services it enabled and /dev/shm in /etc/fstab (they are harmless without it)"
-''', UNIT=TUNING_UNIT, SCRIPT=TUNING_SCRIPT, DROP_IN=KUBELET_DROP_IN, HUGEPAGES=HUGEPAGES_SYSCTL,
-                                                                         MEMLOCK=MEMLOCK_DROP_IN))
+    undo = _UNDO.replace("@RESTART_KUBELET@", fill(_RESTART_KUBELET, STATE=CPU_MANAGER_STATE, POLICY="none")
+                         .strip("\n"))
+    delete = script(f"Undo the preparation of {host.hostname}", host.hostname,
+                    busy + fill(
+                        undo, UNIT=TUNING_UNIT, SCRIPT=TUNING_SCRIPT, DROP_IN=KUBELET_DROP_IN,
+                        HUGEPAGES=HUGEPAGES_SYSCTL, MEMLOCK=MEMLOCK_DROP_IN, PERSISTENCE=PERSISTENCE_OVERRIDE,
+                        PEERMEM=PEERMEM_MODULES_LOAD))
     return Script(create, delete)

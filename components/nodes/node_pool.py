@@ -20,7 +20,7 @@ from ..spec import ClusterSpec, Host, NodePool
 from ..spec.common import SpecModel
 from ..spec.hardware import SshSettings
 from ..spec.topology import plan_topology
-from ..ssh import SshTarget, push
+from ..ssh import Script, SshTarget, push
 from .burn_in import parse_result, render_burn_in
 from .host_prep import render_host_prep
 
@@ -31,20 +31,35 @@ class NodePoolArgs(SpecModel):
     pool: NodePool
     ssh: SshSettings = Field(default_factory=SshSettings, description="Omitted: root on port 22, no bastion.")
     rdma: bool = Field(False, description="The fabric has RDMA. Omitted: no.")
+    gpudirect: bool = Field(False, description="GPUs and NICs use GPUDirect RDMA. Omitted: no.")
     blocks: dict[str, str] = Field(default_factory=dict, description="Rack -> network block. Omitted: none.")
     leaves: dict[str, str] = Field(default_factory=dict,
                                    description="Host -> leaf switch of its first rail. Omitted: the host's rack.")
+    host_driver: bool = Field(True, description="The NVIDIA driver is installed on the hosts; false: the GPU "
+                                                "Operator installs it. Omitted: on the hosts.")
+    system_namespaces: list[str] = Field(
+        default_factory=lambda: ["kube-system"],
+        description="Namespaces of node agents, whose pods do not stop a kubelet restart. Omitted: kube-system.")
 
     @classmethod
     def from_spec(cls, spec: ClusterSpec, pool: NodePool) -> NodePoolArgs:
         blocks = {r.name: r.block or s.name for s in spec.sites for r in s.racks}
         all_leaves = plan_topology(spec)[0].host_leaves()
         leaves = {h.hostname: all_leaves[h.hostname] for h in pool.hosts if h.hostname in all_leaves}
-        return cls(pool=pool, ssh=spec.ssh, rdma=spec.fabric.rdma, blocks=blocks, leaves=leaves)
+        gpu_operator = spec.kubernetes.gpu_operator
+        return cls(pool=pool, ssh=spec.ssh, rdma=spec.fabric.rdma, gpudirect=spec.fabric.effective_gpudirect,
+                   blocks=blocks, leaves=leaves,
+                   host_driver=not (gpu_operator.enabled and gpu_operator.driver_managed),
+                   system_namespaces=sorted(spec.system_namespaces))
 
     def target(self, host: Host) -> SshTarget:
         return SshTarget(host=host.address, user=host.ssh_user or self.ssh.user, port=host.ssh_port or self.ssh.port,
                          host_key=host.host_key, bastion=self.ssh.bastion)
+
+
+def render_preparation(args: NodePoolArgs, host: Host) -> Script:
+    return render_host_prep(args.pool, host, rdma=args.rdma, gpudirect=args.gpudirect, host_driver=args.host_driver,
+                            system_namespaces=args.system_namespaces)
 
 
 def node_labels(args: NodePoolArgs, host: Host) -> dict[str, str]:
@@ -93,8 +108,8 @@ class GpuNodePool(pulumi.ComponentResource):
         for host in pool.hosts:
             key = f"{name}-{host.hostname}"
             target = args.target(host)
-            prepare = push(f"{key}-prepare", target, render_host_prep(pool, host, rdma=args.rdma), ssh_private_key,
-                           parent=self)
+            prepare = push(f"{key}-prepare", target, render_preparation(args, host), ssh_private_key, parent=self,
+                           converge=True)
             if pool.burn_in.enabled:
                 burn = push(f"{key}-burn-in", target, render_burn_in(pool, host), ssh_private_key, parent=self,
                             depends_on=[prepare])

@@ -94,6 +94,11 @@ class ClusterSpec(SpecModel):
                                       memory_gib=share(pool.memory_gib_per_host, tenant.memory_gib))
         return out
 
+    @property
+    def system_namespaces(self) -> frozenset[str]:
+        """Namespaces of the platform's own agents and operators."""
+        return SYSTEM_NAMESPACES | {self.kubernetes.monitoring.namespace, self.kubernetes.dns_namespace}
+
     def tenant_cpu_cores(self, tenant: Tenant) -> int:
         return sum(q.cpu_cores.nominal for q in self.tenant_quotas(tenant).values())
 
@@ -179,7 +184,7 @@ def _tenants(spec: ClusterSpec) -> Iterator[Problem]:
                            "tenant name", "give each tenant its own name")
     yield from _duplicates([(("tenants", i, "namespace"), t.namespace_name) for i, t in enumerate(spec.tenants)],
                            "namespace", "each tenant needs its own namespace")
-    reserved = SYSTEM_NAMESPACES | {spec.kubernetes.monitoring.namespace, spec.kubernetes.dns_namespace}
+    reserved = spec.system_namespaces
     pools = spec.pools
     for i, t in enumerate(spec.tenants):
         if t.namespace_name in reserved:
@@ -304,6 +309,18 @@ def _kubernetes(spec: ClusterSpec) -> Iterator[Problem]:
                       f"gpu_operator {k.gpu_operator.chart_version}, network_operator {network or '(not installed)'}, "
                       f"kueue {k.kueue.chart_version} and nfd {k.nfd.chart_version} are not a known-good "
                       f"combination; known: {describe_known()}. Use a known one or set allow_unknown_versions: true")
+    if k.gpu_operator.enabled and k.gpu_operator.driver_managed:
+        for i, pool in enumerate(spec.node_pools):
+            host_work = [f for f, on in (("burn_in.enabled", pool.burn_in.enabled),
+                                         ("tuning.persistence", pool.tuning.persistence),
+                                         ("tuning.gpu_clock_lock_mhz", pool.tuning.gpu_clock_lock_mhz),
+                                         ("tuning.gpu_power_limit_w", pool.tuning.gpu_power_limit_w)) if on]
+            if host_work:
+                yield Problem(("kubernetes", "gpu_operator", "driver_managed"),
+                              f"the GPU Operator installs the driver, but node pool {pool.name} sets "
+                              f"{', '.join(host_work)}, which run nvidia-smi and DCGM on the host before the "
+                              "operator's driver exists; install the driver on the hosts (driver_managed: false, "
+                              "the default) or turn those off in the pool")
     for i, pool in enumerate(spec.node_pools):
         if pool.sharing.mig_config and not pool.gpu.info.mig:
             yield Problem(("node_pools", i, "sharing", "mig_config"),

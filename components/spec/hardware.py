@@ -31,8 +31,16 @@ GPU_MODELS: dict[str, GpuModelInfo] = {
     "H200-SXM5-141GB": GpuModelInfo("NVIDIA-H200", 141, 700, (4, 8), True, 8, 460.0, True),
     "B200-SXM6-180GB": GpuModelInfo("NVIDIA-B200", 180, 1000, (8,), True, 8, 800.0, True),
     "A100-SXM4-80GB": GpuModelInfo("NVIDIA-A100-SXM4-80GB", 80, 400, (4, 8), True, 8, 230.0, True),
+    "A100-SXM4-40GB": GpuModelInfo("NVIDIA-A100-SXM4-40GB", 40, 400, (4, 8), True, 8, 230.0, True),
+    "GH200-96GB": GpuModelInfo("NVIDIA-GH200-480GB", 96, 1000, (1, 2, 4), True, 0, 100.0, True),
+    # PCIe cards: NVLink only through 2-card bridges, so a whole host's all_reduce runs at PCIe speed.
+    "A100-PCIE-80GB": GpuModelInfo("NVIDIA-A100-80GB-PCIe", 80, 300, (1, 2, 4, 8), True, 0, 20.0, True),
+    "A100-PCIE-40GB": GpuModelInfo("NVIDIA-A100-PCIE-40GB", 40, 250, (1, 2, 4, 8), True, 0, 20.0, True),
     "H100-PCIE-80GB": GpuModelInfo("NVIDIA-H100-PCIe", 80, 350, (1, 2, 4, 8), False, 0, 20.0, True),
+    "H100-NVL-94GB": GpuModelInfo("NVIDIA-H100-NVL", 94, 400, (1, 2, 4, 8), True, 0, 40.0, True),
+    "H200-NVL-141GB": GpuModelInfo("NVIDIA-H200-NVL", 141, 600, (1, 2, 4, 8), True, 0, 40.0, True),
     "L40S-48GB": GpuModelInfo("NVIDIA-L40S", 48, 350, (1, 2, 4, 8, 10), False, 0, 20.0, False),
+    "L4-24GB": GpuModelInfo("NVIDIA-L4", 24, 72, (1, 2, 4, 8), False, 0, 10.0, False),
 }
 
 # Server models whose GPU count is fixed by the board (a pool may name one to have its count checked).
@@ -154,9 +162,11 @@ class HostTuning(SpecModel):
     cpu_governor: Literal["performance", "schedutil", "powersave", "unchanged"] = Field(
         "performance", description="Omitted: performance. `unchanged` leaves the OS setting alone.")
     kubelet_cpu_manager_static: bool = Field(False, description="Omitted: kubelet's default (none) CPU manager.")
-    kubelet_topology_single_numa: bool = Field(
-        False, description="Omitted: kubelet's default topology manager policy (none). Note: single-numa-node "
-                           "rejects pods whose GPUs span both sockets, such as a whole 8-GPU pod on most HGX boards.")
+    kubelet_topology_policy: Literal["none", "best-effort", "restricted", "single-numa-node"] = Field(
+        "none", description="kubelet's topology manager policy (scope pod). Omitted: none. `restricted` aligns GPUs, "
+                            "NICs and CPUs as closely as the request allows; `single-numa-node` refuses any pod "
+                            "whose GPUs span NUMA nodes, so it is accepted only where one NUMA node holds every GPU "
+                            "a pod of the pool can ask for.")
     kubelet_reserved_cpus: str = Field(
         "0-1", pattern=r"^[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*$",
         description="CPUs kept for the system under the static CPU manager (which requires some). Omitted: 0-1.")
@@ -201,6 +211,9 @@ class NodePool(SpecModel):
         None, description="Server model, to check the GPU model and count against. Omitted: not checked.")
     gpu: GpuSpec
     cpu_cores_per_host: int = Field(ge=1, le=1024, description="Allocatable CPU cores per host.")
+    numa_nodes_per_host: int = Field(
+        2, ge=1, le=16, description="NUMA nodes (usually CPU sockets) per host, over which the GPUs are spread "
+                                    "evenly. Omitted: 2, as on dual-socket HGX and DGX boards.")
     memory_gib_per_host: int = Field(ge=1, le=65536, description="Allocatable memory per host in GiB.")
     hosts: list[Host] = Field(min_length=1)
     nics: list[Nic] = Field(default_factory=list, description="Omitted: the pool has no data-plane NICs.")
@@ -229,6 +242,18 @@ class NodePool(SpecModel):
                                            f"{wanted} GB/s is more than {self.gpu.model} reaches (typically "
                                            f"{self.gpu.info.busbw_gb_per_s} GB/s), so every node would fail burn-in; "
                                            f"use at most {ceiling:g}")])
+        return self
+
+    @model_validator(mode="after")
+    def _topology_policy_fits_pods(self) -> NodePool:
+        per_numa = -(-self.gpu.count // self.numa_nodes_per_host)
+        shared = self.sharing.time_slicing_replicas or self.sharing.mig_config   # pods get slices of one GPU
+        if self.tuning.kubelet_topology_policy == "single-numa-node" and not shared and self.gpu.count > per_numa:
+            raise CrossFieldError([Problem(("tuning", "kubelet_topology_policy"), (
+                f"single-numa-node refuses every pod asking for more than {per_numa} of the pool's "
+                f"{self.gpu.count} GPUs (one NUMA node's of {self.numa_nodes_per_host}) with TopologyAffinityError, "
+                f"such as a whole-host training pod or the NCCL check's {self.gpu.count}-GPU worker; use "
+                "restricted, which aligns GPUs, NICs and CPUs as closely as each request allows"))])
         return self
 
     @model_validator(mode="after")

@@ -27,7 +27,10 @@ class GpuOperatorSettings(SpecModel):
     enabled: bool = Field(True, description="Omitted: the GPU Operator is installed.")
     chart_version: str = Field("v26.7.0", pattern=VERSION, description="Omitted: v26.7.0.")
     driver_managed: bool = Field(
-        True, description="Omitted: the operator installs the driver; false uses the driver preinstalled on hosts.")
+        False, description="The operator installs the driver in a container (then the hosts must have none, and "
+                           "host-level burn-in, persistence and clock or power settings are refused, as they need "
+                           "a host driver). Omitted: false, the driver installed on the hosts is used, which host "
+                           "preparation checks and burn-in runs on.")
     kernel_module_type: Literal["auto", "open", "proprietary"] = Field(
         "auto", description="Driver kernel modules. Omitted: auto (open modules on GPUs that support them).")
     mig_strategy: Literal["single", "mixed"] = Field(

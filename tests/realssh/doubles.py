@@ -27,6 +27,12 @@ for ((i = 0; i < GPU_COUNT; i++)); do
     driver_version) echo "$DRIVER" ;;
     index,ecc.errors.uncorrected.volatile.total) echo "$i, $ECC" ;;
     index,power.min_limit,power.max_limit) echo "$i, 200.00, 700.00" ;;
+    index,persistence_mode)
+      # on while the daemon runs, unless its effective command line (packaged unit, then overrides) turns it off
+      exec=$(sed -n 's/^ExecStart=//p' "$S/units/nvidia-persistenced.service" \
+             /etc/systemd/system/nvidia-persistenced.service.d/*.conf 2>/dev/null | sed '/^$/d' | tail -n 1 || true)
+      if [[ -e "$S/active/nvidia-persistenced" && "$exec" != *--no-persistence-mode* ]]; then
+        echo "$i, Enabled"; else echo "$i, Disabled"; fi ;;
     "") break ;;
     *) echo "nvidia-smi double: unknown query $query" >&2; exit 2 ;;
   esac
@@ -39,7 +45,16 @@ verb=${args[0]:-}; unit=${args[1]:-}
 mkdir -p "$S/enabled" "$S/active"
 now=0; case " $* " in *" --now "*) now=1 ;; esac
 case "$verb" in
-  is-enabled) if [[ -e "$S/enabled/$unit" ]]; then echo enabled; else echo disabled; exit 1; fi ;;
+  is-enabled)
+    quiet=0; case " $* " in *" --quiet "*|*" -q "*) quiet=1 ;; esac
+    if [[ -e "$S/enabled/$unit" ]]; then state=enabled
+    elif [[ -e "$S/static/$unit" ]]; then state=static
+    else state=disabled; fi
+    if (( !quiet )); then echo "$state"; fi
+    [[ "$state" != disabled ]] ;;
+  add-wants)
+    mkdir -p "/etc/systemd/system/$unit.wants"
+    ln -sf "$S/units/${args[2]}.service" "/etc/systemd/system/$unit.wants/${args[2]}.service" ;;
   is-active) [[ -e "$S/active/$unit" ]] ;;
   enable) touch "$S/enabled/$unit"; if (( now )); then touch "$S/active/$unit"; fi ;;
   disable) rm -f "$S/enabled/$unit"; if (( now )); then rm -f "$S/active/$unit"; fi ;;
@@ -55,6 +70,16 @@ esac
 ''',
     "nv-fabricmanager": _RECORD + 'echo "Fabric Manager version is : $FM_VERSION"\n',
     "nvidia-persistenced": _RECORD,
+    # the container runtime's view of the node's pods: PODS lists "namespace/name" of the ready sandboxes
+    "crictl": _RECORD + r'''
+read -ra pods <<<"$PODS"
+case "$1" in
+  pods) for i in "${!pods[@]}"; do echo "sandbox$i"; done ;;
+  inspectp) i=${*: -1}; echo "${pods[${i#sandbox}]}" ;;
+  *) echo "crictl double: unknown command $1" >&2; exit 2 ;;
+esac
+''',
+    "modprobe": _RECORD + 'mkdir -p "/sys/module/${1//-/_}"\n',
     "dcgmi": _RECORD + r'''
 if [[ "$DCGM" == pass ]]; then echo "Diagnostic | Result: Pass"; else echo "Memory | Fail - GPU 3 row remap pending"; exit 226; fi
 ''',
@@ -123,7 +148,7 @@ echo "# Avg bus bandwidth    : $(awk -v b="$BUSBW" 'BEGIN { printf "%.3f", b / 4
 '''
 
 HEALTHY = {"GPU_COUNT": "8", "GPU_NAME": "NVIDIA H100 80GB HBM3", "DRIVER": "550.54.15",
-           "FM_VERSION": "550.54.15", "ECC": "0", "DCGM": "pass", "BUSBW": "451.20"}
+           "FM_VERSION": "550.54.15", "ECC": "0", "DCGM": "pass", "BUSBW": "451.20", "PODS": ""}
 
 
 def state_env(state: dict[str, str]) -> str:

@@ -9,6 +9,7 @@ is never changed. Tests read and plant files through each host's upper directori
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -23,7 +24,7 @@ from .doubles import ALL_REDUCE, DOUBLES, HEALTHY, STATE_DIR, state_env
 
 OVERLAID = ("/etc", "/usr/local", "/opt", "/var/lib")
 # Parts of /sys each test host sees from its own fake tree (bind-mounted over the real one).
-FAKE_SYSFS = ("class", "kernel", "devices/system/cpu")
+FAKE_SYSFS = ("class", "kernel", "devices/system/cpu", "module")
 # Data-plane NICs of every test host: a real veth interface (its MTU really changes) plus the RDMA device's
 # sysfs and configfs entries, which only a ConnectX card would create, in a tree bound over /sys/class and
 # /sys/kernel inside the host's mount namespace.
@@ -82,6 +83,10 @@ class TestHost:
     def sh(self, command: str) -> None:
         out = self.shell(self, command)
         assert out.returncode == 0, out.stderr
+
+    def put(self, path: str, text: str) -> None:
+        """Write a file on the running host (as `plant` does before it starts)."""
+        self.sh(f"mkdir -p {shlex.quote(os.path.dirname(path))} && printf '%s' {shlex.quote(text)} > {shlex.quote(path)}")
 
     def set_hardware(self, **state: str) -> None:
         self.sh(f"cat > {STATE_DIR}/state.env <<'EOF'\n{state_env({**HEALTHY, **state})}EOF")
@@ -214,6 +219,7 @@ class TestHosts:
             put(f"/sys/kernel/config/rdma_cm/{dev}/ports/1/default_roce_tos", "0")
         for cpu in range(4):
             put(f"/sys/devices/system/cpu/cpu{cpu}/cpufreq/scaling_governor", "powersave")
+        (host.root / "sys_module").mkdir(exist_ok=True)          # kernel modules: modprobe's double loads them
 
     def _wait(self, host: TestHost, timeout_s: float = 10) -> None:
         deadline = time.monotonic() + timeout_s

@@ -4,25 +4,33 @@ from __future__ import annotations
 
 import yaml
 
+from components.nodes import NodePoolArgs
 from components.nodes.burn_in import parse_result, render_burn_in
-from components.nodes.host_prep import KUBELET_DROP_IN, TUNING_UNIT, render_host_prep
+from components.nodes.host_prep import CPU_MANAGER_STATE, KUBELET_DROP_IN, PERSISTENCE_OVERRIDE, TUNING_UNIT
+from components.nodes.node_pool import render_preparation
 from components.spec import parse_spec
 from components.ssh import as_command
 from tests.conftest import _DEV
+from tests.realssh.doubles import STATE_DIR
 
 
-def pool_of(**tuning):
+def spec_of(**tuning):
     data = yaml.safe_load(yaml.safe_dump(_DEV))
     data["node_pools"][0]["tuning"].update(tuning)
-    spec = parse_spec(yaml.safe_dump(data))
-    return spec.node_pools[0], spec.fabric.rdma
+    return parse_spec(yaml.safe_dump(data))
+
+
+def preparation(name, **tuning):
+    """The dev pool's preparation of host `name` (gpu-dev-03 stands in for a third dev host)."""
+    spec = spec_of(**tuning)
+    pool = spec.node_pools[0]
+    host = next((h for h in pool.hosts if h.hostname == name), None) or \
+        pool.hosts[0].model_copy(update={"hostname": name})
+    return render_preparation(NodePoolArgs.from_spec(spec, pool), host)
 
 
 def prepare(hosts, host, user="root", **tuning):
-    pool, rdma = pool_of(**tuning)
-    spec_host = next(h for h in pool.hosts if h.hostname == host.name) if host.name != "gpu-dev-03" else \
-        pool.hosts[0].model_copy(update={"hostname": "gpu-dev-03"})
-    return hosts.ssh(host, as_command(render_host_prep(pool, spec_host, rdma=rdma).create, user))
+    return hosts.ssh(host, as_command(preparation(host.name, **tuning).create, user))
 
 
 def mutating(calls):
@@ -97,18 +105,95 @@ def test_ecc_errors_and_a_mismatched_fabric_manager_fail(test_hosts):
     assert "nvidia-fabricmanager is 550.54.14 but the driver is 550.54.15" in out.stderr
 
 
-def test_undo_removes_what_preparation_wrote(test_hosts):
+def undo(hosts, host):
+    return hosts.ssh(host, as_command(preparation(host.name).delete, "root"))
+
+
+STATIC_STATE = '{"policyName":"static","defaultCpuSet":"2-111","checksum":1}\n'
+
+
+def test_undo_removes_what_preparation_wrote_and_restarts_kubelet_clean(test_hosts):
+    """Without the drop-in kubelet runs the none policy: the static policy's state file would stop it."""
     host = test_hosts.hosts["gpu-dev-02"]
-    pool, rdma = pool_of()
     assert prepare(test_hosts, host).returncode == 0
-    out = test_hosts.ssh(host, as_command(render_host_prep(pool, pool.hosts[1], rdma=rdma).delete, "root"))
+    host.put(CPU_MANAGER_STATE, STATIC_STATE)
+    out = undo(test_hosts, host)
     assert out.returncode == 0, out.stderr
-    assert not host.exists(KUBELET_DROP_IN) and not host.exists(TUNING_UNIT)
+    assert not host.exists(KUBELET_DROP_IN) and not host.exists(TUNING_UNIT) and not host.exists(CPU_MANAGER_STATE)
     assert "gpu-dev-02: changed: removed /etc/kubernetes/kubelet.conf.d/50-gpucluster.conf" in out.stdout
+    assert "gpu-dev-02: changed: removed the CPU manager state of policy static (kubelet now runs none)" in out.stdout
+    assert "gpu-dev-02: changed: restarted kubelet" in out.stdout
+
+
+def test_a_busy_node_is_refused_before_anything_changes(test_hosts):
+    host = test_hosts.hosts["gpu-dev-01"]
+    assert prepare(test_hosts, host).returncode == 0
+    fstab = host.read("/etc/fstab")
+    with host.hardware(PODS="kube-system/kube-proxy-7x gpu-operator/dcgm-exporter-2 team-a/train-0 team-b/eval-1"):
+        out = prepare(test_hosts, host, kubelet_cpu_manager_static=False, shm_size_gib=256)
+        assert out.returncode == 1
+        assert ("gpu-dev-01: error: restarting kubelet for new settings would disrupt 2 running pod(s): team-a/train-0 "
+                "team-b/eval-1; drain the node first (kubectl drain gpu-dev-01 --ignore-daemonsets "
+                "--delete-emptydir-data), run again, then kubectl uncordon gpu-dev-01") in out.stderr
+        assert "changed:" not in out.stdout and host.read("/etc/fstab") == fstab
+        assert yaml.safe_load(host.read(KUBELET_DROP_IN))["cpuManagerPolicy"] == "static"
+        out = undo(test_hosts, host)
+        assert out.returncode == 1 and "restarting kubelet without the gpucluster settings would disrupt 2" in out.stderr
+        assert host.exists(KUBELET_DROP_IN)
+    with host.hardware(PODS="kube-system/kube-proxy-7x gpu-operator/dcgm-exporter-2"):    # drained
+        out = prepare(test_hosts, host, kubelet_cpu_manager_static=False, shm_size_gib=256)
+    assert out.returncode == 0, out.stderr
+    assert "gpu-dev-01: changed: restarted kubelet" in out.stdout
+
+
+def test_cpu_manager_state_is_reset_only_when_its_recorded_policy_differs(test_hosts):
+    """Compared with the policy the state file records: a drop-in lost to a replacement or a hand edit does not
+    make the same policy look new."""
+    host = test_hosts.hosts["gpu-dev-02"]
+    assert prepare(test_hosts, host).returncode == 0
+    host.put(CPU_MANAGER_STATE, STATIC_STATE)
+    host.sh(f"rm -f {KUBELET_DROP_IN}")
+    out = prepare(test_hosts, host)
+    assert out.returncode == 0, out.stderr
+    assert "restarted kubelet" in out.stdout and "CPU manager state" not in out.stdout
+    assert host.read(CPU_MANAGER_STATE) == STATIC_STATE
+    out = prepare(test_hosts, host, kubelet_cpu_manager_static=False)
+    assert out.returncode == 0, out.stderr
+    assert "gpu-dev-02: changed: removed the CPU manager state of policy static (kubelet now runs none)" in out.stdout
+    assert not host.exists(CPU_MANAGER_STATE)
+
+
+def test_a_static_persistenced_unit_is_made_to_keep_persistence_on(test_hosts):
+    """Ubuntu's packaged unit is static and runs --no-persistence-mode: enabling it changes nothing."""
+    host = test_hosts.hosts["gpu-dev-03"]
+    host.put(f"{STATE_DIR}/units/nvidia-persistenced.service", "[Service]\nType=forking\nExecStart="
+               "/usr/bin/nvidia-persistenced --user nvidia-persistenced --no-persistence-mode --verbose\n")
+    host.put(f"{STATE_DIR}/static/nvidia-persistenced", "")
+    out = prepare(test_hosts, host)
+    assert out.returncode == 0, out.stderr
+    assert "gpu-dev-03: changed: multi-user.target starts the static nvidia-persistenced unit at boot" in out.stdout
+    assert "gpu-dev-03: persistence mode is on for every GPU" in out.stdout
+    assert "--no-persistence-mode" not in host.read(PERSISTENCE_OVERRIDE)
+    host.sh("test -L /etc/systemd/system/multi-user.target.wants/nvidia-persistenced.service")
+    again = prepare(test_hosts, host)
+    assert again.returncode == 0 and again.stdout.endswith("gpu-dev-03: 0 change(s)\n"), again.stdout
+    host.put(PERSISTENCE_OVERRIDE, "[Service]\n")          # a hand edit: the packaged command line is back
+    out = prepare(test_hosts, host)
+    assert out.returncode == 0, out.stderr
+    assert "restarted nvidia-persistenced in persistence mode" in out.stdout
+
+
+def test_gpudirect_loads_nvidia_peermem_now_and_at_boot(test_hosts):
+    host = test_hosts.hosts["gpu-dev-01"]
+    host.sh("rm -rf /sys/module/nvidia_peermem")        # as after a reboot that did not load it
+    out = prepare(test_hosts, host)
+    assert out.returncode == 0, out.stderr
+    assert "gpu-dev-01: changed: loaded nvidia-peermem" in out.stdout and "modprobe nvidia-peermem" in host.calls()
+    assert host.read("/etc/modules-load.d/gpucluster-nvidia-peermem.conf") == "nvidia-peermem\n"
 
 
 def burn_in(hosts, host):
-    pool, _ = pool_of()
+    pool = spec_of().node_pools[0]
     return hosts.ssh(host, as_command(render_burn_in(pool, pool.hosts[0]).create, "root"))
 
 

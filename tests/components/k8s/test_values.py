@@ -69,9 +69,18 @@ def test_gpu_operator_leaves_nfd_to_the_stack_and_tolerates_pool_and_burn_in_tai
     assert keys == {("nvidia.com/gpu", "NoSchedule"), (BURN_IN_TAINT, "NoSchedule"), (BURN_IN_TAINT, "NoExecute")}
 
 
-def test_gpudirect_rdma_on_roce_uses_the_host_ofed(dev_spec):
-    assert gpu_operator.render_gpu_operator_values(dev_spec)["driver"]["rdma"] == {"enabled": True,
-                                                                                  "useHostMofed": True}
+OPERATOR_DRIVER = {"driver_managed": True}
+
+
+def operator_driver(d):
+    """An operator-managed driver, with the pool's host-level GPU work (which needs a host driver) off."""
+    d["kubernetes"].update(gpu_operator=OPERATOR_DRIVER)
+    d["node_pools"][0].update(tuning={"persistence": False}, burn_in={"enabled": False})
+
+
+def test_gpudirect_rdma_on_roce_uses_the_host_ofed(make_spec):
+    spec = make_spec(operator_driver)
+    assert gpu_operator.render_gpu_operator_values(spec)["driver"]["rdma"] == {"enabled": True, "useHostMofed": True}
 
 
 def test_no_rdma_on_plain_ethernet(make_spec):
@@ -80,13 +89,15 @@ def test_no_rdma_on_plain_ethernet(make_spec):
 
 
 def test_ofed_from_the_network_operator_turns_host_mofed_off(make_spec):
-    spec = make_spec(lambda d: d["kubernetes"].update(network_operator={"ofed_driver_version": "doca3.3.0-26.01"}))
+    spec = make_spec(lambda d: (operator_driver(d), d["kubernetes"].update(
+        network_operator={"ofed_driver_version": "doca3.3.0-26.01"})))
     assert gpu_operator.render_gpu_operator_values(spec)["driver"]["rdma"] == {"enabled": True, "useHostMofed": False}
 
 
-def test_preinstalled_driver(make_spec):
-    spec = make_spec(lambda d: d["kubernetes"].update(gpu_operator={"driver_managed": False}))
-    assert gpu_operator.render_gpu_operator_values(spec)["driver"]["enabled"] is False
+def test_the_hosts_driver_is_the_default_and_the_operator_leaves_it_alone(dev_spec):
+    """GPUDirect's nvidia-peermem is then loaded by host preparation: driver.rdma acts only on the operator's."""
+    assert gpu_operator.render_gpu_operator_values(dev_spec)["driver"] == {
+        "enabled": False, "kernelModuleType": "auto", "rdma": {"enabled": False, "useHostMofed": False}}
 
 
 def test_time_slicing_config_is_keyed_by_pool(make_spec):

@@ -9,6 +9,7 @@ from components.nodes import GpuNodePool, NodePoolArgs
 from components.nodes.node_pool import node_taints, render_node_patch
 from components.offline.plan import build_plan
 from components.spec import parse_spec
+from components.offline.diff import diff_plans
 from components.ssh import Script, SshTarget, as_command, digest, push, unwrap
 from tests.conftest import ssh_key
 
@@ -63,17 +64,21 @@ def test_a_node_is_opened_only_after_its_own_fabric_settings(dev_spec, record):
         assert urns[f"dev-fabric-{host}"].urn in deps and urns[f"dev-fabric-{other}"].urn not in deps
 
 
-def test_triggers_change_with_the_script_and_only_then(dev_data, record):
-    def triggers(data):
-        spec = parse_spec(yaml.safe_dump(data))
-        run = pool_run(record, spec)
-        return {short(r.urn): r.inputs["triggers"] for r in run.records if r.type == "command:remote:Command"}
-    before = triggers(dev_data)
-    assert triggers(dev_data) == before
+def test_a_changed_preparation_is_an_update_and_a_changed_burn_in_a_replacement(dev_data, record):
+    """Host preparation converges from any earlier state, so a new script runs as an update and its delete (which
+    restarts kubelet without the settings) never runs between versions; burn-in is replaced, as before."""
+    def plan(data):
+        return build_plan(pool_run(record, parse_spec(yaml.safe_dump(data)))).document
+    before = plan(dev_data)
+    assert diff_plans(before, plan(dev_data)) == []
     dev_data["node_pools"][0]["tuning"]["shm_size_gib"] = 256
-    after = triggers(dev_data)
-    assert {k for k in before if before[k] != after[k]} == {"dev-h100-gpu-dev-01-prepare",
-                                                             "dev-h100-gpu-dev-02-prepare"}
+    dev_data["node_pools"][0]["burn_in"] = {"dcgm_level": 3}
+    actions = {d.urn.split("::")[-1]: d.action for d in diff_plans(before, plan(dev_data))
+               if "command:remote:Command" in d.urn}
+    assert actions == {"dev-h100-gpu-dev-01-prepare": "update", "dev-h100-gpu-dev-02-prepare": "update",
+                       "dev-h100-gpu-dev-01-burn-in": "replace", "dev-h100-gpu-dev-02-burn-in": "replace"}
+    prepare = next(r for r in before["resources"] if r["urn"].endswith("gpu-dev-01-prepare"))
+    assert prepare["inputs"]["update"] == prepare["inputs"]["create"] and "triggers" not in prepare["inputs"]
 
 
 def test_adding_a_host_changes_nothing_for_the_others(dev_data, record):

@@ -12,7 +12,10 @@ import yaml
 from components.fabric.checks import render_nccl_job
 from components.fabric.nccl import LARGEST_BUSBW_AWK
 from components.nodes.burn_in import min_busbw, parse_result, render_burn_in
-from components.nodes.host_prep import render_host_prep, render_kubelet_config
+from components.k8s.gpu_operator import render_gpu_operator_values
+from components.nodes import NodePoolArgs
+from components.nodes.host_prep import render_kubelet_config
+from components.nodes.node_pool import render_preparation
 from components.spec import parse_spec
 from tests.conftest import ROOT, problems_of
 
@@ -23,6 +26,9 @@ VARIANTS = {
     "tuned": lambda d: d["node_pools"][0].update(tuning={"gpu_clock_lock_mhz": 1980, "gpu_power_limit_w": 600,
                                                          "hugepages_2mi": 1024, "shm_size_gib": 64}),
     "pcie": lambda d: d["node_pools"][0]["gpu"].update(model="H100-PCIE-80GB"),
+    "operator-driver": lambda d: (d["kubernetes"].update(gpu_operator={"driver_managed": True}),
+                                  d["node_pools"][0].update(tuning={"persistence": False},
+                                                            burn_in={"enabled": False})),
 }
 
 
@@ -34,7 +40,7 @@ def spec_for(dev_data, variant):
 def scripts_of(spec):
     pool = spec.node_pools[0]
     host = pool.hosts[0]
-    prep = render_host_prep(pool, host, rdma=spec.fabric.rdma)
+    prep = render_preparation(NodePoolArgs.from_spec(spec, pool), host)
     return {"prepare": prep.create, "undo": prep.delete, "burn-in": render_burn_in(pool, host).create}
 
 
@@ -87,7 +93,50 @@ def test_kubelet_registers_new_nodes_tainted_until_burn_in(dev_spec):
     assert config["registerWithTaints"][0] == {"key": "gpucluster.io/burn-in", "value": "pending",
                                                "effect": "NoSchedule"}
     assert config["cpuManagerPolicy"] == "static" and config["reservedSystemCPUs"] == "0-1"
-    assert config["topologyManagerPolicy"] == "single-numa-node"
+    assert config["topologyManagerPolicy"] == "restricted" and config["topologyManagerScope"] == "pod"
+
+
+def test_single_numa_node_is_refused_where_a_pod_can_ask_for_more_than_one_numa_node_holds(dev_data):
+    """An 8-GPU pod on a dual-socket board spans both NUMA nodes: single-numa-node refuses it at admission."""
+    dev_data["node_pools"][0]["tuning"]["kubelet_topology_policy"] = "single-numa-node"
+    (msg,) = problems_of(dev_data)
+    assert msg.startswith("spec.yaml:38: node_pools[0].tuning.kubelet_topology_policy: single-numa-node refuses every pod asking "
+                          "for more than 4 of the pool's 8 GPUs (one NUMA node's of 2)")
+    assert "use restricted" in msg
+    dev_data["node_pools"][0]["numa_nodes_per_host"] = 1           # one NUMA node holds all eight
+    assert problems_of(dev_data) == []
+    dev_data["node_pools"][0]["numa_nodes_per_host"] = 2
+    dev_data["node_pools"][0]["sharing"] = {"time_slicing_replicas": 4}   # pods get slices of one GPU
+    dev_data["tenants"] = []
+    assert problems_of(dev_data) == []
+
+
+def test_an_operator_managed_driver_needs_hosts_without_one(dev_data):
+    dev_data["kubernetes"]["gpu_operator"] = {"driver_managed": True}
+    (msg,) = problems_of(dev_data)
+    assert ("kubernetes.gpu_operator.driver_managed: the GPU Operator installs the driver, but node pool h100 sets "
+            "burn_in.enabled, tuning.persistence, which run nvidia-smi") in msg
+    VARIANTS["operator-driver"](dev_data)
+    spec = parse_spec(yaml.safe_dump(dev_data))
+    prep = scripts_of(spec)["prepare"]
+    assert "lspci -n -d 10de::0302" in prep and "/proc/driver/nvidia/version" in prep
+    assert "nvidia-smi" not in prep and "nvidia-peermem" not in prep      # the driver container does both
+    assert render_gpu_operator_values(spec)["driver"]["rdma"]["enabled"] is True
+
+
+def test_the_host_driver_loads_nvidia_peermem_for_gpudirect(dev_spec, dev_data):
+    """The operator's driver.rdma acts only on a driver it installs; with the host's driver the host loads it."""
+    prep = scripts_of(dev_spec)["prepare"]
+    assert "modprobe nvidia-peermem" in prep and "/etc/modules-load.d/gpucluster-nvidia-peermem.conf" in prep
+    dev_data["fabric"]["gpudirect_rdma"] = False
+    assert "nvidia-peermem" not in scripts_of(parse_spec(yaml.safe_dump(dev_data)))["prepare"]
+
+
+def test_persistence_overrides_the_packaged_unit_and_is_verified(dev_spec):
+    prep = scripts_of(dev_spec)["prepare"]
+    assert "/etc/systemd/system/nvidia-persistenced.service.d/50-gpucluster.conf" in prep
+    assert "systemctl add-wants multi-user.target nvidia-persistenced.service" in prep
+    assert "--query-gpu=index,persistence_mode" in prep and "--no-persistence-mode" not in prep
 
 
 def test_rdma_fabric_lifts_the_memlock_limit(dev_spec, dev_data):

@@ -8,11 +8,13 @@ note() { printf '%s: %s\n' "$HOST" "$*"; }
 changed() { CHANGES=$((CHANGES + 1)); note "changed: $*"; }
 fail() { printf '%s: error: %s\n' "$HOST" "$*" >&2; exit 1; }
 need() { command -v "$1" >/dev/null 2>&1 || fail "$1 is missing ($2)"; }
+# same_file PATH CONTENT: the file exists and holds exactly CONTENT (what put_file would leave alone).
+same_file() { [[ -f "$1" ]] && printf '%s\n' "$2" | cmp -s - "$1"; }
 # put_file PATH MODE CONTENT: write only when the content differs; FILE_CHANGED tells the caller.
 FILE_CHANGED=0
 put_file() {
   FILE_CHANGED=0
-  if [[ -f "$1" ]] && printf '%s\n' "$3" | cmp -s - "$1"; then return 0; fi
+  if same_file "$1" "$3"; then return 0; fi
   mkdir -p "$(dirname "$1")"
   printf '%s\n' "$3" > "$1.gpucluster-new"
   chmod "$2" "$1.gpucluster-new"
