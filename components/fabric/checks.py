@@ -14,7 +14,7 @@ from typing import Any
 
 from ..bash import fill, script
 from ..k8s.labels import POOL_LABEL, pool_tolerations
-from ..k8s.network_operator import rdma_resource
+from ..k8s.network_operator import pod_networks, rdma_resource
 from ..spec import ClusterSpec, NodePool
 from .nccl import LARGEST_BUSBW_AWK, NCCL_CONF, nccl_envs, pod_env
 
@@ -124,7 +124,8 @@ awk -v b="${busbw:-0}" -v f=@FLOOR@ 'BEGIN { exit !(b >= f) }'
     # The launcher goes where the workers go: the spec's nodes all carry their pool's taints, and a cluster may
     # have no untainted node for it.
     placement = {"nodeSelector": {POOL_LABEL: pool.name}, "tolerations": pool_tolerations(pool)}
-    worker = {"spec": {
+    networks = pod_networks(spec, pool)
+    worker = {**({"metadata": {"annotations": networks}} if networks else {}), "spec": {
         **placement,
         "containers": [{"name": "worker", "image": image, "command": ["/usr/sbin/sshd", "-De"], "env": env,
                         "resources": {"limits": limits},

@@ -12,7 +12,7 @@ from typing import Any
 
 from ..spec import ClusterSpec, NodePool, Tenant
 from ..spec.cluster import network_operator_enabled
-from .network_operator import rdma_resource
+from .network_operator import pod_networks, rdma_resource
 from .tenant import LOCAL_QUEUE
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
@@ -57,8 +57,10 @@ def render_job(spec: ClusterSpec, tenant: Tenant, pool: NodePool, *, name: str, 
     if pool.name in tenant.gpu_quota:        # the tenant's namespace has the pool's NCCL settings (see Tenant)
         container["envFrom"] = [{"configMapRef": {"name": f"nccl-{pool.name}"}}]
     template_meta: dict[str, Any] = {"labels": {"app.kubernetes.io/name": name}}
-    if topology:
-        template_meta["annotations"] = {REQUIRED_TOPOLOGY if required else PREFERRED_TOPOLOGY: topology}
+    annotations = {**({REQUIRED_TOPOLOGY if required else PREFERRED_TOPOLOGY: topology} if topology else {}),
+                   **(pod_networks(spec, pool) if gpus else {})}
+    if annotations:
+        template_meta["annotations"] = annotations
     labels = {**({QUEUE_LABEL: queue} if queue else {}), **({PRIORITY_LABEL: priority_class} if priority_class else {})}
     return {
         "apiVersion": "batch/v1", "kind": "Job",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..spec import ClusterSpec
+from ..spec import ClusterSpec, NodePool
 from ..spec.versions import StackVersions
 from .helm import NVIDIA_REPO, Chart
 from .labels import POOL_LABEL, system_tolerations
@@ -83,6 +83,18 @@ def network_names(spec: ClusterSpec) -> list[str]:
     if not spec.kubernetes.network_operator.rail_subnets:
         return []
     return [f"{NETWORK_NAMESPACE}/rail-{rail}" for rail in sorted(_rails(spec))]
+
+
+NETWORKS_ANNOTATION = "k8s.v1.cni.cncf.io/networks"
+
+
+def pod_networks(spec: ClusterSpec, pool: NodePool) -> dict[str, str]:
+    """Pod annotations attaching a pod of `pool` to its rails' secondary networks (none without them). On RoCE
+    a pod needs them: RoCE GIDs belong to a netdev, and only a netdev in the pod's namespace gives it one."""
+    if not spec.kubernetes.network_operator.rail_subnets or not pool.nics:
+        return {}
+    return {NETWORKS_ANNOTATION: ",".join(f"{NETWORK_NAMESPACE}/rail-{n.rail}"
+                                          for n in sorted(pool.nics, key=lambda n: n.rail))}
 
 
 def render_secondary_networks(spec: ClusterSpec) -> list[Manifest]:

@@ -19,6 +19,10 @@ from .versions import describe_known, find
 
 # Switch vendors with a RoCE backend in components/fabric/switches.py (kept here so the spec needs no Pulumi).
 SWITCH_VENDORS = ("cumulus", "sonic", "eos")
+# Priorities a backend can make lossless. SONiC's buffer profiles, TC-to-PG map and WRED queues give lossless
+# buffers to priorities 3 and 4 only: PFC on another priority would pause traffic that has no headroom.
+# Cumulus (NVUE) and EOS (`no-drop`) size the buffers for whichever priority gets PFC.
+LOSSLESS_PRIORITIES = {"sonic": (3, 4)}
 
 # Namespaces the platform itself owns; a tenant there would share the operators' privileges.
 SYSTEM_NAMESPACES = frozenset({
@@ -236,12 +240,6 @@ def _fabric(spec: ClusterSpec) -> Iterator[Problem]:
         yield from _duplicates([(("fabric", "infiniband", "partitions", i, "name"), p.name)
                                 for i, p in enumerate(ib.partitions)], "partition name",
                                "each partition needs its own name")
-        tenants = {t.name for t in spec.tenants}
-        for i, p in enumerate(ib.partitions):
-            for j, t in enumerate(p.tenants):
-                if t not in tenants:
-                    yield Problem(("fabric", "infiniband", "partitions", i, "tenants", j),
-                                  f"tenant {t!r} is not defined in tenants; fix the name or add the tenant")
     switches = {s.name: s for s in fabric.switches}
     rails = {n.rail for p in spec.node_pools for n in p.nics}
     for i, sw in enumerate(fabric.switches):
@@ -262,6 +260,14 @@ def _fabric(spec: ClusterSpec) -> Iterator[Problem]:
                           f"switch {sw.name} MTU {sw.mtu_bytes} is below the hosts' MTU {fabric.effective_mtu_bytes} "
                           "(fabric.mtu_bytes): it would drop their jumbo frames; raise it to at least "
                           f"{fabric.effective_mtu_bytes} or omit it for the vendor's jumbo size")
+        roce = fabric.effective_roce
+        lossless = LOSSLESS_PRIORITIES.get(sw.vendor)
+        if roce is not None and sw.managed and lossless and roce.priority not in lossless:
+            yield Problem(("fabric", "roce", "priority"),
+                          f"switch {sw.name} runs {sw.vendor}, whose default buffer configuration is lossless only "
+                          f"on priorities {' and '.join(map(str, lossless))}, but RoCE uses priority "
+                          f"{roce.priority}: PFC there would pause traffic without lossless buffers; use priority "
+                          f"{lossless[0]} (and pfc_priorities: [{lossless[0]}])")
         if fabric.kind == "rocev2" and sw.managed and sw.vendor not in SWITCH_VENDORS:
             yield Problem(("fabric", "switches", i, "vendor"),
                           f"no RoCE configuration backend for {sw.vendor} (have: {', '.join(SWITCH_VENDORS)}); "
@@ -326,6 +332,12 @@ def _kubernetes(spec: ClusterSpec) -> Iterator[Problem]:
             yield Problem(("node_pools", i, "sharing", "mig_config"),
                           f"{pool.gpu.model} has no MIG; remove mig_config or use time_slicing_replicas")
     subnets = k.network_operator.rail_subnets
+    with_nics = [p.name for p in spec.node_pools if p.nics]
+    if spec.fabric.kind == "rocev2" and network_operator_enabled(spec) and with_nics and not subnets:
+        yield Problem(("kubernetes", "network_operator", "rail_subnets"),
+                      f"the fabric is RoCE but no rail has a secondary network, so pods of {', '.join(with_nics)} "
+                      "get the RDMA devices without their netdevs and no RoCE GID: NCCL falls back to TCP or "
+                      "fails; set rail_subnets, one pod IP range per rail, in rail order")
     if subnets:
         rails = sorted({n.rail for p in spec.node_pools for n in p.nics})
         if len(subnets) != len(rails):

@@ -71,11 +71,12 @@ class RoceSettings(SpecModel):
 
 
 class Partition(SpecModel):
+    """An IPoIB network: every host gets a `<if>.<pkey>` interface on it. Every port is a full member of every
+    partition, so partitions separate IP traffic only; RDMA and NCCL traffic stay on the default partition and
+    are not isolated between tenants by this."""
+
     name: DnsLabel
     pkey: int = Field(description="Partition key, 0x0001-0x7ffe (0x7fff is the default partition).")
-    tenants: list[DnsLabel] = Field(
-        default_factory=list, description="Tenants whose pods use this partition. Omitted: every tenant.")
-    ipoib: bool = Field(False, description="Omitted: no IPoIB interface for this partition.")
 
     @field_validator("pkey")
     @classmethod
@@ -91,7 +92,13 @@ class Partition(SpecModel):
 class InfinibandSettings(SpecModel):
     subnet_managers: list[HostName] = Field(
         min_length=1, description="Hosts that run OpenSM; the first is primary, the rest standby.")
-    partitions: list[Partition] = Field(default_factory=list, description="Omitted: only the default partition.")
+    partitions: list[Partition] = Field(
+        default_factory=list, description="IPoIB networks besides the default partition's (IP separation only, "
+                                          "not RDMA isolation). Omitted: only the default partition.")
+    take_over_existing_sm: bool = Field(
+        False, description="Start OpenSM even when another subnet manager (UFM, a switch's SM) is master of the "
+                           "fabric. Omitted: no, the subnet managers' hosts refuse to take over and say which "
+                           "SM is master.")
     rate_gbps: Literal[100, 200, 400, 800] = Field(400, description="Omitted: 400 (NDR).")
     routing_engine: Literal["updn", "minhop", "ftree", "dfsssp"] = Field(
         "updn", description="OpenSM routing engine. Omitted: updn, deadlock-free on any tree without a root list.")

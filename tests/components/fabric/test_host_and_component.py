@@ -15,14 +15,14 @@ from components.fabric.host import render_apply, render_fabric_host, render_part
 from components.fabric.nccl import nccl_envs, render_nccl_conf
 from components.spec import parse_spec
 from tests.components.k8s.conftest import infiniband
-from tests.conftest import ssh_key
+from tests.conftest import problems_of, ssh_key
 
 VARIANTS = {
     "roce": lambda d: None,
     "roce-custom": lambda d: d["fabric"].update(roce={"priority": 5, "pfc_priorities": [5], "dscp": 46}),
     "infiniband": infiniband,
     "infiniband-partitions": lambda d: (infiniband(d), d["fabric"]["infiniband"].update(
-        partitions=[{"name": "team-a", "pkey": 0x0A01, "tenants": ["team-a"], "ipoib": True}])),
+        partitions=[{"name": "ipoib-a", "pkey": 0x0A01}])),
 }
 
 
@@ -101,7 +101,48 @@ def test_partitions_carry_the_fabric_mtu_and_rate(dev_data):
     spec = spec_for(dev_data, "infiniband-partitions")
     assert render_partitions(spec).splitlines()[1:] == [
         "Default=0x7fff, ipoib, mtu=5, rate=21 : ALL=full, ALL_SWITCHES=full, SELF=full ;",
-        "# team-a: team-a", "team-a=0x0a01, ipoib, mtu=5, rate=21 : ALL=full ;"]
+        "ipoib-a=0x0a01, ipoib, mtu=5, rate=21 : ALL=full ;"]
+
+
+def test_partitions_are_ipoib_networks_and_do_not_pretend_to_isolate_tenants(dev_data):
+    """Every port is a full member of every partition: they separate IP traffic, not RDMA between tenants."""
+    infiniband(dev_data)
+    dev_data["fabric"]["infiniband"]["partitions"] = [{"name": "team-a", "pkey": 0x0A01, "tenants": ["team-a"]}]
+    (msg,) = problems_of(dev_data)
+    assert "fabric.infiniband.partitions[0].tenants: unknown field 'tenants'; allowed here: name, pkey" in msg
+
+
+def sm_guard(tmp_path, spec, master_desc):
+    """Run the subnet manager host's script up to its OpenSM start, with sminfo/smpquery answering as a fabric
+    whose master SM has node description `master_desc` (None: no SM answers)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    tools = {"opensm": "exit 0", "systemctl": "exit 1",
+             "sminfo": 'echo "sminfo: sm lid 7 sm guid 0x0002c90300a1b2c3, activity count 4 priority 15 state 3 '
+                       'SMINFO_MASTER"' if master_desc else "exit 1",
+             "smpquery": f'echo "Node Description:..........{master_desc}"'}
+    for name, body in tools.items():
+        (bin_dir / name).write_text(f"#!/usr/bin/env bash\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    text = render_fabric_host(spec, "gpu-dev-01", spec.node_pools[0].nics, {}).create
+    guard = text[:text.index("conf=$(cat")] + "note guard-passed\n"
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin"}
+    return subprocess.run(["bash", "-c", guard], capture_output=True, text=True, env=env)
+
+
+def test_opensm_never_takes_over_an_existing_master_silently(dev_data, tmp_path):
+    infiniband(dev_data)
+    spec = parse_spec(yaml.safe_dump(dev_data))
+    out = sm_guard(tmp_path, spec, "ufm-01 HCA-1")
+    assert out.returncode == 1
+    assert ("a subnet manager is already master of this fabric (lid 7, 'ufm-01 HCA-1': UFM or a switch SM?); use it "
+            "and remove fabric.infiniband.subnet_managers, or set fabric.infiniband.take_over_existing_sm: true"
+            ) in out.stderr
+    assert sm_guard(tmp_path, spec, "gpu-dev-02 mlx5_0").stdout.endswith("guard-passed\n")   # our standby SM
+    assert sm_guard(tmp_path, spec, None).stdout.endswith("guard-passed\n")                  # no SM yet
+    dev_data["fabric"]["infiniband"]["take_over_existing_sm"] = True
+    taken = sm_guard(tmp_path, parse_spec(yaml.safe_dump(dev_data)), "ufm-01 HCA-1")
+    assert taken.returncode == 0 and "taking over from the master subnet manager at lid 7" in taken.stdout
 
 
 def test_infiniband_hosts_get_ipoib_children_and_the_primary_sm_the_top_priority(dev_data):

@@ -11,9 +11,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+
 from components.fabric.switches import BACKENDS, render_switch
 from components.spec import parse_spec
-from components.spec.cluster import SWITCH_VENDORS
+from components.spec.cluster import LOSSLESS_PRIORITIES, SWITCH_VENDORS
+from tests.conftest import problems_of
 
 GOLDEN = Path(__file__).parent / "golden"
 # A non-default RoCE class, so a backend that ignores the spec and prints its vendor's defaults fails.
@@ -23,6 +25,9 @@ CUSTOM = {"priority": 5, "pfc_priorities": [5], "dscp": 46, "cnp_dscp": 56, "cnp
 
 def spec_with(dev_data, vendor: str, roce: dict | None = None, **switch):
     dev_data["fabric"]["switches"][0].update(vendor=vendor, ports=4, **switch)
+    if roce is CUSTOM and vendor in LOSSLESS_PRIORITIES:      # the highest priority the backend makes lossless
+        prio = LOSSLESS_PRIORITIES[vendor][-1]
+        roce = {**CUSTOM, "priority": prio, "pfc_priorities": [prio]}
     if roce:
         dev_data["fabric"]["roce"] = roce
     return parse_spec(yaml.safe_dump(dev_data))
@@ -62,7 +67,7 @@ def test_pfc_is_lossless_on_the_roce_priority_only(vendor, dev_data):
     pfc = {"cumulus": r"nv set qos pfc default-global switch-priority (\d+)",
            "sonic": r'config interface pfc priority "\$1" (\d+) on',
            "eos": r"priority-flow-control priority (\d+) no-drop"}[vendor]
-    assert re.findall(pfc, text) == ["5"]
+    assert re.findall(pfc, text) == [str(spec.fabric.roce.priority)] and spec.fabric.roce.priority != 3
     if vendor == "cumulus":      # NVUE's RoCE mode enables PFC on 3; it must come off
         assert "nv unset qos pfc default-global switch-priority 3" in text
 
@@ -73,7 +78,7 @@ def test_dscp_map_ecn_and_mtu_come_from_the_spec(vendor, dev_data):
     text = render_switch(spec.fabric.switches[0], spec.fabric).create
     maps = {"cumulus": r"dscp (\d+) switch-priority (\d+)", "sonic": r"dscp_tc (\d+) (\d+)",
             "eos": r"qos map dscp (\d+) to traffic-class (\d+)"}[vendor]
-    assert sorted(re.findall(maps, text)) == [("46", "5"), ("56", "7")]
+    assert sorted(re.findall(maps, text)) == [("46", str(spec.fabric.roce.priority)), ("56", "7")]
     assert "9100" in text and ("200000" in text or "200 kbytes" in text) and ("2000000" in text or "2000 kbytes" in text)
 
 
@@ -99,3 +104,17 @@ def test_port_names_from_the_spec_replace_the_vendor_naming(dev_data):
 
 def test_switches_are_left_as_they_are_on_destroy(dev_spec):
     assert render_switch(dev_spec.fabric.switches[0], dev_spec.fabric).delete is None
+
+
+def test_sonic_refuses_a_roce_priority_its_buffers_do_not_make_lossless(dev_data):
+    """SONiC's default buffer profiles, TC-to-PG map and WRED queues are lossless on priorities 3 and 4 only."""
+    dev_data["fabric"]["switches"][0]["vendor"] = "sonic"
+    dev_data["fabric"]["roce"] = {"priority": 5, "pfc_priorities": [5]}
+    (msg,) = problems_of(dev_data)
+    assert ("fabric.roce.priority: switch leaf-dev-01 runs sonic, whose default buffer configuration is lossless "
+            "only on priorities 3 and 4, but RoCE uses priority 5") in msg and "use priority 3" in msg
+    dev_data["fabric"]["roce"] = {"priority": 4, "pfc_priorities": [4]}
+    assert problems_of(dev_data) == []
+    dev_data["fabric"]["switches"][0]["vendor"] = "eos"            # EOS sizes no-drop buffers for any priority
+    dev_data["fabric"]["roce"] = {"priority": 5, "pfc_priorities": [5]}
+    assert problems_of(dev_data) == []

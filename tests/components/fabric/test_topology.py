@@ -29,7 +29,7 @@ def layouts(draw) -> dict[str, Any]:
                                       for r in range(racks) for i in range(hosts)]
     data["node_pools"][0]["nics"] = [{"rail": n, "device": f"mlx5_{n}", "interface": f"ens{n}np0",
                                       "speed_gbps": nic_speed} for n in range(rails)]
-    data["kubernetes"].pop("network_operator", None)
+    data["kubernetes"]["network_operator"] = {"rail_subnets": [f"10.{200 + n}.0.0/16" for n in range(rails)]}
     uplinks = [f"spine-{s}" for s in range(spines)]
     if per_rail:
         leaves = [{"name": f"leaf-rail{n}", "rails": [n], "down": racks * hosts} for n in range(rails)]

@@ -29,8 +29,6 @@ def all_objects(spec) -> list[dict]:
 VARIANTS = {
     "dev": lambda d: None,
     "infiniband": infiniband,
-    "roce-networks": lambda d: d["kubernetes"].update(network_operator={"rail_subnets": ["10.201.0.0/16",
-                                                                                       "10.202.0.0/16"]}),
     "sriov": lambda d: d["kubernetes"].update(network_operator={"rdma_device_plugin": "sriov",
                                                                 "rail_subnets": ["10.201.0.0/16", "10.202.0.0/16"]}),
 }
@@ -73,7 +71,23 @@ def test_rdma_shared_device_plugin_selects_the_pools_nics(dev_spec):
         "vendors": ["15b3"], "ifNames": ["ens1f0np0", "ens2f0np0"], "linkTypes": ["ether"]}}]}
     assert policy["spec"]["rdmaSharedDevicePlugin"]["version"] == "network-operator-v26.4.1"
     assert network_operator.rdma_resource(dev_spec) == "rdma/rdma_shared_devices"
-    assert "secondaryNetwork" not in policy["spec"] and network_operator.network_names(dev_spec) == []
+    assert network_operator.network_names(dev_spec) == ["default/rail-0", "default/rail-1"]
+
+
+def test_roce_requires_secondary_networks_and_its_pods_attach_to_their_rails(dev_spec, dev_data):
+    """RoCE GIDs belong to a netdev: a pod with the RDMA device but without the rail's netdev has no GID."""
+    from components.fabric.checks import render_nccl_job
+    from components.k8s.jobs import render_example_jobs
+    networks = {"k8s.v1.cni.cncf.io/networks": "default/rail-0,default/rail-1"}
+    _, job = render_nccl_job(dev_spec, dev_spec.node_pools[0])
+    assert job["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["metadata"]["annotations"] == networks
+    for example in render_example_jobs(dev_spec).values():
+        annotations = example["spec"]["template"]["metadata"]["annotations"]
+        assert annotations["k8s.v1.cni.cncf.io/networks"] == networks["k8s.v1.cni.cncf.io/networks"]
+    del dev_data["kubernetes"]["network_operator"]
+    (msg,) = problems_of(dev_data)
+    assert ("kubernetes.network_operator.rail_subnets: the fabric is RoCE but no rail has a secondary network, so "
+            "pods of h100 get the RDMA devices without their netdevs and no RoCE GID") in msg
 
 
 def test_sriov_uses_devices_plugin_and_host_device_networks(make_spec):
@@ -88,8 +102,8 @@ def test_sriov_uses_devices_plugin_and_host_device_networks(make_spec):
     assert network_operator.rdma_resource(spec) == "nvidia.com/rdma_shared_devices"
 
 
-def test_roce_rails_get_macvlan_networks_with_the_fabric_mtu(make_spec):
-    spec = make_spec(VARIANTS["roce-networks"])
+def test_roce_rails_get_macvlan_networks_with_the_fabric_mtu(dev_spec):
+    spec = dev_spec
     nets = {m.obj["metadata"]["name"] + "/" + m.obj["kind"]: m.obj for m in network_operator.render_secondary_networks(spec)}
     rail0 = nets["rail-0/MacvlanNetwork"]["spec"]
     assert rail0["master"] == "ens1f0np0" and rail0["mtu"] == 9000 and rail0["networkNamespace"] == "default"

@@ -42,10 +42,11 @@ def test_options_topology_priority_no_limits_no_queue(dev_spec):
     job = render_job(dev_spec, t, pool, name="t", topology="gpucluster.io/leaf", priority_class="production",
                      limits=False, queue=None)
     assert job["metadata"]["labels"] == {"kueue.x-k8s.io/priority-class": "production"}
-    assert job["spec"]["template"]["metadata"]["annotations"] == {REQUIRED_TOPOLOGY: "gpucluster.io/leaf"}
+    assert job["spec"]["template"]["metadata"]["annotations"] == {
+        REQUIRED_TOPOLOGY: "gpucluster.io/leaf", "k8s.v1.cni.cncf.io/networks": "default/rail-0,default/rail-1"}
     assert "memory" not in job["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]
     preferred = render_job(dev_spec, t, pool, name="t", topology="gpucluster.io/leaf", required=False)
-    assert preferred["spec"]["template"]["metadata"]["annotations"] == {PREFERRED_TOPOLOGY: "gpucluster.io/leaf"}
+    assert preferred["spec"]["template"]["metadata"]["annotations"][PREFERRED_TOPOLOGY] == "gpucluster.io/leaf"
 
 
 def test_time_sliced_pools_share_the_host_per_slice(dev_data):

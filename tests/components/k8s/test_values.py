@@ -44,7 +44,7 @@ def test_every_values_key_exists_in_the_chart(variant, make_spec, shared_dir):
         "dev": lambda d: None, "infiniband": infiniband,
         "time-sliced": lambda d: d["node_pools"][0].update(sharing={"time_slicing_replicas": 4}),
         "mig": lambda d: d["node_pools"][0].update(sharing={"mig_config": "all-1g.10gb"}),
-        "sriov": lambda d: d["kubernetes"].update(network_operator={"rdma_device_plugin": "sriov"}),
+        "sriov": lambda d: d["kubernetes"]["network_operator"].update(rdma_device_plugin="sriov"),
         "no-monitoring": lambda d: d["kubernetes"].update(monitoring={"enabled": False}),
     }
     spec = make_spec(edits[variant])
@@ -90,7 +90,7 @@ def test_no_rdma_on_plain_ethernet(make_spec):
 
 def test_ofed_from_the_network_operator_turns_host_mofed_off(make_spec):
     spec = make_spec(lambda d: (operator_driver(d), d["kubernetes"].update(
-        network_operator={"ofed_driver_version": "doca3.3.0-26.01"})))
+        network_operator={**d["kubernetes"]["network_operator"], "ofed_driver_version": "doca3.3.0-26.01"})))
     assert gpu_operator.render_gpu_operator_values(spec)["driver"]["rdma"] == {"enabled": True, "useHostMofed": False}
 
 

@@ -41,12 +41,12 @@ dscp_tc() {
 roce_port() {
   local pfc prio
   pfc=$(sonic-db-cli CONFIG_DB hget "PORT_QOS_MAP|$1" pfc_enable)
-  if [[ "$pfc" != 5 ]]; then
+  if [[ "$pfc" != 4 ]]; then
     for prio in ${pfc//,/ }; do
-      if [[ "$prio" != 5 ]]; then config interface pfc priority "$1" "$prio" off; fi
+      if [[ "$prio" != 4 ]]; then config interface pfc priority "$1" "$prio" off; fi
     done
-    if [[ ",$pfc," != *,5,* ]]; then config interface pfc priority "$1" 5 on; fi
-    changed "$1: PFC on priority 5 only (was ${pfc:-none})"
+    if [[ ",$pfc," != *,4,* ]]; then config interface pfc priority "$1" 4 on; fi
+    changed "$1: PFC on priority 4 only (was ${pfc:-none})"
   fi
   if [[ "$(sonic-db-cli CONFIG_DB hget "PORT|$1" mtu)" != 9100 ]]; then
     config interface mtu "$1" 9100
@@ -57,7 +57,7 @@ roce_port() {
     changed "$1: PFC watchdog (drop)"
   fi
 }
-dscp_tc 46 5
+dscp_tc 46 4
 dscp_tc 56 7
 wred=$(sonic-db-cli CONFIG_DB hget 'WRED_PROFILE|AZURE_LOSSLESS' green_min_threshold),$(sonic-db-cli CONFIG_DB hget 'WRED_PROFILE|AZURE_LOSSLESS' green_max_threshold),$(sonic-db-cli CONFIG_DB hget 'WRED_PROFILE|AZURE_LOSSLESS' green_drop_probability)
 if [[ "$wred" != 200000,2000000,50 ]]; then
