@@ -5,10 +5,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..offline.diff import diff_plans, load_plan, render_diff
+from ..offline.diff import diff_outputs, diff_plans, load_plan, render_diff
 from .common import EXIT_FAILED, EXIT_OK, report_bad_input
 
-HELP = "list resources added, removed and changed (field by field) between two plan folders"
+HELP = ("list resources added, removed and changed (field by field), and changed stack exports and component "
+        "outputs, between two plan folders")
 
 
 def add_parser(parser: argparse.ArgumentParser) -> None:
@@ -22,8 +23,8 @@ def run(args: argparse.Namespace) -> int:
         old, new = load_plan(args.old), load_plan(args.new)
     except (FileNotFoundError, ValueError) as e:
         return report_bad_input(e)
-    diffs = diff_plans(old, new)
+    diffs, outputs = diff_plans(old, new), diff_outputs(old, new)
     unchanged = len({r["urn"] for r in new["resources"]} & {r["urn"] for r in old["resources"]}) - sum(
         d.action in ("update", "replace") for d in diffs)
-    print(render_diff(diffs, unchanged), end="")
-    return EXIT_FAILED if (args.exit_code and diffs) else EXIT_OK
+    print(render_diff(diffs, unchanged, outputs), end="")
+    return EXIT_FAILED if (args.exit_code and (diffs or outputs)) else EXIT_OK

@@ -40,7 +40,6 @@ def render_link_check(spec: ClusterSpec, pool: NodePool) -> str | None:
     # evaluated on each host: the GID index its fabric script found (perftest's -x), none on InfiniBand
     gid = f"\"'$(sed -n \"s/^NCCL_IB_GID_INDEX=/-x /p\" {NCCL_CONF})'\"" if roce else ""
     by_name = {h.hostname: h for h in pool.hosts}
-    user = spec.ssh.user
     lines = []
     for server, client in _pairs([h.hostname for h in pool.hosts]):
         for nic in sorted(pool.nics, key=lambda n: n.rail):
@@ -48,9 +47,16 @@ def render_link_check(spec: ClusterSpec, pool: NodePool) -> str | None:
             lines.append(f"check_link {server} {by_name[server].address} {client} {by_name[client].address} "
                          f"{nic.device} {nic.rail} {floor:g}")
     template = r'''
-SSH_USER=${SSH_USER:-@USER@}
+# How the hosts are reached, as the program reaches them: user, port, bastion and pinned host keys.
+SSH_DIR=$(mktemp -d)
+trap 'rm -rf "$SSH_DIR"' EXIT
+printf '%s\n' "$(cat @SSH_CONFIG_DOC@)" > "$SSH_DIR/config"
+printf '%s\n' "$(cat @KNOWN_HOSTS_DOC@)" > "$SSH_DIR/known_hosts"
 FAILED=0
-remote() { ssh -o BatchMode=yes -o ConnectTimeout=10 "$SSH_USER@$1" "$2"; }
+remote() {
+  ssh -F "$SSH_DIR/config" -o BatchMode=yes -o ConnectTimeout=10 \
+    -o UserKnownHostsFile="$SSH_DIR/known_hosts ~/.ssh/known_hosts" "$1" "$2"
+}
 # check_link SERVER SERVER_ADDRESS CLIENT CLIENT_ADDRESS DEVICE RAIL MIN_GBPS
 check_link() {
   local cmd out bw
@@ -75,9 +81,33 @@ if (( FAILED )); then fail "some links are below @PERCENT@% of line rate or brok
     for key, raw in {"@GID@": gid + " " if gid else "", "@PERFTEST@": PERFTEST, "@EXTRA@": extra,
                      "@CHECKS@": "\n".join(lines)}.items():     # shell text, not values to quote
         template = template.replace(key, raw)
-    body = fill(template, USER=user, PERCENT=percent)
+    body = fill(template, {"SSH_CONFIG_DOC": _ssh_config(spec, pool), "KNOWN_HOSTS_DOC": _known_hosts(spec, pool)},
+                PERCENT=percent)
     return script(f"Fabric link check of pool {pool.name}: ib_write_bw per rail, at least {percent}% of line rate",
                   f"links-{pool.name}", body)
+
+
+def _ssh_config(spec: ClusterSpec, pool: NodePool) -> str:
+    """ssh_config for the pool's hosts: each host's user and port, through the bastion when the spec has one."""
+    ssh, lines = spec.ssh, []
+    for h in pool.hosts:
+        lines += [f"Host {h.address}", f"  User {h.ssh_user or ssh.user}", f"  Port {h.ssh_port or ssh.port}"]
+        if h.host_key:
+            lines.append("  StrictHostKeyChecking yes")
+        if ssh.bastion is not None:
+            lines.append(f"  ProxyJump {ssh.bastion.user}@{ssh.bastion.host}:{ssh.bastion.port}")
+    return "\n".join(lines)
+
+
+def _known_hosts(spec: ClusterSpec, pool: NodePool) -> str:
+    """The host keys the spec pins (the bastion's too), in known_hosts form."""
+    def entry(host: str, port: int, key: str) -> str:
+        return f"{host if port == 22 else f'[{host}]:{port}'} {key}"
+    out = [entry(h.address, h.ssh_port or spec.ssh.port, h.host_key) for h in pool.hosts if h.host_key]
+    b = spec.ssh.bastion
+    if b is not None and b.host_key:
+        out.append(entry(b.host, b.port, b.host_key))
+    return "\n".join(out) or "# no host keys pinned in the spec"
 
 
 def ranks_per_host(pool: NodePool) -> int:
@@ -87,9 +117,9 @@ def ranks_per_host(pool: NodePool) -> int:
 
 
 def nccl_floor_gb_per_s(spec: ClusterSpec, pool: NodePool) -> float:
-    """The spec's floor, or 80% of the slower of NVLink (the model's bus bandwidth) and the NICs the ranks use
+    """The pool's floor, the fabric's, or 80% of the slower of NVLink (the model's bus bandwidth) and the NICs the ranks use
     (all of the node's, or the fastest one for a single rank per host)."""
-    wanted = spec.fabric.checks.nccl_min_busbw_gb_per_s
+    wanted = pool.nccl_min_busbw_gb_per_s or spec.fabric.checks.nccl_min_busbw_gb_per_s
     if wanted is not None:
         return wanted
     speeds = [n.speed_gbps for n in pool.nics]

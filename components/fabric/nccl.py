@@ -39,8 +39,9 @@ def _pool_env(spec: ClusterSpec, pool: NodePool, rail_optimized: bool) -> dict[s
         env["NCCL_NET_GDR_LEVEL"] = "PHB" if fabric.effective_gpudirect else "LOC"
         if rail_optimized:
             env["NCCL_CROSS_NIC"] = "0"                  # rail leaves: traffic stays on its rail
-    if fabric.control_interface:
-        env["NCCL_SOCKET_IFNAME"] = "=" + fabric.control_interface
+    control = pool.control_interface or fabric.control_interface
+    if control:
+        env["NCCL_SOCKET_IFNAME"] = "=" + control
     return env
 
 

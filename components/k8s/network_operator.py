@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from ..spec import ClusterSpec, NodePool
@@ -30,9 +31,17 @@ def rdma_resource(spec: ClusterSpec) -> str:
     return f"{prefix}/{n.rdma_resource_name}"
 
 
-def _rails(spec: ClusterSpec) -> dict[int, str]:
-    """Rail number -> interface name (the spec guarantees one name per rail when networks are asked for)."""
-    return {n.rail: n.interface for p in spec.node_pools for n in sorted(p.nics, key=lambda n: n.rail)}
+def rail_networks(spec: ClusterSpec) -> dict[tuple[int, str], str]:
+    """(rail, interface) -> secondary network name: `rail-<N>`, or `rail-<N>-<interface>` per NIC name where
+    pools name a rail's NIC differently (a Macvlan network has one master interface). Empty without networks."""
+    if not spec.kubernetes.network_operator.rail_subnets:
+        return {}
+    names: dict[int, set[str]] = {}
+    for p in spec.node_pools:
+        for nic in p.nics:
+            names.setdefault(nic.rail, set()).add(nic.interface)
+    return {(rail, i): f"rail-{rail}" if len(ifs) == 1 else f"rail-{rail}-{re.sub('[^a-z0-9-]', '-', i.lower())}"
+            for rail, ifs in sorted(names.items()) for i in sorted(ifs)}
 
 
 def render_network_operator_values(spec: ClusterSpec) -> dict[str, Any]:
@@ -82,7 +91,7 @@ def network_names(spec: ClusterSpec) -> list[str]:
     """Network attachments pods list in k8s.v1.cni.cncf.io/networks, in rail order."""
     if not spec.kubernetes.network_operator.rail_subnets:
         return []
-    return [f"{NETWORK_NAMESPACE}/rail-{rail}" for rail in sorted(_rails(spec))]
+    return [f"{NETWORK_NAMESPACE}/{name}" for name in rail_networks(spec).values()]
 
 
 NETWORKS_ANNOTATION = "k8s.v1.cni.cncf.io/networks"
@@ -93,7 +102,8 @@ def pod_networks(spec: ClusterSpec, pool: NodePool) -> dict[str, str]:
     a pod needs them: RoCE GIDs belong to a netdev, and only a netdev in the pod's namespace gives it one."""
     if not spec.kubernetes.network_operator.rail_subnets or not pool.nics:
         return {}
-    return {NETWORKS_ANNOTATION: ",".join(f"{NETWORK_NAMESPACE}/rail-{n.rail}"
+    networks = rail_networks(spec)
+    return {NETWORKS_ANNOTATION: ",".join(f"{NETWORK_NAMESPACE}/{networks[n.rail, n.interface]}"
                                           for n in sorted(pool.nics, key=lambda n: n.rail))}
 
 
@@ -102,17 +112,19 @@ def render_secondary_networks(spec: ClusterSpec) -> list[Manifest]:
     n = spec.kubernetes.network_operator
     if not n.rail_subnets:
         return []
-    pools_with_nics = sorted(p.name for p in spec.node_pools if p.nics)
-    node_selector = {"nodeSelectorTerms": [{"matchExpressions": [
-        {"key": POOL_LABEL, "operator": "In", "values": pools_with_nics}]}]}
+    rails = sorted({nic.rail for p in spec.node_pools for nic in p.nics})
     out: list[Manifest] = []
-    for (rail, interface), subnet in zip(sorted(_rails(spec).items()), n.rail_subnets):
-        name = f"rail-{rail}"
-        out.append(Manifest(f"ippool-{name}", {
-            "apiVersion": "nv-ipam.nvidia.com/v1alpha1", "kind": "IPPool",
-            "metadata": {"name": name, "namespace": NAMESPACE},
-            "spec": {"subnet": subnet, "perNodeBlockSize": n.ips_per_node, "nodeSelector": node_selector}}))
-        ipam = json.dumps({"type": "nv-ipam", "poolName": name})
+    for (rail, interface), name in rail_networks(spec).items():
+        if f"ippool-rail-{rail}" not in {m.role for m in out}:
+            # one address pool per rail, on the nodes of every pool with that rail
+            subnet = n.rail_subnets[rails.index(rail)]
+            pools = sorted(p.name for p in spec.node_pools if any(nic.rail == rail for nic in p.nics))
+            out.append(Manifest(f"ippool-rail-{rail}", {
+                "apiVersion": "nv-ipam.nvidia.com/v1alpha1", "kind": "IPPool",
+                "metadata": {"name": f"rail-{rail}", "namespace": NAMESPACE},
+                "spec": {"subnet": subnet, "perNodeBlockSize": n.ips_per_node, "nodeSelector": {"nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": POOL_LABEL, "operator": "In", "values": pools}]}]}}}))
+        ipam = json.dumps({"type": "nv-ipam", "poolName": f"rail-{rail}"})
         if n.rdma_device_plugin == "sriov":
             kind, spec_ = "HostDeviceNetwork", {"resourceName": rdma_resource(spec), "ipam": ipam}
         elif spec.fabric.kind == "infiniband":

@@ -71,6 +71,19 @@ def diff_plans(old: dict[str, Any], new: dict[str, Any]) -> list[ResourceDiff]:
     return sorted(out, key=lambda d: (order[d.action], d.urn))
 
 
+def diff_outputs(old: dict[str, Any], new: dict[str, Any]) -> list[Change]:
+    """Stack exports and component outputs that change: a resource diff misses what the program derives and
+    reports (topology, check plans, GPU counts), though reviewers and StackReferences read exactly that."""
+    def values(plan: dict[str, Any]) -> dict[str, Any]:
+        out = _flatten(plan.get("outputs") or {}, "exports", {})
+        for r in plan["resources"]:
+            if r.get("outputs"):
+                _flatten(r["outputs"], f"{r['urn'].rsplit('::', 1)[-1]}.outputs", out)
+        return out
+    a, b = values(old), values(new)
+    return [Change(p, a.get(p), b.get(p)) for p in sorted(a.keys() | b.keys()) if a.get(p) != b.get(p)]
+
+
 _SIGN = {"create": "+", "delete": "-", "update": "~", "replace": "+-"}
 
 
@@ -79,13 +92,17 @@ def _short(value: Any, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def render_diff(diffs: list[ResourceDiff], unchanged: int) -> str:
+def render_diff(diffs: list[ResourceDiff], unchanged: int, outputs: list[Change] | None = None) -> str:
     lines = []
     for d in diffs:
         kind, name = d.urn.split("::")[-2].split("$")[-1], d.urn.split("::")[-1]
         lines.append(f"{_SIGN[d.action]:<2} {d.action:<7} {kind} {name}")
         lines += [f"      {c.path}: {_short(c.old)} -> {_short(c.new)}" for c in d.changes]
     counts = {a: sum(d.action == a for d in diffs) for a in ("create", "update", "replace", "delete")}
+    if outputs:
+        lines.append("Outputs:")
+        lines += [f"  ~ {c.path}: {_short(c.old)} -> {_short(c.new)}" for c in outputs]
     lines.append(f"{counts['create']} to create, {counts['update']} to update, {counts['replace']} to replace, "
-                 f"{counts['delete']} to delete, {unchanged} unchanged")
+                 f"{counts['delete']} to delete, {unchanged} unchanged"
+                 + (f"; {len(outputs)} output value(s) change" if outputs else ""))
     return "\n".join(lines) + "\n"

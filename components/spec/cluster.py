@@ -287,14 +287,15 @@ def _fabric(spec: ClusterSpec) -> Iterator[Problem]:
 def _control_plane_apart(spec: ClusterSpec) -> Iterator[Problem]:
     """The management network (SSH, NCCL's bootstrap) must not ride a data NIC: changing that NIC's MTU, QoS or
     link would cut the host off, and the data plane's lossless class would carry management traffic."""
-    control = spec.fabric.control_interface
     for i, pool in enumerate(spec.node_pools):
+        control = pool.control_interface or spec.fabric.control_interface
+        field = f"node_pools[{i}].control_interface" if pool.control_interface else "fabric.control_interface"
         for j, nic in enumerate(pool.nics):
             if nic.interface == control:
                 yield Problem(("node_pools", i, "nics", j, "interface"),
-                              f"{nic.interface} is fabric.control_interface and also the rail {nic.rail} data NIC "
+                              f"{nic.interface} is {field} and also the rail {nic.rail} data NIC "
                               f"of node pool {pool.name}; management and data plane need separate NICs: set "
-                              "fabric.control_interface to the management interface")
+                              f"{field} to the management interface")
     subnets = [ipaddress.ip_network(c) for c in spec.kubernetes.network_operator.rail_subnets]
     for i, pool in enumerate(spec.node_pools):
         for j, host in enumerate(pool.hosts):
@@ -344,12 +345,6 @@ def _kubernetes(spec: ClusterSpec) -> Iterator[Problem]:
             yield Problem(("kubernetes", "network_operator", "rail_subnets"),
                           f"{len(subnets)} subnet(s) for {len(rails)} rail(s) ({', '.join(map(str, rails))}); "
                           "give one subnet per rail, in rail order")
-        for rail in rails:
-            names = {n.interface for p in spec.node_pools for n in p.nics if n.rail == rail}
-            if len(names) > 1:
-                yield Problem(("kubernetes", "network_operator", "rail_subnets"),
-                              f"rail {rail} uses interfaces {', '.join(sorted(names))} in different pools; a "
-                              "secondary network needs one interface name per rail (rename them with udev)")
 
 
 def network_operator_enabled(spec: ClusterSpec) -> bool:

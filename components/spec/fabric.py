@@ -110,7 +110,10 @@ class Switch(SpecModel):
     vendor: Literal["cumulus", "sonic", "eos", "mlnx-os"]
     address: IpAddress
     ports: int = Field(ge=1, le=512)
-    port_speed_gbps: Literal[100, 200, 400, 800]
+    port_speed_gbps: Literal[100, 200, 400, 800] = Field(description="Rate of the ports hosts are cabled to.")
+    uplink_speed_gbps: Literal[100, 200, 400, 800] | None = Field(
+        None, description="Rate of the ports to the spines (often faster than the host ports). Omitted: "
+                          "port_speed_gbps.")
     uplinks: list[HostName] = Field(default_factory=list, description="Spines this leaf connects to. Omitted: none.")
     rails: list[int] = Field(default_factory=list, description="Rails served (rail-optimized). Omitted: every rail.")
     racks: list[DnsLabel] = Field(default_factory=list, description="Racks served. Omitted: every rack.")
@@ -125,6 +128,10 @@ class Switch(SpecModel):
     port_names: list[str] = Field(
         default_factory=list, description="Names of ports 1..ports when the vendor's default does not fit. Omitted: "
                                           "swp1.. (Cumulus), Ethernet1.. (EOS), Ethernet0, Ethernet8.. (SONiC, 8 lanes)")
+
+    @property
+    def effective_uplink_speed_gbps(self) -> int:
+        return self.uplink_speed_gbps or self.port_speed_gbps
 
     @model_validator(mode="after")
     def _port_names_cover_ports(self) -> Switch:

@@ -217,6 +217,14 @@ class NodePool(SpecModel):
     memory_gib_per_host: int = Field(ge=1, le=65536, description="Allocatable memory per host in GiB.")
     hosts: list[Host] = Field(min_length=1)
     nics: list[Nic] = Field(default_factory=list, description="Omitted: the pool has no data-plane NICs.")
+    control_interface: str | None = Field(
+        None, pattern=r"^[a-zA-Z][a-zA-Z0-9_.-]{0,14}$",
+        description="The hosts' management interface (NCCL_SOCKET_IFNAME in /etc/nccl.conf) where it differs "
+                    "from other pools'. Omitted: fabric.control_interface.")
+    nccl_min_busbw_gb_per_s: float | None = Field(
+        None, gt=0, le=5000,
+        description="Floor of the multi-node NCCL check on this pool. Omitted: fabric.checks.nccl_min_busbw_gb_per_s, "
+                    "else 80% of the slower of NVLink and the pool's NICs.")
     labels: Labels = Field(default_factory=dict, description="Extra node labels. Omitted: only the pool's own.")
     taints: list[Taint] = Field(
         default_factory=_default_taints,

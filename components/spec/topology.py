@@ -149,7 +149,7 @@ def plan_topology(spec: ClusterSpec) -> tuple[Topology, list[Problem]]:
                                     f"but only {leaf.ports} ports; add a leaf (narrow racks/rails) or fix ports"))
         loads[leaf.name] = LeafLoad(leaf.name, leaf.ports, down, uplink_ports[leaf.name],
                                     sum(link.speed_gbps for link in mine),
-                                    uplink_ports[leaf.name] * leaf.port_speed_gbps,
+                                    uplink_ports[leaf.name] * leaf.effective_uplink_speed_gbps,
                                     tuple(sorted({link.rail for link in mine})))
     problems.extend(_spine_capacity(spec))
     return Topology(tuple(links), loads), problems

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import yaml
 
-from components.offline.diff import diff_plans, render_diff
+from components.offline.diff import diff_outputs, diff_plans, render_diff
 from components.offline.plan import build_plan
 from components.cluster import GpuCluster
 from components.spec import parse_spec
@@ -54,3 +54,20 @@ def test_identical_plans_have_no_diff(record, dev_data):
     plan = plan_of(record, dev_data)
     assert diff_plans(plan, plan) == []
     assert render_diff([], unchanged=25) == "0 to create, 0 to update, 0 to replace, 0 to delete, 25 unchanged\n"
+
+
+def test_changed_outputs_and_exports_are_shown_beside_the_resources(record, dev_data):
+    """Adding a host changes no existing resource, but the GPU count, topology and burn-in outputs do change."""
+    before = plan_of(record, dev_data)
+    before["outputs"] = {"gpus": 16}
+    dev_data["sites"][0]["racks"][0]["pdu_capacity_kw"] = 60
+    dev_data["node_pools"][0]["hosts"].append({"hostname": "gpu-dev-03", "address": "10.10.0.13", "rack": "r01"})
+    after = plan_of(record, dev_data)
+    after["outputs"] = {"gpus": 24}
+    changes = {c.path: (c.old, c.new) for c in diff_outputs(before, after)}
+    assert changes["exports.gpus"] == (16, 24)
+    assert changes["dev-fabric.outputs.topology.leaves.leaf-dev-01.downlinks"] == (4, 6)
+    text = render_diff(diff_plans(before, after), 10, diff_outputs(before, after))
+    assert "Outputs:\n" in text and "  ~ exports.gpus: 16 -> 24" in text
+    assert text.rstrip().endswith(f"10 unchanged; {len(changes)} output value(s) change")
+    assert diff_outputs(before, before) == []

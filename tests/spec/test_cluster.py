@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from components.spec import parse_spec
+from components.spec.hardware import GPU_MODELS
 from tests.conftest import _DEV, problems_of
 
 
@@ -59,3 +61,26 @@ def test_ssh_cannot_run_over_a_rail_subnet(dev_data):
     assert [p.split(": ", 2)[1] for p in problems] == ["node_pools[0].hosts[0].address",
                                                        "node_pools[0].hosts[1].address"]
     assert "gpu-dev-01's SSH address 10.10.0.11 is in rail subnet 10.10.0.0/24" in problems[0]
+
+
+@pytest.mark.parametrize("model, count, product, nvswitch", [
+    ("A100-SXM4-40GB", 8, "NVIDIA-A100-SXM4-40GB", True), ("A100-PCIE-80GB", 4, "NVIDIA-A100-80GB-PCIe", False),
+    ("A100-PCIE-40GB", 2, "NVIDIA-A100-PCIE-40GB", False), ("H100-PCIE-80GB", 8, "NVIDIA-H100-PCIe", False),
+    ("H100-NVL-94GB", 4, "NVIDIA-H100-NVL", False), ("H200-SXM5-141GB", 8, "NVIDIA-H200", True),
+    ("H200-NVL-141GB", 8, "NVIDIA-H200-NVL", False), ("B200-SXM6-180GB", 8, "NVIDIA-B200", True),
+    ("L4-24GB", 8, "NVIDIA-L4", False), ("GH200-96GB", 4, "NVIDIA-GH200-480GB", False),
+])
+def test_customer_gpu_models_plan_with_their_product_label_and_board(dev_data, model, count, product, nvswitch):
+    """The label host preparation checks against nvidia-smi, and Fabric Manager only on NVSwitch boards."""
+    dev_data["node_pools"][0]["gpu"] = {"model": model, "count": count}
+    dev_data["node_pools"][0]["tuning"]["kubelet_topology_policy"] = "none"
+    dev_data["tenants"] = []
+    pool = parse_spec(yaml.safe_dump(dev_data)).node_pools[0]
+    assert pool.gpu.info.product == product and pool.gpu.nvswitch is nvswitch
+    assert pool.gpu.power_w == GPU_MODELS[model].tdp_w
+
+
+def test_a_gpu_count_no_board_has_is_refused(dev_data):
+    dev_data["node_pools"][0]["gpu"] = {"model": "GH200-96GB", "count": 8}
+    (msg,) = problems_of(dev_data)
+    assert "node_pools[0].gpu.count: GH200-96GB hosts carry 1 or 2 or 4 GPUs, not 8" in msg

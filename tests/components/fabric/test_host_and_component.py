@@ -155,6 +155,29 @@ def test_infiniband_hosts_get_ipoib_children_and_the_primary_sm_the_top_priority
     assert "sm_priority 15" in primary and "sm_priority 14" in standby
 
 
+def test_link_checks_reach_hosts_as_the_program_does_through_the_bastion(dev_data, tmp_path):
+    key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIIjPvsb1auu+FHfwP0boHL4g7PTUuBh+Kb48FXfnr632"
+    dev_data["ssh"] = {"user": "ubuntu", "port": 2222, "bastion": {"host": "bastion.lab", "user": "jump",
+                                                                   "host_key": key}}
+    dev_data["node_pools"][0]["hosts"][1]["ssh_user"] = "ops"
+    spec = parse_spec(yaml.safe_dump(dev_data))
+    text = render_link_check(spec, spec.node_pools[0])
+    # run the script's SSH set-up with an ssh that prints the configuration it would use
+    fake = tmp_path / "ssh"
+    fake.write_text("#!/usr/bin/env bash\nwhile [[ $1 == -* ]]; do [[ $1 == -F ]] && cfg=$2; shift 2; done\n"
+                    "cat \"$cfg\"\necho \"TARGET $1\"\n"
+                    "cat \"${cfg%/config}/known_hosts\"\n")
+    fake.chmod(0o755)
+    setup = text[:text.index("# check_link SERVER")] + "remote 10.10.0.12 true\n"
+    out = subprocess.run(["bash", "-c", setup], capture_output=True, text=True,
+                         env={"PATH": f"{tmp_path}:/usr/bin:/bin"})
+    assert out.returncode == 0, out.stderr
+    assert "Host 10.10.0.12\n  User ops\n  Port 2222\n  StrictHostKeyChecking yes\n  ProxyJump jump@bastion.lab:22" \
+        in out.stdout
+    assert "TARGET 10.10.0.12" in out.stdout and f"bastion.lab {key}" in out.stdout
+    assert f"[10.10.0.11]:2222 {dev_data['node_pools'][0]['hosts'][0]['host_key']}" in out.stdout
+
+
 def test_link_check_pairs_hosts_per_rail_with_the_threshold(dev_spec):
     text = render_link_check(dev_spec, dev_spec.node_pools[0])
     assert "check_link gpu-dev-01 10.10.0.11 gpu-dev-02 10.10.0.12 mlx5_0 0 360" in text
