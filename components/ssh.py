@@ -26,7 +26,7 @@ from .bash import heredoc
 from .spec.hardware import Bastion
 
 SCRIPT_MARKER = "GPUCLUSTER_SCRIPT"
-_WRAPPED = re.compile(rf"^(?:sudo -n )?/bin/bash -s <<'{SCRIPT_MARKER}'\n(.*)\n{SCRIPT_MARKER}\n?$", re.S)
+_WRAPPED = re.compile(rf"^(?:sudo -n )?/bin/bash -s <<'({SCRIPT_MARKER}[0-9]*)'\n(.*)\n\1\n?$", re.S)
 
 
 class SshTarget(NamedTuple):
@@ -54,7 +54,7 @@ def as_command(text: str, user: str) -> str:
 def unwrap(command: str) -> str:
     """The script inside a command built by `as_command` (the plan shows scripts, not wrappers)."""
     m = _WRAPPED.match(command)
-    return m.group(1) + "\n" if m else command
+    return m.group(2) + "\n" if m else command
 
 
 def connection(target: SshTarget, private_key: pulumi.Input[str]) -> remote.ConnectionArgs:

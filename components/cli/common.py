@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 
@@ -10,6 +11,7 @@ from ..offline.runner import load_stack_config
 from ..spec import SpecError
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+STACK_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
 
 
 def add_project_dir(parser: argparse.ArgumentParser) -> None:
@@ -24,15 +26,47 @@ def project_dir(args: argparse.Namespace) -> Path:
     return path
 
 
-def spec_path(args: argparse.Namespace) -> Path:
-    """A stack name maps to its specFile config, else stacks/<stack>.yaml; a .yaml path is taken as is."""
+def is_spec_file(stack: str) -> bool:
+    return stack.endswith((".yaml", ".yml")) or "/" in stack
+
+
+def stack_name(args: argparse.Namespace) -> str:
+    """The stack a STACK argument names: itself, or for a spec file path its file name without the suffix
+    (so `plan stacks/dev.yaml` plans stack dev, with Pulumi.dev.yaml's config, into build/dev)."""
     stack: str = args.stack
-    if stack.endswith((".yaml", ".yml")):
+    name = Path(stack).stem if is_spec_file(stack) else stack
+    if not STACK_RE.fullmatch(name):
+        raise SpecError(stack, [f"{stack}: {name!r} is not a stack name (letters, digits, '-', '_', '.'); name the "
+                                "stack, or a spec file whose name is one"])
+    return name
+
+
+def spec_path(args: argparse.Namespace) -> Path:
+    """A stack name maps to its specFile config, else stacks/<stack>.yaml; a spec file path is taken as is."""
+    stack: str = args.stack
+    if is_spec_file(stack):
         return Path(stack)
     root = project_dir(args)
-    config = load_stack_config(root, stack)
+    config = load_stack_config(root, stack_name(args))
     configured = config.values.get(f"{config.project}:specFile", "")
     return root / (configured or f"stacks/{stack}.yaml")
+
+
+def plain_secrets(args: argparse.Namespace, environment: str) -> list[str]:
+    """Warnings for secrets written in plain text in Pulumi.<stack>.yaml: in dev a warning, elsewhere refused."""
+    root = args.project_dir
+    if not (root / "Pulumi.yaml").exists():       # a spec file checked outside a project has no stack settings
+        return []
+    stack = stack_name(args)
+    keys = load_stack_config(root, stack).plain_secrets
+    if not keys:
+        return []
+    path = root / f"Pulumi.{stack}.yaml"
+    message = (f"{path}: {', '.join(keys)} is in plain text, readable by anyone with the repository; remove it and "
+               f"set it with `pulumi config set --secret {keys[0].split(':', 1)[-1]} < KEYFILE`")
+    if environment != "dev":
+        raise SpecError(str(path), [f"{message} (refused in {environment})"])
+    return [message]
 
 
 def report_bad_input(error: Exception) -> int:

@@ -9,14 +9,16 @@ from pathlib import Path
 from ..offline.plan import build_plan, write_plan
 from ..offline.runner import run_program
 from ..spec import SpecError, load_spec
-from .common import EXIT_FAILED, EXIT_OK, add_project_dir, project_dir, report_bad_input, spec_path
+from .common import (EXIT_FAILED, EXIT_OK, add_project_dir, is_spec_file, plain_secrets, project_dir,
+                     report_bad_input, spec_path, stack_name)
 
 HELP = "write the offline plan of a stack (resources, manifests, scripts) and print its summary"
 
 
 def add_parser(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("stack", metavar="STACK", help="stack name; its spec is stacks/STACK.yaml unless "
-                                                       "Pulumi.STACK.yaml sets specFile")
+    parser.add_argument("stack", metavar="STACK", help="stack name (its spec is stacks/STACK.yaml unless "
+                                                       "Pulumi.STACK.yaml sets specFile), or a spec file path, "
+                                                       "planned as the stack its file name names")
     parser.add_argument("--out", type=Path, help="output folder (default: build/STACK under the project)")
     add_project_dir(parser)
 
@@ -24,12 +26,15 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     try:
         root = project_dir(args)
-        load_spec(spec_path(args))      # bad input stops here, before anything runs
-        result = run_program(root, args.stack)
+        stack, path = stack_name(args), spec_path(args)
+        spec = load_spec(path)          # bad input stops here, before anything runs
+        for warning in plain_secrets(args, spec.environment):
+            print(f"warning: {warning}", file=sys.stderr)
+        result = run_program(root, stack, spec_file=path.resolve() if is_spec_file(args.stack) else None)
     except SpecError as e:
         return report_bad_input(e)
     plan = build_plan(result)
-    out = args.out or root / "build" / args.stack
+    out = args.out or root / "build" / stack
     try:
         write_plan(plan, out)
     except FileExistsError as e:

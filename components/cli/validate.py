@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ..spec import SpecError, load_spec
-from .common import EXIT_OK, add_project_dir, report_bad_input, spec_path
+from .common import EXIT_OK, add_project_dir, plain_secrets, report_bad_input, spec_path
 
 HELP = "validate a stack's cluster spec and list every problem"
 
@@ -19,10 +19,11 @@ def run(args: argparse.Namespace) -> int:
     try:
         path = spec_path(args)
         spec = load_spec(path)
+        warnings = plain_secrets(args, spec.environment) + spec.warnings()
     except SpecError as e:
         return report_bad_input(e)
     print(f"{path}: valid: cluster {spec.name} ({spec.environment}), {len(spec.node_pools)} node pool(s), "
           f"{spec.gpus} GPUs, {len(spec.tenants)} tenant(s)")
-    for w in spec.warnings():
+    for w in warnings:
         print(f"warning: {w}")
     return EXIT_OK

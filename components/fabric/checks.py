@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..bash import fill, script
+from ..bash import call, fill, script
 from ..k8s.labels import POOL_LABEL, pool_tolerations
 from ..k8s.network_operator import pod_networks, rdma_resource
 from ..spec import ClusterSpec, NodePool
@@ -44,8 +44,8 @@ def render_link_check(spec: ClusterSpec, pool: NodePool) -> str | None:
     for server, client in _pairs([h.hostname for h in pool.hosts]):
         for nic in sorted(pool.nics, key=lambda n: n.rail):
             floor = nic.speed_gbps * percent / 100
-            lines.append(f"check_link {server} {by_name[server].address} {client} {by_name[client].address} "
-                         f"{nic.device} {nic.rail} {floor:g}")
+            lines.append(call("check_link", server, by_name[server].address, client, by_name[client].address,
+                              nic.device, nic.rail, f"{floor:g}"))
     template = r'''
 # How the hosts are reached, as the program reaches them: user, port, bastion and pinned host keys.
 SSH_DIR=$(mktemp -d)

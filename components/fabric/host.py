@@ -9,7 +9,7 @@ become Active before they are checked.
 
 from __future__ import annotations
 
-from ..bash import fill, script
+from ..bash import call, fill, script
 from ..spec import ClusterSpec
 from ..spec.hardware import Nic
 from ..ssh import Script
@@ -278,21 +278,21 @@ def render_apply(spec: ClusterSpec, hostname: str, nics: list[Nic], nccl: dict[s
             ['need mlnx_qos "install DOCA-OFED or mlnx-tools (they ship mlnx_qos)"', 'need ethtool "install ethtool"']
             if roce is not None else ['need ibstat "install infiniband-diags"'])]
     checks = "".join(f"{t}\n" for t in tools) + \
-        "".join(f"check_nic {n.device} {n.interface} {n.rail} {layer}\n" for n in nics)
+        "".join(call("check_nic", n.device, n.interface, n.rail, layer) + "\n" for n in nics)
     if roce is not None:
         dscp = "\n  ".join(f'dscp_prio "$if" {d} {p}' for d, p in sorted(roce.dscp_priorities.items()))
         bits = ["1" if i == roce.priority else "0" for i in range(8)]
         parts.append(fill(_ROCE.replace("@DSCP_MAP@", dscp), MTU=fabric.effective_mtu_bytes, PRIO=roce.priority,
                           PFC_BITS="".join(bits), PFC=",".join(bits), CNP_DSCP=roce.cnp_dscp,
                           CNP_PRIO=roce.cnp_priority, TOS=roce.tos))
-        body = "".join(f"roce_nic {n.device} {n.interface}\n" for n in nics)
-        gid = fill(_GID.replace("@DEVICES@", " ".join(n.device for n in nics)))
+        body = "".join(call("roce_nic", n.device, n.interface) + "\n" for n in nics)
+        gid = fill(_GID.replace("@DEVICES@", call(*(n.device for n in nics))))
     else:
         parts.append(fill(_IB, IPOIB_MTU=fabric.effective_mtu_bytes - 4, PUSH_WAIT=PUSH_WAIT_S))
         ib = fabric.infiniband
         pkeys = [p.pkey | 0x8000 for p in (ib.partitions if ib else [])]
-        body = "".join(f"ib_nic {n.device} {n.interface} {n.speed_gbps}\n"
-                       + "".join(f"ipoib_child {n.interface} {k:#06x}\n" for k in pkeys) for n in nics)
+        body = "".join(call("ib_nic", n.device, n.interface, n.speed_gbps) + "\n"
+                       + "".join(call("ipoib_child", n.interface, f"{k:#06x}") + "\n" for k in pkeys) for n in nics)
         gid = ""
     parts.append("\n# --- every tool and NIC first: nothing changes unless all of them are there --------\n"
                  + checks + "\n# --- then the settings ---\n" + body)

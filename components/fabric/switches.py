@@ -10,9 +10,10 @@ is: removing lossless settings under live RDMA traffic would do more harm than k
 
 from __future__ import annotations
 
+import shlex
 from typing import ClassVar, Protocol
 
-from ..bash import fill, script
+from ..bash import call, fill, script
 from ..spec.fabric import FabricSpec, RoceSettings, Switch
 from ..ssh import Script
 
@@ -53,7 +54,7 @@ class Cumulus:
         return f"swp{number}"
 
     def commands(self, roce: RoceSettings, mtu_bytes: int, ports: list[str]) -> list[str]:
-        ecn, tc, ifs = roce.ecn, self.ROCE_TC, _ranges(ports, "swp")
+        ecn, tc, ifs = roce.ecn, self.ROCE_TC, shlex.quote(_ranges(ports, "swp"))
         out = ["nv set qos roce mode lossless"]
         out += [f"nv set qos mapping default-global dscp {d} switch-priority {p}"
                 for d, p in sorted(roce.dscp_priorities.items())]
@@ -143,7 +144,7 @@ if [[ "$wred" != @WRED@ ]]; then
 fi
 for port in @PORTS@; do roce_port "$port"; done
 if (( CHANGES > 0 )); then config save -y >/dev/null; note "saved to /etc/sonic/config_db.json"; fi
-'''.replace("@MAPS@", maps).replace("@WATCHDOG@", watchdog).replace("@PORTS@", " ".join(ports)),
+'''.replace("@MAPS@", maps).replace("@WATCHDOG@", watchdog).replace("@PORTS@", call(*ports)),
                     PRIO=roce.priority, MTU=mtu_bytes, GMIN=ecn.min_threshold_kb * 1000,
                     GMAX=ecn.max_threshold_kb * 1000, GDROP=ecn.probability_percent,
                     WRED=f"{ecn.min_threshold_kb * 1000},{ecn.max_threshold_kb * 1000},{ecn.probability_percent}")

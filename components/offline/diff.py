@@ -26,11 +26,35 @@ class ResourceDiff:
 
 
 def load_plan(plan_dir: Path) -> dict[str, Any]:
+    """A plan's resources.json, checked for the shape `diff` reads, so a damaged file is named, not a traceback."""
     path = plan_dir / "resources.json"
+    fix = f"run `gpucluster plan STACK --out {plan_dir}` again"
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        plan = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise FileNotFoundError(f"{path} does not exist; run `gpucluster plan STACK --out {plan_dir}` first") from None
+        raise FileNotFoundError(f"{path} does not exist; {fix}") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"{path} cannot be read as a plan ({e}); {fix}") from None
+    problem = _shape_problem(plan)
+    if problem:
+        raise ValueError(f"{path} is not a plan written by `gpucluster plan`: {problem}; {fix}")
+    return plan
+
+
+def _shape_problem(plan: Any) -> str | None:
+    if not isinstance(plan, dict):
+        return f"it holds a {type(plan).__name__}, not an object"
+    if not isinstance(plan.get("resources"), list):
+        return "it has no list of resources"
+    if not isinstance(plan.get("outputs", {}), dict):
+        return "its outputs are not an object"
+    for i, r in enumerate(plan["resources"]):
+        if not isinstance(r, dict) or not isinstance(r.get("urn"), str) or r["urn"].count("::") < 3:
+            return f"resource {i} has no urn (urn:pulumi:STACK::PROJECT::TYPE::NAME)"
+        for key in ("inputs", "options", "outputs"):
+            if not isinstance(r.get(key) if r.get(key) is not None else {}, dict):
+                return f"the {key} of {r['urn']} are not an object"
+    return None
 
 
 def _flatten(value: Any, prefix: str, out: dict[str, Any]) -> dict[str, Any]:

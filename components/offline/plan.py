@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pulumi.runtime import rpc as _rpc
 
 from ..cluster import GpuCluster
@@ -115,10 +114,15 @@ def _machine_names(clusters: list[ClusterSpec]) -> dict[str, str]:
     return names
 
 
+# ConfigMaps and Secrets hold at most 1 MiB; etcd refuses any request over 1.5 MiB.
+MAX_OBJECT_BYTES = 1024 * 1024
+
+
 def build_plan(run: ProgramRun) -> Plan:
     files: dict[str, str] = {}
     specs = [r.inputs["spec"] for r in run.records if r.type == GpuCluster.TYPE and "spec" in r.inputs]
-    clusters = [ClusterSpec.model_validate(redact(s)) for s in specs]
+    # strict=False: the registered spec went through JSON, where DSCP map keys became strings
+    clusters = [ClusterSpec.model_validate(redact(s), strict=False) for s in specs]
     names = _machine_names(clusters)
     errors = [f"duplicate resource URN {u}: the real engine refuses this" for u in run.duplicates]
     owners: dict[str, str] = {}
@@ -131,6 +135,10 @@ def build_plan(run: ProgramRun) -> Plan:
                               "one would overwrite the other")
             owners[path] = r.name
             files[path] = to_yaml(_k8s_document(r.inputs))
+            size = len(json.dumps(redact(r.inputs), ensure_ascii=False).encode())
+            if size > MAX_OBJECT_BYTES:
+                errors.append(f"{path} is {size:,} bytes; the API server refuses objects over {MAX_OBJECT_BYTES:,} "
+                              "(a ConfigMap's limit): split it or make the spec that produces it smaller")
         elif r.type == HELM_RELEASE:
             path, text = _release_files(r)
             files[path] = text

@@ -19,6 +19,8 @@ from pulumi.runtime import settings as _settings
 from pulumi.runtime.stack import run_in_stack
 from pulumi.runtime.sync_await import _sync_await
 
+from ..spec import SpecError
+from ..spec.loader import PRIVATE_KEY_RE
 from .recorder import Record, RecordingMonitor
 
 ORGANIZATION = "organization"
@@ -30,6 +32,7 @@ class StackConfig:
     values: dict[str, str]                 # fully qualified key -> string, as the CLI hands them over
     secret_keys: list[str]
     unresolved_secrets: list[str] = field(default_factory=list)
+    plain_secrets: list[str] = field(default_factory=list)   # secrets (or private keys) written in plain text
 
 
 @dataclass
@@ -48,8 +51,10 @@ def load_stack_config(project_dir: Path, stack: str) -> StackConfig:
     """Project defaults from Pulumi.yaml, then Pulumi.<stack>.yaml. Encrypted (`secure:`) values cannot be
     decrypted without the engine, and a declared secret may not be set yet: both become a secret placeholder
     and are listed as unresolved."""
-    project_file = yaml.safe_load((project_dir / "Pulumi.yaml").read_text(encoding="utf-8"))
-    project = project_file["name"]
+    project_file = _read_yaml(project_dir / "Pulumi.yaml")
+    project = project_file.get("name")
+    if not isinstance(project, str):
+        raise SpecError(str(project_dir / "Pulumi.yaml"), [f"{project_dir / 'Pulumi.yaml'}: no project name"])
 
     def qualify(key: str) -> str:
         return key if ":" in key else f"{project}:{key}"
@@ -70,20 +75,39 @@ def load_stack_config(project_dir: Path, stack: str) -> StackConfig:
                 secret_keys.add(qualify(key))
         else:
             values[qualify(key)] = encode(decl)
+    plain: list[str] = []
     stack_file = project_dir / f"Pulumi.{stack}.yaml"
     if stack_file.exists():
-        for key, value in ((yaml.safe_load(stack_file.read_text(encoding="utf-8")) or {}).get("config") or {}).items():
+        config = _read_yaml(stack_file).get("config") or {}
+        if not isinstance(config, dict):
+            raise SpecError(str(stack_file), [f"{stack_file}: config is not a mapping of keys to values"])
+        for key, value in config.items():
             if isinstance(value, dict) and set(value) == {"secure"}:
                 values[qualify(key)] = f"offline-placeholder-for-{qualify(key)}"
                 secret_keys.add(qualify(key))
                 unresolved.append(qualify(key))
             else:
                 values[qualify(key)] = encode(value)
+                if qualify(key) in secret_keys or PRIVATE_KEY_RE.search(values[qualify(key)]):
+                    plain.append(qualify(key))
     for key in sorted(secret_keys):     # declared secrets no stack file sets (they live in the engine's state)
         if key not in values:
             values[key] = f"offline-placeholder-for-{key}"
             unresolved.append(key)
-    return StackConfig(project, values, sorted(secret_keys), sorted(unresolved))
+    return StackConfig(project, values, sorted(secret_keys), sorted(unresolved), sorted(plain))
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    """A Pulumi settings file as a mapping; anything else is bad input naming the file."""
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+        raise SpecError(str(path), [f"{path}: cannot be read as YAML ({str(e)[:200]}); fix the file"]) from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise SpecError(str(path), [f"{path}: holds a {type(data).__name__}, not a mapping of settings"])
+    return data
 
 
 @contextmanager
@@ -141,10 +165,13 @@ def run_offline(program: Callable[[], Any], *, project: str, stack: str,
                       unresolved_secrets=list(unresolved_secrets or []), seconds=seconds)
 
 
-def run_program(project_dir: str | Path, stack: str) -> ProgramRun:
-    """Run `<project_dir>/__main__.py` for `stack` with the stack's config, as `pulumi preview` would."""
+def run_program(project_dir: str | Path, stack: str, spec_file: Path | None = None) -> ProgramRun:
+    """Run `<project_dir>/__main__.py` for `stack` with the stack's config, as `pulumi preview` would;
+    `spec_file` stands for the stack's specFile config (`pulumi config set specFile PATH`)."""
     project_dir = Path(project_dir).resolve()
     cfg = load_stack_config(project_dir, stack)
+    if spec_file is not None:
+        cfg.values[f"{cfg.project}:specFile"] = str(spec_file)
     with _program_dir(project_dir):
         return run_offline(lambda: runpy.run_path(str(project_dir / "__main__.py"), run_name="__main__"),
                            project=cfg.project, stack=stack, config=cfg.values, secret_keys=cfg.secret_keys,

@@ -6,9 +6,9 @@ import ipaddress
 from collections import Counter
 from typing import Iterator, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field
 
-from .common import CrossFieldError, DnsLabel, Loc, Problem, SpecModel
+from .common import Check, DnsLabel, Loc, Problem, SpecModel, valid
 from .fabric import FabricSpec
 from .hardware import Host, NodePool, Rack, Site, SshSettings
 from .kubernetes import KubernetesSpec
@@ -35,21 +35,14 @@ class ClusterSpec(SpecModel):
     name: DnsLabel = Field(description="Cluster name; prefixes every resource of the environment.")
     environment: Literal["dev", "staging", "prod"] = Field(
         description="Which environment this is; staging and prod get the strict policies.")
-    sites: list[Site] = Field(min_length=1)
+    sites: list[Site] = Field(min_length=1, max_length=64)
     ssh: SshSettings = Field(default_factory=SshSettings, description="Omitted: root on port 22, no bastion.")
-    node_pools: list[NodePool] = Field(min_length=1)
+    node_pools: list[NodePool] = Field(min_length=1, max_length=64)
     fabric: FabricSpec = Field(default_factory=FabricSpec, description="Omitted: plain Ethernet, unmanaged switches.")
     storage: StorageSpec = Field(default_factory=StorageSpec, description="Omitted: no parallel filesystem.")
     kubernetes: KubernetesSpec = Field(default_factory=KubernetesSpec,
                                        description="Omitted: the defaults of each field.")
-    tenants: list[Tenant] = Field(default_factory=list, description="Omitted: no tenants.")
-
-    @model_validator(mode="after")
-    def _cross_field_rules(self) -> ClusterSpec:
-        problems = [p for rule in _RULES for p in rule(self)]
-        if problems:
-            raise CrossFieldError(problems)
-        return self
+    tenants: list[Tenant] = Field(default_factory=list, max_length=1024, description="Omitted: no tenants.")
 
     # --- derived views used by planners ----------------------------------------------------------
     @property
@@ -129,6 +122,7 @@ class ClusterSpec(SpecModel):
 # --- cross-field rules: each yields Problems and never stops at the first one ------------------------
 
 def _duplicates(items: list[tuple[Loc, str]], what: str, fix: str) -> Iterator[Problem]:
+    items = [(loc, v) for loc, v in items if valid(v)]
     counts = Counter(v for _, v in items)
     first: dict[str, Loc] = {}
     for loc, v in items:
@@ -178,7 +172,7 @@ def _racks_exist(spec: ClusterSpec) -> Iterator[Problem]:
     refs += [(("fabric", "switches", i, "racks", j), r)
              for i, s in enumerate(spec.fabric.switches) for j, r in enumerate(s.racks)]
     for loc, rack in refs:
-        if rack not in racks:
+        if valid(rack) and rack not in racks:
             yield Problem(loc, f"rack {rack!r} is not defined in sites; known racks: {known}. "
                                "Add the rack to a site or fix the name")
 
@@ -188,14 +182,21 @@ def _tenants(spec: ClusterSpec) -> Iterator[Problem]:
                            "tenant name", "give each tenant its own name")
     yield from _duplicates([(("tenants", i, "namespace"), t.namespace_name) for i, t in enumerate(spec.tenants)],
                            "namespace", "each tenant needs its own namespace")
+
+
+def _tenant_namespaces_free(spec: ClusterSpec) -> Iterator[Problem]:
     reserved = spec.system_namespaces
-    pools = spec.pools
     for i, t in enumerate(spec.tenants):
         if t.namespace_name in reserved:
             field = "namespace" if t.namespace else "name"
             yield Problem(("tenants", i, field),
                           f"namespace {t.namespace_name!r} belongs to the platform; choose another "
                           f"(reserved: {', '.join(sorted(reserved))})")
+
+
+def _tenant_quotas_fit(spec: ClusterSpec) -> Iterator[Problem]:
+    pools = spec.pools
+    for i, t in enumerate(spec.tenants):
         for flavor in t.gpu_quota:
             if flavor not in pools:
                 yield Problem(("tenants", i, "gpu_quota", flavor),
@@ -213,6 +214,9 @@ def _tenants(spec: ClusterSpec) -> Iterator[Problem]:
                           f"({', '.join(f'{spec.tenants[i].name}: {n}' for i, n in asked)}) but node pool "
                           f"{flavor!r} holds {capacity} ({len(pool.hosts)} hosts x {pool.gpu.count}{shared}); "
                           "lower the nominal quotas or add hosts")
+
+
+def _tenant_cpu_memory_fit(spec: ClusterSpec) -> Iterator[Problem]:
     for attr, unit, total in (("cpu_cores", "CPU cores", sum(p.cpu_cores for p in spec.node_pools)),
                               ("memory_gib", "GiB of memory", sum(p.memory_gib for p in spec.node_pools))):
         get = spec.tenant_cpu_cores if attr == "cpu_cores" else spec.tenant_memory_gib
@@ -224,7 +228,7 @@ def _tenants(spec: ClusterSpec) -> Iterator[Problem]:
                           f"lower {attr}")
 
 
-def _fabric(spec: ClusterSpec) -> Iterator[Problem]:
+def _infiniband(spec: ClusterSpec) -> Iterator[Problem]:
     fabric = spec.fabric
     hostnames = {h.hostname for _, h in spec.hosts()} | {s.hostname for s in spec.storage.servers}
     if fabric.infiniband is not None:
@@ -240,6 +244,10 @@ def _fabric(spec: ClusterSpec) -> Iterator[Problem]:
         yield from _duplicates([(("fabric", "infiniband", "partitions", i, "name"), p.name)
                                 for i, p in enumerate(ib.partitions)], "partition name",
                                "each partition needs its own name")
+
+
+def _switches(spec: ClusterSpec) -> Iterator[Problem]:
+    fabric = spec.fabric
     switches = {s.name: s for s in fabric.switches}
     rails = {n.rail for p in spec.node_pools for n in p.nics}
     for i, sw in enumerate(fabric.switches):
@@ -272,6 +280,10 @@ def _fabric(spec: ClusterSpec) -> Iterator[Problem]:
             yield Problem(("fabric", "switches", i, "vendor"),
                           f"no RoCE configuration backend for {sw.vendor} (have: {', '.join(SWITCH_VENDORS)}); "
                           "set managed: false and configure it by hand, or use a supported vendor")
+
+
+def _leaves_reach_spines(spec: ClusterSpec) -> Iterator[Problem]:
+    fabric = spec.fabric
     leaves = [(i, sw) for i, sw in enumerate(fabric.switches) if sw.role == "leaf"]
     if fabric.kind == "infiniband" and len(leaves) > 1:
         for i, sw in leaves:
@@ -280,7 +292,9 @@ def _fabric(spec: ClusterSpec) -> Iterator[Problem]:
                               f"InfiniBand leaf {sw.name} has no uplinks: leaves without spines are separate subnets, "
                               "each needing its own subnet manager, which this fabric does not set up; connect it "
                               "to the spines")
-    yield from _control_plane_apart(spec)
+
+
+def _cabling(spec: ClusterSpec) -> Iterator[Problem]:
     yield from plan_topology(spec)[1]
 
 
@@ -296,6 +310,9 @@ def _control_plane_apart(spec: ClusterSpec) -> Iterator[Problem]:
                               f"{nic.interface} is {field} and also the rail {nic.rail} data NIC "
                               f"of node pool {pool.name}; management and data plane need separate NICs: set "
                               f"{field} to the management interface")
+
+
+def _ssh_off_the_rails(spec: ClusterSpec) -> Iterator[Problem]:
     subnets = [ipaddress.ip_network(c) for c in spec.kubernetes.network_operator.rail_subnets]
     for i, pool in enumerate(spec.node_pools):
         for j, host in enumerate(pool.hosts):
@@ -352,4 +369,29 @@ def network_operator_enabled(spec: ClusterSpec) -> bool:
     return spec.fabric.rdma if enabled is None else enabled
 
 
-_RULES = (_unique_names, _racks_exist, _tenants, _fabric, _kubernetes)
+def _rack_power(spec: ClusterSpec) -> Iterator[Problem]:
+    """At peak, the hosts of a rack (GPUs at their TDP plus each host's base power) must not draw more than its
+    PDUs deliver: the breakers trip under a full training load, which no burn-in of one node shows."""
+    drawn: dict[str, list[tuple[str, int, int]]] = {}
+    for pool in spec.node_pools:
+        per_host_w = pool.gpu.count * pool.gpu.power_w + (pool.host_base_power_w or 0)
+        for host in pool.hosts:
+            if valid(host.rack):
+                drawn.setdefault(host.rack, []).append((pool.name, per_host_w, pool.gpu.count))
+    for i, site in enumerate(spec.sites):
+        for j, rack in enumerate(site.racks):
+            loads = drawn.get(rack.name, [])
+            total_kw = sum(w for _, w, _ in loads) / 1000
+            if total_kw > rack.pdu_capacity_kw:
+                per_pool = Counter((name, w) for name, w, _ in loads)
+                parts = ", ".join(f"{n} x {w / 1000:g} kW ({name})" for (name, w), n in sorted(per_pool.items()))
+                yield Problem(("sites", i, "racks", j, "pdu_capacity_kw"),
+                              f"rack {rack.name}'s hosts draw up to {total_kw:g} kW at peak ({parts}; GPUs at TDP "
+                              f"plus host_base_power_w) but its PDUs deliver {rack.pdu_capacity_kw:g} kW; move hosts "
+                              "to another rack or correct pdu_capacity_kw")
+
+
+_RULES: tuple[Check, ...] = (_unique_names, _racks_exist, _tenants, _tenant_namespaces_free, _tenant_quotas_fit,
+                             _tenant_cpu_memory_fit, _infiniband, _switches, _leaves_reach_spines,
+                             _control_plane_apart, _ssh_off_the_rails, _cabling, _kubernetes, _rack_power)
+ClusterSpec._checks = _RULES

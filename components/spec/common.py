@@ -1,19 +1,39 @@
-"""Building blocks shared by every part of the cluster spec."""
+"""Building blocks shared by every part of the cluster spec.
+
+Every string that can reach a script or a Kubernetes object has a type here that holds it to the grammar of
+what it is (a host name, an interface, a device path, a user, an image reference), so nothing a shell would
+interpret gets past validation; scripts quote them as well.
+"""
 
 from __future__ import annotations
 
 import ipaddress
+import posixpath
 import re
-from typing import Annotated, Literal, NamedTuple
+from typing import Annotated, Any, Callable, ClassVar, Iterable, Literal, NamedTuple
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-DNS_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+DNS_LABEL_RE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 # RFC 1123 subdomain: what Kubernetes accepts for node names and most object names.
-DNS_SUBDOMAIN_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-LABEL_KEY_RE = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
-                          r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
-LABEL_VALUE_RE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+DNS_SUBDOMAIN_RE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+LABEL_KEY_RE = re.compile(r"([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+                          r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+LABEL_VALUE_RE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
+# Linux network interface names (IFNAMSIZ: 15 characters).
+INTERFACE_RE = re.compile(r"[a-zA-Z][a-zA-Z0-9_.-]{0,14}")
+# Switch port names: swp1s0 (Cumulus), Ethernet1/1 (EOS), Ethernet0 (SONiC), 1/1/1 styles.
+PORT_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9/_.:-]{0,31}")
+# Login names as useradd accepts them by default (plus '.', common in directory-backed accounts).
+USER_RE = re.compile(r"[a-z_][a-z0-9_.-]{0,31}")
+PATH_RE = re.compile(r"/[A-Za-z0-9/_.+-]*")
+# An OCI image reference: [registry[:port]/]path[:tag][@digest], as the distribution reference grammar has it.
+_PATH_PART = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+IMAGE_RE = re.compile(rf"(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*"
+                      rf"(?::[0-9]+)?/)?{_PATH_PART}(?:/{_PATH_PART})*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{{0,127}})?"
+                      r"(?:@[a-z0-9]+(?:[.+_-][a-z0-9]+)*:[0-9a-fA-F]{32,})?")
+VERSION_RE = re.compile(r"[A-Za-z0-9]+(?:[._-][A-Za-z0-9]+)*")
+CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 
 
 Loc = tuple[str | int, ...]
@@ -37,61 +57,197 @@ def field_error(field: str, message: str) -> CrossFieldError:
     return CrossFieldError([Problem((field,), message)])
 
 
-class SpecModel(BaseModel):
-    """Base of every spec model: immutable, and unknown keys are errors (typos never pass silently)."""
+def shown(value: object, limit: int = 60) -> str:
+    """A value as written, cut so that a huge one never floods a message."""
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    size = f"{len(value)} characters" if isinstance(value, str) else type(value).__name__
+    return f"{text[:limit]}... ({size})"
 
-    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=False)
+
+# --- rules that span fields, run even where other parts of the spec failed ---------------------------
+
+class Tainted(Exception):
+    """A rule used a value that failed validation; the rest of that rule is skipped (its inputs are wrong)."""
+
+
+class Invalid:
+    """Stands for a value that failed validation while the other rules run: any use of it raises Tainted, so a
+    rule reports only what it could judge from valid values (see loader.partial)."""
+
+    __slots__ = ("loc",)
+
+    def __init__(self, loc: Loc):
+        object.__setattr__(self, "loc", loc)
+
+    def _taint(self, *args: Any, **kwargs: Any) -> Any:
+        raise Tainted(self.loc)
+
+    __getattr__ = __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = __hash__ = __bool__ = _taint
+    __str__ = __repr__ = __format__ = __iter__ = __len__ = __contains__ = __getitem__ = _taint
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __truediv__ = __rtruediv__ = _taint
+    __floordiv__ = __rfloordiv__ = __mod__ = __neg__ = __int__ = __float__ = __index__ = _taint
+    __lshift__ = __rshift__ = __and__ = __rand__ = __or__ = __ror__ = __call__ = _taint
+
+
+def valid(value: object) -> bool:
+    return not isinstance(value, Invalid)
+
+
+Check = Callable[[Any], Iterable[Problem]]
+
+
+def run_checks(model: BaseModel, partial: bool = False) -> list[Problem]:
+    """Every problem each of the model's checks finds. On a partly invalid model (`partial`) a check that reaches
+    an invalid value stops there, also where it handed one to a model (which refuses it)."""
+    skip: tuple[type[Exception], ...] = (Tainted, ValidationError) if partial else (Tainted,)
+    out: list[Problem] = []
+    for check in getattr(type(model), "_checks", ()):
+        try:
+            for problem in check(model):
+                out.append(problem)
+        except skip:
+            pass
+    return out
+
+
+class SpecModel(BaseModel):
+    """Base of every spec model: immutable; unknown keys are errors (typos never pass silently); values keep
+    their YAML type (`"8"` is not a number, `yes` is not a rail); no NaN or infinity.
+
+    Rules spanning fields are the functions in `_checks`; all of them run, and each reports every problem.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=False, strict=True,
+                              allow_inf_nan=False)
+    _checks: ClassVar[tuple[Check, ...]] = ()
+
+    @model_validator(mode="after")
+    def _run_checks(self) -> Any:
+        problems = run_checks(self)
+        if problems:
+            raise CrossFieldError(problems)
+        return self
+
+
+# --- grammars -----------------------------------------------------------------------------------------
+
+def _grammar(rx: re.Pattern[str], what: str, example: str, max_len: int) -> Callable[[str], str]:
+    def check(value: str) -> str:
+        if len(value) > max_len or not rx.fullmatch(value):
+            raise ValueError(f"{shown(value)} is not {what} (e.g. {example!r})")
+        return value
+    return check
 
 
 def _dns_label(value: str) -> str:
-    if len(value) > 63 or not DNS_LABEL_RE.match(value):
+    if len(value) > 63 or not DNS_LABEL_RE.fullmatch(value):
         raise ValueError(
-            f"{value!r} is not a DNS label: use at most 63 lowercase letters, digits and '-', "
+            f"{shown(value)} is not a DNS label: use at most 63 lowercase letters, digits and '-', "
             "starting and ending with a letter or digit (e.g. 'team-a')")
     return value
 
 
-def _dns_subdomain(value: str) -> str:
-    if len(value) > 253 or not DNS_SUBDOMAIN_RE.match(value):
+def _host_name(value: str) -> str:
+    # 63, not DNS's 253: a host name is also the value of the kubernetes.io/hostname label.
+    if len(value) > 63 or not DNS_SUBDOMAIN_RE.fullmatch(value):
         raise ValueError(
-            f"{value!r} is not a valid host name: use lowercase letters, digits, '-' and '.', "
-            "each part starting and ending with a letter or digit (e.g. 'gpu-node-01')")
+            f"{shown(value)} is not a valid host name: use at most 63 lowercase letters, digits, '-' and '.', "
+            "each part starting and ending with a letter or digit (e.g. 'gpu-node-01'); it is also a "
+            "Kubernetes label value")
     return value
 
 
 def _ip_address(value: str) -> str:
     try:
-        return str(ipaddress.ip_address(value))
+        address = ipaddress.ip_address(value)
     except ValueError:
-        raise ValueError(f"{value!r} is not an IPv4 or IPv6 address (e.g. '10.0.0.11')") from None
+        raise ValueError(f"{shown(value)} is not an IPv4 or IPv6 address (e.g. '10.0.0.11')") from None
+    kind = next((k for k, bad in (("an unspecified", address.is_unspecified), ("a loopback", address.is_loopback),
+                                  ("a multicast", address.is_multicast),
+                                  ("the broadcast", str(address) == "255.255.255.255")) if bad), None)
+    if kind:
+        raise ValueError(f"{value} is {kind} address, which no other machine can reach; use the machine's "
+                         "management address")
+    return str(address)
 
 
 def _host_or_ip(value: str) -> str:
     try:
-        return str(ipaddress.ip_address(value))
+        ipaddress.ip_address(value)
     except ValueError:
-        return _dns_subdomain(value)
+        return _host_name(value)
+    return _ip_address(value)
 
 
 def _label_key(value: str) -> str:
-    if not LABEL_KEY_RE.match(value) or len(value.rsplit("/", 1)[-1]) > 63:
-        raise ValueError(f"{value!r} is not a Kubernetes label key (e.g. 'example.com/team')")
+    if not LABEL_KEY_RE.fullmatch(value) or len(value.rsplit("/", 1)[-1]) > 63 or len(value) > 316:
+        raise ValueError(f"{shown(value)} is not a Kubernetes label key (e.g. 'example.com/team')")
     return value
 
 
 def _label_value(value: str) -> str:
-    if len(value) > 63 or not LABEL_VALUE_RE.match(value):
-        raise ValueError(f"{value!r} is not a Kubernetes label value: at most 63 letters, digits, '-', '_', '.'")
+    if len(value) > 63 or not LABEL_VALUE_RE.fullmatch(value):
+        raise ValueError(f"{shown(value)} is not a Kubernetes label value: at most 63 letters, digits, '-', '_', "
+                         "'.', starting and ending with a letter or digit")
+    return value
+
+
+def _abs_path(value: str) -> str:
+    if len(value) > 1024 or not PATH_RE.fullmatch(value) or (value != "/" and value.endswith("/")) \
+            or posixpath.normpath(value) != value or ".." in value.split("/"):
+        raise ValueError(f"{shown(value)} is not an absolute path in normal form: start with '/', no '..', '.', "
+                         f"'//' or trailing '/', only letters, digits and '/_.+-' (e.g. "
+                         f"{posixpath.normpath(value) if value.startswith('/') else '/mnt/data'!r})")
+    return value
+
+
+def _device_path(value: str) -> str:
+    _abs_path(value)
+    if not value.startswith("/dev/"):
+        raise ValueError(f"{shown(value)} is not a device under /dev/ (e.g. '/dev/disk/by-id/nvme-...')")
+    return value
+
+
+def _group_name(value: str) -> str:
+    if not value.strip() or value != value.strip() or CONTROL_RE.search(value) or len(value) > 256:
+        raise ValueError(f"{shown(value)} is not an identity group name: give the group's name as the identity "
+                         "provider sends it, without leading or trailing spaces or control characters")
+    return value
+
+
+def _text(value: str) -> str:
+    if CONTROL_RE.search(value.replace("\n", "")) or len(value) > 1024:
+        raise ValueError(f"{shown(value)} is not plain text of at most 1024 characters without control characters")
+    return value
+
+
+def _version(value: str) -> str:
+    if len(value) > 64 or not VERSION_RE.fullmatch(value) or not re.search(r"[0-9]", value):
+        raise ValueError(f"{shown(value)} is not a version: digits and letters separated by '.', '-' or '_' "
+                         "(e.g. '25.04-0.6.1.0-2')")
     return value
 
 
 DnsLabel = Annotated[str, AfterValidator(_dns_label)]
-HostName = Annotated[str, AfterValidator(_dns_subdomain)]
+HostName = Annotated[str, AfterValidator(_host_name)]
 IpAddress = Annotated[str, AfterValidator(_ip_address)]
 HostOrIp = Annotated[str, AfterValidator(_host_or_ip)]
 LabelKey = Annotated[str, AfterValidator(_label_key)]
 LabelValue = Annotated[str, AfterValidator(_label_value)]
 Labels = dict[LabelKey, LabelValue]
+InterfaceName = Annotated[str, AfterValidator(_grammar(INTERFACE_RE, "a network interface name", "ens1f0np0", 15))]
+PortName = Annotated[str, AfterValidator(_grammar(PORT_NAME_RE, "a switch port name", "swp1", 32))]
+UserName = Annotated[str, AfterValidator(_grammar(USER_RE, "a login name (lowercase letters, digits, '_.-')",
+                                                  "ubuntu", 32))]
+ImageRef = Annotated[str, AfterValidator(_grammar(IMAGE_RE, "an image reference", "nvcr.io/nvidia/pytorch:25.01-py3",
+                                                  255))]
+AbsPath = Annotated[str, AfterValidator(_abs_path)]
+DevicePath = Annotated[str, AfterValidator(_device_path)]
+GroupName = Annotated[str, AfterValidator(_group_name)]
+Text = Annotated[str, AfterValidator(_text)]
+Version = Annotated[str, AfterValidator(_version)]
 
 
 class Taint(SpecModel):

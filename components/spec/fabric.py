@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Iterator, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, field_validator
 
-from .common import CrossFieldError, DnsLabel, HostName, IpAddress, Problem, SpecModel, field_error
+from .common import (DnsLabel, HostName, ImageRef, InterfaceName, IpAddress, PortName, Problem, SpecModel,
+                     UserName)
 from .hardware import HostKey
 
 FabricKind = Literal["infiniband", "rocev2", "ethernet"]
@@ -17,12 +18,13 @@ class EcnSettings(SpecModel):
     max_threshold_kb: int = Field(1500, ge=1, le=100000, description="Omitted: 1500 KB, where every packet is marked.")
     probability_percent: int = Field(100, ge=1, le=100, description="Omitted: 100% at the max threshold.")
 
-    @model_validator(mode="after")
-    def _ordered(self) -> EcnSettings:
+    def _ordered(self) -> Iterator[Problem]:
         if self.min_threshold_kb > self.max_threshold_kb:
-            raise field_error("min_threshold_kb", f"min_threshold_kb ({self.min_threshold_kb}) is above max_threshold_kb "
-                             f"({self.max_threshold_kb}); the min threshold must be the lower one")
-        return self
+            yield Problem(("min_threshold_kb",), f"min_threshold_kb ({self.min_threshold_kb}) is above "
+                                                 f"max_threshold_kb ({self.max_threshold_kb}); the min threshold "
+                                                 "must be the lower one")
+
+    _checks = (_ordered,)
 
 
 class RoceSettings(SpecModel):
@@ -40,25 +42,30 @@ class RoceSettings(SpecModel):
         default_factory=dict, description="More DSCP -> priority entries for hosts and switches (other traffic "
                                           "classes). Omitted: only dscp -> priority and cnp_dscp -> cnp_priority.")
 
-    @model_validator(mode="after")
-    def _one_lossless_priority(self) -> RoceSettings:
+    def _one_lossless_priority(self) -> Iterator[Problem]:
         if self.pfc_priorities != [self.priority]:
-            raise field_error(
-                "pfc_priorities", f"pfc_priorities is {self.pfc_priorities} but RoCE traffic uses priority {self.priority}: PFC "
-                f"must be on exactly that one priority (pfc_priorities: [{self.priority}]), or pause frames "
-                "from other traffic stall RDMA")
+            yield Problem(("pfc_priorities",),
+                          f"pfc_priorities is {self.pfc_priorities} but RoCE traffic uses priority {self.priority}: "
+                          f"PFC must be on exactly that one priority (pfc_priorities: [{self.priority}]), or pause "
+                          "frames from other traffic stall RDMA")
         if self.cnp_priority == self.priority or self.cnp_dscp == self.dscp:
-            raise field_error("cnp_priority", "cnp_priority/cnp_dscp equal the RoCE priority/dscp: congestion notifications must "
-                             "not queue behind the traffic they slow down; use distinct values (e.g. 6 / 48)")
+            yield Problem(("cnp_priority",), "cnp_priority/cnp_dscp equal the RoCE priority/dscp: congestion "
+                                             "notifications must not queue behind the traffic they slow down; use "
+                                             "distinct values (e.g. 6 / 48)")
+
+    def _dscp_map_agrees(self) -> Iterator[Problem]:
         for dscp, prio in sorted(self.dscp_map.items()):
             if not (0 <= dscp <= 63 and 0 <= prio <= 7):
-                raise field_error("dscp_map", f"{dscp}: {prio} is not a DSCP (0-63) to priority (0-7) entry")
+                yield Problem(("dscp_map", dscp), f"{dscp}: {prio} is not a DSCP (0-63) to priority (0-7) entry")
+                continue
             wanted = {self.dscp: self.priority, self.cnp_dscp: self.cnp_priority}.get(dscp, prio)
             if prio != wanted:
-                raise field_error("dscp_map", f"dscp_map sends DSCP {dscp} to priority {prio}, but "
-                                 f"{'RoCE' if dscp == self.dscp else 'CNP'} traffic marked {dscp} must use priority "
-                                 f"{wanted} (PFC is on priority {self.priority}); remove the entry or map it to {wanted}")
-        return self
+                yield Problem(("dscp_map", dscp),
+                              f"dscp_map sends DSCP {dscp} to priority {prio}, but "
+                              f"{'RoCE' if dscp == self.dscp else 'CNP'} traffic marked {dscp} must use priority "
+                              f"{wanted} (PFC is on priority {self.priority}); remove the entry or map it to {wanted}")
+
+    _checks = (_one_lossless_priority, _dscp_map_agrees)
 
     @property
     def tos(self) -> int:
@@ -118,14 +125,14 @@ class Switch(SpecModel):
     rails: list[int] = Field(default_factory=list, description="Rails served (rail-optimized). Omitted: every rail.")
     racks: list[DnsLabel] = Field(default_factory=list, description="Racks served. Omitted: every rack.")
     host_key: HostKey | None = Field(None, description="Omitted: the switch's identity is not verified.")
-    ssh_user: str = Field("admin", min_length=1, description="Omitted: admin.")
+    ssh_user: UserName = Field("admin", description="Omitted: admin.")
     managed: bool = Field(True, description="Push this switch's RoCE configuration (rocev2 fabrics). Omitted: yes; "
                                             "false keeps it in the topology only.")
     mtu_bytes: int | None = Field(None, ge=1280, le=9216,
                                   description="Port MTU. Omitted: the vendor's jumbo size (Cumulus 9216, EOS 9214, "
                                               "SONiC 9100), which carries a 9000-byte host MTU.")
     links_per_uplink: int = Field(1, ge=1, le=64, description="Parallel links to each spine in uplinks. Omitted: 1.")
-    port_names: list[str] = Field(
+    port_names: list[PortName] = Field(
         default_factory=list, description="Names of ports 1..ports when the vendor's default does not fit. Omitted: "
                                           "swp1.. (Cumulus), Ethernet1.. (EOS), Ethernet0, Ethernet8.. (SONiC, 8 lanes)")
 
@@ -133,12 +140,14 @@ class Switch(SpecModel):
     def effective_uplink_speed_gbps(self) -> int:
         return self.uplink_speed_gbps or self.port_speed_gbps
 
-    @model_validator(mode="after")
-    def _port_names_cover_ports(self) -> Switch:
+    def _port_names_cover_ports(self) -> Iterator[Problem]:
         if self.port_names and len(self.port_names) != self.ports:
-            raise field_error("port_names", f"{len(self.port_names)} port names for {self.ports} ports; "
-                                            "name every port, in order, or omit port_names")
-        return self
+            yield Problem(("port_names",), f"{len(self.port_names)} port names for {self.ports} ports; "
+                                           "name every port, in order, or omit port_names")
+        if len(set(self.port_names)) != len(self.port_names):
+            yield Problem(("port_names",), "a port name appears more than once; name each port once")
+
+    _checks = (_port_names_cover_ports,)
 
 
 class FabricChecks(SpecModel):
@@ -150,8 +159,8 @@ class FabricChecks(SpecModel):
         None, gt=0, description="all_reduce_perf bus bandwidth floor across nodes. Omitted: 80% of what the "
                                 "slower of NVLink and the node's NICs allows.")
     nccl_hosts: int | None = Field(None, ge=2, description="Nodes in the NCCL check. Omitted: every host of the pool.")
-    nccl_tests_image: str = Field(
-        "ghcr.io/coreweave/nccl-tests:12.8.1-devel-ubuntu22.04-nccl2.26.2-1-0708d2e", min_length=1,
+    nccl_tests_image: ImageRef = Field(
+        "ghcr.io/coreweave/nccl-tests:12.8.1-devel-ubuntu22.04-nccl2.26.2-1-0708d2e",
         description="Image with MPI and nccl-tests at /opt/nccl_tests/build. Omitted: CoreWeave's public build.")
 
 
@@ -161,37 +170,38 @@ class FabricSpec(SpecModel):
         None, description="Data-plane MTU. Omitted: 9000 on Ethernet and RoCE, 4096 on InfiniBand.")
     roce: RoceSettings | None = Field(None, description="Only with kind rocev2. Omitted: the defaults of each field.")
     infiniband: InfinibandSettings | None = Field(None, description="Required with kind infiniband.")
-    switches: list[Switch] = Field(default_factory=list, description="Omitted: switches are not managed.")
+    switches: list[Switch] = Field(default_factory=list, max_length=4096, description="Omitted: switches are not managed.")
     gpudirect_rdma: bool | None = Field(
         None, description="GPUDirect RDMA between GPUs and NICs. Omitted: on for InfiniBand and RoCE.")
-    control_interface: str | None = Field(
-        None, pattern=r"^[a-zA-Z][a-zA-Z0-9_.-]{0,14}$",
+    control_interface: InterfaceName | None = Field(
+        None,
         description="Host interface of the control network (NCCL_SOCKET_IFNAME). Omitted: NCCL chooses.")
     checks: FabricChecks = Field(default_factory=FabricChecks, description="Omitted: the defaults of each field.")
 
-    @model_validator(mode="after")
-    def _kind_settings(self) -> FabricSpec:
-        problems: list[Problem] = []
+    def _kind_settings(self) -> Iterator[Problem]:
         if self.roce is not None and self.kind != "rocev2":
-            problems.append(Problem(("roce",), f"roce is set but kind is {self.kind}; remove roce or set kind: rocev2"))
+            yield Problem(("roce",), f"roce is set but kind is {self.kind}; remove roce or set kind: rocev2")
         if self.infiniband is not None and self.kind != "infiniband":
-            problems.append(Problem(("infiniband",),
-                                    f"infiniband is set but kind is {self.kind}; remove it or set kind: infiniband"))
+            yield Problem(("infiniband",), f"infiniband is set but kind is {self.kind}; remove it or set kind: "
+                                           "infiniband")
         if self.kind == "infiniband" and self.infiniband is None:
-            problems.append(Problem(("infiniband",), "kind is infiniband but infiniband (subnet_managers) is missing"))
+            yield Problem(("infiniband",), "kind is infiniband but infiniband (subnet_managers) is missing")
         if self.gpudirect_rdma and self.kind == "ethernet":
-            problems.append(Problem(("gpudirect_rdma",),
-                                    "gpudirect_rdma needs RDMA: set kind to rocev2 or infiniband, or drop it"))
+            yield Problem(("gpudirect_rdma",), "gpudirect_rdma needs RDMA: set kind to rocev2 or infiniband, or drop it")
         mtu = self.mtu_bytes
         if mtu is not None:
             if self.kind == "infiniband" and mtu not in (256, 512, 1024, 2048, 4096):
-                problems.append(Problem(("mtu_bytes",),
-                                        f"{mtu} is not an InfiniBand MTU; use 256, 512, 1024, 2048 or 4096"))
+                yield Problem(("mtu_bytes",), f"{mtu} is not an InfiniBand MTU; use 256, 512, 1024, 2048 or 4096")
             if self.kind != "infiniband" and not 1280 <= mtu <= 9216:
-                problems.append(Problem(("mtu_bytes",), f"{mtu} is outside 1280-9216; use 9000 for jumbo frames"))
-        if problems:
-            raise CrossFieldError(problems)
-        return self
+                yield Problem(("mtu_bytes",), f"{mtu} is outside 1280-9216; use 9000 for jumbo frames")
+        if self.kind == "infiniband":
+            for i, sw in enumerate(self.switches):
+                if sw.vendor != "mlnx-os":
+                    yield Problem(("switches", i, "vendor"),
+                                  f"{sw.name} runs {sw.vendor}, an Ethernet switch OS, but the fabric is InfiniBand; "
+                                  "InfiniBand switches run mlnx-os (or fix fabric.kind)")
+
+    _checks = (_kind_settings,)
 
     @property
     def rdma(self) -> bool:

@@ -6,12 +6,12 @@ import base64
 import binascii
 import re
 import struct
-from typing import Annotated, Literal, NamedTuple
+from typing import Annotated, Iterator, Literal, NamedTuple
 
-from pydantic import AfterValidator, Field, model_validator
+from pydantic import AfterValidator, Field
 
-from .common import (CrossFieldError, DnsLabel, HostName, HostOrIp, IpAddress, Labels, Problem, SpecModel, Taint,
-                     field_error)
+from .common import (AbsPath, DnsLabel, HostName, HostOrIp, InterfaceName, IpAddress, Labels, Problem, SpecModel,
+                     Taint, UserName, shown)
 
 
 class GpuModelInfo(NamedTuple):
@@ -59,7 +59,7 @@ def _host_key(value: str) -> str:
     parts = value.split()
     fix = "paste the host's public key, e.g. the output of `ssh-keyscan -t ed25519 HOST` without the host name"
     if len(parts) < 2 or parts[0] not in _HOST_KEY_TYPES:
-        raise ValueError(f"{value[:40]!r} is not an authorized_keys line ('ssh-ed25519 AAAA...'): {fix}")
+        raise ValueError(f"{shown(value, 40)} is not an authorized_keys line ('ssh-ed25519 AAAA...'): {fix}")
     try:
         blob = base64.b64decode(parts[1], validate=True)
         (n,) = struct.unpack(">I", blob[:4])
@@ -84,13 +84,13 @@ class Rack(SpecModel):
 
 class Site(SpecModel):
     name: DnsLabel
-    racks: list[Rack] = Field(min_length=1)
+    racks: list[Rack] = Field(min_length=1, max_length=1024)
 
 
 class Bastion(SpecModel):
     host: HostOrIp
     port: int = Field(22, ge=1, le=65535, description="Omitted: 22.")
-    user: str = Field("root", min_length=1, description="Omitted: root.")
+    user: UserName = Field("root", description="Omitted: root.")
     host_key: HostKey | None = Field(
         None, description="Omitted: the bastion's identity is not verified (refused by policy in staging/prod).")
 
@@ -98,7 +98,7 @@ class Bastion(SpecModel):
 class SshSettings(SpecModel):
     """How the program reaches hosts; the private key is the secret config `sshPrivateKey`, never here."""
 
-    user: str = Field("root", min_length=1, description="Omitted: root. A non-root user needs passwordless sudo.")
+    user: UserName = Field("root", description="Omitted: root. A non-root user needs passwordless sudo.")
     port: int = Field(22, ge=1, le=65535, description="Omitted: 22.")
     bastion: Bastion | None = Field(None, description="Omitted: hosts are reached directly.")
 
@@ -110,7 +110,7 @@ class Host(SpecModel):
     host_key: HostKey | None = Field(
         None, description="SSH host key to pin. Omitted: the host's identity is not verified "
                           "(a warning in dev, refused by policy in staging/prod).")
-    ssh_user: str | None = Field(None, min_length=1, description="Omitted: ssh.user.")
+    ssh_user: UserName | None = Field(None, description="Omitted: ssh.user.")
     ssh_port: int | None = Field(None, ge=1, le=65535, description="Omitted: ssh.port.")
     leaf_port: int | None = Field(
         None, ge=1, le=512, description="Leaf port the host's data-plane NICs are cabled to, the same number on each "
@@ -123,13 +123,13 @@ class GpuSpec(SpecModel):
     count: int = Field(ge=1, le=16, description="GPUs per host.")
     tdp_w: int | None = Field(None, ge=50, le=2000, description="Omitted: the model's TDP from the catalogue.")
 
-    @model_validator(mode="after")
-    def _count_exists(self) -> GpuSpec:
+    def _count_exists(self) -> Iterator[Problem]:
         counts = GPU_MODELS[self.model].host_gpu_counts
         if self.count not in counts:
-            raise field_error("count", f"{self.model} hosts carry {' or '.join(map(str, counts))} GPUs, "
-                             f"not {self.count}; set count to one of those")
-        return self
+            yield Problem(("count",), f"{self.model} hosts carry {' or '.join(map(str, counts))} GPUs, "
+                                      f"not {self.count}; set count to one of those")
+
+    _checks = (_count_exists,)
 
     @property
     def info(self) -> GpuModelInfo:
@@ -148,8 +148,8 @@ class Nic(SpecModel):
     """One data-plane NIC of a host, on one rail; every host of a pool has the same NICs."""
 
     rail: int = Field(ge=0, le=63)
-    device: str = Field(pattern=r"^[a-z][a-z0-9_]*$", description="RDMA device name, e.g. mlx5_0.")
-    interface: str = Field(pattern=r"^[a-zA-Z][a-zA-Z0-9_.-]{0,14}$", description="Network interface, e.g. ens1f0np0.")
+    device: str = Field(pattern=r"^[a-z][a-z0-9_]{0,31}$", description="RDMA device name, e.g. mlx5_0.")
+    interface: InterfaceName = Field(description="Network interface, e.g. ens1f0np0.")
     speed_gbps: Literal[100, 200, 400, 800] = Field(description="Link rate in Gb/s.")
 
 
@@ -181,7 +181,7 @@ class BurnIn(SpecModel):
         None, gt=0, le=5000,
         description="Minimum single-node all_reduce bus bandwidth in GB/s. Omitted: 80% of the model's typical.")
     timeout_s: int = Field(3600, ge=60, le=86400, description="Omitted: one hour.")
-    nccl_tests_dir: str = Field("/opt/nccl-tests/build", pattern=r"^/[A-Za-z0-9/_.-]*$",
+    nccl_tests_dir: AbsPath = Field("/opt/nccl-tests/build",
                                 description="Where all_reduce_perf is on the hosts. Omitted: /opt/nccl-tests/build.")
 
 
@@ -193,12 +193,12 @@ class Sharing(SpecModel):
         None, pattern=r"^[a-z0-9][a-z0-9.-]*$",
         description="MIG layout name from the MIG manager config (e.g. all-1g.10gb). Omitted: MIG off.")
 
-    @model_validator(mode="after")
-    def _one_kind(self) -> Sharing:
+    def _one_kind(self) -> Iterator[Problem]:
         if self.time_slicing_replicas is not None and self.mig_config is not None:
-            raise field_error("mig_config", "time_slicing_replicas and mig_config are both set: a pool shares GPUs one way; "
-                             "remove one of them")
-        return self
+            yield Problem(("mig_config",), "time_slicing_replicas and mig_config are both set: a pool shares GPUs "
+                                           "one way; remove one of them")
+
+    _checks = (_one_kind,)
 
 
 def _default_taints() -> list[Taint]:
@@ -215,17 +215,21 @@ class NodePool(SpecModel):
         2, ge=1, le=16, description="NUMA nodes (usually CPU sockets) per host, over which the GPUs are spread "
                                     "evenly. Omitted: 2, as on dual-socket HGX and DGX boards.")
     memory_gib_per_host: int = Field(ge=1, le=65536, description="Allocatable memory per host in GiB.")
-    hosts: list[Host] = Field(min_length=1)
-    nics: list[Nic] = Field(default_factory=list, description="Omitted: the pool has no data-plane NICs.")
-    control_interface: str | None = Field(
-        None, pattern=r"^[a-zA-Z][a-zA-Z0-9_.-]{0,14}$",
+    hosts: list[Host] = Field(min_length=1, max_length=4096)
+    nics: list[Nic] = Field(default_factory=list, max_length=16, description="Omitted: the pool has no data-plane NICs.")
+    control_interface: InterfaceName | None = Field(
+        None,
         description="The hosts' management interface (NCCL_SOCKET_IFNAME in /etc/nccl.conf) where it differs "
                     "from other pools'. Omitted: fabric.control_interface.")
     nccl_min_busbw_gb_per_s: float | None = Field(
         None, gt=0, le=5000,
         description="Floor of the multi-node NCCL check on this pool. Omitted: fabric.checks.nccl_min_busbw_gb_per_s, "
                     "else 80% of the slower of NVLink and the pool's NICs.")
-    labels: Labels = Field(default_factory=dict, description="Extra node labels. Omitted: only the pool's own.")
+    host_base_power_w: int | None = Field(
+        None, ge=0, le=20000,
+        description="Peak power of a host apart from its GPUs (CPUs, memory, NICs, fans, NVSwitches), for the rack "
+                    "power check. Omitted: 0, so the check covers the GPUs at their TDP alone.")
+    labels: Labels = Field(default_factory=dict, max_length=64, description="Extra node labels. Omitted: only the pool's own.")
     taints: list[Taint] = Field(
         default_factory=_default_taints,
         description="Omitted: nvidia.com/gpu=present:NoSchedule, so only pods that ask for GPUs land here.")
@@ -233,46 +237,64 @@ class NodePool(SpecModel):
     tuning: HostTuning = Field(default_factory=HostTuning, description="Omitted: the defaults of each field.")
     burn_in: BurnIn = Field(default_factory=BurnIn, description="Omitted: the defaults of each field.")
 
-    @model_validator(mode="after")
-    def _matches_host_model(self) -> NodePool:
+    def _matches_host_model(self) -> Iterator[Problem]:
         if self.host_model is not None:
             model, count = HOST_MODELS[self.host_model]
             if self.gpu.model != model:
-                raise CrossFieldError([Problem(("gpu", "model"), f"host model {self.host_model} carries {model}, "
-                                                                 f"not {self.gpu.model}; fix gpu.model or host_model")])
-            if self.gpu.count != count:
-                raise CrossFieldError([Problem(("gpu", "count"), f"host model {self.host_model} has {count} GPUs, "
-                                                                 f"not {self.gpu.count}; set gpu.count: {count}")])
+                yield Problem(("gpu", "model"), f"host model {self.host_model} carries {model}, not "
+                                                f"{self.gpu.model}; fix gpu.model or host_model")
+            elif self.gpu.count != count:
+                yield Problem(("gpu", "count"), f"host model {self.host_model} has {count} GPUs, not "
+                                                f"{self.gpu.count}; set gpu.count: {count}")
+
+    def _burn_in_floor_reachable(self) -> Iterator[Problem]:
         ceiling = 1.25 * self.gpu.info.busbw_gb_per_s
         wanted = self.burn_in.nccl_min_busbw_gb_per_s
         if wanted is not None and wanted > ceiling:
-            raise CrossFieldError([Problem(("burn_in", "nccl_min_busbw_gb_per_s"),
-                                           f"{wanted} GB/s is more than {self.gpu.model} reaches (typically "
-                                           f"{self.gpu.info.busbw_gb_per_s} GB/s), so every node would fail burn-in; "
-                                           f"use at most {ceiling:g}")])
-        return self
+            yield Problem(("burn_in", "nccl_min_busbw_gb_per_s"),
+                          f"{wanted} GB/s is more than {self.gpu.model} reaches (typically "
+                          f"{self.gpu.info.busbw_gb_per_s} GB/s), so every node would fail burn-in; use at most "
+                          f"{ceiling:g}")
 
-    @model_validator(mode="after")
-    def _topology_policy_fits_pods(self) -> NodePool:
+    def _topology_policy_fits_pods(self) -> Iterator[Problem]:
         per_numa = -(-self.gpu.count // self.numa_nodes_per_host)
         shared = self.sharing.time_slicing_replicas or self.sharing.mig_config   # pods get slices of one GPU
         if self.tuning.kubelet_topology_policy == "single-numa-node" and not shared and self.gpu.count > per_numa:
-            raise CrossFieldError([Problem(("tuning", "kubelet_topology_policy"), (
+            yield Problem(("tuning", "kubelet_topology_policy"), (
                 f"single-numa-node refuses every pod asking for more than {per_numa} of the pool's "
                 f"{self.gpu.count} GPUs (one NUMA node's of {self.numa_nodes_per_host}) with TopologyAffinityError, "
                 f"such as a whole-host training pod or the NCCL check's {self.gpu.count}-GPU worker; use "
-                "restricted, which aligns GPUs, NICs and CPUs as closely as each request allows"))])
-        return self
+                "restricted, which aligns GPUs, NICs and CPUs as closely as each request allows"))
 
-    @model_validator(mode="after")
-    def _unique_nics(self) -> NodePool:
+    def _unique_nics(self) -> Iterator[Problem]:
         for attr in ("rail", "device", "interface"):
             values = [getattr(n, attr) for n in self.nics]
             dup = sorted({v for v in values if values.count(v) > 1}, key=str)
             if dup:
-                raise field_error("nics", f"{attr} {', '.join(map(str, dup))} appears more than once; "
-                                 f"each NIC needs its own {attr}")
-        return self
+                yield Problem(("nics",), f"{attr} {', '.join(map(str, dup))} appears more than once; "
+                                        f"each NIC needs its own {attr}")
+
+    def _fits_the_host(self) -> Iterator[Problem]:
+        """Host tuning asks for no more memory than the host has, nor more power than the GPU is rated for."""
+        memory_gib, tuning = self.memory_gib_per_host, self.tuning
+        hugepages_gib = tuning.hugepages_2mi * 2 / 1024
+        if hugepages_gib > memory_gib:
+            yield Problem(("tuning", "hugepages_2mi"),
+                          f"{tuning.hugepages_2mi} hugepages of 2 MiB are {hugepages_gib:g} GiB, more than the "
+                          f"host's {memory_gib} GiB (memory_gib_per_host); reserve at most {memory_gib * 512} pages")
+        if tuning.shm_size_gib is not None and tuning.shm_size_gib > memory_gib:
+            yield Problem(("tuning", "shm_size_gib"),
+                          f"/dev/shm of {tuning.shm_size_gib} GiB is larger than the host's {memory_gib} GiB "
+                          f"(memory_gib_per_host); use at most {memory_gib}")
+        limit = tuning.gpu_power_limit_w
+        if limit is not None and limit > self.gpu.power_w:
+            yield Problem(("tuning", "gpu_power_limit_w"),
+                          f"power limit {limit} W is above the {self.gpu.model}'s {self.gpu.power_w} W "
+                          "(gpu.tdp_w or the catalogue), which nvidia-smi refuses; use at most "
+                          f"{self.gpu.power_w} or omit it")
+
+    _checks = (_matches_host_model, _burn_in_floor_reachable, _topology_policy_fits_pods, _unique_nics,
+               _fits_the_host)
 
     @property
     def gpus(self) -> int:

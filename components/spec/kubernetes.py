@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field
 
-from .common import DnsLabel, LabelKey, Labels, SpecModel
+from .common import DnsLabel, LabelKey, Labels, SpecModel, Text, Version, shown
 from .tenants import Cidr
 
 VERSION = r"^v?[0-9]+\.[0-9]+\.[0-9]+$"
@@ -15,7 +15,7 @@ VERSION = r"^v?[0-9]+\.[0-9]+\.[0-9]+$"
 
 def _resource_name(value: str) -> str:
     if not re.fullmatch(r"[A-Za-z0-9_]+", value):
-        raise ValueError(f"{value!r} is not a device plugin resource name: the RDMA device plugins accept only "
+        raise ValueError(f"{shown(value)} is not a device plugin resource name: the RDMA device plugins accept only "
                          f"letters, digits and '_' (e.g. {re.sub(r'[^A-Za-z0-9_]', '_', value)!r})")
     return value
 
@@ -47,8 +47,8 @@ class NetworkOperatorSettings(SpecModel):
         description="Device plugin resource pods ask for (rdma/<name>, or nvidia.com/<name> with sriov). Letters, "
                     "digits and '_' only. Omitted: rdma_shared_devices.")
     rdma_hca_max: int = Field(63, ge=1, le=1000, description="Pods that may share one HCA. Omitted: 63.")
-    ofed_driver_version: str | None = Field(
-        None, pattern=r"^[A-Za-z0-9._-]+$",
+    ofed_driver_version: Version | None = Field(
+        None,
         description="DOCA-OFED driver container version to install. Omitted: the hosts' own (or inbox) driver.")
     rail_subnets: list[Cidr] = Field(
         default_factory=list,
@@ -64,7 +64,7 @@ class NfdSettings(SpecModel):
 class PriorityClass(SpecModel):
     name: DnsLabel
     value: int = Field(ge=-(2**31), le=10**9)
-    description: str = Field("", description="Omitted: no description.")
+    description: Text = Field("", description="Omitted: no description.")
 
 
 class KueueSettings(SpecModel):

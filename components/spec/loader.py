@@ -1,18 +1,35 @@
-"""Load a stack spec from YAML and report every problem at once, each with its path, line and fix."""
+"""Load a stack spec from YAML and report every problem at once, each with its path, line and fix.
+
+The loader is the boundary hostile input meets first: it refuses what is not UTF-8, YAML bombs (alias budgets,
+recursive aliases, deep nesting), oversized values and pasted private keys before any model sees them, and it
+runs every rule that can still judge a spec whose fields are partly invalid (see `_partial`).
+"""
 
 from __future__ import annotations
 
 import difflib
+import re
 import types
 import typing
 from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
 from .cluster import ClusterSpec, _fmt
-from .common import CrossFieldError, Loc
+from .common import CrossFieldError, Invalid, Loc, Problem, run_checks, shown
+
+MAX_FILE_BYTES = 16 * 1024 * 1024
+MAX_VALUE_CHARS = 64 * 1024         # far above any real value (an SSH public key is under 1 KB)
+MAX_DEPTH = 64                      # a spec nests under 12 levels
+MAX_ALIASES = 256
+MAX_NODES = 300_000                 # after aliases are expanded; a 4,096-host spec has about 60,000
+MAX_NUMBER_CHARS = 100
+STR_TAG, INT_TAG, FLOAT_TAG = "tag:yaml.org,2002:str", "tag:yaml.org,2002:int", "tag:yaml.org,2002:float"
+PRIVATE_KEY_RE = re.compile(r"-----BEGIN ([A-Z0-9]+ )*PRIVATE KEY-----")
+SECRET_FIX = ("a private key never belongs in the spec, which is committed in plain text: remove it and store "
+              "it as the stack's secret with `pulumi config set --secret sshPrivateKey < KEYFILE`")
 
 
 class SpecError(Exception):
@@ -25,85 +42,315 @@ class SpecError(Exception):
                          + "\n".join(f"  - {p}" for p in problems))
 
 
-class _Loader(yaml.SafeLoader):
-    """SafeLoader that keeps timestamps as strings (as kubectl does) and never builds Python objects."""
+class _Resolver(yaml.resolver.Resolver):
+    """YAML 1.1 tags as SafeLoader resolves them, except timestamps, which stay strings (as kubectl keeps them)."""
 
 
-_Loader.yaml_implicit_resolvers = {
+_Resolver.yaml_implicit_resolvers = {
     k: [(tag, rx) for tag, rx in v if tag != "tag:yaml.org,2002:timestamp"]
-    for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()
+    for k, v in yaml.resolver.Resolver.yaml_implicit_resolvers.items()
 }
+# libyaml's parser (a state machine, fast) when PyYAML has it; its composer is not used: it recurses in C and
+# crashes the process on deeply nested input, so nodes are composed here, iteratively and within budgets.
+_EVENTS_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-def _index_nodes(node: yaml.Node, loc: Loc, lines: dict[Loc, int], dups: list[str], source: str) -> None:
-    """Record the line of every path and find duplicate keys, which PyYAML would silently overwrite."""
-    lines[loc] = node.start_mark.line + 1
+def _compose(text: str) -> tuple[yaml.Node | None, int]:
+    """The document's node graph, as PyYAML's composer builds it (an alias is the anchored node itself), refusing
+    more than one document, more than MAX_ALIASES aliases and nesting deeper than MAX_DEPTH; and how many
+    aliases it has (without any, it is a tree within those bounds)."""
+    resolver = _Resolver()
+    anchors: dict[str, yaml.Node] = {}
+    open_nodes: list[tuple[yaml.CollectionNode, list[yaml.Node]]] = []
+    root: yaml.Node | None = None
+    documents = aliases = 0
+
+    def refuse(problem: str, event: yaml.Event) -> None:
+        raise yaml.composer.ComposerError(None, None, problem, event.start_mark)
+
+    def add(node: yaml.Node, event: yaml.Event) -> None:
+        nonlocal root
+        if open_nodes:
+            open_nodes[-1][1].append(node)
+        else:
+            root = node
+        anchor = getattr(event, "anchor", None)
+        if anchor is not None and not isinstance(event, yaml.AliasEvent):
+            anchors[anchor] = node
+
+    for event in yaml.parse(text, Loader=_EVENTS_LOADER):
+        if isinstance(event, yaml.DocumentStartEvent):
+            documents += 1
+            if documents > 1:
+                refuse("a second YAML document (---); a spec is one document", event)
+        elif isinstance(event, yaml.AliasEvent):
+            aliases += 1
+            if aliases > MAX_ALIASES:
+                refuse(f"more than {MAX_ALIASES} aliases (*name); a spec needs few, so write the values out", event)
+            if event.anchor not in anchors:
+                refuse(f"alias *{event.anchor} refers to no anchor (&{event.anchor}) defined before it", event)
+            add(anchors[event.anchor], event)
+        elif isinstance(event, yaml.ScalarEvent):
+            if event.tag not in (None, "!", STR_TAG):
+                refuse(f"explicit tag {event.tag} (a spec uses plain values; only !!str is accepted)", event)
+            tag = event.tag if event.tag not in (None, "!") else \
+                resolver.resolve(yaml.ScalarNode, event.value, event.implicit)
+            if len(event.value) > MAX_NUMBER_CHARS and tag in (INT_TAG, FLOAT_TAG):
+                refuse(f"a number of {len(event.value):,} characters; no field takes one that long", event)
+            add(yaml.ScalarNode(tag, event.value, event.start_mark, event.end_mark, style=event.style), event)
+        elif isinstance(event, (yaml.SequenceStartEvent, yaml.MappingStartEvent)):
+            if len(open_nodes) >= MAX_DEPTH:
+                refuse(f"nested more than {MAX_DEPTH} levels deep; a spec needs far fewer", event)
+            if event.tag not in (None, "!"):
+                refuse(f"explicit tag {event.tag} (a spec uses plain lists and mappings)", event)
+            kind = yaml.SequenceNode if isinstance(event, yaml.SequenceStartEvent) else yaml.MappingNode
+            tag = event.tag if event.tag not in (None, "!") else resolver.resolve(kind, None, event.implicit)
+            node = kind(tag, [], event.start_mark, None, flow_style=event.flow_style)
+            add(node, event)
+            open_nodes.append((node, []))
+        elif isinstance(event, (yaml.SequenceEndEvent, yaml.MappingEndEvent)):
+            node, items = open_nodes.pop()
+            node.value = items if isinstance(node, yaml.SequenceNode) else list(zip(items[::2], items[1::2]))
+            node.end_mark = event.end_mark
+    return root, aliases
+
+
+def _line_of(node: yaml.Node) -> int:
+    return node.start_mark.line + 1
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
     if isinstance(node, yaml.MappingNode):
-        seen: dict[Any, int] = {}
-        for key_node, value_node in node.value:
-            key = key_node.value
-            line = key_node.start_mark.line + 1
-            if key in seen:
-                dups.append(f"{source}:{line}: {_fmt(loc + (key,)) or key}: key {key!r} appears twice "
-                            f"(first on line {seen[key]}); YAML would keep only the last one, so remove one")
-            seen[key] = line
-            _index_nodes(value_node, loc + (key,), lines, dups, source)
-            lines[loc + (key,)] = line
-    elif isinstance(node, yaml.SequenceNode):
-        for i, item in enumerate(node.value):
-            _index_nodes(item, loc + (i,), lines, dups, source)
+        return [n for pair in node.value for n in pair]
+    return list(node.value) if isinstance(node, yaml.SequenceNode) else []
 
 
-def parse_spec(text: str, source: str = "<spec>") -> ClusterSpec:
-    """Validate YAML text as a ClusterSpec; raise SpecError listing every problem."""
-    loader = _Loader(text)
+def _expanded_size(root: yaml.Node, source: str) -> None:
+    """Refuse recursive aliases, and documents that aliases blow up beyond MAX_NODES values or MAX_DEPTH levels
+    (billion laughs): measured on the alias graph, each shared node once, without expanding anything."""
+    done: dict[int, tuple[int, int]] = {}        # node -> (expanded size, depth)
+    on_path: set[int] = set()
+    work: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while work:
+        node, children_done = work.pop()
+        key = id(node)
+        if children_done:
+            kids = [done[id(c)] for c in _children(node)]
+            size, depth = 1 + sum(k[0] for k in kids), 1 + max((k[1] for k in kids), default=0)
+            on_path.discard(key)
+            if size > MAX_NODES or depth > MAX_DEPTH:
+                what = f"more than {MAX_NODES:,} values" if size > MAX_NODES else f"more than {MAX_DEPTH} levels"
+                raise SpecError(source, [f"{source}:{_line_of(node)}: aliases expand this to {what}; write the "
+                                         "values out instead of nesting aliases"])
+            done[key] = (size, depth)
+            continue
+        if key in done:
+            continue
+        if key in on_path:
+            raise SpecError(source, [f"{source}:{_line_of(node)}: an alias refers to the collection it is in, "
+                                     "which never ends; write the value out"])
+        on_path.add(key)
+        work.append((node, True))
+        work.extend((c, False) for c in _children(node) if id(c) not in done)
+
+
+def _index_nodes(root: yaml.Node, lines: dict[Loc, int], problems: list[str], source: str) -> None:
+    """Record the line of every path; find duplicate keys (which PyYAML would silently overwrite), oversized
+    values and pasted private keys. Iterative, and each shared (aliased) node is visited once per path."""
+    work: list[tuple[yaml.Node, Loc]] = [(root, ())]
+    while work:
+        node, loc = work.pop()
+        lines.setdefault(loc, _line_of(node))
+        if isinstance(node, yaml.ScalarNode):
+            value = node.value
+            where = f"{source}:{_line_of(node)}: {_fmt(loc) or '(top level)'}"
+            if len(value) > MAX_VALUE_CHARS:
+                problems.append(f"{where}: a value of {len(value):,} characters ({shown(value, 40)}); spec "
+                                f"values are at most {MAX_VALUE_CHARS:,} characters, so this is not what was meant")
+            elif PRIVATE_KEY_RE.search(value):
+                problems.append(f"{where}: {SECRET_FIX}")
+        elif isinstance(node, yaml.MappingNode):
+            seen: dict[Any, int] = {}
+            for key_node, value_node in node.value:
+                line = _line_of(key_node)
+                if not isinstance(key_node, yaml.ScalarNode):
+                    problems.append(f"{source}:{line}: {_fmt(loc) or '(top level)'}: a key is a "
+                                    f"{'list' if isinstance(key_node, yaml.SequenceNode) else 'mapping'}; keys are "
+                                    "plain names or numbers")
+                    continue
+                key = key_node.value
+                if key in seen:
+                    problems.append(f"{source}:{line}: {_fmt(loc + (key,)) or key}: key {shown(key)} appears "
+                                    f"twice (first on line {seen[key]}); YAML would keep only the last one, so "
+                                    "remove one")
+                seen[key] = line
+                lines[loc + (key,)] = line
+                work.append((value_node, loc + (key,)))
+        elif isinstance(node, yaml.SequenceNode):
+            work.extend((item, loc + (i,)) for i, item in enumerate(node.value))
+
+
+def _yaml_problem(e: yaml.YAMLError, text: str, source: str) -> str:
+    """PyYAML's own words and both of its places; the line shown is where the problem starts (an unclosed
+    bracket or quote: its opening, not the end of the file where the parser noticed)."""
+    if isinstance(e, yaml.reader.ReaderError):
+        line = text.count("\n", 0, e.position) + 1
+        char = f"#x{e.character:04x}" if isinstance(e.character, int) else f"#x{ord(e.character[:1] or ' '):04x}"
+        return (f"{source}:{line}: not valid YAML: character {char} is not allowed in YAML text; "
+                "remove it (a control character or a file that is not text)")
+    context, context_mark = getattr(e, "context", None), getattr(e, "context_mark", None)
+    problem, problem_mark = getattr(e, "problem", None) or str(e), getattr(e, "problem_mark", None)
+    opened = bool(context and context_mark and re.search(r"flow|quoted|simple key|block scalar", context))
+    mark = context_mark if opened else problem_mark or context_mark
+    where = f"{source}:{mark.line + 1}" if mark else source
+    parts = []
+    if context:
+        parts.append(f"{context}" + (f" (line {context_mark.line + 1}, column {context_mark.column + 1})"
+                                     if context_mark else ""))
+    parts.append(problem + (f" (line {problem_mark.line + 1}, column {problem_mark.column + 1})"
+                            if problem_mark else ""))
+    return f"{where}: not valid YAML: {', '.join(parts)}"
+
+
+def _decode(data: bytes, source: str) -> str:
+    if len(data) > MAX_FILE_BYTES:
+        raise SpecError(source, [f"{source}: {len(data):,} bytes; a spec is at most {MAX_FILE_BYTES:,} bytes (is "
+                                 "this the right file?)"])
     try:
-        node = loader.get_single_node()
-        lines: dict[Loc, int] = {}
-        dups: list[str] = []
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        column = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
+        raise SpecError(source, [f"{source}:{line}: byte {data[e.start]:#04x} at column {column} is not UTF-8; "
+                                 "save the file as UTF-8 (a spec is text)"]) from None
+
+
+def parse_spec(text: str | bytes, source: str = "<spec>") -> ClusterSpec:
+    """Validate YAML text as a ClusterSpec; raise SpecError listing every problem."""
+    if isinstance(text, bytes):
+        text = _decode(text, source)
+    elif len(text) > MAX_FILE_BYTES:
+        raise SpecError(source, [f"{source}: {len(text):,} characters; a spec is at most {MAX_FILE_BYTES:,}"])
+    lines: dict[Loc, int] = {}
+    found: list[str] = []
+    try:
+        node, aliases = _compose(text)
         if node is not None:
-            _index_nodes(node, (), lines, dups, source)
-        data = loader.construct_document(node) if node is not None else None
+            if aliases:
+                _expanded_size(node, source)
+            _index_nodes(node, lines, found, source)
+            if found:
+                raise SpecError(source, found)
+        data = yaml.constructor.SafeConstructor().construct_document(node) if node is not None else None
     except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f"{source}:{mark.line + 1}" if mark else source
-        raise SpecError(source, [f"{where}: not valid YAML: {getattr(e, 'problem', None) or e}"]) from None
-    finally:
-        loader.dispose()
-    if dups:
-        raise SpecError(source, dups)
+        raise SpecError(source, [_yaml_problem(e, text, source)]) from None
+    except (ValueError, TypeError, OverflowError) as e:      # a value PyYAML resolved but cannot build
+        raise SpecError(source, [f"{source}: not valid YAML: {shown(str(e), 200)}"]) from None
     if not isinstance(data, dict):
         raise SpecError(source, [f"{source}: the spec must be a mapping with name, environment, sites, "
                                  f"node_pools ... (got {type(data).__name__})"])
     try:
         return ClusterSpec.model_validate(data)
     except ValidationError as e:
-        raise SpecError(source, _describe(e, lines, source)) from None
+        raise SpecError(source, _describe(e, data, lines, source)) from None
 
 
 def load_spec(path: str | Path) -> ClusterSpec:
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        if p.is_file() and p.stat().st_size > MAX_FILE_BYTES:
+            raise SpecError(str(p), [f"{p}: {p.stat().st_size:,} bytes; a spec is at most {MAX_FILE_BYTES:,} "
+                                     "bytes (is this the right file?)"])
+        data = p.read_bytes()
     except OSError as e:
         raise SpecError(str(p), [f"{p}: cannot read the spec ({e.strerror}); create it or pass the right path"]) \
             from None
-    return parse_spec(text, str(p))
+    return parse_spec(data, str(p))
+
+
+# --- every rule that can run: checks over a spec whose invalid values are stand-ins ---------------------
+
+_ADAPTERS: dict[int, tuple[Any, TypeAdapter]] = {}
+_STRICT = ConfigDict(strict=True, allow_inf_nan=False)
+
+
+def _adapter(tp: Any) -> TypeAdapter:
+    hit = _ADAPTERS.get(id(tp))
+    if hit is None:
+        model = isinstance(tp, type) and issubclass(tp, BaseModel)
+        hit = _ADAPTERS[id(tp)] = (tp, TypeAdapter(tp) if model else TypeAdapter(tp, config=_STRICT))
+    return hit[1]
+
+
+_FIELD_TYPES: dict[tuple[type, str], Any] = {}
+
+
+def _field_type(model: type[BaseModel], name: str) -> Any:
+    key = (model, name)
+    if key not in _FIELD_TYPES:
+        field = model.model_fields[name]
+        _FIELD_TYPES[key] = typing.Annotated[(field.annotation, *field.metadata)] if field.metadata \
+            else field.annotation
+    return _FIELD_TYPES[key]
+
+
+def _partial(tp: Any, value: Any, loc: Loc, touched: set[Loc], problems: list[Problem]) -> Any:
+    """`value` as `tp`: validated where no error lies at or under `loc`; elsewhere built from what is valid,
+    with `Invalid` standing in for the rest, and the checks of every model so built run (their problems are
+    collected). So a bad address does not keep the rack, quota and cabling rules from running; a rule that
+    reaches an invalid value is skipped, so nothing is reported that follows from another problem."""
+    if loc not in touched:
+        try:
+            return _adapter(tp).validate_python(value)
+        except ValidationError:
+            return Invalid(loc)
+    base = _unwrap(tp)
+    origin = typing.get_origin(base)
+    if isinstance(base, type) and issubclass(base, BaseModel) and isinstance(value, dict):
+        fields = {}
+        for name, field in base.model_fields.items():
+            if name in value:
+                fields[name] = _partial(_field_type(base, name), value[name], loc + (name,), touched, problems)
+            elif field.is_required():
+                fields[name] = Invalid(loc + (name,))
+            else:
+                fields[name] = field.get_default(call_default_factory=True)
+        model = base.model_construct(**fields)
+        found = run_checks(model, partial=True)
+        problems.extend(Problem(loc + p.loc, p.message) for p in found)
+        refused = {p.loc[0] for p in found if len(p.loc) == 1 and p.loc[0] in fields}
+        if refused:       # a value a check refused is no input for the rules above (no follow-on problems)
+            model = base.model_construct(**{**fields, **{f: Invalid(loc + (f,)) for f in refused}})
+        return model
+    if origin is list and isinstance(value, list):
+        item = typing.get_args(base)[0]
+        return [_partial(item, v, loc + (i,), touched, problems) for i, v in enumerate(value)]
+    if origin is dict and isinstance(value, dict):
+        item = typing.get_args(base)[1]
+        return {k: _partial(item, v, loc + (k,), touched, problems) for k, v in value.items()
+                if loc + (k, "[key]") not in touched}
+    return Invalid(loc)
 
 
 # --- turning pydantic's errors into messages a platform engineer can act on ---------------------------
 
-def _describe(exc: ValidationError, lines: dict[Loc, int], source: str) -> list[str]:
-    out: list[tuple[int, str]] = []
+def _describe(exc: ValidationError, data: dict, lines: dict[Loc, int], source: str) -> list[str]:
+    out: dict[str, int] = {}
+    touched: set[Loc] = set()
     for err in exc.errors(include_url=False):
         loc: Loc = tuple(err["loc"])
+        touched.update(loc[:k] for k in range(len(loc) + 1))
         ctx_error = (err.get("ctx") or {}).get("error")
         if isinstance(ctx_error, CrossFieldError):
             for p in ctx_error.problems:
-                out.append(_line(loc + p.loc, p.message, lines, source))
+                out.setdefault(*_line(loc + p.loc, p.message, lines, source)[::-1])
             continue
-        out.append(_line(*_message(err, loc), lines, source))
-    return [m for _, m in sorted(out, key=lambda x: x[0])]
+        out.setdefault(*_line(*_message(err, loc), lines, source)[::-1])
+    rules: list[Problem] = []
+    _partial(ClusterSpec, data, (), touched, rules)
+    for p in rules:
+        out.setdefault(*_line(p.loc, p.message, lines, source)[::-1])
+    return [m for m, _ in sorted(out.items(), key=lambda x: x[1])]
 
 
 def _line(loc: Loc, message: str, lines: dict[Loc, int], source: str) -> tuple[int, str]:
@@ -115,11 +362,14 @@ def _line(loc: Loc, message: str, lines: dict[Loc, int], source: str) -> tuple[i
     return line, f"{where}: {_fmt(loc) or '(top level)'}: {message}"
 
 
+_NUMBER_TYPES = ("int_type", "int_parsing", "int_from_float", "float_type", "float_parsing")
+
+
 def _message(err: dict, loc: Loc) -> tuple[Loc, str]:
     kind, msg, value = err["type"], err["msg"], err.get("input")
     if loc and loc[-1] == "[key]":          # a bad dict key: point at the key itself
         loc = loc[:-1]
-    shown = f" (got {value!r})" if not isinstance(value, (dict, list)) else ""
+    got = f"got {shown(value)}" if not isinstance(value, (dict, list)) else f"got a {_yaml_kind(value)}"
     if kind == "value_error":
         return loc, msg.removeprefix("Value error, ")
     if kind == "extra_forbidden":
@@ -127,11 +377,31 @@ def _message(err: dict, loc: Loc) -> tuple[Loc, str]:
         allowed = _fields_at(loc[:-1])
         close = difflib.get_close_matches(field, allowed, n=1)
         hint = f"did you mean {close[0]!r}? " if close else ""
-        return loc, f"unknown field {field!r}; {hint}allowed here: {', '.join(allowed)}"
+        return loc, f"unknown field {shown(field)}; {hint}allowed here: {', '.join(allowed)}"
     if kind == "missing":
         desc = _description_at(loc)
         return loc, f"required field is missing; add it{f' ({desc})' if desc else ''}"
-    return loc, f"{msg}{shown}"
+    if kind in _NUMBER_TYPES:
+        if isinstance(value, bool):
+            return loc, (f"{msg} ({got}: YAML reads yes, no, on, off, true and false as booleans); write a number")
+        if isinstance(value, str):
+            return loc, f"{msg} ({got}, a string); write the number without quotes"
+    if kind == "bool_type":
+        return loc, f"{msg} ({got}); write true or false, without quotes"
+    if kind == "string_type" and isinstance(value, (bool, int, float)):
+        return loc, (f"{msg} ({got}: YAML read it as a {_yaml_kind(value)}); put the value in quotes exactly as "
+                     "meant (e.g. '1.10', 'yes', '0755')")
+    if kind == "finite_number":
+        return loc, f"{msg} ({got}); write a finite number"
+    if kind in ("list_type", "dict_type", "model_type", "model_attributes_type"):
+        want = "a list (- item)" if kind == "list_type" else "a mapping (key: value)"
+        return loc, f"expected {want}, {got}"
+    return loc, f"{msg} ({got})"
+
+
+def _yaml_kind(value: object) -> str:
+    return {bool: "boolean", int: "number", float: "number", str: "string", list: "list", dict: "mapping",
+            type(None): "null"}.get(type(value), type(value).__name__)
 
 
 def _model_at(loc: Loc) -> type[BaseModel] | None:

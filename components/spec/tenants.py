@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import ipaddress
-from typing import Annotated, Literal
+from typing import Annotated, Iterator, Literal
 
-from pydantic import AfterValidator, BeforeValidator, Field, model_validator
+from pydantic import AfterValidator, BeforeValidator, Field
 
-from .common import DnsLabel, Labels, SpecModel, field_error
+from .common import DnsLabel, GroupName, Labels, Problem, SpecModel, shown
 
 
 class GpuQuota(SpecModel):
@@ -20,12 +20,13 @@ class GpuQuota(SpecModel):
     lending_limit: int | None = Field(
         None, ge=0, description="Of its nominal GPUs, how many idle ones others may borrow. Omitted: all of them.")
 
-    @model_validator(mode="after")
-    def _lend_at_most_nominal(self) -> GpuQuota:
+    def _lend_at_most_nominal(self) -> Iterator[Problem]:
         if self.lending_limit is not None and self.lending_limit > self.nominal:
-            raise field_error("lending_limit", f"lending_limit {self.lending_limit} is above nominal {self.nominal}; a tenant can "
-                             f"lend at most what it owns (set lending_limit <= {self.nominal})")
-        return self
+            yield Problem(("lending_limit",), f"lending_limit {self.lending_limit} is above nominal {self.nominal}; "
+                                              f"a tenant can lend at most what it owns (set lending_limit <= "
+                                              f"{self.nominal})")
+
+    _checks = (_lend_at_most_nominal,)
 
 
 class Share(SpecModel):
@@ -55,7 +56,8 @@ def _cidr(value: str) -> str:
     try:
         return str(ipaddress.ip_network(value, strict=True))
     except ValueError as e:
-        raise ValueError(f"{value!r} is not a network in CIDR form ({e}); e.g. '10.20.0.0/16'") from None
+        raise ValueError(f"{shown(value)} is not a network in CIDR form ({shown(str(e))}); e.g. '10.20.0.0/16'") \
+            from None
 
 
 Cidr = Annotated[str, AfterValidator(_cidr)]
@@ -64,9 +66,9 @@ Cidr = Annotated[str, AfterValidator(_cidr)]
 class Groups(SpecModel):
     """Identity-provider groups bound to Kubernetes' built-in namespace roles (never cluster-admin)."""
 
-    admin: list[str] = Field(default_factory=list, description="Omitted: no group administers the namespace.")
-    edit: list[str] = Field(default_factory=list, description="Omitted: no group may edit.")
-    view: list[str] = Field(default_factory=list, description="Omitted: no group may view.")
+    admin: list[GroupName] = Field(default_factory=list, description="Omitted: no group administers the namespace.")
+    edit: list[GroupName] = Field(default_factory=list, description="Omitted: no group may edit.")
+    view: list[GroupName] = Field(default_factory=list, description="Omitted: no group may view.")
 
 
 class ContainerDefaults(SpecModel):
@@ -110,7 +112,7 @@ class Preemption(SpecModel):
 class Tenant(SpecModel):
     name: DnsLabel
     namespace: DnsLabel | None = Field(None, description="Omitted: the tenant's name.")
-    labels: Labels = Field(default_factory=dict, description="Extra namespace labels. Omitted: only the tenant's own.")
+    labels: Labels = Field(default_factory=dict, max_length=64, description="Extra namespace labels. Omitted: only the tenant's own.")
     groups: Groups = Field(default_factory=Groups, description="Omitted: no group is bound.")
     gpu_quota: dict[DnsLabel, QuotaOrCount] = Field(
         default_factory=dict, description="GPU quota per flavour (node pool name). Omitted: no GPUs.")

@@ -96,10 +96,11 @@ def plan_topology(spec: ClusterSpec) -> tuple[Topology, list[Problem]]:
     uplink_ports = {leaf.name: len(leaf.uplinks) * leaf.links_per_uplink for leaf in leaves}
     taken: dict[str, dict[int, str]] = {leaf.name: {} for leaf in leaves}
     wanted: list[tuple[Loc, str, int, Link]] = []     # (host loc, leaf, explicit port or 0, link without port)
+    too_fast: set[tuple[int, int, str]] = set()
     for pi, pool in enumerate(spec.node_pools):
         for hi, host in enumerate(pool.hosts):
             loc = ("node_pools", pi, "hosts", hi)
-            for nic in pool.nics:
+            for ni, nic in enumerate(pool.nics):
                 serving = [leaf for leaf in leaves if _serves(leaf, host.rack, nic.rail)]
                 if len(serving) != 1:
                     names = ", ".join(s.name for s in serving)
@@ -107,6 +108,13 @@ def plan_topology(spec: ClusterSpec) -> tuple[Topology, list[Problem]]:
                                                  f"{'no leaf' if not serving else 'leaves ' + names}; each NIC needs "
                                                  "exactly one leaf: fix the leaves' racks or rails"))
                     continue
+                if nic.speed_gbps > serving[0].port_speed_gbps and (pi, ni, serving[0].name) not in too_fast:
+                    too_fast.add((pi, ni, serving[0].name))
+                    problems.append(Problem(("node_pools", pi, "nics", ni, "speed_gbps"),
+                                            f"rail {nic.rail} NICs of pool {pool.name} run at {nic.speed_gbps} Gb/s "
+                                            f"but leaf {serving[0].name}'s ports at {serving[0].port_speed_gbps}; "
+                                            "the links would train down and every bandwidth check fail: fix "
+                                            "speed_gbps or the leaf's port_speed_gbps"))
                 link = Link(host.hostname, nic.rail, nic.device, nic.interface, nic.speed_gbps, serving[0].name, 0)
                 wanted.append((loc, serving[0].name, host.leaf_port or 0, link))
     offsets: dict[tuple[str, str], int] = {}

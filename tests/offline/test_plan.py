@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-from pathlib import Path
 
 import pulumi
 import pytest
@@ -100,6 +99,16 @@ def test_duplicate_kubernetes_objects_are_plan_errors(record):
     plan = build_plan(record(program))
     assert plan.errors == ["b and a both manage the Kubernetes object manifests/_cluster/namespace-same.yaml; "
                            "one would overwrite the other"]
+
+
+def test_objects_the_api_server_would_refuse_for_their_size_are_plan_errors(record):
+    import pulumi_kubernetes as k8s
+
+    def program():
+        k8s.core.v1.ConfigMap("small", metadata={"name": "small", "namespace": "x"}, data={"a": "b"})
+        k8s.core.v1.ConfigMap("big", metadata={"name": "big", "namespace": "x"}, data={"a": "b" * (1024 * 1024)})
+    (error,) = build_plan(record(program)).errors
+    assert error.startswith("manifests/x/configmap-big.yaml is 1,048,") and "over 1,048,576" in error
 
 
 def test_refuses_to_replace_a_folder_that_holds_no_plan(dev_plan, tmp_path):

@@ -117,14 +117,9 @@ def test_a_partition_key_with_the_membership_bit_gets_the_key_to_use(dev_data):
     assert "drop the full-membership bit 0x8000 (use 0x0002)" in one(dev_data)
 
 
-def test_rejects_pfc_on_more_than_the_roce_priority(dev_data):
-    dev_data["fabric"]["roce"] = {"pfc_priorities": [3, 4]}
-    assert "fabric.roce.pfc_priorities: pfc_priorities is [3, 4] but RoCE traffic uses priority 3" in one(dev_data)
-
-
 def test_rejects_a_dscp_map_that_sends_roce_traffic_elsewhere(dev_data):
     dev_data["fabric"]["roce"] = {"dscp_map": {26: 2}}
-    assert ("fabric.roce.dscp_map: dscp_map sends DSCP 26 to priority 2, but RoCE traffic marked 26 must use "
+    assert ("fabric.roce.dscp_map[26]: dscp_map sends DSCP 26 to priority 2, but RoCE traffic marked 26 must use "
             "priority 3") in one(dev_data)
 
 

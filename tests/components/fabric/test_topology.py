@@ -22,7 +22,8 @@ def layouts(draw) -> dict[str, Any]:
     racks, hosts, rails = draw(st.integers(1, 3)), draw(st.integers(1, 6)), draw(st.integers(1, 4))
     spines, links = draw(st.integers(0, 2)), draw(st.integers(1, 4))
     per_rail = draw(st.booleans())
-    nic_speed, port_speed = draw(st.sampled_from(SPEEDS)), draw(st.sampled_from(SPEEDS))
+    nic_speed = draw(st.sampled_from(SPEEDS))
+    port_speed = draw(st.sampled_from([s for s in SPEEDS if s >= nic_speed]))     # a faster NIC is refused
     data = copy.deepcopy(_DEV)
     data["sites"][0]["racks"] = [{"name": f"r{r}", "pdu_capacity_kw": 200} for r in range(racks)]
     data["node_pools"][0]["hosts"] = [{"hostname": f"h{r}-{i}", "address": f"10.1.{r}.{i + 10}", "rack": f"r{r}"}

@@ -182,7 +182,7 @@ def test_an_unknown_combination_can_be_allowed_explicitly(dev_data):
 
 
 def test_rejects_an_rdma_resource_name_with_a_hyphen(dev_data):
-    dev_data["kubernetes"]["network_operator"] = {"rdma_resource_name": "rdma-shared"}
+    dev_data["kubernetes"]["network_operator"]["rdma_resource_name"] = "rdma-shared"
     (msg,) = problems_of(dev_data)
     assert "kubernetes.network_operator.rdma_resource_name: 'rdma-shared' is not a device plugin resource name" in msg
     assert "(e.g. 'rdma_shared')" in msg

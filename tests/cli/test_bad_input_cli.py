@@ -1,0 +1,97 @@
+"""Bad input through the command line: exit 2, a message naming the file and the fix, never a traceback."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from tests.cli.test_cli import gpucluster
+from tests.conftest import ROOT
+
+PRIVATE_KEY = "-----BEGIN OPENSSH PRIVATE KEY-----\\n  b3BlbnNzaC1rZXktdjE=\\n  -----END OPENSSH PRIVATE KEY-----"
+
+
+@pytest.fixture
+def project(tmp_path):
+    for name in ("Pulumi.yaml", "Pulumi.dev.yaml", "Pulumi.prod.yaml", "__main__.py"):
+        shutil.copy(ROOT / name, tmp_path / name)
+    shutil.copytree(ROOT / "stacks", tmp_path / "stacks")
+    return tmp_path
+
+
+def refused(out) -> str:
+    assert out.returncode == 2, out
+    assert "Traceback" not in out.stderr
+    return out.stderr
+
+
+def test_plan_takes_a_spec_file_path_as_the_stack_its_name_names(project, tmp_path_factory):
+    elsewhere = tmp_path_factory.mktemp("specs") / "lab.yaml"
+    shutil.copy(project / "stacks" / "dev.yaml", elsewhere)
+    for arg, stack in (("stacks/dev.yaml", "dev"), (str(elsewhere), "lab")):
+        out = gpucluster("plan", arg, cwd=project)
+        assert out.returncode == 0, out.stderr
+        assert f"Stack {stack} of project gpucluster" in out.stdout
+        assert (project / "build" / stack / "resources.json").exists()
+
+
+def test_a_spec_file_whose_name_is_no_stack_name_is_refused(project):
+    shutil.copy(project / "stacks" / "dev.yaml", project / "my lab.yaml")
+    assert "'my lab' is not a stack name" in refused(gpucluster("plan", "my lab.yaml", cwd=project))
+
+
+@pytest.mark.parametrize("content", ["{not json", "[]", '{"resources": {}}', '{"resources": [{"name": "x"}]}',
+                                     '{"resources": [{"urn": "u"}]}',
+                                     '{"resources": [{"urn": "urn:pulumi:s::p::t::n", "inputs": []}]}', "\udcff"])
+def test_diff_of_a_damaged_plan_is_bad_input(tmp_path, content):
+    good = tmp_path / "good"
+    good.mkdir()
+    (good / "resources.json").write_text(json.dumps({"resources": [], "outputs": {}}))
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "resources.json").write_bytes(content.encode("utf-8", "surrogateescape"))
+    for old, new in ((good, bad), (bad, good)):
+        err = refused(gpucluster("diff", str(old), str(new)))
+        assert f"{bad / 'resources.json'}" in err and "run `gpucluster plan STACK --out" in err
+
+
+def test_a_plain_private_key_in_stack_settings_warns_in_dev_and_is_refused_elsewhere(project):
+    (project / "Pulumi.dev.yaml").write_text(f'config:\n  gpucluster:sshPrivateKey: "{PRIVATE_KEY}"\n')
+    out = gpucluster("plan", "dev", cwd=project)
+    assert out.returncode == 0, out.stderr
+    assert "gpucluster:sshPrivateKey is in plain text" in out.stderr
+    assert "pulumi config set --secret sshPrivateKey < KEYFILE" in out.stderr
+    (project / "Pulumi.prod.yaml").write_text(f'config:\n  gpucluster:sshPrivateKey: "{PRIVATE_KEY}"\n')
+    for command in ("validate", "plan"):
+        assert "(refused in prod)" in refused(gpucluster(command, "prod", cwd=project))
+    assert not (project / "build" / "prod").exists()
+
+
+def test_damaged_stack_settings_are_bad_input(project):
+    (project / "Pulumi.dev.yaml").write_text("config: [unclosed\n")
+    assert "Pulumi.dev.yaml: cannot be read as YAML" in refused(gpucluster("plan", "dev", cwd=project))
+
+
+def test_spec_text_holding_the_scripts_heredoc_markers_plans(project):
+    spec = project / "stacks" / "dev.yaml"
+    names = ["GPUCLUSTER_SCRIPT", "GPUCLUSTER_EOF"] + [f"swp{i}" for i in range(3, 33)]
+    spec.write_text(spec.read_text().replace("vendor: cumulus", f"vendor: cumulus\n      port_names: {names}"))
+    out = gpucluster("plan", "dev", cwd=project)
+    assert out.returncode == 0, out.stderr
+    script = (project / "build" / "dev" / "scripts" / "leaf-dev-01" / "dev-fabric-leaf-dev-01.sh").read_text()
+    assert "nv set interface GPUCLUSTER_SCRIPT,GPUCLUSTER_EOF,swp3,swp4," in script
+
+
+def test_free_text_reaches_kubernetes_objects_only_never_a_script(project):
+    payload = "x$(touch /tmp/pwned);`id`|y"
+    spec = project / "stacks" / "dev.yaml"
+    spec.write_text(spec.read_text().replace("description: Jobs that preempt experiments",
+                                             f"description: '{payload}'")
+                    .replace("edit: [oidc:team-a]", f"edit: ['{payload}']"))
+    out = gpucluster("plan", "dev", cwd=project)
+    assert out.returncode == 0, out.stderr
+    build = project / "build" / "dev"
+    holders = {p.relative_to(build).parts[0] for p in build.rglob("*") if p.is_file() and payload in p.read_text()}
+    assert holders == {"manifests", "resources.json"}, holders

@@ -1,0 +1,320 @@
+"""Hostile and broken specs: never a traceback, never a hang, never a shell word from the spec, all problems at once.
+
+Each class of bad input from issue 11 has its own tests here; the loader's budgets (aliases, depth, value size)
+are checked with inputs that would hang or crash a plain YAML loader.
+"""
+
+from __future__ import annotations
+
+import time
+import typing
+
+import pytest
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from components.spec import ClusterSpec, SpecError, parse_spec
+from components.spec.common import Invalid, Tainted
+from components.spec.loader import MAX_VALUE_CHARS, _adapter, _field_type, _unwrap
+from components.spec.kubernetes import PriorityClass
+from components.spec.tenants import Groups
+from tests.conftest import problems_of
+
+# --- the loader: encodings, YAML bombs, sizes, places -------------------------------------------------
+
+def refused(text: str | bytes) -> list[str]:
+    started = time.perf_counter()
+    with pytest.raises(SpecError) as info:
+        parse_spec(text, "spec.yaml")
+    assert time.perf_counter() - started < 1.0, "bad input must be refused quickly"
+    return info.value.problems
+
+
+@pytest.mark.parametrize("data, line, byte", [
+    ("name: café\n".encode("latin-1"), 1, "0xe9"),
+    (b"name: dev\nenvironment: dev\n" + bytes(range(128, 256)), 3, "0x80"),
+])
+def test_a_file_that_is_not_utf8_is_named_with_its_line(data, line, byte):
+    (msg,) = refused(data)
+    assert msg.startswith(f"spec.yaml:{line}: byte {byte}") and "save the file as UTF-8" in msg
+
+
+def test_an_alias_bomb_is_refused_at_once():
+    levels = ["a: &a [x, x, x, x, x, x, x, x, x]"] + [
+        f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join([f'*{chr(97 + i)}'] * 9)}]" for i in range(8)]
+    (msg,) = refused("\n".join(levels) + "\n")
+    assert "aliases expand this to more than 300,000 values" in msg
+
+
+def test_too_many_aliases_are_refused():
+    text = "x: &x 1\nl: [" + ", ".join(["*x"] * 300) + "]\n"
+    (msg,) = refused(text)
+    assert "more than 256 aliases" in msg
+
+
+def test_a_self_referencing_alias_is_refused():
+    (msg,) = refused("name: dev\nsites: &s [*s]\n")
+    assert msg.startswith("spec.yaml:2: an alias refers to the collection it is in")
+
+
+@pytest.mark.parametrize("depth", [100, 100_000])
+def test_deep_nesting_is_refused_without_recursion(depth):
+    (msg,) = refused("name: " + "[" * depth + "]" * depth)
+    assert "nested more than 64 levels deep" in msg
+
+
+def test_a_huge_value_is_cut_in_the_message():
+    (msg,) = refused("name: " + "x" * 10_000_000 + "\n")
+    assert len(msg) < 400 and "10,000,000 characters" in msg and f"{MAX_VALUE_CHARS:,}" in msg
+
+
+def test_a_long_but_legal_looking_value_is_cut_in_field_errors(dev_data):
+    dev_data["name"] = "x" * 5000
+    (msg,) = problems_of(dev_data)
+    assert len(msg) < 400 and "(5000 characters)" in msg
+
+
+def test_an_unclosed_bracket_names_the_line_it_opens_on():
+    text = "name: dev\nenvironment: dev\nsites: [{name: lab1,\n  racks: []\nnode_pools: []\n"
+    (msg,) = refused(text)
+    assert msg.startswith("spec.yaml:3: not valid YAML: while parsing a flow mapping (line 3, column 9)")
+    assert "did not find expected ',' or '}'" in msg
+
+
+def test_a_control_character_is_named():
+    (msg,) = refused("name: a\x07b\n")
+    assert msg.startswith("spec.yaml:1: not valid YAML: character #x0007 is not allowed")
+
+
+def test_a_second_document_is_refused():
+    (msg,) = refused("name: dev\n---\nname: prod\n")
+    assert "a second YAML document" in msg
+
+
+def test_a_private_key_pasted_into_the_spec_names_the_secret_command(dev_data):
+    dev_data["ssh"]["key"] = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXk=\n-----END OPENSSH PRIVATE KEY-----"
+    (msg,) = problems_of(dev_data)
+    assert "ssh.key: a private key never belongs in the spec" in msg
+    assert "pulumi config set --secret sshPrivateKey < KEYFILE" in msg
+
+
+# --- strict values: what YAML wrote is what the spec gets ---------------------------------------------
+
+@pytest.mark.parametrize("path, value, expected", [
+    (("node_pools", 0, "gpu", "count"), "8", "(got '8', a string); write the number without quotes"),
+    (("node_pools", 0, "nics", 0, "rail"), True, "(got True: YAML reads yes, no, on, off, true and false as "
+                                                 "booleans); write a number"),
+    (("node_pools", 0, "burn_in", "enabled"), "yes", "(got 'yes'); write true or false, without quotes"),
+    (("kubernetes", "kueue", "chart_version"), 0.19, "YAML read it as a number); put the value in quotes"),
+    (("sites", 0, "racks", 0, "pdu_capacity_kw"), float("nan"), "finite number"),
+    (("sites", 0, "racks", 0, "pdu_capacity_kw"), float("inf"), "finite number"),
+])
+def test_values_keep_their_yaml_type(dev_data, path, value, expected):
+    node = dev_data
+    for part in path[:-1]:
+        node = node.setdefault(part, {}) if isinstance(part, str) else node[part]
+    node[path[-1]] = value
+    (msg,) = problems_of(dev_data)
+    assert expected in msg, msg
+
+
+# --- the grammar of every string ------------------------------------------------------------------------
+
+HOSTILE = ["ok$(reboot)", "ok;reboot", "ok`id`", "ok\nreboot", "ok|x", "ok&x", "ok x", "ok'x", 'ok"x', "ok>x",
+           "../../etc/shadow"]
+# Free text that only ever lands in a Kubernetes object field (never a script): see the plan test below.
+FREE_TEXT = {(PriorityClass, "description"), (Groups, "admin"), (Groups, "edit"), (Groups, "view")}
+
+
+def _string_slots(model: type[BaseModel], seen: set[type]) -> typing.Iterator[tuple[type, str, typing.Any]]:
+    """(model, field, type) of every string-valued slot reachable from `model`, containers unwrapped."""
+    if model in seen:
+        return
+    seen.add(model)
+    for name in model.model_fields:
+        pending = [_field_type(model, name)]
+        while pending:
+            tp = pending.pop()
+            base = _unwrap(tp)
+            if isinstance(base, type) and issubclass(base, BaseModel):
+                yield from _string_slots(base, seen)
+            elif typing.get_origin(base) in (list, dict):
+                pending.extend(typing.get_args(base))
+            elif typing.get_origin(base) in (typing.Union, type(int | str)):
+                pending.extend(a for a in typing.get_args(base) if a is not type(None))
+            elif base is str:
+                yield model, name, tp
+
+
+def test_every_string_in_the_spec_has_a_grammar_that_refuses_shell_words():
+    slots = list(_string_slots(ClusterSpec, set()))
+    assert len(slots) > 30, "the walk must reach the whole spec"
+    for model, name, tp in slots:
+        if (model, name) in FREE_TEXT:
+            continue
+        for value in HOSTILE:
+            with pytest.raises(ValidationError):
+                _adapter(tp).validate_python(value)
+                pytest.fail(f"{model.__name__}.{name} accepts {value!r}; give it the grammar of what it is")
+
+
+@pytest.mark.parametrize("path, value, expected", [
+    (("fabric", "switches", 0, "port_names"), [f"swp{i}" for i in range(1, 32)] + ["swp32$(reboot)"],
+     "fabric.switches[0].port_names[31]: 'swp32$(reboot)' is not a switch port name"),
+    (("ssh", "user"), "ubuntu admin", "ssh.user: 'ubuntu admin' is not a login name"),
+    (("node_pools", 0, "hosts", 0, "address"), "0.0.0.0", "0.0.0.0 is an unspecified address"),
+    (("node_pools", 0, "hosts", 1, "address"), "127.0.0.1", "127.0.0.1 is a loopback address"),
+    (("node_pools", 0, "burn_in", "nccl_tests_dir"), "/opt/../etc", "is not an absolute path in normal form"),
+    (("node_pools", 0, "hosts", 0, "hostname"), "gpu-" + "a" * 60, "it is also a Kubernetes label value"),
+    (("kubernetes", "network_operator", "ofed_driver_version"), "latest", "'latest' is not a version"),
+    (("fabric", "checks", "nccl_tests_image"), "Not An Image", "'Not An Image' is not an image reference"),
+    (("tenants", 0, "groups", "admin"), [""], "tenants[0].groups.admin[0]: '' is not an identity group name"),
+])
+def test_script_and_object_strings_are_held_to_their_grammar(dev_data, path, value, expected):
+    node = dev_data
+    for part in path[:-1]:
+        node = node.setdefault(part, {}) if isinstance(part, str) else node[part]
+    node[path[-1]] = value
+    found = problems_of(dev_data)
+    assert any(expected in m for m in found), found
+
+
+def test_device_paths_outside_dev_or_with_dotdot_are_refused(dev_data):
+    dev_data["storage"] = {"kind": "lustre", "mount_point": "/mnt/../etc", "servers": [
+        {"hostname": "mds-01", "address": "10.10.0.50", "rack": "r01", "targets": [
+            {"role": "mgs", "device": "/dev/../etc/shadow", "reformat": True},
+            {"role": "mdt", "device": "/etc/passwd"},
+            {"role": "ost", "device": "/dev/nvme0n1"}]}]}
+    found = problems_of(dev_data)
+    assert any("storage.mount_point: '/mnt/../etc' is not an absolute path in normal form" in m for m in found)
+    assert any("targets[0].device: '/dev/../etc/shadow' is not an absolute path in normal form" in m for m in found)
+    assert any("targets[1].device: '/etc/passwd' is not a device under /dev/" in m for m in found)
+
+
+# --- bounds and cross-checks ------------------------------------------------------------------------------
+
+def test_host_tuning_above_the_host_and_the_gpu_is_refused(dev_data):
+    tuning = dev_data["node_pools"][0].setdefault("tuning", {})
+    memory = dev_data["node_pools"][0]["memory_gib_per_host"]
+    tuning.update(hugepages_2mi=memory * 512 + 1, shm_size_gib=memory + 1, gpu_power_limit_w=800)
+    found = problems_of(dev_data)
+    assert any("tuning.hugepages_2mi:" in m and f"more than the host's {memory} GiB" in m for m in found)
+    assert any("tuning.shm_size_gib:" in m and f"larger than the host's {memory} GiB" in m for m in found)
+    assert any("tuning.gpu_power_limit_w: power limit 800 W is above the H100-SXM5-80GB's 700 W" in m
+               for m in found)
+
+
+def test_a_nic_faster_than_its_leaf_port_is_refused(dev_data):
+    dev_data["node_pools"][0]["nics"][0]["speed_gbps"] = 800
+    found = problems_of(dev_data)
+    assert any("node_pools[0].nics[0].speed_gbps: rail 0 NICs of pool h100 run at 800 Gb/s but leaf" in m
+               for m in found), found
+
+
+def test_an_ethernet_switch_os_on_infiniband_is_refused():
+    data = yaml.safe_load(open("stacks/prod.yaml"))
+    data["fabric"]["switches"][0]["vendor"] = "sonic"
+    found = problems_of(data)
+    assert any("fabric.switches[0].vendor: ib-leaf-0 runs sonic, an Ethernet switch OS, but the fabric is "
+               "InfiniBand" in m for m in found), found
+
+
+def test_a_rack_drawing_more_than_its_pdu_is_refused(dev_data):
+    dev_data["sites"][0]["racks"][0]["pdu_capacity_kw"] = 12
+    dev_data["node_pools"][0]["host_base_power_w"] = 1500
+    (msg,) = problems_of(dev_data)
+    assert msg.split(": ", 1)[1] == (
+        "sites[0].racks[0].pdu_capacity_kw: rack r01's hosts draw up to 14.2 kW at peak (2 x 7.1 kW (h100); GPUs at "
+        "TDP plus host_base_power_w) but its PDUs deliver 12 kW; move hosts to another rack or correct "
+        "pdu_capacity_kw")
+
+
+# --- every problem at once ------------------------------------------------------------------------------
+
+def test_rules_still_run_where_fields_are_invalid(dev_data):
+    pool = dev_data["node_pools"][0]
+    pool["colour"] = "red"                                    # unknown key
+    pool["hosts"][0]["address"] = "10.10.0.300"               # bad address
+    pool["hosts"][1]["rack"] = "r99"                          # missing rack (a cross-field rule)
+    dev_data["tenants"][0]["gpu_quota"]["h100"]["nominal"] = 40   # quota above capacity (another)
+    found = problems_of(dev_data)
+    assert [m.split(": ", 2)[1] for m in found] == [
+        "node_pools[0].hosts[0].address", "node_pools[0].hosts[1].rack", "node_pools[0].colour",
+        "tenants[0].gpu_quota.h100"], found
+
+
+def test_rules_that_depend_on_an_invalid_value_are_skipped(dev_data):
+    dev_data["node_pools"][0]["gpu"]["count"] = "8"            # the capacity rule needs the count
+    dev_data["tenants"][0]["gpu_quota"]["h100"]["nominal"] = 40
+    (msg,) = problems_of(dev_data)
+    assert "gpu.count" in msg
+
+
+def test_a_value_a_check_refused_causes_no_follow_on_problems(dev_data):
+    dev_data["node_pools"][0]["gpu"]["count"] = 6              # not an H100 board; capacity would follow from it
+    (msg,) = problems_of(dev_data)
+    assert "hosts carry 4 or 8 GPUs, not 6" in msg
+
+
+def test_an_invalid_stand_in_refuses_every_use():
+    bad = Invalid(("x",))
+    for use in (lambda: bad == 1, lambda: hash(bad), lambda: bool(bad), lambda: f"{bad}", lambda: bad.name,
+                lambda: bad + 1, lambda: list(bad), lambda: 1 in bad, lambda: bad < 2):
+        with pytest.raises(Tainted):
+            use()
+
+
+# --- never anything but SpecError ---------------------------------------------------------------------------
+
+from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
+
+from tests.conftest import _DEV  # noqa: E402
+
+_SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-10**30, 10**30), st.floats(allow_nan=True),
+                     st.text(max_size=40), st.sampled_from(["", "0.0.0.0", "/dev/../x", "$(reboot)", "yes", "8"]))
+_VALUES = st.recursive(_SCALARS, lambda inner: st.one_of(st.lists(inner, max_size=3),
+                                                        st.dictionaries(st.text(max_size=8), inner, max_size=3)),
+                       max_leaves=8)
+
+
+def _paths(node, loc=()):
+    yield loc
+    if isinstance(node, dict):
+        for k, v in node.items():
+            yield from _paths(v, loc + (k,))
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield from _paths(v, loc + (i,))
+
+
+_DEV_PATHS = [p for p in _paths(_DEV) if p]
+
+
+def _only_spec_errors(text) -> None:
+    try:
+        parse_spec(text, "spec.yaml")
+    except SpecError as e:
+        assert e.problems and all(p.startswith("spec.yaml") and len(p) < 2000 for p in e.problems), e.problems
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.sampled_from(_DEV_PATHS), _VALUES), min_size=1, max_size=4))
+def test_any_value_anywhere_in_the_dev_spec_gives_problems_not_a_crash(changes):
+    import copy
+    data = copy.deepcopy(_DEV)
+    for path, value in changes:
+        node = data
+        try:
+            for part in path[:-1]:
+                node = node[part]
+            node[path[-1]] = value
+        except (KeyError, IndexError, TypeError):    # an earlier change replaced the parent
+            continue
+    _only_spec_errors(yaml.safe_dump(data, allow_unicode=True))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.binary(max_size=200), st.text(max_size=200),
+                 st.text(alphabet="{}[]&*!|>-:,'\"#%@`?\n\t abc012", max_size=200)))
+def test_any_text_gives_problems_not_a_crash(text):
+    _only_spec_errors(text)
