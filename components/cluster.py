@@ -11,6 +11,7 @@ from .k8s.gpu_stack import GpuKubernetesStack
 from .k8s.tenant import Tenant, TenantArgs
 from .nodes import GpuNodePool, NodePoolArgs
 from .spec import ClusterSpec
+from .storage import ParallelFilesystem
 
 
 class GpuCluster(pulumi.ComponentResource):
@@ -31,6 +32,8 @@ class GpuCluster(pulumi.ComponentResource):
     """The operators, Kueue and monitoring; what job templates need (flavors, RDMA resource, networks)."""
     tenants: dict[str, Tenant]
     """Tenant components by tenant name."""
+    storage: ParallelFilesystem | None
+    """The parallel filesystem, where the spec has one."""
 
     def __init__(self, name: str, spec: ClusterSpec, ssh_private_key: pulumi.Input[str],
                  opts: pulumi.ResourceOptions | None = None):
@@ -45,6 +48,11 @@ class GpuCluster(pulumi.ComponentResource):
         self.tenants = {t.name: Tenant(f"{name}-{t.name}", TenantArgs.from_spec(spec, t),
                                        kueue_ready=self.kubernetes.kueue_ready, opts=child)
                         for t in spec.tenants}
+        self.storage = None
+        if spec.storage.kind != "none":
+            self.storage = ParallelFilesystem(
+                f"{name}-storage", spec, ssh_private_key, opts=child, host_ready=ready,
+                namespaces={t.namespace_name: self.tenants[t.name].namespace for t in spec.tenants})
         self.register_outputs({
             "gpus": spec.gpus,
             "fabric_topology": self.fabric.topology,
@@ -53,4 +61,5 @@ class GpuCluster(pulumi.ComponentResource):
             "burn_in": {h: v for p in self.node_pools.values() for h, v in p.burn_in.items()},
             "tenant_namespaces": {n: t.namespace for n, t in self.tenants.items()},
             "tenant_local_queues": {n: t.local_queue for n, t in self.tenants.items()},
+            "storage": self.storage.outputs if self.storage else None,
         })

@@ -38,7 +38,7 @@ class SshTarget(NamedTuple):
 
 
 class Script(NamedTuple):
-    create: str
+    create: str | pulumi.Output[str]    # an Output only where the script embeds a secret
     delete: str | None = None
 
 
@@ -68,15 +68,22 @@ def connection(target: SshTarget, private_key: pulumi.Input[str]) -> remote.Conn
 
 
 def push(name: str, target: SshTarget, script: Script, private_key: pulumi.Input[str], *,
-         parent: pulumi.Resource, depends_on: Sequence[pulumi.Resource] = (), converge: bool = False
-         ) -> remote.Command:
-    create = as_command(script.create, target.user)
+         parent: pulumi.Resource, depends_on: Sequence[pulumi.Resource] = (), converge: bool = False,
+         protect: bool = False) -> remote.Command:
+    """One remote command for a script. A create script built from a secret comes as an Output and stays
+    secret. `protect`: the engine refuses to delete the command (a server that holds data) until it is lifted."""
+    create: pulumi.Input[str]
+    if isinstance(script.create, pulumi.Output):
+        create = script.create.apply(lambda text: as_command(text, target.user))
+        trigger: pulumi.Input[str] = script.create.apply(lambda text: digest(Script(text, script.delete)))
+    else:
+        create, trigger = as_command(script.create, target.user), digest(script)
     return remote.Command(
         name, connection=connection(target, private_key), create=create,
         update=create if converge else None,
         delete=as_command(script.delete, target.user) if script.delete else None,
         # The SDK marks triggers replace-on-change: a converging script must not have any.
-        triggers=None if converge else [digest(script)],
+        triggers=None if converge else [trigger],
         add_previous_output_in_env=False,
-        opts=pulumi.ResourceOptions(parent=parent, depends_on=list(depends_on),
+        opts=pulumi.ResourceOptions(parent=parent, depends_on=list(depends_on), protect=protect,
                                     delete_before_replace=script.delete is not None))

@@ -31,13 +31,15 @@ def per_gpu(pool: NodePool) -> tuple[int, int]:
 def render_job(spec: ClusterSpec, tenant: Tenant, pool: NodePool, *, name: str, pods: int = 1,
                gpus_per_pod: int | None = None, topology: str | None = None, required: bool = True,
                limits: bool = True, priority_class: str | None = None, queue: str | None = LOCAL_QUEUE,
-               image: str = EXAMPLE_IMAGE, command: list[str] | None = None) -> dict[str, Any]:
+               image: str = EXAMPLE_IMAGE, command: list[str] | None = None,
+               filesystem: bool = True) -> dict[str, Any]:
     """A Job of `pods` pods with `gpus_per_pod` GPUs each (omitted: a whole host's).
 
     `topology` is a node label of the Kueue Topology (a level of `kubernetes.topology_levels`): all pods within
     one such domain, `required` or only preferred; omitted, Kueue places pods where they fit. `limits` sets
     memory limits equal to requests (Guaranteed memory); `queue=None` leaves the queue label out, as a tenant who
-    forgets it would (Kueue then defaults it to the namespace's `default` LocalQueue).
+    forgets it would (Kueue then defaults it to the namespace's `default` LocalQueue). `filesystem` mounts the
+    tenant's parallel-filesystem claims (its directory, the datasets) where the hosts have them.
     """
     gpus = gpus_per_pod if gpus_per_pod is not None else pool.gpu_units_per_host
     cores, mem_gib = per_gpu(pool)
@@ -54,6 +56,15 @@ def render_job(spec: ClusterSpec, tenant: Tenant, pool: NodePool, *, name: str, 
         "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
         "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
     }
+    # Memory-backed, counted against the pod's memory: half of what the pod requests.
+    volumes: list[dict[str, Any]] = [{"name": "dshm", "emptyDir": {"medium": "Memory",
+                                                                   "sizeLimit": f"{max(1, mem_gib * gpus // 2)}Gi"}}]
+    claims = spec.filesystem_claims(tenant) if filesystem else []
+    for claim in claims:                                                 # at the paths they have on the hosts
+        container["volumeMounts"].append({"name": claim.name, "mountPath": claim.path, "readOnly": claim.read_only})
+        volumes.append({"name": claim.name, "persistentVolumeClaim": {"claimName": claim.name,
+                                                                      "readOnly": claim.read_only}})
+    groups = sorted({c.group for c in claims if c.group is not None})    # the tenant directory's owning group
     if pool.name in tenant.gpu_quota:        # the tenant's namespace has the pool's NCCL settings (see Tenant)
         container["envFrom"] = [{"configMapRef": {"name": f"nccl-{pool.name}"}}]
     template_meta: dict[str, Any] = {"labels": {"app.kubernetes.io/name": name}}
@@ -72,11 +83,10 @@ def render_job(spec: ClusterSpec, tenant: Tenant, pool: NodePool, *, name: str, 
                 "spec": {
                     "restartPolicy": "Never",
                     "securityContext": {"runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 1000,
-                                        "seccompProfile": {"type": "RuntimeDefault"}},
+                                        "seccompProfile": {"type": "RuntimeDefault"},
+                                        **({"supplementalGroups": groups} if groups else {})},
                     "containers": [container],
-                    # Memory-backed, counted against the pod's memory: half of what the pod requests.
-                    "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory",
-                                                              "sizeLimit": f"{max(1, mem_gib * gpus // 2)}Gi"}}],
+                    "volumes": volumes,
                 },
             },
         },

@@ -19,6 +19,8 @@ _TYPED: dict[tuple[str, str], Any] = {
     ("v1", "ConfigMap"): k8s.core.v1.ConfigMap,
     ("v1", "LimitRange"): k8s.core.v1.LimitRange,
     ("v1", "ResourceQuota"): k8s.core.v1.ResourceQuota,
+    ("v1", "PersistentVolume"): k8s.core.v1.PersistentVolume,
+    ("v1", "PersistentVolumeClaim"): k8s.core.v1.PersistentVolumeClaim,
     ("rbac.authorization.k8s.io/v1", "RoleBinding"): k8s.rbac.v1.RoleBinding,
     ("networking.k8s.io/v1", "NetworkPolicy"): k8s.networking.v1.NetworkPolicy,
 }

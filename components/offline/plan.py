@@ -21,8 +21,10 @@ from ..spec import ClusterSpec
 from ..spec.cluster import network_operator_enabled
 from ..spec.topology import plan_topology
 from ..ssh import unwrap
+from ..storage.filesystem import filesystem_outputs
+from ..storage.layout import plan_layout
 from ..yamltext import to_yaml
-from .recorder import SECRET, STACK_TYPE, Record, redact
+from .recorder import COMPUTED, SECRET, STACK_TYPE, Record, redact
 from .runner import ProgramRun
 
 HONESTY = ("Offline plan: what the program registers under Pulumi's mock runtime, not the state of a cluster. "
@@ -100,7 +102,9 @@ def _script_files(r: Record, names: dict[str, str]) -> dict[str, str]:
             continue
         script = unwrap(script) if script != SECRET else script
         suffix = "" if step == "create" else f".{step}"
-        text = script if script != SECRET else "# [secret]: this script embeds a secret and is not shown offline\n"
+        text = {SECRET: "# [secret]: this script embeds a secret and is not shown offline\n",
+                COMPUTED: "# <computed>: this script is built from a value known only after apply (a generated "
+                         "secret) and is not shown offline\n"}.get(script, script)
         out[f"scripts/{host}/{_SAFE.sub('_', r.name)}{suffix}.sh"] = text if text.endswith("\n") else text + "\n"
     return out
 
@@ -192,6 +196,20 @@ def _fabric_summary(spec: ClusterSpec) -> list[str]:
     return lines
 
 
+def _storage_summary(spec: ClusterSpec) -> list[str]:
+    layout = plan_layout(spec)
+    if layout is None:
+        return []
+    o = filesystem_outputs(spec, layout)
+    read = ("read bandwidth not estimated (set storage.read_gb_per_s_per_server)" if o["read_gb_per_s"] is None
+            else f"expected read {o['read_gb_per_s']:g} GB/s for {o['gpus']} GPUs ({o['read_gb_per_s_per_gpu']:g} "
+                 "GB/s per GPU; reference designs aim at 10 GB/s in all for a standard cluster, 100 GB/s for a "
+                 "large one)")
+    return ["", f"Storage: {o['kind']} {o['version']} {o['fs_name']} at {o['mount_point']}, managed by "
+                f"{o['manager']}; {o['data_servers']} data server(s), {o['data_targets']} data target(s), "
+                f"{o['capacity_tib']:g} TiB", f"  {read}"]
+
+
 def render_summary(run: ProgramRun, plan: Plan, clusters: list[ClusterSpec]) -> str:
     by_urn = {r.urn: r for r in run.records}
     counts: Counter[tuple[str, str]] = Counter()
@@ -214,7 +232,7 @@ def render_summary(run: ProgramRun, plan: Plan, clusters: list[ClusterSpec]) -> 
                      f"{rdma_resource(spec) if network_operator_enabled(spec) else 'none'}")
         lines += _table(["node pool", "GPU", "hosts", "GPUs"],
                         [[p.name, f"{p.gpu.count} x {p.gpu.model}", len(p.hosts), p.gpus] for p in spec.node_pools])
-        lines += ["", *_fabric_summary(spec)]
+        lines += ["", *_fabric_summary(spec), *_storage_summary(spec)]
         if spec.tenants:
             lines.append("")
             lines += _table(["tenant", "namespace", "guaranteed GPUs", "borrowing limit", "CPU", "memory"], [

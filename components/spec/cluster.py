@@ -12,7 +12,7 @@ from .common import Check, DnsLabel, Loc, Problem, SpecModel, valid
 from .fabric import FabricSpec
 from .hardware import Host, NodePool, Rack, Site, SshSettings
 from .kubernetes import KubernetesSpec
-from .storage import StorageSpec
+from .storage import FilesystemClaim, StorageSpec
 from .tenants import FlavorQuota, Share, Tenant
 from .topology import plan_topology
 from .versions import describe_known, find
@@ -92,6 +92,22 @@ class ClusterSpec(SpecModel):
         return out
 
     @property
+    def storage_lnet(self) -> str:
+        """Lustre's network type: the spec's, else o2ib (verbs) where the fabric has RDMA."""
+        return self.storage.lnet or ("o2ib" if self.fabric.rdma else "tcp")
+
+    def filesystem_claims(self, tenant: Tenant) -> list[FilesystemClaim]:
+        return self.storage.claims(tenant.namespace_name, tenant.storage.filesystem_gib)
+
+    def storage_client_interface(self, pool: NodePool) -> str | None:
+        """The interface a pool's hosts reach the parallel filesystem on: the fast NICs carry TCP too."""
+        if self.storage.client_interface:
+            return self.storage.client_interface
+        if pool.nics:
+            return min(pool.nics, key=lambda n: n.rail).interface
+        return pool.control_interface or self.fabric.control_interface
+
+    @property
     def system_namespaces(self) -> frozenset[str]:
         """Namespaces of the platform's own agents and operators."""
         return SYSTEM_NAMESPACES | {self.kubernetes.monitoring.namespace, self.kubernetes.dns_namespace}
@@ -156,6 +172,8 @@ def _unique_names(spec: ClusterSpec) -> Iterator[Problem]:
     addresses = [(("node_pools", i, "hosts", j, "address"), h.address)
                  for i, p in enumerate(spec.node_pools) for j, h in enumerate(p.hosts)]
     addresses += [(("storage", "servers", i, "address"), s.address) for i, s in enumerate(spec.storage.servers)]
+    addresses += [(("storage", "servers", i, "data_address"), s.data_address)
+                  for i, s in enumerate(spec.storage.servers) if s.data_address is not None]
     addresses += [(("fabric", "switches", i, "address"), s.address) for i, s in enumerate(spec.fabric.switches)]
     yield from _duplicates(addresses, "address", "every host, storage server and switch needs its own address")
     yield from _duplicates([(("kubernetes", "kueue", "priority_classes", i, "name"), c.name)
@@ -391,7 +409,55 @@ def _rack_power(spec: ClusterSpec) -> Iterator[Problem]:
                               "to another rack or correct pdu_capacity_kw")
 
 
+def _storage_reachable(spec: ClusterSpec) -> Iterator[Problem]:
+    """Clients must have a network that reaches the servers' (LNet o2ib needs RDMA on both ends)."""
+    storage = spec.storage
+    if storage.kind == "none":
+        return
+    o2ib = storage.kind == "lustre" and spec.storage_lnet == "o2ib"
+    if o2ib and not spec.fabric.rdma:
+        yield Problem(("storage", "lnet"), f"lnet o2ib needs RDMA but the fabric is {spec.fabric.kind}; use tcp")
+    if o2ib:
+        for i, server in enumerate(storage.servers):
+            if server.data_address is None:
+                yield Problem(("storage", "servers", i, "data_address"),
+                              f"{server.hostname} has no data_address: an o2ib NID is the address of the "
+                              "InfiniBand or RoCE interface, not the management address; set it")
+    for i, pool in enumerate(spec.node_pools):
+        interface = spec.storage_client_interface(pool)
+        if interface is None:
+            yield Problem(("storage", "client_interface"),
+                          f"node pool {pool.name} has no interface to reach the filesystem on (no NICs, no "
+                          "control_interface); set storage.client_interface")
+        elif o2ib and storage.client_interface is None and not pool.nics:
+            yield Problem(("node_pools", i, "nics"),
+                          f"node pool {pool.name} has no RDMA NICs, so it cannot reach the servers' o2ib LNet; "
+                          "give it NICs, set storage.client_interface to an RDMA interface, or use lnet tcp")
+
+
+def _tenant_claims_fit(spec: ClusterSpec) -> Iterator[Problem]:
+    """A tenant's filesystem claims (its directory, each dataset) count against its own ResourceQuota, which
+    would refuse them."""
+    for i, t in enumerate(spec.tenants):
+        if t.storage.filesystem_gib and spec.storage.kind == "none":
+            yield Problem(("tenants", i, "storage", "filesystem_gib"),
+                          "filesystem_gib is set but there is no parallel filesystem (storage.kind is none)")
+            continue
+        claims = spec.filesystem_claims(t)
+        gib = sum(c.size_gib for c in claims)
+        if gib > t.storage.quota_gib:
+            yield Problem(("tenants", i, "storage", "quota_gib"),
+                          f"the tenant's filesystem claims request {gib} GiB ({', '.join(c.name for c in claims)}) "
+                          f"but quota_gib is {t.storage.quota_gib}, so the quota refuses them; raise quota_gib to "
+                          f"at least {gib}")
+        if len(claims) > t.storage.max_claims:
+            yield Problem(("tenants", i, "storage", "max_claims"),
+                          f"the tenant gets {len(claims)} filesystem claims but max_claims is "
+                          f"{t.storage.max_claims}")
+
+
 _RULES: tuple[Check, ...] = (_unique_names, _racks_exist, _tenants, _tenant_namespaces_free, _tenant_quotas_fit,
                              _tenant_cpu_memory_fit, _infiniband, _switches, _leaves_reach_spines,
-                             _control_plane_apart, _ssh_off_the_rails, _cabling, _kubernetes, _rack_power)
+                             _control_plane_apart, _ssh_off_the_rails, _cabling, _kubernetes, _rack_power,
+                             _storage_reachable, _tenant_claims_fit)
 ClusterSpec._checks = _RULES

@@ -1,44 +1,187 @@
-"""The parallel filesystem: Lustre or BeeGFS servers, their devices and targets."""
+"""The parallel filesystem: Lustre or BeeGFS servers, their devices and targets, and how clients reach them."""
 
 from __future__ import annotations
 
-from typing import Iterator, Literal
+import zlib
+from typing import Iterator, Literal, NamedTuple
 
 from pydantic import Field
 
-from .common import AbsPath, DevicePath, DnsLabel, HostName, IpAddress, Problem, SpecModel
+from .common import (AbsPath, AptWord, DevicePath, DnsLabel, HostName, InterfaceName, IpAddress, Problem,
+                     SpecModel, Url, Version)
 from .hardware import HostKey
 
-# Upstream vocabulary for each backend's target roles.
+# Upstream vocabulary for each backend's target roles; Lustre's mgs-mdt is a combined MGS and MDT on one device.
 STORAGE_ROLES: dict[str, tuple[str, ...]] = {
-    "lustre": ("mgs", "mdt", "ost"),
+    "lustre": ("mgs", "mdt", "ost", "mgs-mdt"),
     "beegfs": ("mgmtd", "meta", "storage"),
 }
+VERSIONS = {"lustre": ("2.15",), "beegfs": ("7.4", "8")}
+# RAID-5 survives one failed disk; rebuilding a large target takes long enough for a second to fail.
+RAID5_MAX_TIB = 8.0
 
 
 class StorageTarget(SpecModel):
-    role: Literal["mgs", "mdt", "ost", "mgmtd", "meta", "storage"]
-    device: DevicePath = Field(description="Block device, e.g. /dev/disk/by-id/nvme-...")
-    index: int = Field(0, ge=0, le=65535, description="Target index within its role. Omitted: 0.")
+    role: Literal["mgs", "mdt", "ost", "mgs-mdt", "mgmtd", "meta", "storage"]
+    device: DevicePath = Field(description="Block device, e.g. /dev/disk/by-id/nvme-... (a stable name, not sdX).")
+    index: int = Field(0, ge=0, le=65535, description="Lustre target index, or BeeGFS target ID (storage) within "
+                                                      "its role. Omitted: 0.")
+    raid_level: Literal["raid0", "raid1", "raid5", "raid6", "raid10", "raidz2", "none"] = Field(
+        description="Redundancy of the device (hardware RAID or md), which the RAID rules check.")
+    size_tib: float = Field(gt=0, le=100000, description="Usable size of the device in TiB.")
     reformat: bool = Field(
         False, description="Format the device even when it already holds a filesystem, destroying its data. "
-                           "Omitted: a device that holds a filesystem is never formatted.")
+                           "Omitted: a device that holds anything is never formatted; the script stops and says "
+                           "what it found.")
+    allow_raid5: bool = Field(False, description=f"Accept RAID-5 above {RAID5_MAX_TIB:g} TiB. Omitted: refused; "
+                                                  "use RAID-6.")
+
+    def _raid(self) -> Iterator[Problem]:
+        if self.raid_level == "raid5" and self.size_tib > RAID5_MAX_TIB and not self.allow_raid5:
+            yield Problem(("raid_level",), f"RAID-5 on a {self.size_tib:g} TiB target: a second disk failing during "
+                                           "the long rebuild loses the target, so reference designs use RAID-6; "
+                                           "use raid6 (or set allow_raid5: true)")
+        if self.raid_level in ("raid0", "none") and self.role in ("mgs", "mdt", "mgs-mdt", "mgmtd", "meta"):
+            yield Problem(("raid_level",), f"{self.role} target without redundancy ({self.raid_level}): one disk "
+                                           "loses the whole filesystem's metadata; use raid1 or raid10")
+
+    _checks = (_raid,)
 
 
 class StorageServer(SpecModel):
     hostname: HostName
-    address: IpAddress
+    address: IpAddress = Field(description="Management address the program reaches over SSH.")
     rack: DnsLabel
     host_key: HostKey | None = Field(None, description="Omitted: the server's identity is not verified.")
+    data_address: IpAddress | None = Field(
+        None, description="Address of storage.server_interface, which clients reach (its LNet NID on Lustre). "
+                          "Omitted: address; required with lnet o2ib, whose NID is the data-plane address.")
+    failover: HostName | None = Field(
+        None, description="Lustre: the server that takes over this one's targets (both get --servicenode). "
+                          "Omitted: no failover.")
     targets: list[StorageTarget] = Field(min_length=1, max_length=256)
+
+    @property
+    def nid_address(self) -> str:
+        return self.data_address or self.address
+
+
+class PackageRepository(SpecModel):
+    """The site's repository (or mirror) of the backend's packages: the only place missing ones come from."""
+
+    url: Url = Field(description="Base URL: a dnf baseurl on EL hosts, an apt URI on Debian/Ubuntu hosts.")
+    gpg_key_url: Url | None = Field(None, description="Key its packages are signed with. Omitted: packages "
+                                                     "are installed unchecked (a mirror you control only).")
+    apt_suite: AptWord = Field("./", description="Debian/Ubuntu: the suite in the apt source line (e.g. jammy). "
+                                                "Omitted: './', a flat repository.")
+    apt_components: list[AptWord] = Field(default_factory=list, max_length=16,
+                                          description="Components after the suite (e.g. [non-free]). Omitted: "
+                                                      "none, as a flat repository has.")
+
+
+class LustreTunables(SpecModel):
+    """Client I/O settings, made persistent on the MGS (`lctl set_param -P`) for every node of the filesystem."""
+
+    rpc_size_mib: Literal[1, 2, 4, 8, 16] | None = Field(
+        None, description="Bulk RPC size (osc max_pages_per_rpc, and the OSTs' brw_size to allow it); 16 suits "
+                          "large sequential reads. Clients use a new size after they remount. Omitted: Lustre's "
+                          "default (4 MiB).")
+    rpcs_in_flight: int | None = Field(None, ge=1, le=256, description="RPCs in flight per OST and MDT "
+                                                                       "connection. Omitted: Lustre's default (8).")
+    read_ahead_mib: int | None = Field(None, ge=0, le=1048576, description="Read-ahead per client (llite "
+                                                                           "max_read_ahead_mb). Omitted: default.")
+    read_ahead_per_file_mib: int | None = Field(
+        None, ge=0, le=1048576, description="Read-ahead per file. Omitted: Lustre's default.")
+
+    def _per_file_fits(self) -> Iterator[Problem]:
+        if self.read_ahead_mib is not None and self.read_ahead_per_file_mib is not None \
+                and self.read_ahead_per_file_mib > self.read_ahead_mib:
+            yield Problem(("read_ahead_per_file_mib",), f"{self.read_ahead_per_file_mib} MiB per file is more than "
+                                                        f"read_ahead_mib ({self.read_ahead_mib}); Lustre caps it "
+                                                        "there, so lower it")
+
+    _checks = (_per_file_fits,)
+
+
+class Dataset(SpecModel):
+    """A shared directory (training data, checkpoints) with its striping, exposed as a read-many volume."""
+
+    name: DnsLabel = Field(max_length=54, description="Its directory under datasets/, and with fs_name its claim's "
+                                                       "and pod volume's name (at most 63 characters in all).")
+    stripe_count: int = Field(-1, ge=-1, le=2000, description="OSTs or storage targets a file spreads over; -1 "
+                                                             "all of them. Omitted: all.")
+    stripe_size_mib: int = Field(4, ge=1, le=4096, description="Stripe (chunk) size in MiB. Omitted: 4.")
+    size_gib: int = Field(1024, ge=1, description="Capacity the volume advertises to Kubernetes. Omitted: 1 TiB.")
+
+
+def quota_id(namespace: str) -> int:
+    """A tenant's Lustre project ID and group ID (owner of its directory, BeeGFS quota): stable across plans and
+    spec order, from its name, above the range distributions hand out to local users and groups."""
+    return 100_000 + zlib.crc32(namespace.encode()) % 1_000_000_000
+
+
+class FilesystemClaim(NamedTuple):
+    """A directory of the filesystem that a tenant claims in its namespace: pods mount it at `path`, the path
+    it has on every GPU host."""
+
+    name: str             # the PersistentVolumeClaim
+    path: str             # under the mount point
+    size_gib: int
+    read_only: bool
+    group: int | None = None      # the group that owns a tenant's directory: its pods join it to write there
 
 
 class StorageSpec(SpecModel):
     kind: Literal["none", "lustre", "beegfs"] = Field("none", description="Omitted: no parallel filesystem.")
+    version: Version | None = Field(
+        None, description="Lustre 2.15, or BeeGFS 7.4 or 8. Omitted: 2.15 for Lustre, 7.4 for BeeGFS.")
     fs_name: str = Field("gpufs", pattern=r"^[a-z][a-z0-9]{0,7}$",
                          description="Filesystem name, at most 8 characters (Lustre's limit). Omitted: gpufs.")
-    mount_point: AbsPath = Field("/mnt/gpufs", description="Omitted: /mnt/gpufs.")
-    servers: list[StorageServer] = Field(default_factory=list, max_length=1024, description="Omitted: no storage servers.")
+    mount_point: AbsPath = Field("/mnt/gpufs", description="Where clients mount it. Omitted: /mnt/gpufs.")
+    servers: list[StorageServer] = Field(default_factory=list, max_length=1024,
+                                         description="Omitted: no storage servers.")
+    server_interface: InterfaceName | None = Field(
+        None, description="The servers' storage interface (LNet's, or BeeGFS's connInterfaces). Required with a "
+                          "filesystem.")
+    lnet: Literal["o2ib", "tcp"] | None = Field(
+        None, description="Lustre network type: o2ib (verbs, on InfiniBand and RoCE) or tcp. Omitted: o2ib when "
+                          "the fabric has RDMA, else tcp.")
+    client_interface: InterfaceName | None = Field(
+        None, description="Interface GPU hosts reach the servers on. Omitted: each pool's lowest-rail NIC, else "
+                          "its control_interface or fabric.control_interface.")
+    read_gb_per_s_per_server: float | None = Field(
+        None, gt=0, le=1000, description="Sustained read bandwidth of one storage (OSS) server in GB/s, for the "
+                                         "aggregate shown in the plan. Omitted: not estimated.")
+    package_repository: PackageRepository | None = Field(
+        None, description="Where a host's missing server or client packages are installed from. Omitted: nothing "
+                          "is installed; a host that lacks them stops before any change, naming what is missing.")
+    client_tunables: LustreTunables | None = Field(
+        None, description="Lustre client RPC size, RPCs in flight and read-ahead. Omitted: Lustre's defaults.")
+    datasets: list[Dataset] = Field(default_factory=list, max_length=256,
+                                    description="Shared directories with their striping. Omitted: none.")
+    quotas: bool = Field(True, description="Enforce quotas (Lustre project quotas per tenant directory; BeeGFS "
+                                           "quota enforcement). Omitted: on.")
+    auth: bool = Field(True, description="BeeGFS connection authentication (a random secret shared by every "
+                                         "node). Omitted: on; BeeGFS 8 refuses to run without it.")
+
+    def claims(self, tenant_namespace: str, filesystem_gib: int | None) -> list[FilesystemClaim]:
+        """A tenant's claims: its own directory (read-write, when it has one), then every dataset (read-only)."""
+        if self.kind == "none":
+            return []
+        own = [FilesystemClaim(self.fs_name, self.tenant_path(tenant_namespace), filesystem_gib, False,
+                               quota_id(tenant_namespace))] if filesystem_gib else []
+        return own + [FilesystemClaim(f"{self.fs_name}-{d.name}", self.dataset_path(d.name), d.size_gib, True)
+                      for d in self.datasets]
+
+    def tenant_path(self, namespace: str) -> str:
+        return f"{self.mount_point}/tenants/{namespace}"
+
+    def dataset_path(self, name: str) -> str:
+        return f"{self.mount_point}/datasets/{name}"
+
+    @property
+    def effective_version(self) -> str:
+        return self.version or {"lustre": "2.15", "beegfs": "7.4"}.get(self.kind, "")
 
     def _roles_match_kind(self) -> Iterator[Problem]:
         if self.kind == "none":
@@ -53,15 +196,56 @@ class StorageSpec(SpecModel):
                     yield Problem(("servers", i, "targets", j, "role"),
                                   f"{s.hostname} has a {t.role} target, which {self.kind} does not have; "
                                   f"{self.kind} roles are {', '.join(roles)}")
-                key = (t.role, t.index)
-                if key in seen:
+                key = ("mdt" if t.role == "mgs-mdt" else t.role, t.index)
+                if t.role != "mgs" and key in seen:
                     yield Problem(("servers", i, "targets", j, "index"),
-                                  f"{t.role} index {t.index} is on both {seen[key]} and {s.hostname}; "
+                                  f"{key[0]} index {t.index} is on both {seen[key]} and {s.hostname}; "
                                   "give each target its own index")
                 seen[key] = s.hostname
-        missing = [r for r in roles if r not in {r for r, _ in seen}]
+        present = {t.role for s in self.servers for t in s.targets} | {r for r, _ in seen}
+        needed = ("mgs|mgs-mdt", "mdt", "ost") if self.kind == "lustre" else roles
+        missing = [n.replace("|", " or ") for n in needed if not any(r in present for r in n.split("|"))]
         if missing:
             yield Problem(("servers",), f"no {', '.join(missing)} target: a {self.kind} filesystem needs at least "
-                                       f"one of each of {', '.join(roles)}")
+                                       f"one of each of {', '.join(n.replace('|', ' or ') for n in needed)}")
+        managers = [s.hostname for s in self.servers for t in s.targets if t.role in ("mgs", "mgs-mdt", "mgmtd")]
+        if len(managers) > 1:
+            yield Problem(("servers",), f"{len(managers)} management targets ({', '.join(managers)}); a filesystem "
+                                       "has one (MGS or mgmtd); a standby is a failover server, not a second one")
 
-    _checks = (_roles_match_kind,)
+    def _settings(self) -> Iterator[Problem]:
+        if self.kind == "none":
+            return
+        if self.version is not None and self.version not in VERSIONS[self.kind]:
+            yield Problem(("version",), f"{self.kind} {self.version} is not supported; use "
+                                        f"{' or '.join(VERSIONS[self.kind])}")
+        if self.server_interface is None:
+            yield Problem(("server_interface",), "set the servers' storage interface (e.g. ib0)")
+        if self.kind == "beegfs" and not self.auth and self.effective_version == "8":
+            yield Problem(("auth",), "BeeGFS 8 services refuse to start without connection authentication unless "
+                                     "it is disabled on every node and mgmtd; keep auth: true")
+        if self.kind == "beegfs":
+            for i, server in enumerate(self.servers):
+                for j, t in enumerate(server.targets):
+                    if len(f"{self.fs_name}{t.role[0]}{t.index}") > 12:
+                        yield Problem(("servers", i, "targets", j, "index"),
+                                      f"{self.fs_name}{t.role[0]}{t.index}, the device label of this target, is "
+                                      "longer than XFS's 12 characters; shorten fs_name or use a smaller index")
+        if self.kind == "beegfs" and self.client_tunables is not None:
+            yield Problem(("client_tunables",), "client_tunables are Lustre's (lctl set_param); BeeGFS clients "
+                                                "take theirs from beegfs-client.conf; remove it")
+        if self.kind == "beegfs" and self.lnet is not None:
+            yield Problem(("lnet",), "lnet is Lustre's network; BeeGFS uses RDMA where the fabric has it; remove it")
+        hosts = {s.hostname for s in self.servers}
+        for i, s in enumerate(self.servers):
+            for j, t in enumerate(s.targets):
+                if self.kind == "beegfs" and t.role != "mgmtd" and t.index == 0:
+                    yield Problem(("servers", i, "targets", j, "index"), "BeeGFS node and target IDs start at 1; "
+                                                                        "set index")
+            if s.failover is not None and (s.failover not in hosts or s.failover == s.hostname):
+                yield Problem(("servers", i, "failover"), f"failover {s.failover!r} is not another storage server")
+            if s.failover is not None and self.kind == "beegfs":
+                yield Problem(("servers", i, "failover"), "BeeGFS has no failover servers (it mirrors with buddy "
+                                                          "groups); remove failover")
+
+    _checks = (_roles_match_kind, _settings)

@@ -85,6 +85,9 @@ class ContainerDefaults(SpecModel):
 class TenantStorage(SpecModel):
     quota_gib: int = Field(1024, ge=0, description="Total PVC storage requests. Omitted: 1 TiB.")
     max_claims: int = Field(50, ge=0, description="PersistentVolumeClaims. Omitted: 50.")
+    filesystem_gib: int | None = Field(
+        None, ge=1, description="The tenant's directory on the parallel filesystem, with this quota (and a PVC "
+                                "bound to it in its namespace). Omitted: the tenant gets no directory.")
 
 
 class ObjectLimits(SpecModel):

@@ -159,3 +159,27 @@ def test_workload_priority_classes_order_admission(clean: Cluster):
     clean.wait_admitted(then_high, timeout_s=90)
     still = clean.admission(first_low)
     assert still is not None and not still.admitted, "the lower-priority job was admitted first"
+
+
+def test_tenant_pods_mount_their_filesystem_claims_and_run_on_their_pool(clean: Cluster):
+    """The job template mounts the tenant's claims (its directory, the datasets); the claims are bound to the
+    stack's volumes, and the scheduler places the pods where the volumes' node affinity allows: the pool."""
+    checked = 0
+    for g in grants(clean.spec):
+        claims = {c.name for c in clean.spec.filesystem_claims(g.tenant)}
+        if not claims or not g.nominal:
+            continue
+        bound = {c["metadata"]["name"]: c["status"].get("phase")
+                 for c in clean.cp.get("pvc", namespace=g.tenant.namespace_name)["items"]}
+        assert {name: bound.get(name) for name in claims} == {name: "Bound" for name in claims}
+        job = clean.submit(_single_gpu_job(clean, g, f"fs-{g.pool.name}", 1))
+        clean.wait_admitted(job)
+        pods = clean.wait_running(job)
+        _assert_on_pool(clean, pods, g)
+        for p in pods:
+            assert {v["persistentVolumeClaim"]["claimName"] for v in p["spec"]["volumes"]
+                    if "persistentVolumeClaim" in v} == claims
+        clean.clean()
+        checked += 1
+    if not checked:
+        pytest.skip("the stack has no parallel filesystem claims")

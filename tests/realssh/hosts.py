@@ -2,7 +2,7 @@
 
 Each host is a network namespace on a bridge (addresses from 198.18.0.0/15, the benchmarking range, made by
 this run and nowhere routed) running a real sshd inside a private mount namespace, where overlays over /etc,
-/usr/local, /opt and /var/lib and a tmpfs /dev/shm take every write the scripts make; the test machine itself
+/usr/local, /opt, /var/lib and /srv, and a tmpfs /dev/shm, take every write the scripts make; the test machine itself
 is never changed. Tests read and plant files through each host's upper directories.
 """
 
@@ -22,7 +22,7 @@ from typing import Iterator
 
 from .doubles import ALL_REDUCE, DOUBLES, HEALTHY, STATE_DIR, state_env
 
-OVERLAID = ("/etc", "/usr/local", "/opt", "/var/lib")
+OVERLAID = ("/etc", "/usr/local", "/opt", "/var/lib", "/var/cache", "/srv")
 # Parts of /sys each test host sees from its own fake tree (bind-mounted over the real one).
 FAKE_SYSFS = ("class", "kernel", "devices/system/cpu", "module")
 # Data-plane NICs of every test host: a real veth interface (its MTU really changes) plus the RDMA device's

@@ -256,6 +256,13 @@ def test_a_value_a_check_refused_causes_no_follow_on_problems(dev_data):
     assert "hosts carry 4 or 8 GPUs, not 6" in msg
 
 
+def test_a_rule_that_joins_an_invalid_name_is_skipped_not_crashed(dev_data):
+    dev_data["node_pools"][0]["name"] = None                   # the RoCE rule joins pool names into its message
+    dev_data["kubernetes"] = {}
+    (msg,) = problems_of(dev_data)
+    assert "node_pools[0].name: Input should be a valid string" in msg
+
+
 def test_an_invalid_stand_in_refuses_every_use():
     bad = Invalid(("x",))
     for use in (lambda: bad == 1, lambda: hash(bad), lambda: bool(bad), lambda: f"{bad}", lambda: bad.name,

@@ -159,10 +159,11 @@ def test_rejects_a_subnet_manager_that_is_not_a_host(dev_data):
 
 def test_rejects_lustre_without_every_target_role(dev_data):
     dev_data["sites"][0]["racks"].append({"name": "r02", "pdu_capacity_kw": 20})
-    dev_data["storage"] = {"kind": "lustre", "servers": [{
+    dev_data["storage"] = {"kind": "lustre", "server_interface": "ib0", "lnet": "tcp", "servers": [{
         "hostname": "oss-01", "address": "10.10.1.1", "rack": "r02",
-        "targets": [{"role": "ost", "device": "/dev/nvme0n1"}]}]}
-    assert "storage.servers: no mgs, mdt target: a lustre filesystem needs at least one of each" in one(dev_data)
+        "targets": [{"role": "ost", "device": "/dev/nvme0n1", "raid_level": "raid6", "size_tib": 50}]}]}
+    assert "storage.servers: no mgs or mgs-mdt, mdt target: a lustre filesystem needs at least one of each" \
+        in one(dev_data)
 
 
 def test_reports_every_field_problem_at_once(dev_data):

@@ -43,6 +43,7 @@ def layouts(draw) -> dict[str, Any]:
                   "ports": 512, "port_speed_gbps": port_speed} for s in range(spines)]
     data["fabric"]["switches"] = switches
     data["tenants"] = []
+    data["storage"] = {"kind": "none"}       # the storage server's rack is gone with the layout
     return data
 
 

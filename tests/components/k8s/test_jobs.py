@@ -7,6 +7,7 @@ import yaml
 
 from components.k8s.jobs import PREFERRED_TOPOLOGY, REQUIRED_TOPOLOGY, render_example_jobs, render_job
 from components.spec import parse_spec
+from components.spec.storage import quota_id
 
 
 def test_a_whole_host_job_asks_for_the_gpus_cpu_and_memory_of_the_host(dev_spec):
@@ -31,10 +32,24 @@ def test_the_template_meets_pod_security_restricted(dev_spec):
 
 
 def test_shm_is_memory_backed_and_sized_from_the_pod_memory(dev_spec):
-    pod = render_job(dev_spec, dev_spec.tenants[0], dev_spec.pools["h100"], name="t", gpus_per_pod=2)
+    pod = render_job(dev_spec, dev_spec.tenants[0], dev_spec.pools["h100"], name="t", gpus_per_pod=2,
+                     filesystem=False)
     spec = pod["spec"]["template"]["spec"]
     assert spec["volumes"] == [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "256Gi"}}]
     assert spec["containers"][0]["volumeMounts"] == [{"name": "dshm", "mountPath": "/dev/shm"}]
+
+
+def test_pods_mount_the_tenants_filesystem_claims_where_the_hosts_have_them(dev_spec):
+    team_b = next(t for t in dev_spec.tenants if t.name == "team-b")
+    pod = render_job(dev_spec, team_b, dev_spec.pools["h100"], name="t")["spec"]["template"]["spec"]
+    mounts = {m["name"]: m for m in pod["containers"][0]["volumeMounts"]}
+    assert mounts["devfs"] == {"name": "devfs", "mountPath": "/mnt/devfs/tenants/team-b", "readOnly": False}
+    assert mounts["devfs-common"]["readOnly"] is True
+    assert {"name": "devfs", "persistentVolumeClaim": {"claimName": "devfs", "readOnly": False}} in pod["volumes"]
+    # the tenant's directory belongs to its group (setgid): its pods join that group to write there
+    assert pod["securityContext"]["supplementalGroups"] == [quota_id("team-b")]
+    team_a = render_job(dev_spec, dev_spec.tenants[0], dev_spec.pools["h100"], name="t")["spec"]["template"]["spec"]
+    assert "supplementalGroups" not in team_a["securityContext"]          # datasets only: read-only, no group
 
 
 def test_options_topology_priority_no_limits_no_queue(dev_spec):

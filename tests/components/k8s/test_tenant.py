@@ -61,7 +61,7 @@ def test_no_monitoring_allow_when_monitoring_is_off(dev_data):
 
 def test_resource_quota_leaves_gpus_cpu_and_memory_to_kueue(dev_spec):
     hard = render_resource_quota(args_for(dev_spec, 1))["spec"]["hard"]
-    assert hard["requests.storage"] == "2048Gi" and hard["services.loadbalancers"] == "0"
+    assert hard["requests.storage"] == "4096Gi" and hard["services.loadbalancers"] == "0"
     assert not [k for k in hard if "gpu" in k or k.split(".")[-1] in ("cpu", "memory")]
 
 

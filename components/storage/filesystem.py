@@ -1,0 +1,102 @@
+"""ParallelFilesystem: Lustre or BeeGFS servers, the GPU hosts' clients, shared directories and the volumes
+tenants claim, from one spec.
+
+Resources, keyed by host name: `<name>-<server>` per storage server (protected: deleting one needs an explicit
+unprotect, and its delete script only unmounts), created management first, then metadata, then data servers;
+`<name>-<host>` per GPU host (the client, after its fabric is set up); `<name>-directories` from the first
+client; on BeeGFS, `<name>-<host>-auth` writes the shared connection secret first. Volumes are
+`<name>-pv-<namespace>-<claim>` and `<name>-pvc-<namespace>-<claim>`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import pulumi
+import pulumi_random as random
+
+from ..k8s.objects import register
+from ..spec import ClusterSpec
+from ..ssh import Script, SshTarget, push
+from .kubernetes import render_volumes
+from .layout import ROLE_ORDER, Layout, plan_layout
+from .scripts import (render_beegfs_auth, render_beegfs_client, render_beegfs_server, render_directories,
+                      render_lustre_client, render_lustre_server)
+
+
+def filesystem_outputs(spec: ClusterSpec, layout: Layout) -> dict[str, Any]:
+    """What the plan shows next to the GPUs the filesystem feeds (reference designs: at least 10 GB/s in all for
+    a standard cluster, 100 GB/s for a large one)."""
+    data = [t for t in layout.targets if t.role in ("ost", "storage")]
+    sizes = {(s.hostname, t.device): t.size_tib for s in spec.storage.servers for t in s.targets}
+    read = layout.read_gb_per_s
+    return {"kind": layout.kind, "version": layout.version, "fs_name": layout.fs_name,
+            "mount_point": layout.mount_point, "manager": layout.manager,
+            "data_servers": layout.data_servers, "data_targets": len(data),
+            "capacity_tib": round(sum(sizes[(t.server, t.device)] for t in data), 3),
+            "read_gb_per_s": read, "gpus": spec.gpus,
+            "read_gb_per_s_per_gpu": None if read is None or not spec.gpus else round(read / spec.gpus, 3)}
+
+
+class ParallelFilesystem(pulumi.ComponentResource):
+    TYPE: ClassVar[str] = "gpucluster:storage:ParallelFilesystem"
+
+    layout: Layout
+    """Targets, their servers, labels and mounts; the MGS NIDs or mgmtd address; tenants' quota IDs."""
+    outputs: dict[str, Any]
+    """Mount point, manager, capacity and the expected aggregate read bandwidth against the GPUs."""
+    clients: dict[str, pulumi.Resource]
+    """The client of each GPU host, by hostname (what needs the filesystem mounted waits on these)."""
+
+    def __init__(self, name: str, spec: ClusterSpec, ssh_private_key: pulumi.Input[str],
+                 opts: pulumi.ResourceOptions | None = None, host_ready: dict[str, list[pulumi.Resource]] | None = None,
+                 namespaces: dict[str, pulumi.Input[str]] | None = None):
+        super().__init__(self.TYPE, name, {"storage": spec.storage.model_dump(mode="json")}, opts)
+        layout = plan_layout(spec)
+        assert layout is not None, "a ParallelFilesystem needs storage.kind lustre or beegfs"
+        self.layout, self.outputs = layout, filesystem_outputs(spec, layout)
+        ready = host_ready or {}
+        ssh = spec.ssh
+        beegfs = layout.kind == "beegfs"
+        clients = [(p, h) for p, h in spec.hosts()]
+        secret = random.RandomPassword(f"{name}-auth", length=64, special=False,
+                                       opts=pulumi.ResourceOptions(parent=self)) if beegfs and spec.storage.auth \
+            else None
+
+        def auth(hostname: str, target: SshTarget) -> list[pulumi.Resource]:
+            if secret is None:
+                return ready.get(hostname, [])
+            text = pulumi.Output.secret(secret.result).apply(lambda s: render_beegfs_auth(hostname, s).create)
+            return [push(f"{name}-{hostname}-auth", target, Script(text), ssh_private_key, parent=self,
+                         depends_on=ready.get(hostname, []))]
+
+        done: list[pulumi.Resource] = []
+        for stage in sorted({min(ROLE_ORDER[t.role] for t in layout.on(s.hostname)) for s in layout.servers}):
+            started = []
+            for server in layout.servers:
+                if min(ROLE_ORDER[t.role] for t in layout.on(server.hostname)) != stage:
+                    continue
+                target = SshTarget(server.address, ssh.user, ssh.port, server.host_key, ssh.bastion)
+                rendered = (render_beegfs_server if beegfs else render_lustre_server)(spec, layout, server.hostname)
+                started.append(push(f"{name}-{server.hostname}", target, rendered, ssh_private_key, parent=self,
+                                    depends_on=done + auth(server.hostname, target), protect=True))
+            done = done + started
+        self.clients = {}
+        for pool, host in clients:
+            target = SshTarget(host.address, host.ssh_user or ssh.user, host.ssh_port or ssh.port, host.host_key,
+                               ssh.bastion)
+            interface = spec.storage_client_interface(pool) or ""
+            rendered = (render_beegfs_client if beegfs else render_lustre_client)(spec, layout, host.hostname,
+                                                                                  interface)
+            self.clients[host.hostname] = push(f"{name}-{host.hostname}", target, rendered, ssh_private_key,
+                                               parent=self, depends_on=done + auth(host.hostname, target))
+        _, first = clients[0]
+        directories = push(f"{name}-directories", SshTarget(first.address, first.ssh_user or ssh.user,
+                                                            first.ssh_port or ssh.port, first.host_key, ssh.bastion),
+                           render_directories(spec, layout, first.hostname), ssh_private_key, parent=self,
+                           depends_on=[self.clients[first.hostname]])
+        for manifest in render_volumes(spec, layout):
+            ns = manifest.obj["metadata"].get("namespace")
+            register(f"{name}-{manifest.role}", manifest.obj, pulumi.ResourceOptions(
+                parent=self, depends_on=[directories]), namespace=(namespaces or {}).get(ns) if ns else None)
+        self.register_outputs(self.outputs)

@@ -1,0 +1,287 @@
+"""Lustre and BeeGFS scripts over real SSH, against real loop devices that hold real filesystems.
+
+blkid, the filesystem probes and mkfs.ext4 are real; mkfs.lustre is a double that formats the device as the
+ldiskfs (ext4) target it would be, with Lustre's label, so the guard sees what a real target looks like. Mounts
+of network filesystems, LNet and the BeeGFS tools are recording doubles.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+
+import pytest
+import yaml
+
+from components.spec import parse_spec
+from components.ssh import as_command
+from components.storage.layout import plan_layout
+from components.storage.scripts import (render_beegfs_client, render_beegfs_server, render_lustre_client,
+                                        render_lustre_server)
+from tests.conftest import _DEV
+from tests.realssh.doubles import STATE_DIR
+
+_RECORD = f'#!/usr/bin/env bash\nset -euo pipefail\nS={STATE_DIR}\nprintf \'%s %s\\n\' "$(basename "$0")" "$*" >> "$S/calls.log"\n'
+DOUBLES = {
+    "mkfs.lustre": _RECORD + r'''
+fs="" idx=0 role=""
+for a in "$@"; do
+  case "$a" in
+    --fsname=*) fs=${a#--fsname=} ;;
+    --index=*) idx=${a#--index=} ;;
+    --ost) role=OST ;;
+    --mdt) role=MDT ;;
+    --mgs) if [[ -z "$role" ]]; then role=MGS; fi ;;
+  esac
+done
+label=MGS
+if [[ "$role" != MGS ]]; then label=$(printf '%s:%s%04x' "$fs" "$role" "$idx"); fi
+mkfs.ext4 -q -F -L "$label" "${*: -1}"
+''',
+    "mkfs.xfs": _RECORD + 'mkfs.ext4 -q -F -L "${3}" "${*: -1}"\n',     # -f -L LABEL DEVICE
+    "mount": _RECORD + 'mkdir -p "$S/mounts"; touch "$S/mounts/${1//\\//_}"\n',
+    "umount": _RECORD + 'rm -f "$S/mounts/${1//\\//_}"\n',
+    "findmnt": _RECORD + '[[ -e "$S/mounts/${*: -1}" || -e "$S/mounts/${2//\\//_}" ]]\n',
+    "lnetctl": _RECORD,
+    "mount.lustre": _RECORD,
+    "lctl": _RECORD + 'if [[ "$1" == list_nids ]]; then cat "$S/nids"; fi\n',
+    # the Lustre kernel modules are built for Lustre's kernels, not this one: the servers' are "there"
+    "modinfo": _RECORD + '[[ "$1" == lustre || "$1" == osd_ldiskfs ]] && [[ -e "$S/lustre-modules" ]]\n',
+    "beegfs-setup-mgmtd": _RECORD + 'touch "$2/format.conf"\n',
+    "beegfs-setup-meta": _RECORD + 'touch "$2/nodeNumID"\n',
+    "beegfs-setup-storage": _RECORD + 'touch "$2/targetNumID"\n',
+}
+
+
+@pytest.fixture(scope="module")
+def host(test_hosts):
+    h = test_hosts.hosts["gpu-dev-03"]
+    for tool, text in DOUBLES.items():
+        h.sh(f"printf '%s' {shlex.quote(text)} > /usr/local/bin/{tool} && chmod +x /usr/local/bin/{tool}")
+    h.sh(f"printf '%s@tcp\\n' {h.address} > {STATE_DIR}/nids")
+    h.sh(f"touch {STATE_DIR}/lustre-modules")
+    h.sh("mkdir -p /etc/beegfs && for s in meta storage mgmtd; do : > /etc/beegfs/beegfs-$s.conf; done")
+    return h
+
+
+@pytest.fixture
+def loop(tmp_path):
+    """A real block device backed by a file; `fs` formats it with a real filesystem first."""
+    made = []
+
+    def make(fs: str | None = None, label: str = "data") -> str:
+        image = tmp_path / f"disk{len(made)}.img"
+        subprocess.run(["truncate", "-s", "64M", str(image)], check=True)
+        device = subprocess.run(["losetup", "-f", "--show", str(image)], check=True, capture_output=True,
+                                text=True).stdout.strip()
+        made.append(device)
+        if fs:
+            subprocess.run([f"mkfs.{fs}", "-q", "-L", label, device], check=True, capture_output=True)
+        return device
+    yield make
+    for device in made:
+        subprocess.run(["losetup", "-d", device], check=False)
+
+
+def lustre_oss(host, device: str, reformat: bool = False):
+    data = yaml.safe_load(yaml.safe_dump(_DEV))
+    data["sites"][0]["racks"].append({"name": "r02", "pdu_capacity_kw": 20})
+    data["storage"] = {"kind": "lustre", "lnet": "tcp", "fs_name": "labfs", "server_interface": "eth0",
+                       "servers": [
+                           {"hostname": "mds-01", "address": "10.10.9.1", "rack": "r02", "targets": [
+                               {"role": "mgs-mdt", "device": "/dev/nvme0n1", "raid_level": "raid1", "size_tib": 1}]},
+                           {"hostname": host.name, "address": host.address, "rack": "r02", "targets": [
+                               {"role": "ost", "index": 3, "device": device, "raid_level": "raid6", "size_tib": 1,
+                                "reformat": reformat}]}]}
+    spec = parse_spec(yaml.safe_dump(data))
+    return spec, render_lustre_server(spec, plan_layout(spec), host.name)
+
+
+def run(test_hosts, host, text):
+    return test_hosts.ssh(host, as_command(text, "root"))
+
+
+def mkfs_calls(host):
+    return [c for c in host.calls() if c.startswith(("mkfs.lustre", "mkfs.xfs"))]
+
+
+def test_a_device_holding_a_filesystem_is_never_formatted(test_hosts, host, loop):
+    device = loop("ext4", label="scratch")
+    host.clear_calls()
+    out = run(test_hosts, host, lustre_oss(host, device)[1].create)
+    assert out.returncode == 1
+    assert f"{device} holds ext4 labelled scratch; it is left alone to keep its data" in out.stderr
+    assert "set reformat: true on it to destroy the data" in out.stderr
+    assert mkfs_calls(host) == [] and not any(c.startswith("lnetctl") for c in host.calls())
+    probe = subprocess.run(["blkid", "-p", "-o", "value", "-s", "LABEL", device], capture_output=True, text=True)
+    assert probe.stdout.strip() == "scratch"
+
+
+def test_an_empty_device_is_formatted_once_then_left_alone(test_hosts, host, loop):
+    device = loop()
+    host.clear_calls()
+    first = run(test_hosts, host, lustre_oss(host, device)[1].create)
+    assert first.returncode == 0, first.stderr
+    assert f"changed: formatted {device} as labfs-OST0003" in first.stdout
+    (call,) = mkfs_calls(host)
+    assert call == f"mkfs.lustre --fsname=labfs --index=3 --ost --mgsnode=10.10.9.1@tcp {device}"
+    host.clear_calls()
+    second = run(test_hosts, host, lustre_oss(host, device, reformat=True)[1].create)    # reformat, yet ours
+    assert second.returncode == 0, second.stderr
+    assert second.stdout.strip().endswith(": 0 change(s)") and mkfs_calls(host) == []
+
+
+def test_reformat_formats_a_device_that_holds_data_only_when_the_spec_says_so(test_hosts, host, loop):
+    device = loop("ext4")
+    host.clear_calls()
+    out = run(test_hosts, host, lustre_oss(host, device, reformat=True)[1].create)
+    assert out.returncode == 0, out.stderr
+    assert f"{device} holds ext4 labelled data and is formatted over (reformat: true)" in out.stdout
+    assert mkfs_calls(host) == [
+        f"mkfs.lustre --fsname=labfs --index=3 --ost --mgsnode=10.10.9.1@tcp --reformat {device}"]
+
+
+def test_deleting_a_server_unmounts_and_keeps_the_data(test_hosts, host, loop):
+    device = loop()
+    spec, script = lustre_oss(host, device)
+    assert run(test_hosts, host, script.create).returncode == 0
+    host.clear_calls()
+    out = run(test_hosts, host, script.delete)
+    assert out.returncode == 0, out.stderr
+    assert host.calls() == [c for c in host.calls() if c.split()[0] in ("findmnt", "umount")]
+    assert "umount /srv/lustre/labfs/ost3" in host.calls()
+    probe = subprocess.run(["blkid", "-p", "-o", "value", "-s", "LABEL", device], capture_output=True, text=True)
+    assert probe.stdout.strip() == "labfs:OST0003"
+
+
+def test_a_beegfs_server_sets_up_its_targets_once(test_hosts, host, loop):
+    devices = [loop(), loop(), loop()]
+    data = yaml.safe_load(yaml.safe_dump(_DEV))
+    data["storage"] = {"kind": "beegfs", "fs_name": "labfs", "server_interface": "eth0", "auth": False,
+                       "servers": [{"hostname": host.name, "address": host.address, "rack": "r01", "targets": [
+                           {"role": "mgmtd", "device": devices[0], "raid_level": "raid1", "size_tib": 1},
+                           {"role": "meta", "index": 1, "device": devices[1], "raid_level": "raid1", "size_tib": 1},
+                           {"role": "storage", "index": 101, "device": devices[2], "raid_level": "raid6",
+                            "size_tib": 1}]}]}
+    spec = parse_spec(yaml.safe_dump(data))
+    script = render_beegfs_server(spec, plan_layout(spec), host.name)
+    host.clear_calls()
+    first = run(test_hosts, host, script.create)
+    assert first.returncode == 0, first.stderr
+    calls = host.calls()
+    assert f"beegfs-setup-storage -p /srv/beegfs/labfs/storage101 -s 101 -i 101 -m {host.address}" in calls
+    assert host.read("/etc/beegfs/beegfs-storage.conf").splitlines() == [
+        "connDisableAuthentication = true", "connInterfacesFile = /etc/beegfs/gpucluster-interfaces",
+        "quotaEnabled = true"]
+    host.clear_calls()
+    second = run(test_hosts, host, script.create)
+    assert second.returncode == 0, second.stderr
+    assert second.stdout.strip().endswith(": 0 change(s)"), second.stdout
+    assert not any(c.startswith(("mkfs", "beegfs-setup")) for c in host.calls())
+
+
+# --- packages: named when missing, installed only from the spec's repository ------------------------------
+
+def lustre_client(host, repository=None):
+    data = yaml.safe_load(yaml.safe_dump(_DEV))
+    data["sites"][0]["racks"].append({"name": "r02", "pdu_capacity_kw": 20})
+    data["storage"] = {"kind": "lustre", "lnet": "tcp", "fs_name": "labfs", "server_interface": "eth0",
+                       "client_interface": "eth0", "package_repository": repository,
+                       "servers": [{"hostname": "mds-01", "address": "10.10.9.1", "rack": "r02", "targets": [
+                           {"role": "mgs-mdt", "device": "/dev/nvme0n1", "raid_level": "raid1", "size_tib": 1},
+                           {"role": "ost", "index": 0, "device": "/dev/nvme1n1", "raid_level": "raid6",
+                            "size_tib": 1}]}]}
+    spec = parse_spec(yaml.safe_dump(data))
+    return render_lustre_client(spec, plan_layout(spec), host.name, "eth0")
+
+
+def test_a_host_lacking_its_packages_stops_before_any_change_naming_them(test_hosts, host):
+    host.sh(f"rm -f {STATE_DIR}/lustre-modules")
+    host.clear_calls()
+    result = run(test_hosts, host, lustre_client(host).create)
+    host.sh(f"touch {STATE_DIR}/lustre-modules")
+    assert result.returncode != 0
+    assert (f"{host.name}: error: missing module lustre (the Lustre 2.15 client: packages "
+            f"lustre-client-modules-{os.uname().release}); install them") in result.stderr, result.stderr
+    assert "storage.package_repository" in result.stderr
+    assert "changed" not in result.stdout
+    assert {c.split()[0] for c in host.calls()} == {"modinfo"}      # nothing ran but the checks
+
+
+def _deb(tmp, name: str, files: dict[str, str]) -> None:
+    """A real Debian package that installs `files` (paths under directories the test host overlays)."""
+    root = tmp / name
+    for path, text in files.items():
+        (root / path.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
+        (root / path.lstrip("/")).write_text(text)
+        (root / path.lstrip("/")).chmod(0o755)
+    (root / "DEBIAN").mkdir()
+    (root / "DEBIAN" / "control").write_text(f"Package: {name}\nVersion: 7.4.7\nArchitecture: all\n"
+                                             "Maintainer: test <t@example.com>\nDescription: test double\n")
+    subprocess.run(["dpkg-deb", "--root-owner-group", "-b", str(root), str(tmp / "repo" / f"{name}.deb")],
+                   check=True, capture_output=True)
+
+
+def test_missing_packages_come_from_the_specs_repository_once(test_hosts, host, tmp_path):
+    """A flat apt repository of real packages (file://, as a site mirror would serve them): the BeeGFS client
+    installs what it lacks from there, and the second run installs nothing."""
+    (tmp_path / "repo").mkdir()
+    record = _RECORD + 'printf \'sysMgmtdHost = %s\\n\' "$2" >> /etc/beegfs/beegfs-client.conf\n'
+    _deb(tmp_path, "beegfs-client", {
+        "/opt/beegfs/sbin/beegfs-setup-client": record, "/etc/beegfs/beegfs-client.conf": "",
+        "/etc/systemd/system/beegfs-client.service":     # the double systemctl runs ExecStart: the mount appears
+            f"[Service]\nExecStart=/usr/bin/touch {STATE_DIR}/mounts/_mnt_devfs\n"})
+    _deb(tmp_path, "beegfs-helperd", {"/opt/beegfs/sbin/beegfs-helperd": _RECORD})
+    _deb(tmp_path, "beegfs-utils", {"/usr/local/bin/beegfs-ctl": _RECORD})
+    index = subprocess.run(["dpkg-scanpackages", "."], cwd=tmp_path / "repo", check=True, capture_output=True,
+                           text=True).stdout
+    (tmp_path / "repo" / "Packages").write_text(index)
+    data = yaml.safe_load(yaml.safe_dump(_DEV))
+    data["storage"]["package_repository"] = {"url": f"file://{tmp_path / 'repo'}"}
+    spec = parse_spec(yaml.safe_dump(data))
+    script = render_beegfs_client(spec, plan_layout(spec), host.name, "eth0")
+    # apt drops to its _apt user, which cannot write under the overlay this test host lives in
+    host.put("/etc/apt/apt.conf.d/99sandbox", 'APT::Sandbox::User "root";\n')
+    host.sh(f"mkdir -p {STATE_DIR}/mounts && mkdir -p /etc/beegfs && head -c 64 /dev/urandom | base64 -w0 "
+            "> /etc/beegfs/conn.auth")
+    first = run(test_hosts, host, script.create)
+    assert first.returncode == 0, first.stderr
+    assert f"{host.name}: changed: installed beegfs-client beegfs-helperd beegfs-utils from file://" in first.stdout
+    assert host.read("/etc/apt/sources.list.d/gpucluster-beegfs-devfs.list").strip() == \
+        f"deb [trusted=yes] file://{tmp_path / 'repo'} ./"
+    second = run(test_hosts, host, script.create)
+    assert second.returncode == 0, second.stderr
+    assert second.stdout.strip().endswith(": 0 change(s)"), second.stdout
+
+
+def lustre_mgs(host, device: str, tunables: dict):
+    data = yaml.safe_load(yaml.safe_dump(_DEV))
+    data["sites"][0]["racks"].append({"name": "r02", "pdu_capacity_kw": 20})
+    data["storage"] = {"kind": "lustre", "lnet": "tcp", "fs_name": "labfs", "server_interface": "eth0",
+                       "client_tunables": tunables, "servers": [
+                           {"hostname": host.name, "address": host.address, "rack": "r02", "targets": [
+                               {"role": "mgs-mdt", "device": device, "raid_level": "raid1", "size_tib": 1}]},
+                           {"hostname": "oss-01", "address": "10.10.9.2", "rack": "r02", "targets": [
+                               {"role": "ost", "device": "/dev/nvme1n1", "raid_level": "raid6", "size_tib": 1}]}]}
+    spec = parse_spec(yaml.safe_dump(data))
+    return render_lustre_server(spec, plan_layout(spec), host.name)
+
+
+def test_the_mgs_sets_persistent_parameters_once_and_deletes_one_the_spec_drops(test_hosts, host, loop):
+    device = loop()
+    both = lustre_mgs(host, device, {"rpcs_in_flight": 16, "read_ahead_mib": 512})
+    host.clear_calls()
+    assert run(test_hosts, host, both.create).returncode == 0
+    assert "lctl set_param -P osc.labfs-OST*.max_rpcs_in_flight=16" in host.calls()
+    assert "lctl set_param -P llite.labfs-*.max_read_ahead_mb=512" in host.calls()
+    host.clear_calls()
+    again = run(test_hosts, host, both.create)
+    assert again.stdout.strip().endswith(": 0 change(s)"), again.stdout
+    assert not any("set_param" in c for c in host.calls())
+    host.clear_calls()
+    fewer = run(test_hosts, host, lustre_mgs(host, device, {"rpcs_in_flight": 16}).create)
+    assert fewer.returncode == 0, fewer.stderr
+    assert "lctl set_param -P -d llite.labfs-*.max_read_ahead_mb" in host.calls()
+    assert "lctl set_param -P -d osc.labfs-OST*.max_rpcs_in_flight" not in host.calls()
+    run(test_hosts, host, both.delete)
