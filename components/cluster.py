@@ -17,7 +17,8 @@ from .storage import ParallelFilesystem
 class GpuCluster(pulumi.ComponentResource):
     """Everything an environment needs, built from one ClusterSpec.
 
-    The validated spec is the component's input, so policy packs can check intent across layers.
+    The validated spec is the component's input, and each child's slice of it that child's input and output,
+    so policy packs can check intent across layers (the engine gives stack policies components' outputs).
     Providers (a Kubernetes provider for another cluster, say) come in through `opts.providers`; the SSH
     private key for hosts and switches is a Pulumi secret.
     """
@@ -54,6 +55,9 @@ class GpuCluster(pulumi.ComponentResource):
                 f"{name}-storage", spec, ssh_private_key, opts=child, host_ready=ready,
                 namespaces={t.namespace_name: self.tenants[t.name].namespace for t in spec.tenants})
         self.register_outputs({
+            "environment": spec.environment,
+            "racks": {name: {"pdu_capacity_kw": rack.pdu_capacity_kw} for name, rack in spec.racks.items()},
+            "system_namespaces": sorted(spec.system_namespaces),
             "gpus": spec.gpus,
             "fabric_topology": self.fabric.topology,
             "rdma_resource": self.kubernetes.rdma_resource,

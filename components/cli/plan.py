@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
-from ..offline.plan import build_plan, write_plan
-from ..offline.runner import run_program
+from ..offline.plan import Plan, build_plan, write_plan
+from ..offline.runner import ProgramRun, run_program
 from ..spec import SpecError, load_spec
 from .common import (EXIT_FAILED, EXIT_OK, add_project_dir, is_spec_file, plain_secrets, project_dir,
                      report_bad_input, spec_path, stack_name)
@@ -24,6 +25,23 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    planned = plan_stack(args)
+    if isinstance(planned, int):
+        return planned
+    return EXIT_FAILED if planned.plan.errors else EXIT_OK
+
+
+@dataclass
+class Planned:
+    root: Path
+    stack: str
+    run: ProgramRun
+    plan: Plan
+    out: Path
+
+
+def plan_stack(args: argparse.Namespace) -> Planned | int:
+    """Validate, run the program offline, write the plan and print its summary; an exit code on bad input."""
     try:
         root = project_dir(args)
         stack, path = stack_name(args), spec_path(args)
@@ -43,5 +61,4 @@ def run(args: argparse.Namespace) -> int:
     print(f"\nWrote {len(plan.files)} files to {out}/ in {result.seconds:.2f}s of program time.")
     if plan.errors:
         print(f"error: the plan has {len(plan.errors)} error(s); see above", file=sys.stderr)
-        return EXIT_FAILED
-    return EXIT_OK
+    return Planned(root, stack, result, plan, out)

@@ -18,7 +18,7 @@ from ..yamltext import to_yaml_all
 from .checks import render_link_check, render_nccl_job
 from .host import render_fabric_host
 from .nccl import nccl_envs
-from .switches import render_switch
+from .switches import render_switch, switch_mtu_bytes
 
 
 def fabric_hosts(spec: ClusterSpec) -> list[tuple[str, SshTarget, list[Nic], dict[str, str]]]:
@@ -38,6 +38,22 @@ def fabric_hosts(spec: ClusterSpec) -> list[tuple[str, SshTarget, list[Nic], dic
                 out.append((server.hostname, SshTarget(server.address, ssh.user, ssh.port, server.host_key,
                                                        ssh.bastion), [], {}))
     return sorted(out, key=lambda h: (h[0] not in sms, sms.index(h[0]) if h[0] in sms else 0))
+
+
+def data_plane(spec: ClusterSpec) -> dict[str, Any]:
+    """What the fabric sets on each pool's hosts and each managed switch, registered so policies can check
+    that hosts, switches and NCCL agree across the whole stack (per pool: its hosts share every setting)."""
+    fabric = spec.fabric
+    roce = fabric.effective_roce
+    qos = {} if roce is None else {"priority": roce.priority, "dscp": roce.dscp,
+                                   "pfc_priorities": list(roce.pfc_priorities)}
+    pools = {p.name: {"hosts": len(p.hosts), "mtu_bytes": fabric.effective_mtu_bytes, **qos,
+                      "data_interfaces": [n.interface for n in p.nics],
+                      "control_interface": p.control_interface or fabric.control_interface}
+             for p in spec.node_pools if fabric.rdma and p.nics}
+    switches = {s.name: {"mtu_bytes": switch_mtu_bytes(s), **qos} for s in fabric.switches
+                if fabric.kind == "rocev2" and s.managed}
+    return {"kind": fabric.kind, "pools": pools, "switches": switches}
 
 
 def render_checks(spec: ClusterSpec) -> dict[str, str]:
@@ -60,6 +76,8 @@ class Fabric(pulumi.ComponentResource):
     """Rail-optimized or not, bisection bandwidth, and per leaf its links and oversubscription."""
     nccl_env: dict[str, dict[str, str]]
     """NCCL settings per node pool (also in /etc/nccl.conf on its hosts), for job templates."""
+    data_plane: dict[str, Any]
+    """MTU, RoCE priority, DSCP and PFC per pool's hosts and per managed switch; data and control interfaces."""
     checks: dict[str, str]
     """Scripts and job specs to run after `pulumi up` (ib_write_bw per rail, multi-node all_reduce_perf)."""
     host_scripts: dict[str, pulumi.Resource]
@@ -67,8 +85,10 @@ class Fabric(pulumi.ComponentResource):
 
     def __init__(self, name: str, spec: ClusterSpec, ssh_private_key: pulumi.Input[str],
                  opts: pulumi.ResourceOptions | None = None):
-        super().__init__(self.TYPE, name, {"fabric": spec.fabric.model_dump(mode="json")}, opts)
-        self.topology = plan_topology(spec)[0].summary()
+        intent = {"spec": spec.fabric.model_dump(mode="json")}
+        super().__init__(self.TYPE, name, intent, opts)
+        self.topology = plan_topology(spec)[0].summary({h.hostname: p.name for p, h in spec.hosts()})
+        self.data_plane = data_plane(spec)
         self.nccl_env = nccl_envs(spec)
         self.checks = render_checks(spec)
         sms = set(spec.fabric.infiniband.subnet_managers) if spec.fabric.infiniband else set()
@@ -86,4 +106,5 @@ class Fabric(pulumi.ComponentResource):
                     target = SshTarget(switch.address, switch.ssh_user, 22, switch.host_key, spec.ssh.bastion)
                     push(f"{name}-{switch.name}", target, render_switch(switch, spec.fabric), ssh_private_key,
                          parent=self)
-        self.register_outputs({"topology": self.topology, "nccl_env": self.nccl_env, "checks": self.checks})
+        self.register_outputs({**intent, "topology": self.topology, "data_plane": self.data_plane,
+                               "nccl_env": self.nccl_env, "checks": self.checks})

@@ -207,10 +207,14 @@ def switch_ports(switch: Switch, backend: SwitchBackend) -> list[str]:
     return list(switch.port_names) or [backend.port_name(n) for n in range(1, switch.ports + 1)]
 
 
+def switch_mtu_bytes(switch: Switch) -> int:
+    """The port MTU a managed switch gets: the spec's, else its vendor's jumbo frame size."""
+    return switch.mtu_bytes or BACKENDS[switch.vendor].jumbo_mtu_bytes
+
+
 def render_switch(switch: Switch, fabric: FabricSpec) -> Script:
     roce = fabric.effective_roce
     assert roce is not None and switch.vendor in BACKENDS, "the spec allows managed switches only on RoCE backends"
     backend = BACKENDS[switch.vendor]
-    mtu = switch.mtu_bytes or backend.jumbo_mtu_bytes
-    body = backend.body(switch, roce, mtu, switch_ports(switch, backend))
+    body = backend.body(switch, roce, switch_mtu_bytes(switch), switch_ports(switch, backend))
     return Script(script(f"Lossless RoCE on {switch.role} {switch.name} ({switch.vendor})", switch.name, body))

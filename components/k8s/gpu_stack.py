@@ -70,7 +70,8 @@ class GpuKubernetesStack(pulumi.ComponentResource):
     """Secondary network attachments, in rail order, for the k8s.v1.cni.cncf.io/networks annotation."""
 
     def __init__(self, name: str, spec: ClusterSpec, opts: pulumi.ResourceOptions | None = None):
-        super().__init__(self.TYPE, name, {"spec": spec.kubernetes.model_dump(mode="json")}, opts)
+        intent = {"spec": spec.kubernetes.model_dump(mode="json")}
+        super().__init__(self.TYPE, name, intent, opts)
         namespaces = {m.obj["metadata"]["name"]: register(f"{name}-{m.role}", m.obj,
                                                           pulumi.ResourceOptions(parent=self))
                       for m in render_namespaces(spec)}
@@ -102,5 +103,6 @@ class GpuKubernetesStack(pulumi.ComponentResource):
             ns = spec.kubernetes.monitoring.namespace
             for m in (monitoring.render_prometheus_rule(spec, ns), monitoring.render_dashboard(spec, ns)):
                 register(f"{name}-{m.role}", m.obj, pulumi.ResourceOptions(parent=self))
-        self.register_outputs({"flavors": self.flavors, "rdma_resource": self.rdma_resource,
+        self.register_outputs({**intent, "known_good_versions": stack_versions(spec) is not None,
+                               "flavors": self.flavors, "rdma_resource": self.rdma_resource,
                                "networks": self.networks, "kueue_release": kueue_release.name})

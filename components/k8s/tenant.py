@@ -235,7 +235,8 @@ class Tenant(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: TenantArgs, kueue_ready: Sequence[pulumi.Resource] = (),
                  opts: pulumi.ResourceOptions | None = None):
-        super().__init__(self.TYPE, name, None, opts)
+        intent = {"spec": args.model_dump(mode="json")}
+        super().__init__(self.TYPE, name, intent, opts)
         child = pulumi.ResourceOptions(parent=self)
         manifests = render_tenant(args)
         ns = register(f"{name}-ns", manifests[0].obj, pulumi.ResourceOptions(parent=self, protect=args.protect))
@@ -255,5 +256,5 @@ class Tenant(pulumi.ComponentResource):
         self.cluster_queue = cq.metadata.apply(lambda m: m["name"])
         # The LocalQueue is usable once its ClusterQueue exists too.
         self.local_queue = pulumi.Output.all(lq.metadata, self.cluster_queue).apply(lambda a: a[0]["name"])
-        self.register_outputs({"namespace": self.namespace, "local_queue": self.local_queue,
+        self.register_outputs({**intent, "namespace": self.namespace, "local_queue": self.local_queue,
                                "cluster_queue": self.cluster_queue})

@@ -79,6 +79,11 @@ xids=$(dmesg 2>/dev/null | grep -E 'NVRM: Xid \(PCI:[^)]*\): (XIDS),' || true)
 note "$gpus x @PRODUCT@ present, no uncorrected ECC or hardware XID errors"
 """
 
+_DRIVER_VERSION = r"""
+driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader | sed -n 1p)
+[[ "$driver" == @VERSION@ ]] || fail "the NVIDIA driver is $driver but the pool runs @VERSION@ (software.driver_version); install @VERSION@ or change the spec"
+"""
+
 # The GPU Operator's driver container would defer to a driver loaded on the host (and then never load its
 # GPUDirect RDMA module), so with an operator-managed driver the host must have none.
 _PREFLIGHT_OPERATOR_DRIVER = r"""
@@ -315,6 +320,8 @@ def render_host_prep(pool: NodePool, host: Host, *, rdma: bool, gpudirect: bool 
     else:
         parts.append(fill(_PREFLIGHT.replace("(XIDS)", "(" + "|".join(map(str, HARDWARE_XIDS)) + ")"),
                           GPUS=pool.gpu.count, MODEL=pool.gpu.model, PRODUCT=info.product))
+        if pool.software.driver_version:
+            parts.append(fill(_DRIVER_VERSION, VERSION=pool.software.driver_version))
         if t.gpu_power_limit_w:
             parts.append(fill(_POWER_RANGE, W=t.gpu_power_limit_w))
         if pool.gpu.nvswitch:

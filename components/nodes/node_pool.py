@@ -102,7 +102,8 @@ class GpuNodePool(pulumi.ComponentResource):
                  host_ready: Mapping[str, Sequence[pulumi.Resource]] | None = None):
         """`host_ready`: per host name, what must be done before its Node is opened to work (its fabric
         settings, so no pod lands on a node whose RDMA is not set up). Omitted: the node's own steps only."""
-        super().__init__(self.TYPE, name, {"spec": args.model_dump(mode="json")}, opts)
+        intent = {"spec": args.model_dump(mode="json")}
+        super().__init__(self.TYPE, name, intent, opts)
         pool = args.pool
         self.burn_in = {}
         for host in pool.hosts:
@@ -128,4 +129,5 @@ class GpuNodePool(pulumi.ComponentResource):
                                   spec={"taints": verdict.apply(lambda v: node_taints(pool, v))},
                                   opts=pulumi.ResourceOptions(parent=self, depends_on=[
                                       *patch_deps, *(host_ready or {}).get(host.hostname, ())]))
-        self.register_outputs({"burn_in": self.burn_in})
+        self.register_outputs({**intent, "burn_in": self.burn_in, "gpus": pool.gpus,
+                               "peak_power_w_per_host": pool.peak_power_w_per_host})

@@ -392,7 +392,7 @@ def _rack_power(spec: ClusterSpec) -> Iterator[Problem]:
     PDUs deliver: the breakers trip under a full training load, which no burn-in of one node shows."""
     drawn: dict[str, list[tuple[str, int, int]]] = {}
     for pool in spec.node_pools:
-        per_host_w = pool.gpu.count * pool.gpu.power_w + (pool.host_base_power_w or 0)
+        per_host_w = pool.peak_power_w_per_host
         for host in pool.hosts:
             if valid(host.rack):
                 drawn.setdefault(host.rack, []).append((pool.name, per_host_w, pool.gpu.count))

@@ -11,7 +11,7 @@ from typing import Annotated, Iterator, Literal, NamedTuple
 from pydantic import AfterValidator, Field
 
 from .common import (AbsPath, DnsLabel, HostName, HostOrIp, InterfaceName, IpAddress, Labels, Problem, SpecModel,
-                     Taint, UserName, shown)
+                     Taint, UserName, Version, shown)
 
 
 class GpuModelInfo(NamedTuple):
@@ -201,6 +201,18 @@ class Sharing(SpecModel):
     _checks = (_one_kind,)
 
 
+class Software(SpecModel):
+    """The GPU software stack a pool runs, so pools that train together run the same versions."""
+
+    driver_version: Version | None = Field(
+        None, description="NVIDIA driver on the hosts (e.g. 570.124.06); host preparation fails on another. "
+                          "Omitted: whatever the hosts have.")
+    cuda_version: Version | None = Field(None, description="CUDA the pool's images are built for. Omitted: not stated.")
+    nccl_version: Version | None = Field(None, description="NCCL the pool's images carry. Omitted: not stated.")
+    allow_version_skew: bool = Field(
+        False, description="This pool may run other versions than the rest (a canary pool). Omitted: no.")
+
+
 def _default_taints() -> list[Taint]:
     return [Taint(key="nvidia.com/gpu", value="present", effect="NoSchedule")]
 
@@ -216,6 +228,9 @@ class NodePool(SpecModel):
                                     "evenly. Omitted: 2, as on dual-socket HGX and DGX boards.")
     memory_gib_per_host: int = Field(ge=1, le=65536, description="Allocatable memory per host in GiB.")
     hosts: list[Host] = Field(min_length=1, max_length=4096)
+    workload: Literal["training", "inference"] = Field(
+        "training", description="What the pool runs; training pools need a fabric of at most 2:1 "
+                                "oversubscription (a policy). Omitted: training.")
     nics: list[Nic] = Field(default_factory=list, max_length=16, description="Omitted: the pool has no data-plane NICs.")
     control_interface: InterfaceName | None = Field(
         None,
@@ -236,6 +251,7 @@ class NodePool(SpecModel):
     sharing: Sharing = Field(default_factory=Sharing, description="Omitted: whole GPUs only.")
     tuning: HostTuning = Field(default_factory=HostTuning, description="Omitted: the defaults of each field.")
     burn_in: BurnIn = Field(default_factory=BurnIn, description="Omitted: the defaults of each field.")
+    software: Software = Field(default_factory=Software, description="Omitted: versions are not stated.")
 
     def _matches_host_model(self) -> Iterator[Problem]:
         if self.host_model is not None:
@@ -295,6 +311,11 @@ class NodePool(SpecModel):
 
     _checks = (_matches_host_model, _burn_in_floor_reachable, _topology_policy_fits_pods, _unique_nics,
                _fits_the_host)
+
+    @property
+    def peak_power_w_per_host(self) -> int:
+        """A host at full load: its GPUs at TDP plus its base power (what a rack's PDUs must carry)."""
+        return self.gpu.count * self.gpu.power_w + (self.host_base_power_w or 0)
 
     @property
     def gpus(self) -> int:

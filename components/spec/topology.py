@@ -69,13 +69,18 @@ class Topology:
         """Each host's leaf for labels: that of its lowest rail, so hosts under the same rail leaves share it."""
         return {link.host: link.leaf for link in sorted(self.links, key=lambda link: -link.rail)}
 
-    def summary(self) -> dict[str, object]:
+    def summary(self, host_pools: dict[str, str] | None = None) -> dict[str, object]:
+        """Figures for review and policies; with `host_pools` (host -> pool), each leaf names the pools it serves."""
+        served: dict[str, set[str]] = {}
+        for link in self.links if host_pools else ():
+            served.setdefault(link.leaf, set()).add(host_pools[link.host])
         return {
             "rail_optimized": self.rail_optimized,
             "bisection_gbps": self.bisection_gbps,
             "leaves": {name: {"downlinks": leaf.downlinks, "uplinks": leaf.uplinks, "ports": leaf.ports,
                               "down_gbps": leaf.down_gbps, "up_gbps": leaf.up_gbps,
-                              "oversubscription": leaf.oversubscription, "rails": list(leaf.rails)}
+                              "oversubscription": leaf.oversubscription, "rails": list(leaf.rails),
+                              **({"pools": sorted(served.get(name, ()))} if host_pools else {})}
                        for name, leaf in sorted(self.leaves.items())},
         }
 

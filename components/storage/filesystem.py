@@ -51,7 +51,8 @@ class ParallelFilesystem(pulumi.ComponentResource):
     def __init__(self, name: str, spec: ClusterSpec, ssh_private_key: pulumi.Input[str],
                  opts: pulumi.ResourceOptions | None = None, host_ready: dict[str, list[pulumi.Resource]] | None = None,
                  namespaces: dict[str, pulumi.Input[str]] | None = None):
-        super().__init__(self.TYPE, name, {"storage": spec.storage.model_dump(mode="json")}, opts)
+        intent = {"spec": spec.storage.model_dump(mode="json")}
+        super().__init__(self.TYPE, name, intent, opts)
         layout = plan_layout(spec)
         assert layout is not None, "a ParallelFilesystem needs storage.kind lustre or beegfs"
         self.layout, self.outputs = layout, filesystem_outputs(spec, layout)
@@ -63,12 +64,12 @@ class ParallelFilesystem(pulumi.ComponentResource):
                                        opts=pulumi.ResourceOptions(parent=self)) if beegfs and spec.storage.auth \
             else None
 
-        def auth(hostname: str, target: SshTarget) -> list[pulumi.Resource]:
+        def auth(hostname: str, target: SshTarget, server: bool = False) -> list[pulumi.Resource]:
             if secret is None:
                 return ready.get(hostname, [])
             text = pulumi.Output.secret(secret.result).apply(lambda s: render_beegfs_auth(hostname, s).create)
             return [push(f"{name}-{hostname}-auth", target, Script(text), ssh_private_key, parent=self,
-                         depends_on=ready.get(hostname, []))]
+                         depends_on=ready.get(hostname, []), protect=server)]
 
         done: list[pulumi.Resource] = []
         for stage in sorted({min(ROLE_ORDER[t.role] for t in layout.on(s.hostname)) for s in layout.servers}):
@@ -79,7 +80,7 @@ class ParallelFilesystem(pulumi.ComponentResource):
                 target = SshTarget(server.address, ssh.user, ssh.port, server.host_key, ssh.bastion)
                 rendered = (render_beegfs_server if beegfs else render_lustre_server)(spec, layout, server.hostname)
                 started.append(push(f"{name}-{server.hostname}", target, rendered, ssh_private_key, parent=self,
-                                    depends_on=done + auth(server.hostname, target), protect=True))
+                                    depends_on=done + auth(server.hostname, target, server=True), protect=True))
             done = done + started
         self.clients = {}
         for pool, host in clients:
@@ -99,4 +100,4 @@ class ParallelFilesystem(pulumi.ComponentResource):
             ns = manifest.obj["metadata"].get("namespace")
             register(f"{name}-{manifest.role}", manifest.obj, pulumi.ResourceOptions(
                 parent=self, depends_on=[directories]), namespace=(namespaces or {}).get(ns) if ns else None)
-        self.register_outputs(self.outputs)
+        self.register_outputs({**intent, **self.outputs})

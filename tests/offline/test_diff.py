@@ -16,14 +16,14 @@ def plan_of(record, data):
     return build_plan(record(lambda: GpuCluster(spec.name, spec, ssh_key()), stack="dev")).document
 
 
-def test_a_tenant_quota_change_touches_one_resource(record, dev_data):
+def test_a_tenant_quota_change_touches_only_that_tenant_and_its_cluster_queue(record, dev_data):
     before = plan_of(record, dev_data)
     dev_data["tenants"][0]["gpu_quota"]["h100"]["nominal"] = 8
     dev_data["tenants"][0]["cpu_cores"] = 140      # keep the derived CPU quota as it was
     dev_data["tenants"][0]["memory_gib"] = 2560
     diffs = diff_plans(before, plan_of(record, dev_data))
     changed = [(d.action, d.urn.rsplit("::", 1)[-1]) for d in diffs if not d.urn.endswith("::dev")]
-    assert changed == [("update", "dev-team-a-cq")]
+    assert sorted(changed) == [("update", "dev-team-a"), ("update", "dev-team-a-cq")]   # its intent, its quota
     cq = next(d for d in diffs if d.urn.endswith("dev-team-a-cq"))
     assert [(c.path, c.old, c.new) for c in cq.changes] == [
         ("inputs.spec.resourceGroups[0].flavors[0].resources[2].nominalQuota", 10, 8)]
@@ -35,7 +35,7 @@ def test_adding_a_tenant_changes_no_other_tenant(record, dev_data):
     dev_data["tenants"].append({"name": "team-c", "groups": {"edit": ["oidc:team-c"]}, "gpu_quota": {"h100": 2}})
     diffs = diff_plans(before, plan_of(record, dev_data))
     touched = {d.urn.rsplit("::", 1)[-1] for d in diffs if d.action != "create"}
-    assert touched == {"dev", "dev-team-b-cq"}                   # the cluster's spec input and team-b's quota
+    assert touched == {"dev", "dev-team-b", "dev-team-b-cq"}     # the cluster's spec input and team-b's quota
     assert {d.urn.rsplit("::", 1)[-1] for d in diffs if d.action == "create"} >= {"dev-team-c", "dev-team-c-ns"}
 
 

@@ -14,15 +14,17 @@ from tests.conftest import _DEV
 from tests.realssh.doubles import STATE_DIR
 
 
-def spec_of(**tuning):
+def spec_of(software=None, **tuning):
     data = yaml.safe_load(yaml.safe_dump(_DEV))
     data["node_pools"][0]["tuning"].update(tuning)
+    if software:
+        data["node_pools"][0]["software"] = software
     return parse_spec(yaml.safe_dump(data))
 
 
-def preparation(name, **tuning):
+def preparation(name, software=None, **tuning):
     """The dev pool's preparation of host `name` (gpu-dev-03 stands in for a third dev host)."""
-    spec = spec_of(**tuning)
+    spec = spec_of(software, **tuning)
     pool = spec.node_pools[0]
     host = next((h for h in pool.hosts if h.hostname == name), None) or \
         pool.hosts[0].model_copy(update={"hostname": name})
@@ -103,6 +105,23 @@ def test_ecc_errors_and_a_mismatched_fabric_manager_fail(test_hosts):
         out = prepare(test_hosts, host)
     assert out.returncode == 1
     assert "nvidia-fabricmanager is 550.54.14 but the driver is 550.54.15" in out.stderr
+
+
+def test_a_driver_other_than_the_pools_fails_before_anything_changes(test_hosts):
+    host = test_hosts.hosts["gpu-dev-03"]
+    script = preparation(host.name, software={"driver_version": "570.124.06"})
+    host.clear_calls()
+    out = test_hosts.ssh(host, as_command(script.create, "root"))
+    assert out.returncode == 1
+    assert ("gpu-dev-03: error: the NVIDIA driver is 550.54.15 but the pool runs 570.124.06 "
+            "(software.driver_version); install 570.124.06 or change the spec") in out.stderr
+    assert mutating(host.calls()) == []
+    # The right driver passes on to the next check (a power limit the GPUs refuse stops it before any change).
+    same = preparation(host.name, software={"driver_version": "550.54.15"}, gpu_power_limit_w=150)
+    out = test_hosts.ssh(host, as_command(same.create, "root"))
+    assert out.returncode == 1 and "the NVIDIA driver is" not in out.stderr
+    assert "power limit 150 W is outside GPU 0's range 200.00-700.00 W" in out.stderr
+    assert mutating(host.calls()) == []
 
 
 def undo(hosts, host):

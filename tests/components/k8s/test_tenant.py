@@ -205,8 +205,10 @@ def test_outputs_name_the_namespace_and_queues(dev_spec, record):
     run = record(lambda: pulumi.export("lq", Tenant("t", args_for(dev_spec)).local_queue))
     assert run.outputs["lq"] == ("default", False)
     tenant = next(r for r in run.records if r.type == Tenant.TYPE)
-    assert run.component_outputs[tenant.urn] == {"namespace": "team-a", "local_queue": "default",
-                                                 "cluster_queue": "team-a"}
+    outputs = run.component_outputs[tenant.urn]
+    assert {k: outputs[k] for k in ("namespace", "local_queue", "cluster_queue")} == {
+        "namespace": "team-a", "local_queue": "default", "cluster_queue": "team-a"}
+    assert outputs["spec"] == tenant.inputs["spec"] and outputs["spec"]["tenant"]["name"] == "team-a"  # for policies
 
 
 def test_unknown_invokes_fail_loudly(record):

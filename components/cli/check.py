@@ -1,0 +1,111 @@
+"""`gpucluster check STACK`: plan the stack offline and hold what it registers to the policy pack."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from ..offline.policy import Violation, evaluate, load_config, load_policies
+from ..spec import SpecError
+from .common import EXIT_FAILED, EXIT_OK, project_dir, report_bad_input, stack_name
+from .plan import add_parser as add_plan_parser
+from .plan import plan_stack
+
+HELP = ("plan a stack offline and check it against the policy pack (exit 1 on a mandatory violation); "
+        "writes check.json, and check.md with --format markdown, beside the plan")
+
+
+def add_parser(parser: argparse.ArgumentParser) -> None:
+    add_plan_parser(parser)
+    parser.add_argument("--policy-config", type=Path,
+                        help="policy-pack config (the JSON `pulumi preview --policy-pack-config` reads; default: "
+                             "policies/config/STACK.json when it exists)")
+    parser.add_argument("--format", choices=("text", "markdown"), default="text",
+                        help="text (default), or markdown for a pull-request comment")
+
+
+def run(args: argparse.Namespace) -> int:
+    try:                # a bad policy config stops before anything is planned or written
+        root = project_dir(args)
+        policies = load_policies(root)
+        path = args.policy_config or root / "policies" / "config" / f"{stack_name(args)}.json"
+        config_file = path if (args.policy_config or path.exists()) else None
+        config = load_config(config_file, policies) if config_file else None
+    except SpecError as e:
+        return report_bad_input(e)
+    planned = plan_stack(args)
+    if isinstance(planned, int):
+        return planned
+    violations = evaluate(planned.run, policies, config)
+    descriptions = {p.name: p.description for p in policies}
+    levels = _levels(policies, config)
+    report = {"stack": planned.stack, "config": str(config_file) if config_file else None,
+              "policies": len(policies), "violations": [v.__dict__ for v in violations],
+              "levels": levels}
+    (planned.out / "check.json").write_text(json.dumps(report, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    if args.format == "markdown":
+        text = markdown(planned.stack, violations, descriptions, len(policies), config_file, planned.plan.errors)
+        (planned.out / "check.md").write_text(text, encoding="utf-8")
+    else:
+        text = plain(planned.stack, violations, descriptions, len(policies), config_file)
+    print("\n" + text, end="")
+    mandatory = [v for v in violations if v.level == "mandatory"]
+    if planned.plan.errors:
+        return EXIT_FAILED
+    return EXIT_FAILED if mandatory else EXIT_OK
+
+
+def _levels(policies: list[Any], config: dict[str, tuple[int, dict[str, Any]]] | None) -> dict[str, str]:
+    from pulumi.runtime.proto import analyzer_pb2 as apb
+    return {p.name: (apb.EnforcementLevel.Name(config[p.name][0]).lower() if config else p.enforcement_level.value)
+            for p in policies}
+
+
+def _grouped(violations: list[Violation]) -> dict[str, list[Violation]]:
+    out: dict[str, list[Violation]] = defaultdict(list)
+    for v in violations:
+        out[v.policy].append(v)
+    return dict(sorted(out.items(), key=lambda kv: (kv[1][0].level != "mandatory", kv[0])))
+
+
+def _headline(stack: str, violations: list[Violation], count: int, config: Path | None) -> str:
+    mandatory = sum(v.level == "mandatory" for v in violations)
+    advisory = len(violations) - mandatory
+    return (f"Policies: {count} checked on stack {stack} ({f'config {config}' if config else 'default levels'}): "
+            f"{mandatory} mandatory and {advisory} advisory finding(s)")
+
+
+def plain(stack: str, violations: list[Violation], descriptions: dict[str, str], count: int,
+          config: Path | None) -> str:
+    lines = [_headline(stack, violations, count, config)]
+    for policy, found in _grouped(violations).items():
+        lines += ["", f"{policy} ({found[0].level}): {descriptions.get(policy, '')}"]
+        lines += [f"  {v.resource}: {v.message}" for v in found]
+    return "\n".join(lines) + "\n"
+
+
+def markdown(stack: str, violations: list[Violation], descriptions: dict[str, str], count: int,
+             config: Path | None, plan_errors: list[str]) -> str:
+    mandatory = any(v.level == "mandatory" for v in violations) or bool(plan_errors)
+    lines = [f"### gpucluster check: `{stack}` {'fails' if mandatory else 'passes'}", "",
+             _headline(stack, violations, count, config) + ".", ""]
+    if plan_errors:
+        lines += ["**Plan errors**", "", *[f"- {_md(e)}" for e in plan_errors], ""]
+    grouped = _grouped(violations)
+    if grouped:
+        lines += ["| policy | level | findings |", "| --- | --- | ---: |"]
+        lines += [f"| `{p}` | {found[0].level} | {len(found)} |" for p, found in grouped.items()]
+        for policy, found in grouped.items():
+            lines += ["", f"<details><summary><code>{policy}</code> ({found[0].level}): "
+                          f"{_md(descriptions.get(policy, ''))}</summary>", ""]
+            lines += [f"- `{v.resource}`: {_md(v.message)}" for v in found]
+            lines += ["", "</details>"]
+    return "\n".join(lines) + "\n"
+
+
+def _md(text: str) -> str:
+    return text.replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;").replace("\n", " ")
+

@@ -1,0 +1,144 @@
+"""Kubernetes workloads and releases: GPU limits, Kueue queues, no host access, pinned charts, known versions."""
+
+from __future__ import annotations
+
+import re
+
+import yaml
+from pulumi_policy import (EnforcementLevel, ReportViolation, ResourceValidationArgs, ResourceValidationPolicy,
+                           StackValidationArgs, StackValidationPolicy)
+
+from .common import (FABRIC, GPU, HELM_RELEASE, K8S_STACK, LOCAL_QUEUE, QUEUE_LABEL, containers, intent, labels,
+                     metadata, of_type, pod_specs, schema, settings, shown, system_namespaces, tenant_namespaces)
+
+_EXACT_VERSION = re.compile(r"v?\d+\.\d+\.\d+(?:-[0-9A-Za-z.-]+)?(?:\+[0-9A-Za-z.-]+)?")
+
+
+def _gpu_limit_problems(what: str, pod_spec) -> list[str]:
+    out = []
+    for c in containers(pod_spec):
+        resources = c.get("resources") or {}
+        requests, limits = resources.get("requests") or {}, resources.get("limits") or {}
+        if GPU in requests and GPU not in limits:
+            out.append(f"{what}: container {c.get('name')} requests {GPU} without a limit; GPUs are allocated by "
+                       f"limit: set resources.limits['{GPU}']")
+        elif GPU in requests and shown(requests[GPU]) != shown(limits[GPU]):
+            out.append(f"{what}: container {c.get('name')} requests {shown(requests[GPU])} {GPU} but limits "
+                       f"{shown(limits[GPU])}; extended resources cannot be overcommitted: make them equal")
+    return out
+
+
+def _gpu_limits(args: ResourceValidationArgs, report: ReportViolation) -> None:
+    for kind, pod_spec in pod_specs(args.resource_type, args.props):
+        for message in _gpu_limit_problems(f"{kind} {metadata(args.props).get('name')}", pod_spec):
+            report(message)
+
+
+def _job_templates_gpu_limits(args: StackValidationArgs, report: ReportViolation) -> None:
+    """Job templates the components hand to users (the fabric's after-apply NCCL jobs) are held to the same rule."""
+    for fabric in of_type(args.resources, FABRIC):
+        for file, text in sorted((fabric.props.get("checks") or {}).items()):
+            if not file.endswith(".yaml"):
+                continue
+            for doc in yaml.safe_load_all(text):
+                if not isinstance(doc, dict):
+                    continue
+                api, kind = str(doc.get("apiVersion", "")), doc.get("kind")
+                for k, pod_spec in pod_specs(f"kubernetes:{api if '/' in api else 'core/' + api}:{kind}", doc):
+                    for message in _gpu_limit_problems(f"job template {file} ({k} "
+                                                       f"{metadata(doc).get('name')})", pod_spec):
+                        report(message, fabric.urn)
+
+
+def _tenant_queue_name(args: StackValidationArgs, report: ReportViolation) -> None:
+    tenants = tenant_namespaces(args.resources)
+    queues = {(metadata(r.props).get("namespace"), metadata(r.props).get("name"))
+              for r in of_type(args.resources, LOCAL_QUEUE)}
+    for r in args.resources:
+        ns = metadata(r.props).get("namespace") if r.resource_type.startswith("kubernetes:") else None
+        if ns not in tenants:
+            continue
+        for kind, _ in pod_specs(r.resource_type, r.props):
+            queue = labels(r.props).get(QUEUE_LABEL)
+            name = metadata(r.props).get("name")
+            if queue is None:
+                report(f"{kind} {ns}/{name} has no {QUEUE_LABEL} label, so Kueue neither admits nor counts it "
+                       "against the tenant's quota; label it with the tenant's LocalQueue", r.urn)
+            elif (ns, queue) not in queues:
+                report(f"{kind} {ns}/{name} names LocalQueue {queue!r}, which this stack does not create in {ns}; "
+                       "use the tenant's LocalQueue", r.urn)
+
+
+_HOST_ACCESS_SCHEMA = schema(allowedNamespaces={
+    "type": "array", "items": {"type": "string"}, "default": [],
+    "description": "Namespaces allowed host access besides the platform's system namespaces."})
+
+
+def _host_access(args: StackValidationArgs, report: ReportViolation) -> None:
+    allowed = system_namespaces(args.resources) | set(settings(args, _HOST_ACCESS_SCHEMA)["allowedNamespaces"])
+    for r in args.resources:
+        for kind, pod_spec in pod_specs(r.resource_type, r.props):
+            ns = metadata(r.props).get("namespace") or "default"
+            if ns in allowed:
+                continue
+            what = f"{kind} {ns}/{metadata(r.props).get('name')}"
+            found = [f"{flag}: true" for flag in ("hostNetwork", "hostPID", "hostIPC") if pod_spec.get(flag)]
+            found += [f"hostPath volume {v.get('name')}" for v in pod_spec.get("volumes") or [] if v.get("hostPath")]
+            found += [f"privileged container {c.get('name')}" for c in containers(pod_spec)
+                      if (c.get("securityContext") or {}).get("privileged")]
+            if found:
+                report(f"{what} has {', '.join(found)} outside the system namespaces; only the platform's agents "
+                       "get host access (mount storage through a PersistentVolumeClaim)", r.urn)
+
+
+def _chart_pinned(args: ResourceValidationArgs, report: ReportViolation) -> None:
+    if args.resource_type != HELM_RELEASE:
+        return
+    chart, version = str(args.props.get("chart") or ""), args.props.get("version")
+    if chart.startswith(("/", "./", "../")):
+        return                 # a chart directory in the repository is pinned by its content
+    if not version:
+        report(f"Helm release {args.props.get('name') or args.name} (chart {chart}) pins no chart version, so each "
+               "update may install a newer chart; set version to an exact release")
+    elif not _EXACT_VERSION.fullmatch(str(version)):
+        report(f"Helm release {args.props.get('name') or args.name} (chart {chart}) asks for version {version!r}, "
+               "not an exact release; pin one such as 1.2.3")
+
+
+def _known_good_versions(args: StackValidationArgs, report: ReportViolation) -> None:
+    for r in of_type(args.resources, K8S_STACK):
+        if r.props.get("known_good_versions") is False:
+            k = intent(r)
+            versions = ", ".join(f"{part} {(k.get(part) or {}).get('chart_version')}"
+                                 for part in ("gpu_operator", "network_operator", "kueue", "nfd"))
+            report(f"{r.name} installs {versions}, which are not a known-good combination (allowed by "
+                   "kubernetes.allow_unknown_versions); use a known-good combination", r.urn)
+
+
+KUBERNETES_POLICIES = [
+    ResourceValidationPolicy(
+        name="k8s-gpu-limits",
+        description="Checks that workloads asking for GPUs set nvidia.com/gpu limits.",
+        enforcement_level=EnforcementLevel.MANDATORY, validate=_gpu_limits),
+    StackValidationPolicy(
+        name="k8s-job-templates-gpu-limits",
+        description="Checks that the job templates components hand out set nvidia.com/gpu limits.",
+        enforcement_level=EnforcementLevel.MANDATORY, validate=_job_templates_gpu_limits),
+    StackValidationPolicy(
+        name="k8s-tenant-queue-name",
+        description="Checks that workloads in tenant namespaces name one of the tenant's Kueue LocalQueues.",
+        enforcement_level=EnforcementLevel.MANDATORY, validate=_tenant_queue_name),
+    StackValidationPolicy(
+        name="k8s-no-host-access",
+        description="Checks that nothing outside the system namespaces is privileged or uses the host's network, "
+                    "PID or IPC namespace or a hostPath volume.",
+        enforcement_level=EnforcementLevel.MANDATORY, validate=_host_access, config_schema=_HOST_ACCESS_SCHEMA),
+    ResourceValidationPolicy(
+        name="k8s-helm-chart-pinned",
+        description="Checks that every Helm release pins an exact chart version.",
+        enforcement_level=EnforcementLevel.MANDATORY, validate=_chart_pinned),
+    StackValidationPolicy(
+        name="k8s-known-good-versions",
+        description="Checks that the operators' versions are a known-good combination.",
+        enforcement_level=EnforcementLevel.MANDATORY, validate=_known_good_versions),
+]

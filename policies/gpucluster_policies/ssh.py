@@ -1,0 +1,65 @@
+"""SSH and secrets: every host and bastion is verified by its pinned key; no key material outside a connection."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from pulumi_policy import EnforcementLevel, ReportViolation, ResourceValidationArgs, ResourceValidationPolicy
+from pulumi_policy.proxy import UnknownValueError
+
+from .common import REMOTE_COMMAND
+
+_KEY_BLOCK = re.compile(r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----")
+
+
+def _host_key_pinned(args: ResourceValidationArgs, report: ReportViolation) -> None:
+    if args.resource_type != REMOTE_COMMAND:
+        return
+    conn = args.props.get("connection") or {}
+    if not conn.get("hostKey"):
+        report(f"connects to {conn.get('host')} without a pinned host key, so anyone answering on that address gets "
+               "the script (and sudo); set host_key for that host or switch in the spec")
+    proxy = conn.get("proxy") or {}
+    if proxy and not proxy.get("hostKey"):
+        report(f"goes through bastion {proxy.get('host')} without a pinned host key; set ssh.bastion.host_key")
+
+
+def _strings(value: Any, path: str) -> Iterator[tuple[str, str]]:
+    """Every known string under `value`; a value not known yet (during preview) holds no key we could see."""
+    if isinstance(value, str):
+        yield path, value
+        return
+    keys = list(value) if isinstance(value, Mapping) else range(len(value)) if isinstance(value, Sequence) else ()
+    for k in keys:
+        try:
+            item = value[k]
+        except UnknownValueError:
+            continue
+        yield from _strings(item, f"{path}.{k}" if isinstance(value, Mapping) and path else
+                            str(k) if isinstance(value, Mapping) else f"{path}[{k}]")
+
+
+_KEY_FIELDS = {"connection.privateKey", "connection.proxy.privateKey"}
+
+
+def _no_key_material(args: ResourceValidationArgs, report: ReportViolation) -> None:
+    """The policy SDK unwraps secrets before policies see them, so where a key may legitimately be (a
+    connection's privateKey, a Pulumi secret) is known by field; anywhere else a key block is a leak."""
+    for path, text in _strings(args.props, ""):
+        if path not in _KEY_FIELDS and _KEY_BLOCK.search(text):
+            report(f"carries a private key in {path}, where it ends up in plan files, state and "
+                   "logs; pass keys only as an SSH connection's privateKey from a Pulumi secret")
+
+
+SSH_POLICIES = [
+    ResourceValidationPolicy(
+        name="ssh-host-key-pinned",
+        description="Checks that every SSH connection (and bastion) pins the host key.",
+        enforcement_level=EnforcementLevel.MANDATORY, validate=_host_key_pinned),
+    ResourceValidationPolicy(
+        name="secrets-no-key-material",
+        description="Checks that no private key appears anywhere but an SSH connection's privateKey.",
+        enforcement_level=EnforcementLevel.MANDATORY, validate=_no_key_material),
+]

@@ -1,0 +1,91 @@
+"""The parallel filesystem as registered: no reformat outside dev, protected servers, redundant targets, bandwidth."""
+
+from __future__ import annotations
+
+from pulumi_policy import EnforcementLevel, ReportViolation, StackValidationArgs, StackValidationPolicy
+
+from .common import FILESYSTEM, REMOTE_COMMAND, environment, intent, of_type, schema, settings
+
+_REFORMAT_SCHEMA = schema(allowedEnvironments={
+    "type": "array", "items": {"type": "string"}, "default": ["dev"],
+    "description": "Environments whose specs may set reformat on a storage target."})
+
+
+def _targets(fs):
+    for server in intent(fs).get("servers") or []:
+        for target in server.get("targets") or []:
+            yield server, target
+
+
+def _no_reformat(args: StackValidationArgs, report: ReportViolation) -> None:
+    env = environment(args.resources)
+    allowed = settings(args, _REFORMAT_SCHEMA)["allowedEnvironments"]
+    if env in allowed:
+        return
+    for fs in of_type(args.resources, FILESYSTEM):
+        for server, target in _targets(fs):
+            if target.get("reformat"):
+                report(f"{server.get('hostname')} target {target.get('device')} sets reformat in {env or 'an unnamed'} "
+                       f"environment: a run would erase the data on it; remove reformat (allowed in "
+                       f"{', '.join(allowed) or 'no environment'})", fs.urn)
+
+
+def _servers_protected(args: StackValidationArgs, report: ReportViolation) -> None:
+    for fs in of_type(args.resources, FILESYSTEM):
+        servers = {s.get("address"): s.get("hostname") for s in intent(fs).get("servers") or []}
+        for r in of_type(args.resources, REMOTE_COMMAND):
+            parent = r.parent.urn if r.parent is not None else None
+            host = (r.props.get("connection") or {}).get("host")
+            if parent == fs.urn and host in servers and not r.opts.protect:
+                report(f"{r.name} sets up storage server {servers[host]} but is not protected, so a destroy or a "
+                       "replacement runs its delete; protect it", r.urn)
+
+
+_RAID_SCHEMA = schema(allowedRaidLevels={
+    "type": "array", "items": {"type": "string"}, "default": ["raid1", "raid6", "raid10", "raidz2"],
+    "description": "RAID levels a storage target's device may use."})
+
+
+def _raid(args: StackValidationArgs, report: ReportViolation) -> None:
+    allowed = settings(args, _RAID_SCHEMA)["allowedRaidLevels"]
+    for fs in of_type(args.resources, FILESYSTEM):
+        for server, target in _targets(fs):
+            if target.get("raid_level") not in allowed:
+                report(f"{server.get('hostname')} {target.get('role')} target {target.get('device')} is on "
+                       f"{target.get('raid_level')}; use {' or '.join(allowed)} (RAID-6 survives two failed disks, "
+                       "and a rebuild of a large RAID-5 often meets a second)", fs.urn)
+
+
+_BANDWIDTH_SCHEMA = schema(minReadGbPerSecondPerGpu={
+    "type": "number", "minimum": 0, "default": 0.15,
+    "description": "Aggregate read bandwidth per GPU the filesystem must reach, in GB/s (the reference designs' "
+                   "10 GB/s for a 64-GPU cluster is about 0.15)."})
+
+
+def _bandwidth(args: StackValidationArgs, report: ReportViolation) -> None:
+    floor = settings(args, _BANDWIDTH_SCHEMA)["minReadGbPerSecondPerGpu"]
+    for fs in of_type(args.resources, FILESYSTEM):
+        per_gpu, total, gpus = (fs.props.get(k) for k in ("read_gb_per_s_per_gpu", "read_gb_per_s", "gpus"))
+        if per_gpu is not None and per_gpu < floor:
+            report(f"{fs.name} reads {total:g} GB/s for {gpus:g} GPUs, {per_gpu:g} GB/s per GPU, below the "
+                   f"target {floor:g}; add storage servers (or correct read_gb_per_s_per_server)", fs.urn)
+
+
+STORAGE_POLICIES = [
+    StackValidationPolicy(
+        name="storage-no-reformat",
+        description="Checks that no storage target sets reformat outside the environments that allow it.",
+        enforcement_level=EnforcementLevel.MANDATORY, validate=_no_reformat, config_schema=_REFORMAT_SCHEMA),
+    StackValidationPolicy(
+        name="storage-servers-protected",
+        description="Checks that the commands that set up storage servers are protected.",
+        enforcement_level=EnforcementLevel.MANDATORY, validate=_servers_protected),
+    StackValidationPolicy(
+        name="storage-raid-redundancy",
+        description="Checks that every storage target sits on RAID-6 or another redundant level.",
+        enforcement_level=EnforcementLevel.MANDATORY, validate=_raid, config_schema=_RAID_SCHEMA),
+    StackValidationPolicy(
+        name="storage-bandwidth-per-gpu",
+        description="Checks that the filesystem's aggregate read bandwidth per GPU reaches the stack's target.",
+        enforcement_level=EnforcementLevel.ADVISORY, validate=_bandwidth, config_schema=_BANDWIDTH_SCHEMA),
+]

@@ -1,0 +1,93 @@
+"""`gpucluster check`: the policy pack over a planned stack, as a pull request's CI runs it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.cli.test_cli import gpucluster
+from tests.conftest import ROOT
+
+BROKEN = ROOT / "tests" / "policies" / "broken"
+
+# Each deliberately broken spec, and exactly the findings it must give: (policy, resource, level).
+EXPECTED = {
+    "prod-reformat": {("storage-no-reformat", "prod-storage", "mandatory")},
+    "prod-raid5": {("storage-raid-redundancy", "prod-storage", "mandatory")},
+    "prod-no-burn-in": {("ops-burn-in-enabled", "prod-h100", "mandatory")},
+    "prod-hot-alert": {("ops-gpu-temperature-alert", "prod-k8s-gpu-alerts", "mandatory")},
+    "prod-rack-power": {("power-rack-budget", "prod", "mandatory")},
+    "prod-unpinned": {("ssh-host-key-pinned", name, "mandatory") for name in (
+        "prod-fabric-gpu-prod-08", "prod-h100-gpu-prod-08-burn-in", "prod-h100-gpu-prod-08-prepare",
+        "prod-storage-gpu-prod-08")},
+}
+
+
+def report(out: Path) -> dict:
+    return json.loads((out / "check.json").read_text())
+
+
+def test_every_broken_spec_has_its_expectation():
+    assert {p.stem for p in BROKEN.glob("*.yaml")} == set(EXPECTED)
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_a_broken_spec_gives_exactly_its_findings_and_exits_1(name, tmp_path):
+    out = gpucluster("check", str(BROKEN / f"{name}.yaml"), "--out", str(tmp_path))
+    assert out.returncode == 1, out.stdout + out.stderr
+    found = {(v["policy"], v["urn"].rsplit("::", 1)[-1], v["level"]) for v in report(tmp_path)["violations"]}
+    assert found == EXPECTED[name]
+    assert "Traceback" not in out.stderr
+
+
+def test_the_dev_stack_passes_with_its_advisory_findings_shown(tmp_path):
+    out = gpucluster("check", "dev", "--out", str(tmp_path))
+    assert out.returncode == 0, out.stdout + out.stderr
+    data = report(tmp_path)
+    assert data["config"].endswith("policies/config/dev.json") and data["levels"]["ssh-host-key-pinned"] == "advisory"
+    assert {v["level"] for v in data["violations"]} == {"advisory"}
+    assert "Policies: 28 checked on stack dev (config policies/config/dev.json): 0 mandatory and 3 advisory" \
+        in out.stdout
+    assert "ssh-host-key-pinned (advisory): Checks that every SSH connection (and bastion) pins the host key." \
+        in out.stdout
+
+
+def test_markdown_is_written_for_a_pull_request_comment(tmp_path):
+    out = gpucluster("check", str(BROKEN / "prod-rack-power.yaml"), "--out", str(tmp_path), "--format", "markdown")
+    text = (tmp_path / "check.md").read_text()
+    assert out.returncode == 1 and text in out.stdout
+    assert text.startswith("### gpucluster check: `prod-rack-power` fails\n")
+    assert "| `power-rack-budget` | mandatory | 1 |" in text
+    assert "- `prod`: rack r01 draws up to 4 x 5.6 kW (h100) = 22.4 kW at peak" in text
+
+
+def test_a_policy_config_sets_levels_and_thresholds(tmp_path):
+    config = tmp_path / "lenient.json"
+    config.write_text(json.dumps({"power-rack-budget": {"enforcementLevel": "advisory", "derating": 0.95}}))
+    out = gpucluster("check", str(BROKEN / "prod-rack-power.yaml"), "--out", str(tmp_path / "a"),
+                     "--policy-config", str(config))
+    assert out.returncode == 0 and report(tmp_path / "a")["violations"] == []       # 22.4 kW < 25 x 95%
+    config.write_text(json.dumps({"all": "advisory"}))
+    out = gpucluster("check", str(BROKEN / "prod-rack-power.yaml"), "--out", str(tmp_path / "b"),
+                     "--policy-config", str(config))
+    assert out.returncode == 0
+    assert [v["level"] for v in report(tmp_path / "b")["violations"]] == ["advisory"]
+
+
+def test_a_bad_policy_config_exits_2_naming_every_problem(tmp_path):
+    config = tmp_path / "bad.json"
+    config.write_text(json.dumps({"all": "strict", "power-budget": "advisory",
+                                  "power-rack-budget": {"derating": "most", "margin": 1},
+                                  "ops-burn-in-enabled": {"enforcementLevel": "sometimes"}}))
+    out = gpucluster("check", "dev", "--out", str(tmp_path / "o"), "--policy-config", str(config))
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    for line in (f"{config}: all: enforcement level 'strict' is not one of advisory, mandatory, remediate, disabled",
+                 f"{config}: 'power-budget' is not a policy of the pack; known: ",
+                 f"{config}: power-rack-budget.derating: 'most' is not of type 'number'",
+                 f"{config}: power-rack-budget.(settings): Additional properties are not allowed ('margin' was "
+                 "unexpected)",
+                 f"{config}: ops-burn-in-enabled: enforcement level 'sometimes' is not one of"):
+        assert line in out.stderr, out.stderr
+    assert not (tmp_path / "o" / "check.json").exists()

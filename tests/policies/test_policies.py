@@ -1,0 +1,276 @@
+"""Every policy of the pack: the real stacks comply, and one changed fact per test gives the exact finding.
+
+Policies run through the pulumi_policy SDK's own analyzer over what the real program registered offline
+(`components/offline/policy.py`), as `pulumi preview --policy-pack policies` runs them.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from pulumi_policy import EnforcementLevel
+
+from components.offline.policy import LEVELS
+from tests.policies.conftest import BY_NAME, POLICIES, changed, findings, violations, with_resource
+
+JOB = "kubernetes:batch/v1:Job"
+QUEUE = "kueue.x-k8s.io/queue-name"
+
+
+def job(namespace="team-a", labels=None, **pod):
+    pod_spec = {"containers": [{"name": "main", "image": "registry.example/train:1",
+                                "resources": {"limits": {"nvidia.com/gpu": 8}}}],
+                "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}], **pod}
+    return {"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": "train", "namespace": namespace,
+                         "labels": {QUEUE: "default"} if labels is None else labels},
+            "spec": {"template": {"spec": pod_spec}}}
+
+
+# --- the registry -------------------------------------------------------------------------------------------
+
+DOMAINS = ("k8s", "tenancy", "fabric", "ssh", "secrets", "storage", "power", "ops")
+
+
+def test_every_policy_is_named_described_and_configurable_with_defaults():
+    assert len(BY_NAME) == len(POLICIES)
+    for p in POLICIES:
+        assert re.fullmatch(rf"(?:{'|'.join(DOMAINS)})(?:-[a-z0-9]+)+", p.name), p.name
+        assert p.description.startswith("Checks that") and p.description.endswith(".") and \
+            p.description.count(". ") == 0, p.name
+        assert p.enforcement_level in (EnforcementLevel.MANDATORY, EnforcementLevel.ADVISORY), p.name
+        for key, prop in (p.config_schema.properties if p.config_schema else {}).items():
+            assert {"type", "default", "description"} <= set(prop), (p.name, key)
+
+
+def test_every_policy_has_a_mutation_test():
+    tested = {case[0] for case in CASES} | {"ssh-host-key-pinned", "k8s-job-templates-gpu-limits",
+                                             "fabric-leaf-nonblocking", "storage-servers-protected"}
+    assert tested == set(BY_NAME)
+
+
+@pytest.mark.parametrize("name", sorted(BY_NAME))
+def test_the_prod_stack_complies(name, prod_run):
+    assert findings(prod_run, name) == []
+
+
+@pytest.mark.parametrize("name", sorted(set(BY_NAME) - {"ssh-host-key-pinned"}))
+def test_the_dev_stack_complies(name, dev_run):
+    assert findings(dev_run, name) == []
+
+
+# --- one change, one finding ----------------------------------------------------------------------------------
+
+def _set(path, value):
+    def edit(obj):
+        *head, last = path
+        for key in head:
+            obj = obj[key]
+        obj[last] = value
+    return edit
+
+
+LEAF = ["data_plane", "switches", "leaf-dev-01"]
+OST = ["spec", "servers", 0, "targets", 2]          # stor-dev-01's storage target 101
+
+CASES = [
+    ("k8s-gpu-limits", lambda r: with_resource(r, JOB, "train", job(containers=[
+        {"name": "main", "image": "x", "resources": {"requests": {"nvidia.com/gpu": 8}}}])),
+     ["Job train: container main requests nvidia.com/gpu without a limit; GPUs are allocated by limit: set "
+      "resources.limits['nvidia.com/gpu']"]),
+    ("k8s-gpu-limits", lambda r: with_resource(r, JOB, "train", job(containers=[
+        {"name": "main", "image": "x", "resources": {"requests": {"nvidia.com/gpu": 8},
+                                                     "limits": {"nvidia.com/gpu": 4}}}])),
+     ["Job train: container main requests 8 nvidia.com/gpu but limits 4; extended resources cannot be "
+      "overcommitted: make them equal"]),
+    ("k8s-tenant-queue-name", lambda r: with_resource(r, JOB, "train", job(labels={})),
+     ["Job team-a/train has no kueue.x-k8s.io/queue-name label, so Kueue neither admits nor counts it against the "
+      "tenant's quota; label it with the tenant's LocalQueue"]),
+    ("k8s-tenant-queue-name", lambda r: with_resource(r, JOB, "train", job(labels={QUEUE: "team-b"})),
+     ["Job team-a/train names LocalQueue 'team-b', which this stack does not create in team-a; use the tenant's "
+      "LocalQueue"]),
+    ("k8s-no-host-access", lambda r: with_resource(r, JOB, "train", job(
+        hostNetwork=True, volumes=[{"name": "data", "hostPath": {"path": "/mnt/devfs"}}])),
+     ["Job team-a/train has hostNetwork: true, hostPath volume data outside the system namespaces; only the "
+      "platform's agents get host access (mount storage through a PersistentVolumeClaim)"]),
+    ("k8s-helm-chart-pinned", lambda r: changed(r, "dev-k8s-kueue", _set(["version"], "0.19")),
+     ["Helm release kueue (chart oci://registry.k8s.io/kueue/charts/kueue) asks for version '0.19', not an exact "
+      "release; pin one such as 1.2.3"]),
+    ("k8s-helm-chart-pinned", lambda r: changed(r, "dev-k8s-kueue", lambda i: i.pop("version")),
+     ["Helm release kueue (chart oci://registry.k8s.io/kueue/charts/kueue) pins no chart version, so each update "
+      "may install a newer chart; set version to an exact release"]),
+    ("k8s-known-good-versions", lambda r: changed(r, "dev-k8s", _set(["known_good_versions"], False)),
+     ["dev-k8s installs gpu_operator v26.7.0, network_operator 26.4.1, kueue 0.19.2, nfd 0.19.0, which are not a "
+      "known-good combination (allowed by kubernetes.allow_unknown_versions); use a known-good combination"]),
+    ("tenancy-no-cluster-admin",
+     lambda r: changed(r, "dev-team-a-rb-admin", _set(["roleRef", "name"], "cluster-admin")),
+     ["dev-team-a-rb-admin binds cluster-admin to oidc:ml-platform-admins; bind admin, edit or view instead"]),
+    ("tenancy-namespace-restricted", lambda r: changed(
+        r, "dev-team-b-ns", _set(["metadata", "labels", "pod-security.kubernetes.io/enforce"], "baseline")),
+     ["tenant namespace team-b enforces Pod Security level baseline; tenant namespaces enforce restricted"]),
+    ("tenancy-clusterqueue-namespace-selector",
+     lambda r: changed(r, "dev-team-a-cq", _set(["spec", "namespaceSelector"], {})),
+     ["dev-team-a-cq selects every namespace, so any tenant can use its quota; select the tenant's namespace"]),
+    ("tenancy-local-queue", lambda r: changed(r, "dev-team-a-lq", _set(["metadata", "namespace"], "team-b")),
+     ["tenant namespace team-a has no Kueue LocalQueue, so its jobs cannot be admitted; create one pointing at the "
+      "tenant's ClusterQueue"]),
+    ("tenancy-no-wildcard-verbs", lambda r: with_resource(
+        changed(r, "dev-team-a-rb-admin", _set(["roleRef"], {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                                                             "name": "power"})),
+        "kubernetes:rbac.authorization.k8s.io/v1:Role", "power",
+        {"metadata": {"name": "power", "namespace": "team-a"},
+         "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["*"]}]}),
+     ["dev-team-a-rb-admin grants Role power in tenant namespace team-a, whose rules use '*' in verbs; list the verbs "
+      "and resources the tenant needs"]),
+    ("tenancy-default-deny", lambda r: changed(r, "dev-team-a-np-deny", _set(["spec", "policyTypes"], ["Ingress"])),
+     ["tenant namespace team-a has no default-deny NetworkPolicy (empty podSelector, Ingress and Egress, no rules); "
+      "add one so only explicit allows pass"]),
+    ("fabric-pfc-single-priority", lambda r: changed(
+        r, "dev-fabric", _set([*LEAF, "pfc_priorities"], [3, 4])),
+     ["switch leaf-dev-01 have PFC on priorities 3, 4 but RoCE uses priority 3; enable PFC on exactly that one "
+      "priority"]),
+    ("fabric-qos-consistent", lambda r: changed(r, "dev-fabric", _set([*LEAF, "dscp"], 24)),
+     ["switch leaf-dev-01 use RoCE dscp 24 but pool h100's hosts use 26; one dscp on every host and switch"]),
+    ("fabric-qos-consistent", lambda r: changed(r, "dev-team-b-nccl-h100", _set(["data", "NCCL_IB_TC"], "96")),
+     ["ConfigMap team-b/nccl-h100 set NCCL_IB_TC=96 (DSCP 24) but hosts and switches carry RoCE on DSCP 26; set "
+      "NCCL_IB_TC=106"]),
+    ("fabric-mtu-consistent", lambda r: changed(r, "dev-fabric", _set([*LEAF, "mtu_bytes"], 4200)),
+     ["switch leaf-dev-01 has MTU 4200, below the hosts' 9000: it drops their largest frames; give every switch at "
+      "least the hosts' MTU"]),
+    ("fabric-nccl-hca-exact",
+     lambda r: changed(r, "dev-fabric", _set(["nccl_env", "h100", "NCCL_IB_HCA"], "mlx5_0,mlx5_1")),
+     ["the fabric's NCCL settings of pool h100 set NCCL_IB_HCA=mlx5_0,mlx5_1, a prefix match (mlx5_1 also matches "
+      "mlx5_10 and up); prefix it with '=' for exact names: NCCL_IB_HCA==mlx5_0,mlx5_1"]),
+    ("fabric-leaf-oversubscription", lambda r: changed(r, "dev-fabric", _set(
+        ["topology", "leaves", "leaf-dev-01"], {"down_gbps": 1600, "up_gbps": 400, "oversubscription": 4,
+                                               "pools": ["h100"]})),
+     ["leaf leaf-dev-01 is oversubscribed 4:1 (1600 Gb/s down, 400 Gb/s up) and serves training pool(s) h100; add "
+      "uplinks or spread the hosts for at most 2:1"]),
+    ("secrets-no-key-material", lambda r: changed(r, "dev-team-a-nccl-h100", _set(
+        ["data", "KEY"], "-----BEGIN OPENSSH PRIVATE KEY-----\nb3Blbn\n-----END OPENSSH PRIVATE KEY-----")),
+     ["carries a private key in data.KEY, where it ends up in plan files, state and logs; pass keys only as an SSH "
+      "connection's privateKey from a Pulumi secret"]),
+    ("storage-no-reformat", lambda r: changed(changed(r, "dev", _set(["environment"], "staging")), "dev-storage",
+                                              _set([*OST, "reformat"], True)),
+     ["stor-dev-01 target /dev/disk/by-id/nvme-stor101 sets reformat in staging environment: a run would erase the "
+      "data on it; remove reformat (allowed in dev)"]),
+    ("storage-raid-redundancy", lambda r: changed(r, "dev-storage", _set([*OST, "raid_level"], "raid5")),
+     ["stor-dev-01 storage target /dev/disk/by-id/nvme-stor101 is on raid5; use raid1 or raid6 or raid10 or raidz2 "
+      "(RAID-6 survives two failed disks, and a rebuild of a large RAID-5 often meets a second)"]),
+    ("storage-bandwidth-per-gpu", lambda r: changed(r, "dev-storage", _set(["read_gb_per_s_per_gpu"], 0.1)),
+     ["dev-storage reads 20 GB/s for 16 GPUs, 0.1 GB/s per GPU, below the target 0.15; add storage servers (or "
+      "correct read_gb_per_s_per_server)"]),
+    ("power-rack-budget", lambda r: changed(r, "dev", _set(["racks", "r01", "pdu_capacity_kw"], 12)),
+     ["rack r01 draws up to 2 x 5.6 kW (h100) = 11.2 kW at peak (GPUs at TDP plus each host's base power), over its "
+      "budget of 12 kW x 80% = 9.6 kW; move hosts to another rack or add PDU capacity"]),
+    ("ops-gpu-temperature-alert", lambda r: changed(r, "dev-k8s-gpu-alerts", _set(
+        ["spec", "groups", 0, "rules", 0, "expr"], "max by (Hostname, gpu) (DCGM_FI_DEV_GPU_TEMP) > 92")),
+     ["alert GpuTemperatureHigh fires above 92 C, later than 85 C, when GPUs already throttle; set "
+      "kubernetes.monitoring.gpu_temperature_limit_c to at most 85"]),
+    ("ops-burn-in-enabled", lambda r: changed(changed(r, "dev", _set(["environment"], "prod")), "dev-h100",
+                                              _set(["spec", "pool", "burn_in", "enabled"], False)),
+     ["node pool h100 skips burn-in in prod, so a node with a bad GPU, NIC or cable takes production work; set "
+      "burn_in.enabled: true"]),
+    ("ops-uniform-software", lambda r: with_pool_copy(r, "570.124.06", "550.54.15"),
+     ["node pools run different driver versions (550.54.15 on h100; 570.124.06 on h200); jobs spanning pools fail "
+      "or slow down on mismatched driver: use one version, or set software.allow_version_skew on a canary pool"]),
+]
+
+
+def with_pool_copy(run, first, second):
+    """A second pool beside the dev pool, each with its own driver version."""
+    import copy
+    out = changed(run, "dev-h100", _set(["spec", "pool", "software"], {"driver_version": second}))
+    record = next(r for r in out.records if r.name == "dev-h100")
+    twin = copy.deepcopy(record)
+    twin.name, twin.urn = "dev-h200", record.urn.replace("::dev-h100", "::dev-h200")
+    out.records.append(twin)
+    outputs = copy.deepcopy(out.component_outputs[record.urn])
+    outputs["spec"]["pool"].update(name="h200", software={"driver_version": first})
+    out.component_outputs[twin.urn] = outputs
+    return out
+
+
+@pytest.mark.parametrize("policy,mutate,expected", CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])
+def test_one_changed_fact_gives_the_exact_finding(policy, mutate, expected, dev_run):
+    assert findings(mutate(dev_run), policy) == expected
+
+
+def test_a_compliant_hand_written_job_passes_every_workload_policy(dev_run):
+    run = with_resource(dev_run, JOB, "train", job())
+    for name in ("k8s-gpu-limits", "k8s-tenant-queue-name", "k8s-no-host-access"):
+        assert findings(run, name) == [], name
+
+
+def test_a_skewed_pool_that_opts_out_is_left_alone(dev_run):
+    run = with_pool_copy(dev_run, "570.124.06", "550.54.15")
+    record = next(r for r in run.records if r.name == "dev-h200")
+    run.component_outputs[record.urn]["spec"]["pool"]["software"]["allow_version_skew"] = True
+    assert findings(run, "ops-uniform-software") == []
+
+
+def test_an_unpinned_host_is_reported_per_command(prod_run):
+    run = changed(prod_run, "prod-storage-oss-01", lambda i: i["connection"]["value"].pop("hostKey"))
+    found = violations(run, "ssh-host-key-pinned")
+    assert [(v.resource, v.level, v.message) for v in found] == [
+        ("prod-storage-oss-01", "mandatory", "connects to 10.20.0.41 without a pinned host key, so anyone answering "
+         "on that address gets the script (and sudo); set host_key for that host or switch in the spec")]
+
+
+def test_an_unprotected_storage_server_is_reported(prod_run):
+    run = copy_with_options(prod_run, "prod-storage-oss-02", protect=False)
+    assert findings(run, "storage-servers-protected") == [
+        "prod-storage-oss-02 sets up storage server oss-02 but is not protected, so a destroy or a replacement runs "
+        "its delete; protect it"]
+
+
+def copy_with_options(run, name, **options):
+    import copy
+    out = copy.deepcopy(run)
+    next(r for r in out.records if r.name == name).options.update(options)
+    return out
+
+
+def test_a_job_template_without_gpu_limits_is_reported(dev_run):
+    def drop_limits(outputs):
+        outputs["checks"]["nccl-h100.yaml"] = outputs["checks"]["nccl-h100.yaml"].replace(
+            "limits:\n                nvidia.com/gpu", "requests:\n                nvidia.com/gpu")
+    found = findings(changed(dev_run, "dev-fabric", drop_limits), "k8s-job-templates-gpu-limits")
+    assert found == ["job template nccl-h100.yaml (MPIJob Worker nccl-check-h100): container worker requests "
+                     "nvidia.com/gpu without a limit; GPUs are allocated by limit: set "
+                     "resources.limits['nvidia.com/gpu']"]
+
+
+def test_a_blocking_leaf_is_advisory_and_a_threshold_is_set_per_stack(dev_run):
+    run = changed(dev_run, "dev-fabric", _set(["topology", "leaves", "leaf-dev-01"], {
+        "down_gbps": 1600, "up_gbps": 1200, "oversubscription": 1.333, "pools": ["h100"]}))
+    assert findings(run, "fabric-leaf-oversubscription") == []
+    [v] = violations(run, "fabric-leaf-nonblocking")
+    assert v.level == "advisory" and v.message.startswith("leaf leaf-dev-01 is oversubscribed 1.333:1")
+    strict = {"fabric-leaf-oversubscription": (LEVELS["mandatory"], {"maxRatio": 1.2})}
+    assert findings(run, "fabric-leaf-oversubscription", strict)[0].endswith("at most 1.2:1")
+
+
+def test_an_inference_pool_may_sit_behind_an_oversubscribed_leaf(dev_run):
+    run = changed(dev_run, "dev-fabric", _set(["topology", "leaves", "leaf-dev-01"], {
+        "down_gbps": 1600, "up_gbps": 400, "oversubscription": 4, "pools": ["h100"]}))
+    run = changed(run, "dev-h100", _set(["spec", "pool", "workload"], "inference"))
+    assert findings(run, "fabric-leaf-oversubscription") == []
+
+
+# --- values not known until apply ----------------------------------------------------------------------------
+
+def test_a_value_unknown_during_preview_is_an_advisory_note_not_a_crash(dev_run):
+    import pulumi
+    run = changed(dev_run, "dev-fabric", _set(["data_plane"], pulumi.output.Unknown()))
+    [v] = violations(run, "fabric-mtu-consistent")
+    assert v.level == "advisory"
+    assert v.message == ("can't run policy 'fabric-mtu-consistent' from policy pack 'gpucluster@v0.1.0' during "
+                         "preview: string value at .data_plane can't be known during preview")
+
+
+def test_unknown_strings_are_skipped_when_looking_for_key_material(dev_run):
+    import pulumi
+    run = changed(dev_run, "dev-team-a-nccl-h100", _set(["data", "NCCL_IB_HCA"], pulumi.output.Unknown()))
+    assert findings(run, "secrets-no-key-material") == []
