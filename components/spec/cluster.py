@@ -91,6 +91,16 @@ class ClusterSpec(SpecModel):
                                       memory_gib=share(pool.memory_gib_per_host, tenant.memory_gib))
         return out
 
+    def rack_loads(self) -> dict[str, dict[str, tuple[int, int]]]:
+        """Per rack, per pool: its hosts there and each one's peak watts (GPUs at TDP plus base power)."""
+        out: dict[str, dict[str, tuple[int, int]]] = {}
+        for pool in self.node_pools:
+            for host in pool.hosts:
+                if valid(host.rack):
+                    n, _ = out.setdefault(host.rack, {}).get(pool.name, (0, 0))
+                    out[host.rack][pool.name] = (n + 1, pool.peak_power_w_per_host)
+        return out
+
     @property
     def storage_lnet(self) -> str:
         """Lustre's network type: the spec's, else o2ib (verbs) where the fabric has RDMA."""
@@ -390,19 +400,13 @@ def network_operator_enabled(spec: ClusterSpec) -> bool:
 def _rack_power(spec: ClusterSpec) -> Iterator[Problem]:
     """At peak, the hosts of a rack (GPUs at their TDP plus each host's base power) must not draw more than its
     PDUs deliver: the breakers trip under a full training load, which no burn-in of one node shows."""
-    drawn: dict[str, list[tuple[str, int, int]]] = {}
-    for pool in spec.node_pools:
-        per_host_w = pool.peak_power_w_per_host
-        for host in pool.hosts:
-            if valid(host.rack):
-                drawn.setdefault(host.rack, []).append((pool.name, per_host_w, pool.gpu.count))
+    drawn = spec.rack_loads()
     for i, site in enumerate(spec.sites):
         for j, rack in enumerate(site.racks):
-            loads = drawn.get(rack.name, [])
-            total_kw = sum(w for _, w, _ in loads) / 1000
+            loads = drawn.get(rack.name, {})
+            total_kw = sum(n * w for n, w in loads.values()) / 1000
             if total_kw > rack.pdu_capacity_kw:
-                per_pool = Counter((name, w) for name, w, _ in loads)
-                parts = ", ".join(f"{n} x {w / 1000:g} kW ({name})" for (name, w), n in sorted(per_pool.items()))
+                parts = ", ".join(f"{n} x {w / 1000:g} kW ({name})" for name, (n, w) in sorted(loads.items()))
                 yield Problem(("sites", i, "racks", j, "pdu_capacity_kw"),
                               f"rack {rack.name}'s hosts draw up to {total_kw:g} kW at peak ({parts}; GPUs at TDP "
                               f"plus host_base_power_w) but its PDUs deliver {rack.pdu_capacity_kw:g} kW; move hosts "
