@@ -8,11 +8,13 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from ..offline.policy import Violation, evaluate, load_config, load_policies
-from ..spec import SpecError
-from .common import EXIT_FAILED, EXIT_OK, project_dir, report_bad_input, stack_name
+from ..offline.policy import Violation, evaluate
+from ..offline.recorder import redact
+from ..offline.report import PolicyResults, render_report
+from ..spec import ClusterSpec, SpecError
+from .common import EXIT_FAILED, EXIT_OK, policy_settings, report_bad_input
 from .plan import add_parser as add_plan_parser
-from .plan import plan_stack
+from .plan import Planned, plan_stack
 
 HELP = ("plan a stack offline and check it against the policy pack (exit 1 on a mandatory violation); "
         "writes check.json, and check.md with --format markdown, beside the plan")
@@ -29,17 +31,14 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     try:                # a bad policy config stops before anything is planned or written
-        root = project_dir(args)
-        policies = load_policies(root)
-        path = args.policy_config or root / "policies" / "config" / f"{stack_name(args)}.json"
-        config_file = path if (args.policy_config or path.exists()) else None
-        config = load_config(config_file, policies) if config_file else None
+        policies, config_file, config = policy_settings(args)
     except SpecError as e:
         return report_bad_input(e)
     planned = plan_stack(args)
     if isinstance(planned, int):
         return planned
     violations = evaluate(planned.run, policies, config)
+    _add_results_to_report(planned, violations)
     descriptions = {p.name: p.description for p in policies}
     levels = _levels(policies, config)
     report = {"stack": planned.stack, "config": str(config_file) if config_file else None,
@@ -56,6 +55,19 @@ def run(args: argparse.Namespace) -> int:
     if planned.plan.errors:
         return EXIT_FAILED
     return EXIT_FAILED if mandatory else EXIT_OK
+
+
+def _add_results_to_report(planned: Planned, violations: list[Violation]) -> None:
+    """report.md gains the policy results, judged with the same thresholds."""
+    report = planned.out / "report.md"
+    specs = [r.inputs["spec"] for r in planned.run.records if r.type == "gpucluster:index:GpuCluster"]
+    if not report.exists() or not specs:
+        return
+    spec = ClusterSpec.model_validate(redact(specs[0]), strict=False)
+    mandatory = sum(v.level == "mandatory" for v in violations)
+    results = PolicyResults(mandatory, len(violations) - mandatory,
+                            [(v.policy, v.level, v.resource, v.message) for v in violations])
+    report.write_text(render_report(spec, planned.thresholds, results), encoding="utf-8")
 
 
 def _levels(policies: list[Any], config: dict[str, tuple[int, dict[str, Any]]] | None) -> dict[str, str]:

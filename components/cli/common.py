@@ -6,7 +6,10 @@ import argparse
 import re
 import sys
 from pathlib import Path
+from typing import Any
 
+from ..offline.policy import load_config, load_policies, thresholds
+from ..offline.report import Thresholds
 from ..offline.runner import load_stack_config
 from ..spec import SpecError
 
@@ -67,6 +70,26 @@ def plain_secrets(args: argparse.Namespace, environment: str) -> list[str]:
     if environment != "dev":
         raise SpecError(str(path), [f"{message} (refused in {environment})"])
     return [message]
+
+
+def policy_settings(args: argparse.Namespace) -> tuple[list[Any], Path | None, dict[str, Any] | None]:
+    """The pack's policies, and the stack's policy config: --policy-config, else policies/config/STACK.json."""
+    root = project_dir(args)
+    policies = load_policies(root)
+    given = getattr(args, "policy_config", None)
+    path = given or root / "policies" / "config" / f"{stack_name(args)}.json"
+    config_file = path if (given or path.exists()) else None
+    return policies, config_file, load_config(config_file, policies) if config_file else None
+
+
+def report_thresholds(args: argparse.Namespace) -> Thresholds:
+    """The plan report's yardsticks from the policy pack, or the report's own defaults without one."""
+    try:
+        policies, config_file, config = policy_settings(args)
+    except SpecError:
+        return Thresholds(source="the report's defaults (no policy pack here)")
+    return thresholds(policies, config, f"policy config {config_file}" if config_file else
+                      "the policy pack's defaults")
 
 
 def report_bad_input(error: Exception) -> int:

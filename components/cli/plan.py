@@ -8,10 +8,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..offline.plan import Plan, build_plan, write_plan
+from ..offline.report import Thresholds
 from ..offline.runner import ProgramRun, run_program
 from ..spec import SpecError, load_spec
 from .common import (EXIT_FAILED, EXIT_OK, add_project_dir, is_spec_file, plain_secrets, project_dir,
-                     report_bad_input, spec_path, stack_name)
+                     report_bad_input, report_thresholds, spec_path, stack_name)
 
 HELP = "write the offline plan of a stack (resources, manifests, scripts) and print its summary"
 
@@ -38,6 +39,7 @@ class Planned:
     run: ProgramRun
     plan: Plan
     out: Path
+    thresholds: Thresholds
 
 
 def plan_stack(args: argparse.Namespace) -> Planned | int:
@@ -51,7 +53,8 @@ def plan_stack(args: argparse.Namespace) -> Planned | int:
         result = run_program(root, stack, spec_file=path.resolve() if is_spec_file(args.stack) else None)
     except SpecError as e:
         return report_bad_input(e)
-    plan = build_plan(result)
+    yardsticks = report_thresholds(args)
+    plan = build_plan(result, yardsticks)
     out = args.out or root / "build" / stack
     try:
         write_plan(plan, out)
@@ -61,4 +64,4 @@ def plan_stack(args: argparse.Namespace) -> Planned | int:
     print(f"\nWrote {len(plan.files)} files to {out}/ in {result.seconds:.2f}s of program time.")
     if plan.errors:
         print(f"error: the plan has {len(plan.errors)} error(s); see above", file=sys.stderr)
-    return Planned(root, stack, result, plan, out)
+    return Planned(root, stack, result, plan, out, yardsticks)

@@ -24,6 +24,7 @@ from ..ssh import unwrap
 from ..storage.filesystem import filesystem_outputs
 from ..storage.layout import plan_layout
 from ..yamltext import to_yaml
+from .report import Thresholds, render_report, render_topology_svg
 from .recorder import COMPUTED, SECRET, STACK_TYPE, Record, redact
 from .runner import ProgramRun
 
@@ -122,7 +123,7 @@ def _machine_names(clusters: list[ClusterSpec]) -> dict[str, str]:
 MAX_OBJECT_BYTES = 1024 * 1024
 
 
-def build_plan(run: ProgramRun) -> Plan:
+def build_plan(run: ProgramRun, thresholds: Thresholds = Thresholds()) -> Plan:
     files: dict[str, str] = {}
     specs = [r.inputs["spec"] for r in run.records if r.type == GpuCluster.TYPE and "spec" in r.inputs]
     # strict=False: the registered spec went through JSON, where DSCP map keys became strings
@@ -152,6 +153,8 @@ def build_plan(run: ProgramRun) -> Plan:
             checks = run.component_outputs.get(r.urn, {}).get("checks") or {}
             files.update({f"checks/{_SAFE.sub('_', n)}": text for n, text in checks.items()})
     for spec in clusters:
+        files["report.md"] = render_report(spec, thresholds)
+        files["topology.svg"] = render_topology_svg(spec)
         files.update({f"jobs/{_SAFE.sub('_', n)}.yaml": to_yaml(job) for n, job in render_example_jobs(spec).items()})
     document = {
         "note": HONESTY, "project": run.project, "stack": run.stack,

@@ -24,6 +24,7 @@ from pulumi.runtime.proto import analyzer_pb2 as apb
 
 from ..spec import SpecError
 from .recorder import STACK_TYPE, Record
+from .report import Thresholds
 from .runner import ProgramRun
 
 PACK_NAME, PACK_VERSION = "gpucluster", "0.1.0"
@@ -101,6 +102,25 @@ def load_config(path: Path, policies: list[Any]) -> dict[str, tuple[int, dict[st
         chosen, props = out.get(p.name, (-1, {}))
         resolved[p.name] = (chosen if chosen != -1 else default_all if default_all is not None else own, props)
     return resolved
+
+
+def thresholds(policies: list[Any], config: dict[str, tuple[int, dict[str, Any]]] | None,
+               source: str) -> Thresholds:
+    """The report's yardsticks, from the same settings the policies judge with."""
+    by_name = {p.name: p for p in policies}
+
+    def setting(policy: str, key: str, fallback: float) -> float:
+        if policy not in by_name:
+            return fallback
+        given = (config or {}).get(policy, (0, {}))[1]
+        return given.get(key, by_name[policy].config_schema.properties[key]["default"])
+
+    return Thresholds(derating=setting("power-rack-budget", "derating", Thresholds.derating),
+                      min_read_gb_per_s_per_gpu=setting("storage-bandwidth-per-gpu", "minReadGbPerSecondPerGpu",
+                                                        Thresholds.min_read_gb_per_s_per_gpu),
+                      max_oversubscription=setting("fabric-leaf-oversubscription", "maxRatio",
+                                                   Thresholds.max_oversubscription),
+                      source=source)
 
 
 def _wire(value: Any) -> Any:

@@ -1,0 +1,220 @@
+"""The plan report a reviewer reads: `report.md` (tables of what the spec builds against what it must meet) and
+`topology.svg` (racks, nodes, rails, leaves, spines and storage servers, with link speeds and oversubscription).
+
+Pure functions of the validated spec; thresholds come from the policy pack's settings (passed in by the CLI, so
+the report and `gpucluster check` judge with the same numbers), and policy results when `check` ran.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from html import escape
+from typing import Any, Sequence
+
+from ..spec import ClusterSpec
+from ..spec.topology import Topology, plan_topology
+from ..storage.filesystem import filesystem_outputs
+from ..storage.layout import plan_layout
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """What the report measures against; the CLI fills these from the policy pack (its defaults or the stack's
+    policy config)."""
+    derating: float = 0.8
+    min_read_gb_per_s_per_gpu: float = 0.15
+    max_oversubscription: float = 2.0
+    source: str = "the policy pack's defaults"
+
+
+@dataclass(frozen=True)
+class PolicyResults:
+    mandatory: int
+    advisory: int
+    rows: list[tuple[str, str, str, str]] = field(default_factory=list)   # policy, level, resource, message
+
+
+def _md_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
+    cell = lambda v: str(v).replace("|", "\\|")  # noqa: E731
+    return ["| " + " | ".join(headers) + " |", "|" + "|".join(" --- " for _ in headers) + "|",
+            *["| " + " | ".join(cell(v) for v in r) + " |" for r in rows], ""]
+
+
+def render_report(spec: ClusterSpec, thresholds: Thresholds = Thresholds(),
+                  policies: PolicyResults | None = None) -> str:
+    topology = plan_topology(spec)[0]
+    lines = [f"# Cluster {spec.name} ({spec.environment})", "",
+             f"{len(list(spec.hosts()))} nodes, {spec.gpus} GPUs, fabric {spec.fabric.kind}, storage "
+             f"{spec.storage.kind}. Thresholds: {thresholds.source}.", "", "![topology](topology.svg)", "",
+             "## GPUs and nodes per pool", ""]
+    lines += _md_table(["pool", "workload", "GPU", "hosts", "GPUs", "data NICs"], [
+        [p.name, p.workload, f"{p.gpu.count} x {p.gpu.model} ({p.gpu.power_w} W)", len(p.hosts), p.gpus,
+         f"{len(p.nics)} x {p.nics[0].speed_gbps} Gb/s" if p.nics else "-"] for p in spec.node_pools])
+
+    lines += ["## Power per rack", "",
+              "Peak = each host's GPUs at TDP plus its `host_base_power_w`; budget = PDU capacity x "
+              f"{thresholds.derating:.0%}.", ""]
+    loads, rows = spec.rack_loads(), []
+    for name, rack in spec.racks.items():
+        load = loads.get(name, {})
+        total = sum(n * w for n, w in load.values()) / 1000
+        budget = rack.pdu_capacity_kw * thresholds.derating
+        arithmetic = " + ".join(f"{n} x ({spec.pools[p].gpu.count} x {spec.pools[p].gpu.power_w} W + "
+                                f"{spec.pools[p].host_base_power_w or 0} W) = {n * w / 1000:g} kW"
+                                for p, (n, w) in sorted(load.items())) or "-"
+        rows.append([name, arithmetic, f"{total:g}", f"{rack.pdu_capacity_kw:g}", f"{budget:g}",
+                     f"{total / rack.pdu_capacity_kw:.0%}", "ok" if total <= budget else "**over budget**"])
+    lines += _md_table(["rack", "hosts at peak", "peak kW", "PDU kW", "budget kW", "PDU load", ""], rows)
+    gpu_kw = sum(p.gpus * p.gpu.power_w for p in spec.node_pools) / 1000
+    lines += [f"GPUs alone: {gpu_kw:g} kW at TDP.", ""]
+
+    layout = plan_layout(spec)
+    if layout is not None:
+        o = filesystem_outputs(spec, layout)
+        lines += ["## Storage bandwidth per GPU", ""]
+        per_gpu = o["read_gb_per_s_per_gpu"]
+        verdict = "not estimated" if per_gpu is None else \
+            ("ok" if per_gpu >= thresholds.min_read_gb_per_s_per_gpu else "**below target**")
+        lines += _md_table(["filesystem", "data servers", "capacity TiB", "aggregate read GB/s", "GPUs",
+                            "GB/s per GPU", "target GB/s per GPU", ""],
+                           [[f"{o['kind']} {o['version']} {o['fs_name']}", o["data_servers"], f"{o['capacity_tib']:g}",
+                             "-" if o["read_gb_per_s"] is None else f"{o['read_gb_per_s']:g}", o["gpus"],
+                             "-" if per_gpu is None else f"{per_gpu:g}", f"{thresholds.min_read_gb_per_s_per_gpu:g}",
+                             verdict]])
+        lines += ["Reference designs aim at 10 GB/s in all for a standard cluster and 100 GB/s for a large one.", ""]
+
+    if spec.tenants:
+        lines += ["## Tenants' GPU quotas per flavour", ""]
+        rows = []
+        for t in spec.tenants:
+            for flavor, q in t.gpu_quota.items():
+                rows.append([t.name, flavor, q.nominal, "no limit" if q.borrowing_limit is None else q.borrowing_limit,
+                             "all" if q.lending_limit is None else q.lending_limit])
+        lines += _md_table(["tenant", "flavour", "guaranteed", "may borrow", "may lend"], rows)
+        lines += _md_table(["flavour", "guaranteed in all", "capacity"], [
+            [p.name, sum(t.gpu_quota[p.name].nominal for t in spec.tenants if p.name in t.gpu_quota),
+             p.gpu_resources if p.gpu_resources is not None else p.gpus] for p in spec.node_pools])
+
+    lines += ["## Fabric", ""]
+    f, roce = spec.fabric, spec.fabric.effective_roce
+    over = [leaf.oversubscription for leaf in topology.leaves.values() if leaf.oversubscription is not None]
+    lines += _md_table(["kind", "MTU", "PFC priority", "DSCP", "rail-optimized", "host links", "bisection Gb/s",
+                        "worst leaf oversubscription"],
+                       [[f.kind, f.effective_mtu_bytes, roce.priority if roce else "-", roce.dscp if roce else "-",
+                         "yes" if topology.rail_optimized else "no", len(topology.links), f"{topology.bisection_gbps:g}",
+                         f"{max(over):g}:1 (limit {thresholds.max_oversubscription:g}:1)" if over else "no uplinks"]])
+    if policies is not None:
+        lines += ["## Policy results", "",
+                  f"{policies.mandatory} mandatory and {policies.advisory} advisory finding(s).", ""]
+        if policies.rows:
+            lines += _md_table(["policy", "level", "resource", "finding"], policies.rows)
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+# --- topology.svg: the project's own writer (no Graphviz needed) -----------------------------------------------
+
+_BOX_W, _BOX_H, _GAP, _MIN_WIDTH = 150, 40, 16, 760
+_LABELLED_LINKS = 40      # above this many leaf-rack bundles, speeds move to hover titles only
+
+
+def _text(x: float, y: float, s: str, size: int = 11, anchor: str = "middle", weight: str = "normal") -> str:
+    return (f'<text x="{x:g}" y="{y:g}" font-size="{size}" text-anchor="{anchor}" font-weight="{weight}">'
+            f"{escape(s)}</text>")
+
+
+def _box(x: float, y: float, w: float, h: float, fill: str, title: str) -> str:
+    return (f'<rect x="{x:g}" y="{y:g}" width="{w:g}" height="{h:g}" rx="4" fill="{fill}" stroke="#333">'
+            f"<title>{escape(title)}</title></rect>")
+
+
+def render_topology_svg(spec: ClusterSpec, topology: Topology | None = None) -> str:
+    topology = topology or plan_topology(spec)[0]
+    switches = {s.name: s for s in spec.fabric.switches}
+    spines = [s for s in spec.fabric.switches if s.role == "spine"]
+    leaves = list(topology.leaves.values())
+    racks = list(spec.racks)
+    rack_hosts: dict[str, list[tuple[str, str]]] = {r: [] for r in racks}
+    for pool, host in spec.hosts():
+        rack_hosts.setdefault(host.rack, []).append((host.hostname, pool.name))
+    servers = list(spec.storage.servers)
+    per_row = max(len(spines), len(leaves), len(racks), len(servers), 1)
+    width = max(per_row * (_BOX_W + _GAP) + _GAP, _MIN_WIDTH)
+    node_h = 14
+    rack_h = 24 + max((len(h) for h in rack_hosts.values()), default=0) * (node_h + 2)
+    top = 40 if spines else -90          # no spine row: the leaves move up
+    rows_y = {"spine": top, "leaf": top + 130, "rack": top + 280}
+    storage_y = rows_y["rack"] + rack_h + 60
+    height = storage_y + (_BOX_H + 40 if servers else 0) + 20
+
+    def xs(n: int) -> list[float]:
+        offset = (width - n * (_BOX_W + _GAP) + _GAP) / 2
+        return [offset + i * (_BOX_W + _GAP) for i in range(n)]
+
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width:g}" height="{height:g}" '
+           f'viewBox="0 0 {width:g} {height:g}" font-family="sans-serif">',
+           '<rect width="100%" height="100%" fill="white"/>',
+           _text(_GAP, 20, f"{spec.name}: {spec.fabric.kind}, {len(topology.links)} host links, bisection "
+                 f"{topology.bisection_gbps:g} Gb/s{', rail-optimized' if topology.rail_optimized else ''}",
+                 13, "start", "bold")]
+    spine_x = dict(zip((s.name for s in spines), xs(len(spines))))
+    leaf_x = dict(zip((leaf.name for leaf in leaves), xs(len(leaves))))
+    rack_x = dict(zip(racks, xs(len(racks))))
+    lines: list[str] = []
+    for leaf in leaves:
+        sw = switches[leaf.name]
+        for up in sw.uplinks:
+            if up in spine_x:
+                lines.append(f'<line x1="{leaf_x[leaf.name] + _BOX_W / 2:g}" y1="{rows_y["leaf"]:g}" '
+                             f'x2="{spine_x[up] + _BOX_W / 2:g}" y2="{rows_y["spine"] + _BOX_H:g}" stroke="#8a8a8a">'
+                             f"<title>{escape(f'{leaf.name} - {up}: {sw.links_per_uplink} x {sw.effective_uplink_speed_gbps} Gb/s')}"
+                             "</title></line>")
+    cabled: dict[tuple[str, str], list[int]] = {}
+    host_rack = {h.hostname: h.rack for _, h in spec.hosts()}
+    for link in topology.links:
+        cabled.setdefault((link.leaf, host_rack[link.host]), []).append(link.speed_gbps)
+    for (leaf, rack), speeds in sorted(cabled.items()):
+        x1, y1 = leaf_x[leaf] + _BOX_W / 2, rows_y["leaf"] + _BOX_H
+        x2, y2 = rack_x[rack] + _BOX_W / 2, rows_y["rack"]
+        lines.append(f'<line x1="{x1:g}" y1="{y1:g}" x2="{x2:g}" y2="{y2:g}" stroke="#4a7ab5">'
+                     f"<title>{escape(f'{leaf} - rack {rack}: {len(speeds)} x {max(speeds)} Gb/s')}</title></line>")
+        if len(cabled) <= _LABELLED_LINKS:
+            lines.append(_text((x1 + x2) / 2, (y1 + y2) / 2, f"{len(speeds)} x {max(speeds)}G", 9))
+    out += lines
+    for s in spines:
+        x = spine_x[s.name]
+        out += [_box(x, rows_y["spine"], _BOX_W, _BOX_H, "#f2e3c6", f"spine {s.name}: {s.ports} x {s.port_speed_gbps} Gb/s"),
+                _text(x + _BOX_W / 2, rows_y["spine"] + 17, s.name), _text(x + _BOX_W / 2, rows_y["spine"] + 31,
+                                                                           f"{s.ports} x {s.port_speed_gbps}G", 10)]
+    for leaf in leaves:
+        x, sw = leaf_x[leaf.name], switches[leaf.name]
+        ratio = "no uplinks" if leaf.oversubscription is None else f"{leaf.oversubscription:g}:1"
+        rails = "rails " + ",".join(map(str, leaf.rails)) if leaf.rails else "all rails"
+        out += [_box(x, rows_y["leaf"], _BOX_W, _BOX_H, "#d6e6f5",
+                     f"leaf {leaf.name}: {leaf.downlinks} down ({leaf.down_gbps} Gb/s), {leaf.uplinks} up "
+                     f"({leaf.up_gbps} Gb/s), {ratio}"),
+                _text(x + _BOX_W / 2, rows_y["leaf"] + 15, leaf.name),
+                _text(x + _BOX_W / 2, rows_y["leaf"] + 29, f"{rails}; {sw.port_speed_gbps}G; {ratio}", 8)]
+    for rack in racks:
+        x, hosts = rack_x[rack], rack_hosts.get(rack, [])
+        pdu = spec.racks[rack].pdu_capacity_kw
+        out += [_box(x, rows_y["rack"], _BOX_W, rack_h, "#f5f5f5", f"rack {rack}: PDU {pdu:g} kW"),
+                _text(x + _BOX_W / 2, rows_y["rack"] + 15, f"{rack} ({pdu:g} kW)", 11, weight="bold")]
+        for i, (hostname, pool) in enumerate(hosts):
+            y = rows_y["rack"] + 22 + i * (node_h + 2)
+            p = spec.pools[pool]
+            out += [_box(x + 6, y, _BOX_W - 12, node_h, "#c9e7c9",
+                         f"{hostname}: {p.gpu.count} x {p.gpu.model}, {len(p.nics)} NICs"),
+                    _text(x + _BOX_W / 2, y + 11, f"{hostname} {p.gpu.count}x{p.gpu.model.split('-')[0]}", 9)]
+    for x, server in zip(xs(len(servers)), servers):
+        roles = ", ".join(sorted({t.role for t in server.targets}))
+        out += [_box(x, storage_y, _BOX_W, _BOX_H, "#e6d6f0",
+                     f"{spec.storage.kind} server {server.hostname}: {roles}"),
+                _text(x + _BOX_W / 2, storage_y + 17, server.hostname),
+                _text(x + _BOX_W / 2, storage_y + 31, roles, 9)]
+    if servers:
+        out.append(_text(_GAP, storage_y - 12, f"storage: {spec.storage.kind} {spec.storage.version} "
+                                              f"{spec.storage.fs_name}", 12, "start", "bold"))
+    out.append(_text(_GAP, height - 8, "blue: host links (rack to leaf), grey: leaf to spine uplinks; hover a box or "
+                                       "line for its ports, speeds and oversubscription", 10, "start"))
+    out.append("</svg>")
+    return "\n".join(out) + "\n"

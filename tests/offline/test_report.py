@@ -1,0 +1,81 @@
+"""The plan report: the tables a reviewer reads and the topology picture, for the real environments."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from components.offline.report import PolicyResults, Thresholds, render_report, render_topology_svg
+from components.spec import load_spec
+from components.spec.topology import plan_topology
+from tests.conftest import ROOT
+
+
+def spec_of(path: str):
+    return load_spec(ROOT / path)
+
+
+def test_the_prod_report_shows_the_power_arithmetic_per_rack():
+    text = render_report(spec_of("stacks/prod.yaml"))
+    assert "| r01 | 4 x (8 x 700 W + 4600 W) = 40.8 kW | 40.8 | 60 | 48 | 68% | ok |" in text
+    assert "GPUs alone: 44.8 kW at TDP." in text
+    assert "| lustre 2.15 prodfs | 4 | 1200 | 240 | 64 | 3.75 | 0.15 | ok |" in text
+    assert "| h100 | 64 | 64 |" in text                                 # guaranteed in all against capacity
+    assert "| infiniband | 4096 | - | - | yes | 64 | 12800 | 1:1 (limit 2:1) |" in text
+
+
+def test_the_reference_design_is_44_8_kw_of_gpus_and_250_gb_per_s():
+    text = render_report(spec_of("examples/reference-64gpu.yaml"))
+    assert "| r01 | 8 x (8 x 700 W + 0 W) = 44.8 kW | 44.8 | 60 | 48 | 75% | ok |" in text
+    assert "| 250 | 64 | 3.906 | 0.15 | ok |" in text
+
+
+def test_thresholds_and_policy_results_change_the_verdicts():
+    spec = spec_of("stacks/prod.yaml")
+    text = render_report(spec, Thresholds(derating=0.6, min_read_gb_per_s_per_gpu=4, source="policy config x"),
+                         PolicyResults(1, 0, [("power-rack-budget", "mandatory", "prod", "rack r01 draws ...")]))
+    assert "| r01 | 4 x (8 x 700 W + 4600 W) = 40.8 kW | 40.8 | 60 | 36 | 68% | **over budget** |" in text
+    assert "| 3.75 | 4 | **below target** |" in text and "Thresholds: policy config x." in text
+    assert "| power-rack-budget | mandatory | prod | rack r01 draws ... |" in text
+
+
+@pytest.mark.parametrize("path", ["stacks/dev.yaml", "stacks/staging.yaml", "stacks/prod.yaml",
+                                  "examples/reference-64gpu.yaml", "examples/large.yaml"])
+def test_the_topology_picture_holds_every_switch_rack_host_and_server(path, tmp_path):
+    spec = spec_of(path)
+    svg = render_topology_svg(spec)
+    root = ET.fromstring(svg)                                         # well-formed
+    texts = " ".join(t.text or "" for t in root.iter("{http://www.w3.org/2000/svg}text"))
+    titles = " ".join(t.text or "" for t in root.iter("{http://www.w3.org/2000/svg}title"))
+    for switch in spec.fabric.switches:
+        assert switch.name in texts
+    for rack in spec.racks:
+        assert rack in texts
+    for _, host in spec.hosts():
+        assert host.hostname in texts
+    for server in spec.storage.servers:
+        assert server.hostname in texts
+    for leaf in plan_topology(spec)[0].leaves.values():       # each leaf's oversubscription and link speeds
+        ratio = "no uplinks" if leaf.oversubscription is None else f"{leaf.oversubscription:g}:1"
+        assert f"leaf {leaf.name}: {leaf.downlinks} down ({leaf.down_gbps} Gb/s)" in titles and ratio in titles
+    if shutil.which("rsvg-convert"):                              # and a real renderer draws it
+        png, source = tmp_path / "t.png", tmp_path / "t.svg"
+        source.write_text(svg)
+        subprocess.run(["rsvg-convert", "-o", str(png), str(source)], check=True)
+        assert png.stat().st_size > 10_000
+
+
+def test_plan_and_check_write_the_report_beside_the_plan(tmp_path):
+    from tests.cli.test_cli import gpucluster
+    out = gpucluster("check", str(ROOT / "tests/policies/broken/prod-rack-power.yaml"), "--out", str(tmp_path))
+    assert out.returncode == 1
+    report = (tmp_path / "report.md").read_text()
+    assert report.startswith("# Cluster prod (prod)\n")
+    assert "## Policy results\n\n1 mandatory and 0 advisory finding(s)." in report
+    assert "| r01 | 4 x (8 x 700 W + 0 W) = 22.4 kW | 22.4 | 25 | 20 | 90% | **over budget** |" in report
+    assert (tmp_path / "topology.svg").read_text().startswith("<svg ")
+    assert Path(tmp_path / "summary.txt").exists()
