@@ -21,6 +21,8 @@ from .nccl import LARGEST_BUSBW_AWK, NCCL_CONF, nccl_envs, pod_env
 NCCL_TESTS = "/opt/nccl_tests/build/all_reduce_perf"
 CHECKS_NAMESPACE = "gpucluster-checks"
 PERFTEST = "-i 1 -F --report_gbits -D 10 -q 4 -s 1048576"
+# ib_write_bw's result row (#bytes #iterations BW-peak BW-average MsgRate): the average, in Gb/s.
+IB_BW_AWK = "awk '$1 ~ /^[0-9]+$/ && NF >= 4 { v = $4 } END { print v + 0 }'"
 
 
 def _pairs(hosts: list[str]) -> list[tuple[str, str]]:
@@ -68,7 +70,7 @@ check_link() {
     note "FAIL rail $6 $3 -> $1 ($5): ib_write_bw failed: $(printf '%s' "$out" | tail -n 1)"; FAILED=1; wait || true; return 0
   fi
   wait || true
-  bw=$(printf '%s\n' "$out" | awk '$1 ~ /^[0-9]+$/ && NF >= 4 { v = $4 } END { print v + 0 }')
+  bw=$(printf '%s\n' "$out" | IB_BW_AWK)
   if awk -v bw="$bw" -v min="$7" 'BEGIN { exit !(bw >= min) }'; then
     note "ok   rail $6 $3 -> $1 ($5): $bw Gb/s (>= $7)"
   else
@@ -79,7 +81,7 @@ check_link() {
 if (( FAILED )); then fail "some links are below @PERCENT@% of line rate or broken (see FAIL lines)"; fi
 '''
     for key, raw in {"@GID@": gid + " " if gid else "", "@PERFTEST@": PERFTEST, "@EXTRA@": extra,
-                     "@CHECKS@": "\n".join(lines)}.items():     # shell text, not values to quote
+                     "IB_BW_AWK": IB_BW_AWK, "@CHECKS@": "\n".join(lines)}.items():     # shell text, not values to quote
         template = template.replace(key, raw)
     body = fill(template, {"SSH_CONFIG_DOC": _ssh_config(spec, pool), "KNOWN_HOSTS_DOC": _known_hosts(spec, pool)},
                 PERCENT=percent)
@@ -117,14 +119,15 @@ def ranks_per_host(pool: NodePool) -> int:
 
 
 def nccl_floor_gb_per_s(spec: ClusterSpec, pool: NodePool) -> float:
-    """The pool's floor, the fabric's, or 80% of the slower of NVLink (the model's bus bandwidth) and the NICs the ranks use
-    (all of the node's, or the fastest one for a single rank per host)."""
+    """The pool's floor, the fabric's, or nccl_min_percent (85%) of the slower of NVLink (the model's bus bandwidth)
+    and the NICs the ranks use (all of the node's, or the fastest one for a single rank per host)."""
     wanted = pool.nccl_min_busbw_gb_per_s or spec.fabric.checks.nccl_min_busbw_gb_per_s
     if wanted is not None:
         return wanted
     speeds = [n.speed_gbps for n in pool.nics]
     nic_gb_per_s = (sum(speeds) if ranks_per_host(pool) > 1 else max(speeds, default=0)) / 8
-    return round(0.8 * min(pool.gpu.info.busbw_gb_per_s, nic_gb_per_s or pool.gpu.info.busbw_gb_per_s), 1)
+    share = spec.fabric.checks.nccl_min_percent / 100
+    return round(share * min(pool.gpu.info.busbw_gb_per_s, nic_gb_per_s or pool.gpu.info.busbw_gb_per_s), 1)
 
 
 def render_nccl_job(spec: ClusterSpec, pool: NodePool) -> list[dict[str, Any]]:

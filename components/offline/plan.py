@@ -21,6 +21,7 @@ from ..spec import ClusterSpec
 from ..spec.cluster import network_operator_enabled
 from ..spec.topology import plan_topology
 from ..ssh import unwrap
+from ..validation import render_suite_files
 from ..storage.filesystem import filesystem_outputs
 from ..storage.layout import plan_layout
 from ..yamltext import to_yaml
@@ -155,6 +156,7 @@ def build_plan(run: ProgramRun, thresholds: Thresholds = Thresholds()) -> Plan:
     for spec in clusters:
         files["report.md"] = render_report(spec, thresholds)
         files["topology.svg"] = render_topology_svg(spec)
+        files.update(render_suite_files(spec))
         files.update({f"jobs/{_SAFE.sub('_', n)}.yaml": to_yaml(job) for n, job in render_example_jobs(spec).items()})
     document = {
         "note": HONESTY, "project": run.project, "stack": run.stack,

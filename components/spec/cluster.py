@@ -11,7 +11,7 @@ from pydantic import Field
 from .common import Check, DnsLabel, Loc, Problem, SpecModel, valid
 from .fabric import FabricSpec
 from .hardware import Host, NodePool, Rack, Site, SshSettings
-from .kubernetes import KubernetesSpec
+from .kubernetes import KubernetesSpec, ValidationSpec
 from .storage import FilesystemClaim, StorageSpec
 from .tenants import FlavorQuota, Share, Tenant
 from .topology import plan_topology
@@ -43,6 +43,8 @@ class ClusterSpec(SpecModel):
     kubernetes: KubernetesSpec = Field(default_factory=KubernetesSpec,
                                        description="Omitted: the defaults of each field.")
     tenants: list[Tenant] = Field(default_factory=list, max_length=1024, description="Omitted: no tenants.")
+    validation: ValidationSpec = Field(default_factory=ValidationSpec,
+                                       description="Omitted: the defaults of each field.")
 
     # --- derived views used by planners ----------------------------------------------------------
     @property

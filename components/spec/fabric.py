@@ -155,9 +155,12 @@ class FabricChecks(SpecModel):
 
     link_min_percent: int = Field(90, ge=10, le=100,
                                   description="ib_write_bw must reach this share of the line rate. Omitted: 90%.")
+    nccl_min_percent: int = Field(
+        85, ge=10, le=100, description="all_reduce_perf bus bandwidth at large messages must reach this share of "
+                                       "what the slower of NVLink and the node's NICs carries. Omitted: 85%.")
     nccl_min_busbw_gb_per_s: float | None = Field(
-        None, gt=0, description="all_reduce_perf bus bandwidth floor across nodes. Omitted: 80% of what the "
-                                "slower of NVLink and the node's NICs allows.")
+        None, gt=0, description="all_reduce_perf bus bandwidth floor across nodes, in GB/s. Omitted: "
+                                "nccl_min_percent of the line rate.")
     nccl_hosts: int | None = Field(None, ge=2, description="Nodes in the NCCL check. Omitted: every host of the pool.")
     nccl_tests_image: ImageRef = Field(
         "ghcr.io/coreweave/nccl-tests:12.8.1-devel-ubuntu22.04-nccl2.26.2-1-0708d2e",

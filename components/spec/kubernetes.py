@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field
 
-from .common import DnsLabel, LabelKey, Labels, SpecModel, Text, Version, shown
+from .common import DnsLabel, ImageRef, LabelKey, Labels, SpecModel, Text, Version, shown
 from .tenants import Cidr
 
 VERSION = r"^v?[0-9]+\.[0-9]+\.[0-9]+$"
@@ -105,3 +105,18 @@ class KubernetesSpec(SpecModel):
     dns_namespace: DnsLabel = Field("kube-system", description="Namespace of cluster DNS. Omitted: kube-system.")
     allow_unknown_versions: bool = Field(
         False, description="Accept chart versions outside the known-good table. Omitted: they are an error.")
+
+
+class ValidationSpec(SpecModel):
+    """The suite `gpucluster validate STACK --kubeconfig` runs after `pulumi up` (NCCL and link thresholds are in
+    fabric.checks, the DCGM level in each pool's burn_in)."""
+
+    storage_min_read_percent: int = Field(
+        70, ge=10, le=100, description="The parallel read test from every GPU node must reach this share of the "
+                                       "filesystem's expected aggregate read bandwidth. Omitted: 70%.")
+    storage_test_seconds: int = Field(60, ge=10, le=3600, description="How long fio reads. Omitted: 60 s.")
+    dcgm_image: ImageRef = Field("nvcr.io/nvidia/cloud-native/dcgm:3.3.9-1-ubuntu22.04",
+                                 description="Image with dcgmi and nv-hostengine. Omitted: NVIDIA's DCGM image.")
+    fio_image: ImageRef = Field("docker.io/ljishen/fio:3.36",
+                                description="Image with fio on PATH. Omitted: a public fio build; use the site's mirror.")
+    timeout_s: int = Field(3600, ge=60, le=86400, description="How long each check may run. Omitted: one hour.")

@@ -31,7 +31,7 @@ def test_each_pool_has_its_own_management_interface_and_nccl_floor(dev_data):
     l40s = spec.pools["l40s"]
     assert nccl_floor_gb_per_s(spec, l40s) == 15
     assert render_nccl_job(spec, l40s)[1]["metadata"]["annotations"]["gpucluster.io/min-busbw-gb-per-s"] == "15"
-    assert nccl_floor_gb_per_s(spec, spec.pools["h100"]) == 80.0     # 80% of two 400 Gb/s NICs
+    assert nccl_floor_gb_per_s(spec, spec.pools["h100"]) == 85.0     # 85% of two 400 Gb/s NICs
 
 
 def test_a_pools_own_management_interface_must_not_be_one_of_its_data_nics(dev_data):

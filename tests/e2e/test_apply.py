@@ -110,3 +110,26 @@ def _misfit(pod: dict, node: dict) -> str | None:
             if name.startswith(("nvidia.com/", "rdma/")) and int(value) > int(allocatable.get(name, "0")):
                 return f"{name}: {value} > {allocatable.get(name, '0')}"
     return None
+
+
+def test_the_validation_suite_is_accepted_and_each_check_fits_the_nodes(cluster: Cluster):
+    """The suite `gpucluster validate --kubeconfig` applies: its Jobs, volume and claim are accepted; each Job's
+    pod passes the checks namespace's admission (baseline Pod Security) and finds as many nodes as it runs pods."""
+    nodes = list(cluster.nodes().values())
+    docs = [o for p in sorted((cluster.plan.dir / "validation").glob("*.yaml"))
+            for o in yaml.safe_load_all(p.read_text()) if o]
+    cluster.cp.apply_objects([o for o in docs if o["kind"] in ("Namespace", "PersistentVolume")])
+    jobs = [o for o in docs if o["kind"] == "Job"]
+    for obj in [o for o in docs if o["kind"] == "PersistentVolumeClaim"] + jobs:
+        proc = cluster.cp.apply_objects([obj], dry_run=True, check=False)
+        assert proc.returncode == 0, f"{obj['kind']} {obj['metadata']['name']}: {proc.stderr}"
+    for job in jobs:
+        template = job["spec"]["template"]
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": job["metadata"]["name"],
+                                                               "namespace": job["metadata"]["namespace"]},
+               "spec": {k: v for k, v in template["spec"].items() if k != "affinity"}}
+        proc = cluster.cp.apply_objects([pod], dry_run=True, check=False)
+        assert proc.returncode == 0, f"pod of {job['metadata']['name']}: {proc.stderr}"
+        fitting = [n for n in nodes if _misfit(template["spec"], n) is None]
+        assert len(fitting) >= job["spec"].get("parallelism", 1), job["metadata"]["name"]
+    assert len(jobs) == len(list(cluster.spec.hosts())) + (cluster.spec.storage.kind != "none")

@@ -198,8 +198,8 @@ def test_nccl_job_runs_one_rank_per_gpu_and_fails_below_the_floor(dev_spec, dev_
     assert (launcher_pod["nodeSelector"], launcher_pod["tolerations"]) == \
         (workers["template"]["spec"]["nodeSelector"], workers["template"]["spec"]["tolerations"])
     launcher = job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]["command"][2]
-    assert "-np 16 -N 8" in launcher and "f=80.0" in launcher        # 2 x 400G = 100 GB/s, 80%
-    assert nccl_floor_gb_per_s(dev_spec, dev_spec.node_pools[0]) == 80.0
+    assert "-np 16 -N 8" in launcher and "f=85.0" in launcher        # 2 x 400G = 100 GB/s, 85%
+    assert nccl_floor_gb_per_s(dev_spec, dev_spec.node_pools[0]) == 85.0
     dev_data["fabric"]["checks"] = {"nccl_min_busbw_gb_per_s": 70}
     spec = parse_spec(yaml.safe_dump(dev_data))
     assert nccl_floor_gb_per_s(spec, spec.node_pools[0]) == 70
@@ -215,7 +215,7 @@ def test_nccl_job_fits_a_time_sliced_pool_and_skips_a_mig_pool(dev_data):
     assert job["spec"]["slotsPerWorker"] == 1
     assert workers["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == 1
     launcher = job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]["command"][2]
-    assert "-np 2 -N 1" in launcher and "f=40.0" in launcher          # one 400G NIC = 50 GB/s, 80%
+    assert "-np 2 -N 1" in launcher and "f=42.5" in launcher          # one 400G NIC = 50 GB/s, 85%
     dev_data["node_pools"][0]["sharing"] = {"mig_config": "all-1g.10gb"}
     spec = parse_spec(yaml.safe_dump(dev_data))
     assert render_nccl_job(spec, spec.node_pools[0]) == []

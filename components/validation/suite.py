@@ -1,0 +1,184 @@
+"""The validation suite of a spec: what to apply, what to read back, and the verdict.
+
+Thresholds come from the spec, defaults from the reference designs: NCCL at 85% of what the slower of NVLink
+and the NICs carries (fabric.checks), every rail at 90% of line rate (fabric.checks), the filesystem's parallel
+read at 70% of its expected aggregate (validation), and DCGM diagnostics at each pool's burn-in level.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from ..fabric.checks import CHECKS_NAMESPACE, nccl_floor_gb_per_s, render_link_check, render_nccl_job
+from ..k8s.labels import pool_tolerations
+from ..spec import ClusterSpec
+from ..storage.layout import plan_layout
+from ..yamltext import to_yaml_all
+from . import parse
+
+HOSTNAME = "kubernetes.io/hostname"
+SUITE_LABEL = "gpucluster.io/validation"
+FIO_MOUNT = "/data"
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    kind: Literal["links", "nccl", "storage", "dcgm"]
+    what: str
+    threshold: float                 # Gb/s per link, GB/s bus bandwidth, GB/s aggregate read, or 0 failures
+    unit: str
+    manifests: list[dict[str, Any]] = field(default_factory=list)   # applied to the cluster
+    script: str | None = None        # run on the operator's machine (links, over SSH)
+    workload: str = ""               # "<kind>/<name>" in the checks namespace, waited for and read back
+
+
+@dataclass(frozen=True)
+class Result:
+    check: str
+    passed: bool
+    measured: str
+    detail: str
+
+
+def _namespace() -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {
+        "name": CHECKS_NAMESPACE, "labels": {"pod-security.kubernetes.io/enforce": "baseline"}}}
+
+
+def _job(name: str, pod_spec: dict[str, Any], timeout_s: int, **spec: Any) -> dict[str, Any]:
+    return {"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": name, "namespace": CHECKS_NAMESPACE, "labels": {SUITE_LABEL: name}},
+            "spec": {"backoffLimit": 0, "activeDeadlineSeconds": timeout_s, "ttlSecondsAfterFinished": 86400,
+                     **spec, "template": {"metadata": {"labels": {SUITE_LABEL: name}},
+                                          "spec": {"restartPolicy": "Never", **pod_spec}}}}
+
+
+def _storage_check(spec: ClusterSpec) -> Check | None:
+    layout = plan_layout(spec)
+    if layout is None or layout.read_gb_per_s is None:
+        return None
+    v = spec.validation
+    hosts = [h for _, h in spec.hosts()]
+    floor = round(layout.read_gb_per_s * v.storage_min_read_percent / 100, 2)
+    path = f"{spec.storage.mount_point}/.gpucluster-validation"
+    pv = {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": f"{spec.name}-validation-read",
+                                                                        "labels": {SUITE_LABEL: "storage-read"}},
+          "spec": {"capacity": {"storage": "1Ti"}, "accessModes": ["ReadWriteMany"],
+                   "persistentVolumeReclaimPolicy": "Retain", "storageClassName": "",
+                   "hostPath": {"path": path, "type": "DirectoryOrCreate"},
+                   "claimRef": {"namespace": CHECKS_NAMESPACE, "name": "storage-read"}}}
+    pvc = {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+           "metadata": {"name": "storage-read", "namespace": CHECKS_NAMESPACE},
+           "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "", "volumeName": pv["metadata"]["name"],
+                    "resources": {"requests": {"storage": "1Ti"}}}}
+    fio = ["fio", "--name=read", "--directory=" + FIO_MOUNT, "--filename_format=$jobname.$(JOB_COMPLETION_INDEX).$jobnum",
+           "--rw=read", "--bs=4m", "--size=16g", "--numjobs=4", "--iodepth=16", "--ioengine=libaio", "--direct=1",
+           "--time_based", f"--runtime={v.storage_test_seconds}", "--ramp_time=10", "--group_reporting",
+           "--output-format=json"]
+    tolerations = [t for pool in spec.node_pools for t in pool_tolerations(pool)]
+    pod = {"tolerations": [dict(t) for t in {tuple(sorted(t.items())): t for t in tolerations}.values()],
+           "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
+               "labelSelector": {"matchLabels": {SUITE_LABEL: "storage-read"}}, "topologyKey": HOSTNAME}]}},
+           "containers": [{"name": "fio", "image": v.fio_image, "command": fio,
+                           "resources": {"requests": {"cpu": "4", "memory": "8Gi"}, "limits": {"memory": "8Gi"}},
+                           "volumeMounts": [{"name": "data", "mountPath": FIO_MOUNT}]}],
+           "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "storage-read"}}]}
+    job = _job("storage-read", pod, v.timeout_s, completionMode="Indexed", completions=len(hosts),
+               parallelism=len(hosts))
+    return Check("storage-read", "storage",
+                 f"fio sequential read from {len(hosts)} GPU nodes at once on {spec.storage.kind} "
+                 f"{spec.storage.fs_name} ({v.storage_min_read_percent}% of {layout.read_gb_per_s:g} GB/s expected)",
+                 floor, "GB/s", [_namespace(), pv, pvc, job], workload="job/storage-read")
+
+
+def _dcgm_checks(spec: ClusterSpec) -> list[Check]:
+    v, out = spec.validation, []
+    for pool in spec.node_pools:
+        if pool.sharing.time_slicing_replicas or pool.sharing.mig_config:
+            continue                 # the diagnostics need whole GPUs; shared pools are diagnosed at burn-in
+        level = pool.burn_in.dcgm_level
+        for host in pool.hosts:
+            name = f"dcgm-{host.hostname}"
+            pod = {"nodeSelector": {HOSTNAME: host.hostname}, "tolerations": pool_tolerations(pool),
+                   "containers": [{"name": "diag", "image": v.dcgm_image,
+                                   "command": ["/bin/bash", "-c", f"nv-hostengine && dcgmi diag -r {level}"],
+                                   "resources": {"limits": {"nvidia.com/gpu": pool.gpu.count}}}]}
+            out.append(Check(name, "dcgm", f"dcgmi diag -r {level} on {host.hostname}'s {pool.gpu.count} GPUs", 0,
+                             "failed tests", [_namespace(), _job(name, pod, v.timeout_s)], workload=f"job/{name}"))
+    return out
+
+
+def plan_suite(spec: ClusterSpec) -> list[Check]:
+    checks: list[Check] = []
+    for pool in spec.node_pools:
+        links = render_link_check(spec, pool)
+        if links:
+            floor = min(n.speed_gbps for n in pool.nics) * spec.fabric.checks.link_min_percent / 100
+            checks.append(Check(f"links-{pool.name}", "links",
+                                f"ib_write_bw per rail between neighbouring hosts of {pool.name}", floor, "Gb/s",
+                                script=links))
+        nccl = render_nccl_job(spec, pool)
+        if nccl:
+            checks.append(Check(f"nccl-{pool.name}", "nccl", f"all_reduce_perf across {pool.name}",
+                                nccl_floor_gb_per_s(spec, pool), "GB/s", nccl,
+                                workload=f"mpijob/{nccl[1]['metadata']['name']}"))
+    storage = _storage_check(spec)
+    if storage:
+        checks.append(storage)
+    return checks + _dcgm_checks(spec)
+
+
+def render_suite_files(spec: ClusterSpec) -> dict[str, str]:
+    """validation/: every check's manifests or script, and a table of what each must reach."""
+    files, rows = {}, []
+    for c in plan_suite(spec):
+        if c.manifests:
+            files[f"validation/{c.name}.yaml"] = to_yaml_all(c.manifests)
+        if c.script:
+            files[f"validation/{c.name}.sh"] = c.script
+        wanted = "no failed test" if c.kind == "dcgm" else f">= {c.threshold:g} {c.unit}"
+        rows.append(f"| {c.name} | {c.what} | {wanted} |")
+    files["validation/README.md"] = "\n".join([
+        f"# Validation suite of {spec.name}", "",
+        f"Run after `pulumi up`: `gpucluster validate {spec.name} --kubeconfig KUBECONFIG` applies the manifests "
+        f"(namespace {CHECKS_NAMESPACE}), runs the link scripts over SSH from this machine, waits, reads the "
+        "results and exits non-zero when a check fails.", "",
+        "| check | what | must reach |", "| --- | --- | --- |", *rows]) + "\n"
+    return files
+
+
+def judge(check: Check, output: str, completed: bool = True) -> Result:
+    """The verdict on one check from what it printed (`completed`: the workload finished without failing)."""
+    if check.kind == "links":
+        lines = parse.link_lines(output)
+        bad = [line for ok, line in lines if not ok]
+        if not lines:
+            return Result(check.name, False, "-", "the link check measured nothing: " + _tail(output))
+        return Result(check.name, not bad, f"{len(lines) - len(bad)}/{len(lines)} links ok",
+                      "; ".join(bad) or f"every rail at least {check.threshold:g} Gb/s")
+    if check.kind == "nccl":
+        busbw = parse.nccl_busbw(output)
+        if busbw is None:
+            return Result(check.name, False, "-", "all_reduce_perf printed no bus bandwidth: " + _tail(output))
+        ok = busbw >= check.threshold
+        return Result(check.name, ok, f"{busbw:g} GB/s",
+                      f"{'at least' if ok else 'below'} the floor {check.threshold:g} GB/s")
+    if check.kind == "storage":
+        gb, clients = parse.fio_read_gb_per_s(output)
+        if not clients:
+            return Result(check.name, False, "-", "fio reported nothing: " + _tail(output))
+        ok = gb >= check.threshold
+        return Result(check.name, ok, f"{gb:g} GB/s from {clients} nodes",
+                      f"{'at least' if ok else 'below'} {check.threshold:g} GB/s")
+    failures, ran = parse.dcgm_failures(output)
+    if not ran:
+        return Result(check.name, False, "-", "dcgmi diag printed no results: " + _tail(output))
+    ok = not failures and completed
+    return Result(check.name, ok, f"{ran - len(failures)}/{ran} passed", "; ".join(failures) or "all passed")
+
+
+def _tail(text: str) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return " / ".join(lines[-2:]) if lines else "(no output)"

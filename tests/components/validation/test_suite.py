@@ -1,0 +1,156 @@
+"""The validation suite: manifests valid and thresholds from the spec; verdicts from the tools' real output."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from components.fabric.checks import IB_BW_AWK
+from components.spec import parse_spec
+from components.validation import judge, plan_suite, render_suite_files
+from components.validation.parse import dcgm_failures, fio_read_gb_per_s
+from components.validation.runner import render_results, run_suite
+from tests.conftest import ROOT
+
+SAMPLES = ROOT / "tests" / "samples"
+
+
+def by_name(spec):
+    return {c.name: c for c in plan_suite(spec)}
+
+
+def test_the_dev_suite_covers_links_nccl_storage_and_every_node(dev_spec):
+    checks = by_name(dev_spec)
+    assert sorted(checks) == ["dcgm-gpu-dev-01", "dcgm-gpu-dev-02", "links-h100", "nccl-h100", "storage-read"]
+    assert checks["links-h100"].threshold == 360          # 90% of 400 Gb/s
+    assert checks["nccl-h100"].threshold == 85            # 85% of two 400 Gb/s NICs (100 GB/s)
+    assert checks["storage-read"].threshold == 14         # 70% of one server's 20 GB/s
+
+
+def test_thresholds_follow_the_spec(dev_data):
+    dev_data["fabric"]["checks"] = {"nccl_min_percent": 90, "link_min_percent": 95}
+    dev_data["validation"] = {"storage_min_read_percent": 50}
+    checks = by_name(parse_spec(yaml.safe_dump(dev_data)))
+    assert (checks["nccl-h100"].threshold, checks["links-h100"].threshold, checks["storage-read"].threshold) == \
+        (90, 380, 10)
+
+
+def test_every_manifest_is_schema_valid(dev_spec):
+    for check in plan_suite(dev_spec):
+        for obj in check.manifests:
+            if obj["apiVersion"].startswith("kubeflow.org"):
+                continue                                  # the MPIJob CRD is not in the core schemas
+            kubernetes_validate.validate(obj, dev_spec.kubernetes.version, strict=True)
+
+
+def test_storage_read_runs_one_client_per_gpu_node_through_a_claim(dev_spec):
+    _, pv, pvc, job = by_name(dev_spec)["storage-read"].manifests
+    assert pv["spec"]["hostPath"] == {"path": "/mnt/devfs/.gpucluster-validation", "type": "DirectoryOrCreate"}
+    assert pvc["spec"]["volumeName"] == pv["metadata"]["name"]
+    spec = job["spec"]
+    assert (spec["completionMode"], spec["completions"], spec["parallelism"]) == ("Indexed", 2, 2)
+    pod = spec["template"]["spec"]
+    anti = pod["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]
+    assert anti["topologyKey"] == "kubernetes.io/hostname"
+    assert not any("hostPath" in v for v in pod["volumes"])          # baseline pod security: through the claim
+
+
+def test_dcgm_runs_on_each_node_with_all_its_gpus(dev_spec):
+    job = by_name(dev_spec)["dcgm-gpu-dev-01"].manifests[1]
+    pod = job["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"kubernetes.io/hostname": "gpu-dev-01"}
+    assert pod["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": 8}
+    assert pod["containers"][0]["command"][-1] == "nv-hostengine && dcgmi diag -r 2"
+
+
+def test_the_link_check_reads_ib_write_bw_average_bandwidth():
+    out = subprocess.run(["bash", "-c", IB_BW_AWK], input=(SAMPLES / "ib_write_bw_ndr.txt").read_text(),
+                         capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "389.94"
+
+
+def fio_doc(gb_per_s):
+    return json.dumps({"fio version": "fio-3.36", "jobs": [{"jobname": "read", "read": {
+        "io_bytes": int(gb_per_s * 60e9), "bw_bytes": int(gb_per_s * 1e9), "bw": int(gb_per_s * 1e9 / 1024)}}]},
+        indent=2)
+
+
+def test_fio_read_is_summed_over_every_client():
+    log = fio_doc(7.5) + "\nfio: some note\n" + fio_doc(6.25)
+    assert fio_read_gb_per_s(log) == (13.75, 2)
+
+
+def test_dcgm_reads_a_failed_gpu_among_passing_ones():
+    failures, ran = dcgm_failures((SAMPLES / "dcgmi_diag_r2_fail.txt").read_text())
+    assert failures == ["GPU Memory: Fail - GPU: 3"] and ran == 11
+
+
+def test_verdicts(dev_spec):
+    checks = by_name(dev_spec)
+    assert judge(checks["storage-read"], fio_doc(7.5) + fio_doc(6.25)).passed is False
+    assert judge(checks["storage-read"], fio_doc(7.5) + fio_doc(7)).measured == "14.5 GB/s from 2 nodes"
+    nccl = judge(checks["nccl-h100"], "... bus bandwidth at 8 GiB 84.2 GB/s, floor 85 GB/s\n")
+    assert (nccl.passed, nccl.measured, nccl.detail) == (False, "84.2 GB/s", "below the floor 85 GB/s")
+    links = judge(checks["links-h100"], "links-h100: ok   rail 0 gpu-dev-02 -> gpu-dev-01 (mlx5_0): 389.94 Gb/s "
+                                        "(>= 360)\nlinks-h100: FAIL rail 1 gpu-dev-02 -> gpu-dev-01 (mlx5_1): 180.2 "
+                                        "Gb/s, below 360 Gb/s (90% of line rate)\n")
+    assert (links.passed, links.measured) == (False, "1/2 links ok")
+    assert links.detail == "rail 1 gpu-dev-02 -> gpu-dev-01: 180.2 Gb/s, below 360 Gb/s (90% of line rate)"
+    diag = judge(checks["dcgm-gpu-dev-01"], (SAMPLES / "dcgmi_diag_r2_fail.txt").read_text())
+    assert (diag.passed, diag.measured, diag.detail) == (False, "10/11 passed", "GPU Memory: Fail - GPU: 3")
+    assert judge(checks["nccl-h100"], "").detail.startswith("all_reduce_perf printed no bus bandwidth")
+
+
+class Cluster:
+    """What kubectl answers for a cluster where every workload ran: the logs of its pods."""
+
+    def __init__(self, logs):
+        self.logs, self.calls = logs, []
+
+    def __call__(self, *args, stdin=None, timeout_s=300):
+        self.calls.append((args, stdin))
+        out = ""
+        if args[0] == "logs":
+            out = next(text for key, text in self.logs.items() if key in args[4])
+        return subprocess.CompletedProcess(args, 0, out, "")
+
+
+def test_the_suite_applies_once_waits_for_each_workload_and_judges_its_logs(dev_spec):
+    checks = plan_suite(dev_spec)
+    healthy = (SAMPLES / "dcgmi_diag_r2_fail.txt").read_text().replace("Fail - GPU: 3", "Pass - GPU: 3")
+    cluster = Cluster({"nccl-check-h100": "bus bandwidth at 8 GiB 92.5 GB/s, floor 85 GB/s",
+                       "storage-read": fio_doc(8) + fio_doc(8), "dcgm-": healthy})
+    links = "x: ok   rail 0 a -> b (mlx5_0): 390 Gb/s (>= 360)\n"
+    results = run_suite(checks, cluster, lambda text: subprocess.CompletedProcess([], 0, links, ""), 600)
+    assert [(r.check, r.passed) for r in results] == [(c.name, True) for c in checks]
+    applies = [stdin for args, stdin in cluster.calls if args[0] == "apply"]
+    assert len(applies) == 1
+    kinds = [d["kind"] for d in yaml.safe_load_all(applies[0])]
+    assert kinds.count("Namespace") == 1 and kinds.count("Job") == 3 and kinds.count("MPIJob") == 1
+    waits = [args[-1] for args, _ in cluster.calls if args[0] == "wait"]
+    assert waits == ["mpijob/nccl-check-h100", "job/storage-read", "job/dcgm-gpu-dev-01", "job/dcgm-gpu-dev-02"]
+    table = render_results(results)
+    assert "nccl-h100        pass    92.5 GB/s" in table and table.endswith("5 passed, 0 failed\n")
+
+
+def test_a_workload_that_did_not_finish_fails_its_check(dev_spec):
+    checks = [c for c in plan_suite(dev_spec) if c.name == "nccl-h100"]
+
+    def cluster(*args, stdin=None, timeout_s=300):
+        if args[0] == "wait":
+            return subprocess.CompletedProcess(args, 1, "", "error: timed out waiting for the condition")
+        return subprocess.CompletedProcess(args, 0, "bus bandwidth at 8 GiB 95 GB/s, floor 85 GB/s", "")
+    [result] = run_suite(checks, cluster, lambda t: subprocess.CompletedProcess([], 0, "", ""), 5)
+    assert not result.passed and result.detail == "did not complete: error: timed out waiting for the condition"
+
+
+@pytest.mark.parametrize("name", ["validation/README.md", "validation/storage-read.yaml", "validation/links-h100.sh"])
+def test_the_plan_shows_the_suite(dev_spec, name):
+    files = render_suite_files(dev_spec)
+    assert name in files
+    assert "| storage-read | fio sequential read from 2 GPU nodes at once on beegfs devfs (70% of 20 GB/s " \
+           "expected) | >= 14 GB/s |" in files["validation/README.md"]
