@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..bash import call, fill, script
+from ..k8s.images import mirrored
 from ..k8s.labels import POOL_LABEL, pool_tolerations
 from ..k8s.network_operator import pod_networks, rdma_resource
 from ..spec import ClusterSpec, NodePool
@@ -153,7 +154,7 @@ awk -v b="${busbw:-0}" -v f=@FLOOR@ 'BEGIN { exit !(b >= f) }'
     limits = {"nvidia.com/gpu": gpus}
     if spec.fabric.rdma and pool.nics:
         limits[rdma_resource(spec)] = 1
-    image = spec.fabric.checks.nccl_tests_image
+    image = mirrored(spec.fabric.checks.nccl_tests_image, spec)
     # The launcher goes where the workers go: the spec's nodes all carry their pool's taints, and a cluster may
     # have no untainted node for it.
     placement = {"nodeSelector": {POOL_LABEL: pool.name}, "tolerations": pool_tolerations(pool)}

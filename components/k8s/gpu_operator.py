@@ -8,6 +8,7 @@ import yaml
 
 from ..spec import ClusterSpec, NodePool
 from .helm import NVIDIA_REPO, Chart
+from .images import GPU_OPERATOR_REPOSITORIES, chart_from, with_mirror
 from .labels import system_tolerations
 from .monitoring import DCGM_METRICS_CONFIG, render_dcgm_metrics_csv
 
@@ -16,7 +17,8 @@ DEVICE_PLUGIN_CONFIG = "gpucluster-device-plugin"
 
 
 def chart(spec: ClusterSpec) -> Chart:
-    return Chart("gpu-operator", spec.kubernetes.gpu_operator.chart_version, NVIDIA_REPO)
+    g = spec.kubernetes.gpu_operator
+    return chart_from(g, "gpu-operator", g.chart_version, NVIDIA_REPO)
 
 
 
@@ -54,4 +56,4 @@ def render_gpu_operator_values(spec: ClusterSpec) -> dict[str, Any]:
         data = {"default": yaml.safe_dump({"version": "v1"}), **{p.name: render_time_slicing(p) for p in sliced}}
         values["devicePlugin"] = {"config": {"create": True, "name": DEVICE_PLUGIN_CONFIG, "default": "default",
                                              "data": data}}
-    return values
+    return with_mirror(values, GPU_OPERATOR_REPOSITORIES, spec)

@@ -12,7 +12,7 @@ NVIDIA_REPO = "https://helm.ngc.nvidia.com/nvidia"
 
 class Chart(NamedTuple):
     name: str                 # chart name in `repo`, or a full oci:// reference when repo is None
-    version: str
+    version: str | None      # None for a chart directory in the project
     repo: str | None = None
 
 

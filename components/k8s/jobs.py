@@ -14,6 +14,7 @@ from ..spec import ClusterSpec, NodePool, Tenant
 from ..spec.cluster import network_operator_enabled
 from .network_operator import pod_networks, rdma_resource
 from .tenant import LOCAL_QUEUE
+from .images import mirrored
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
@@ -104,5 +105,6 @@ def render_example_jobs(spec: ClusterSpec) -> dict[str, dict[str, Any]]:
             pods = min(2, len(pool.hosts)) if quota.nominal >= 2 else 1
             per_pod = max(1, min(pool.gpu_units_per_host, quota.nominal // pods))
             out[f"{tenant.name}-{pool.name}"] = render_job(spec, tenant, pool, name=f"train-{pool.name}", pods=pods,
-                                                           gpus_per_pod=per_pod, topology=leaf, required=False)
+                                                           gpus_per_pod=per_pod, topology=leaf, required=False,
+                                                           image=mirrored(EXAMPLE_IMAGE, spec))
     return out

@@ -9,6 +9,7 @@ import yaml
 from ..spec import ClusterSpec
 from ..spec.cluster import network_operator_enabled
 from .helm import Chart
+from .images import KUEUE_REPOSITORIES, chart_from, with_mirror
 from .labels import POOL_LABEL, pool_tolerations
 from .network_operator import rdma_resource
 from .objects import Manifest
@@ -22,7 +23,8 @@ FRAMEWORKS = ["batch/job", "kubeflow.org/mpijob", "kubeflow.org/pytorchjob", "tr
 
 
 def chart(spec: ClusterSpec) -> Chart:
-    return Chart("oci://registry.k8s.io/kueue/charts/kueue", spec.kubernetes.kueue.chart_version)
+    k = spec.kubernetes.kueue
+    return chart_from(k, "oci://registry.k8s.io/kueue/charts/kueue", k.chart_version, None)
 
 
 def render_kueue_config(spec: ClusterSpec) -> dict[str, Any]:
@@ -48,9 +50,10 @@ def render_kueue_config(spec: ClusterSpec) -> dict[str, Any]:
 
 
 def render_kueue_values(spec: ClusterSpec) -> dict[str, Any]:
-    return {"enablePrometheus": spec.kubernetes.monitoring.enabled,
-            "managerConfig": {"controllerManagerConfigYaml": yaml.safe_dump(render_kueue_config(spec),
-                                                                            sort_keys=False)}}
+    return with_mirror({"enablePrometheus": spec.kubernetes.monitoring.enabled,
+                        "managerConfig": {"controllerManagerConfigYaml": yaml.safe_dump(render_kueue_config(spec),
+                                                                                        sort_keys=False)}},
+                       KUEUE_REPOSITORIES, spec)
 
 
 def render_kueue_objects(spec: ClusterSpec) -> list[Manifest]:

@@ -9,6 +9,8 @@ from typing import Any
 from ..spec import ClusterSpec, NodePool
 from ..spec.versions import StackVersions
 from .helm import NVIDIA_REPO, Chart
+from .images import (NETWORK_OPERATOR_REPOSITORIES, NETWORK_OPERATOR_SRIOV_IMAGES, chart_from, mirrored,
+                     with_mirror)
 from .labels import POOL_LABEL, system_tolerations
 from .objects import Manifest
 
@@ -21,7 +23,8 @@ API = "mellanox.com/v1alpha1"
 
 
 def chart(spec: ClusterSpec) -> Chart:
-    return Chart("network-operator", spec.kubernetes.network_operator.chart_version, NVIDIA_REPO)
+    n = spec.kubernetes.network_operator
+    return chart_from(n, "network-operator", n.chart_version, NVIDIA_REPO)
 
 
 def rdma_resource(spec: ClusterSpec) -> str:
@@ -46,15 +49,20 @@ def rail_networks(spec: ClusterSpec) -> dict[tuple[int, str], str]:
 
 def render_network_operator_values(spec: ClusterSpec) -> dict[str, Any]:
     n = spec.kubernetes.network_operator
-    return {
+    values: dict[str, Any] = {
         # The stack's own NFD serves both operators; the operator still ships its NodeFeatureRules for NICs.
         "nfd": {"enabled": False, "deployNodeFeatureRules": True},
         "sriovNetworkOperator": {"enabled": n.rdma_device_plugin == "sriov"},
     }
+    if spec.kubernetes.image_registry:
+        values["sriov-network-operator"] = {"images": {
+            k: mirrored(ref.format(v=f"v{n.chart_version.lstrip('v')}"), spec)
+            for k, ref in NETWORK_OPERATOR_SRIOV_IMAGES.items()}}
+    return with_mirror(values, NETWORK_OPERATOR_REPOSITORIES, spec)
 
 
-def _image(name: str, versions: StackVersions) -> dict[str, str]:
-    return {"image": name, "repository": IMAGE_REPOSITORY, "version": versions.network_images}
+def _image(name: str, versions: StackVersions, spec: ClusterSpec) -> dict[str, str]:
+    return {"image": name, "repository": mirrored(IMAGE_REPOSITORY, spec), "version": versions.network_images}
 
 
 def render_nic_cluster_policy(spec: ClusterSpec, versions: StackVersions) -> Manifest:
@@ -63,26 +71,26 @@ def render_nic_cluster_policy(spec: ClusterSpec, versions: StackVersions) -> Man
     link_type = "infiniband" if spec.fabric.kind == "infiniband" else "ether"
     body: dict[str, Any] = {"tolerations": system_tolerations(spec)}
     if n.ofed_driver_version:
-        body["ofedDriver"] = {"image": "doca-driver", "repository": IMAGE_REPOSITORY,
+        body["ofedDriver"] = {"image": "doca-driver", "repository": mirrored(IMAGE_REPOSITORY, spec),
                               "version": n.ofed_driver_version}
     if n.rdma_device_plugin == "shared":
         config = {"configList": [{"resourceName": n.rdma_resource_name, "rdmaHcaMax": n.rdma_hca_max,
                                   "selectors": {"vendors": [MELLANOX_VENDOR], "ifNames": interfaces,
                                                 "linkTypes": [link_type]}}]}
-        body["rdmaSharedDevicePlugin"] = {**_image("k8s-rdma-shared-dev-plugin", versions),
+        body["rdmaSharedDevicePlugin"] = {**_image("k8s-rdma-shared-dev-plugin", versions, spec),
                                           "config": json.dumps(config, sort_keys=True)}
     else:
         config = {"resourceList": [{"resourcePrefix": "nvidia.com", "resourceName": n.rdma_resource_name,
                                     "selectors": {"vendors": [MELLANOX_VENDOR], "pfNames": interfaces,
                                                   "isRdma": True}}]}
-        body["sriovDevicePlugin"] = {**_image("sriov-network-device-plugin", versions),
+        body["sriovDevicePlugin"] = {**_image("sriov-network-device-plugin", versions, spec),
                                      "config": json.dumps(config, sort_keys=True)}
     if n.rail_subnets:
-        secondary: dict[str, Any] = {"cniPlugins": _image("plugins", versions), "multus": _image("multus-cni", versions)}
+        secondary: dict[str, Any] = {"cniPlugins": _image("plugins", versions, spec), "multus": _image("multus-cni", versions, spec)}
         if spec.fabric.kind == "infiniband":
-            secondary["ipoib"] = _image("ipoib-cni", versions)
+            secondary["ipoib"] = _image("ipoib-cni", versions, spec)
         body["secondaryNetwork"] = secondary
-        body["nvIpam"] = {**_image("nvidia-k8s-ipam", versions), "enableWebhook": False}
+        body["nvIpam"] = {**_image("nvidia-k8s-ipam", versions, spec), "enableWebhook": False}
     return Manifest("nic-policy", {"apiVersion": API, "kind": "NicClusterPolicy",
                                    "metadata": {"name": POLICY_NAME}, "spec": body})
 

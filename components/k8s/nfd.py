@@ -6,23 +6,25 @@ from typing import Any
 
 from ..spec import ClusterSpec
 from .helm import Chart
+from .images import NFD_REPOSITORIES, chart_from, with_mirror
 from .labels import system_tolerations
 
 NAMESPACE = "node-feature-discovery"
 
 
 def chart(spec: ClusterSpec) -> Chart:
-    return Chart("oci://registry.k8s.io/nfd/charts/node-feature-discovery", spec.kubernetes.nfd.chart_version)
+    n = spec.kubernetes.nfd
+    return chart_from(n, "oci://registry.k8s.io/nfd/charts/node-feature-discovery", n.chart_version, None)
 
 
 def render_nfd_values(spec: ClusterSpec) -> dict[str, Any]:
     # The operators select nodes by feature.node.kubernetes.io/pci-<vendor>.present: label PCI devices by
     # vendor for network (02xx) and display (03xx) classes, as the GPU Operator's bundled NFD does.
-    return {
+    return with_mirror({
         "worker": {
             "config": {"sources": {"pci": {"deviceClassWhitelist": ["02", "0200", "0207", "0300", "0302"],
                                            "deviceLabelFields": ["vendor"]}}},
             "tolerations": system_tolerations(spec),
         },
         "prometheus": {"enable": spec.kubernetes.monitoring.enabled},
-    }
+    }, NFD_REPOSITORIES, spec)

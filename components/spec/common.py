@@ -33,6 +33,12 @@ IMAGE_RE = re.compile(rf"(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z
                       rf"(?::[0-9]+)?/)?{_PATH_PART}(?:/{_PATH_PART})*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{{0,127}})?"
                       r"(?:@[a-z0-9]+(?:[.+_-][a-z0-9]+)*:[0-9a-fA-F]{32,})?")
 URL_RE = re.compile(r"(https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?|file://)(/[A-Za-z0-9/_.~%+-]*)?")
+# Where a Helm chart comes from: a chart repository (https) or an OCI registry path (oci://host/path).
+CHART_REPO_RE = re.compile(r"(https?|oci)://[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[A-Za-z0-9/_.~%+-]*)?")
+# A registry mirror: host[:port][/path], the prefix images are pulled through.
+REGISTRY_RE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*"
+                         rf"(?::[0-9]{{1,5}})?(?:/{_PATH_PART})*")
+RELPATH_RE = re.compile(r"(?!/)(?!.*(?:^|/)\.\.(?:/|$))[A-Za-z0-9_.+-]+(?:/[A-Za-z0-9_.+-]+)*")
 APT_WORD_RE = re.compile(r"\./|[A-Za-z0-9][A-Za-z0-9._-]*")     # ./ is a flat repository
 VERSION_RE = re.compile(r"[A-Za-z0-9]+(?:[._-][A-Za-z0-9]+)*")
 CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
@@ -256,6 +262,12 @@ Text = Annotated[str, AfterValidator(_text)]
 Version = Annotated[str, AfterValidator(_version)]
 Url = Annotated[str, AfterValidator(_grammar(URL_RE, "an http(s) or file URL without query or spaces",
                                              "https://mirror.example.com/lustre/2.15/el9/client", 512))]
+ChartRepo = Annotated[str, AfterValidator(_grammar(CHART_REPO_RE, "a chart repository (https://...) or OCI registry "
+                                                 "(oci://...)", "oci://registry.example.internal/charts", 512))]
+Registry = Annotated[str, AfterValidator(_grammar(REGISTRY_RE, "a registry host[:port][/path]",
+                                                  "registry.example.internal/mirror", 255))]
+RelPath = Annotated[str, AfterValidator(_grammar(RELPATH_RE, "a path inside the project (no leading /, no ..)",
+                                                 "charts/gpu-operator", 255))]
 AptWord = Annotated[str, AfterValidator(_grammar(APT_WORD_RE, "an apt suite or component", "jammy", 64))]
 
 

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal
+from typing import Annotated, Iterator, Literal
 
 from pydantic import AfterValidator, Field
 
-from .common import DnsLabel, ImageRef, LabelKey, Labels, SpecModel, Text, Version, shown
+from .common import (ChartRepo, DnsLabel, ImageRef, LabelKey, Labels, Problem, Registry, RelPath, SpecModel, Text,
+                     Version, shown)
 from .tenants import Cidr
 
 VERSION = r"^v?[0-9]+\.[0-9]+\.[0-9]+$"
@@ -23,7 +24,23 @@ def _resource_name(value: str) -> str:
 ResourceName = Annotated[str, AfterValidator(_resource_name)]
 
 
-class GpuOperatorSettings(SpecModel):
+class ChartSource(SpecModel):
+    """Where a release's chart comes from; air-gapped sites point it at their mirror or a vendored copy."""
+
+    chart_repository: ChartRepo | None = Field(
+        None, description="A Helm repository (https://...) or OCI registry path (oci://...) holding the chart. "
+                          "Omitted: the upstream one.")
+    chart_path: RelPath | None = Field(
+        None, description="A chart directory in the project (vendored, pinned by its content). Omitted: pulled.")
+
+    def _one_source(self) -> Iterator[Problem]:
+        if self.chart_repository and self.chart_path:
+            yield Problem(("chart_path",), "set chart_repository or chart_path, not both")
+
+    _checks = (_one_source,)
+
+
+class GpuOperatorSettings(ChartSource):
     enabled: bool = Field(True, description="Omitted: the GPU Operator is installed.")
     chart_version: str = Field("v26.7.0", pattern=VERSION, description="Omitted: v26.7.0.")
     driver_managed: bool = Field(
@@ -37,7 +54,7 @@ class GpuOperatorSettings(SpecModel):
         "single", description="How MIG devices are advertised. Omitted: single (each MIG slice is a nvidia.com/gpu).")
 
 
-class NetworkOperatorSettings(SpecModel):
+class NetworkOperatorSettings(ChartSource):
     enabled: bool | None = Field(None, description="Omitted: installed when the fabric is InfiniBand or RoCE.")
     chart_version: str = Field("26.4.1", pattern=VERSION, description="Omitted: 26.4.1.")
     rdma_device_plugin: Literal["shared", "sriov"] = Field(
@@ -57,7 +74,7 @@ class NetworkOperatorSettings(SpecModel):
     ips_per_node: int = Field(32, ge=2, le=4096, description="Pod addresses per node on each rail. Omitted: 32.")
 
 
-class NfdSettings(SpecModel):
+class NfdSettings(ChartSource):
     chart_version: str = Field("0.19.0", pattern=VERSION, description="Omitted: 0.19.0.")
 
 
@@ -67,7 +84,7 @@ class PriorityClass(SpecModel):
     description: Text = Field("", description="Omitted: no description.")
 
 
-class KueueSettings(SpecModel):
+class KueueSettings(ChartSource):
     chart_version: str = Field("0.19.2", pattern=VERSION, description="Omitted: 0.19.2.")
     cohort: DnsLabel = Field("gpu-cluster", description="Cohort every tenant ClusterQueue joins. Omitted: gpu-cluster.")
     fair_sharing: bool = Field(False, description="Omitted: borrowing is first come, first served.")
@@ -103,6 +120,13 @@ class KubernetesSpec(SpecModel):
     kueue: KueueSettings = Field(default_factory=KueueSettings)
     monitoring: MonitoringSettings = Field(default_factory=MonitoringSettings)
     dns_namespace: DnsLabel = Field("kube-system", description="Namespace of cluster DNS. Omitted: kube-system.")
+    image_registry: Registry | None = Field(
+        None, description="A registry mirror every image of the operators, Kueue, NFD and the checks is pulled "
+                          "through, as <image_registry>/<source registry>/<path> (keep_source_registry) or "
+                          "<image_registry>/<path>. Omitted: the upstream registries.")
+    keep_source_registry: bool = Field(
+        True, description="Keep the source registry's host as the first path element under image_registry "
+                          "(nvcr.io/nvidia/x -> mirror/nvcr.io/nvidia/x). Omitted: yes.")
     allow_unknown_versions: bool = Field(
         False, description="Accept chart versions outside the known-good table. Omitted: they are an error.")
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..fabric.checks import CHECKS_NAMESPACE, nccl_floor_gb_per_s, render_link_check, render_nccl_job
+from ..k8s.images import mirrored
 from ..k8s.labels import pool_tolerations
 from ..spec import ClusterSpec
 from ..storage.layout import plan_layout
@@ -81,7 +82,7 @@ def _storage_check(spec: ClusterSpec) -> Check | None:
     pod = {"tolerations": [dict(t) for t in {tuple(sorted(t.items())): t for t in tolerations}.values()],
            "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
                "labelSelector": {"matchLabels": {SUITE_LABEL: "storage-read"}}, "topologyKey": HOSTNAME}]}},
-           "containers": [{"name": "fio", "image": v.fio_image, "command": fio,
+           "containers": [{"name": "fio", "image": mirrored(v.fio_image, spec), "command": fio,
                            "resources": {"requests": {"cpu": "4", "memory": "8Gi"}, "limits": {"memory": "8Gi"}},
                            "volumeMounts": [{"name": "data", "mountPath": FIO_MOUNT}]}],
            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "storage-read"}}]}
@@ -102,7 +103,7 @@ def _dcgm_checks(spec: ClusterSpec) -> list[Check]:
         for host in pool.hosts:
             name = f"dcgm-{host.hostname}"
             pod = {"nodeSelector": {HOSTNAME: host.hostname}, "tolerations": pool_tolerations(pool),
-                   "containers": [{"name": "diag", "image": v.dcgm_image,
+                   "containers": [{"name": "diag", "image": mirrored(v.dcgm_image, spec),
                                    "command": ["/bin/bash", "-c", f"nv-hostengine && dcgmi diag -r {level}"],
                                    "resources": {"limits": {"nvidia.com/gpu": pool.gpu.count}}}]}
             out.append(Check(name, "dcgm", f"dcgmi diag -r {level} on {host.hostname}'s {pool.gpu.count} GPUs", 0,
