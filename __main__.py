@@ -14,4 +14,5 @@ pulumi.export("fabricTopology", cluster.fabric.topology)
 pulumi.export("tenantNamespaces", {n: t.namespace for n, t in cluster.tenants.items()})
 pulumi.export("tenantLocalQueues", {n: t.local_queue for n, t in cluster.tenants.items()})
 pulumi.export("rdmaResource", cluster.kubernetes.rdma_resource)
+pulumi.export("tenancy", cluster.tenancy.model_dump(mode="json"))   # for tenants managed in tenants/
 pulumi.export("burnIn", {h: v for p in cluster.node_pools.values() for h, v in p.burn_in.items()})

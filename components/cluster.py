@@ -8,9 +8,10 @@ import pulumi
 
 from .fabric import Fabric
 from .k8s.gpu_stack import GpuKubernetesStack
-from .k8s.tenant import Tenant, TenantArgs
+from .k8s.tenant import Tenant, TenantArgs, tenancy_of
 from .nodes import GpuNodePool, NodePoolArgs
 from .spec import ClusterSpec
+from .spec.tenants import Tenancy
 from .storage import ParallelFilesystem
 
 
@@ -35,6 +36,8 @@ class GpuCluster(pulumi.ComponentResource):
     """Tenant components by tenant name."""
     storage: ParallelFilesystem | None
     """The parallel filesystem, where the spec has one."""
+    tenancy: Tenancy
+    """What tenants managed from another project need (export it; see tenants/)."""
 
     def __init__(self, name: str, spec: ClusterSpec, ssh_private_key: pulumi.Input[str],
                  opts: pulumi.ResourceOptions | None = None):
@@ -46,7 +49,8 @@ class GpuCluster(pulumi.ComponentResource):
         self.node_pools = {p.name: GpuNodePool(f"{name}-{p.name}", NodePoolArgs.from_spec(spec, p), ssh_private_key,
                                                opts=child, host_ready=ready) for p in spec.node_pools}
         self.kubernetes = GpuKubernetesStack(f"{name}-k8s", spec, opts=child)
-        self.tenants = {t.name: Tenant(f"{name}-{t.name}", TenantArgs.from_spec(spec, t),
+        self.tenancy = tenancy_of(spec)
+        self.tenants = {t.name: Tenant(f"{name}-{t.name}", TenantArgs.from_tenancy(self.tenancy, t),
                                        kueue_ready=self.kubernetes.kueue_ready, opts=child)
                         for t in spec.tenants}
         self.storage = None

@@ -19,6 +19,7 @@ import pulumi
 from pydantic import Field
 
 from ..spec import ClusterSpec, FlavorQuota, Share, Tenant as TenantSpec
+from ..spec.tenants import Tenancy, quotas_for
 from ..fabric.nccl import nccl_envs, pod_env
 from ..spec.common import SpecModel
 from .objects import Manifest, register
@@ -48,18 +49,27 @@ class TenantArgs(SpecModel):
 
     @classmethod
     def from_spec(cls, spec: ClusterSpec, tenant: TenantSpec) -> TenantArgs:
-        monitoring = spec.kubernetes.monitoring
-        return cls(tenant=tenant, cluster=spec.name, quotas=spec.tenant_quotas(tenant),
-                   cohort=spec.kubernetes.kueue.cohort,
+        return cls.from_tenancy(tenancy_of(spec), tenant)
+
+    @classmethod
+    def from_tenancy(cls, tenancy: Tenancy, tenant: TenantSpec) -> TenantArgs:
+        return cls(tenant=tenant, cluster=tenancy.cluster, quotas=quotas_for(tenant, tenancy.pools),
+                   cohort=tenancy.cohort, dns_namespace=tenancy.dns_namespace,
+                   monitoring_namespace=tenancy.monitoring_namespace, protect=tenancy.environment != "dev",
+                   nccl={pool: env for pool, env in tenancy.nccl.items() if pool in tenant.gpu_quota})
+
+
+def tenancy_of(spec: ClusterSpec) -> Tenancy:
+    """What the platform tells tenants managed elsewhere (exported as the stack output `tenancy`)."""
+    monitoring, envs = spec.kubernetes.monitoring, nccl_envs(spec)
+    pools = {name: capacity.model_copy(update={"guaranteed": sum(
+        t.gpu_quota[name].nominal for t in spec.tenants if name in t.gpu_quota)})
+        for name, capacity in spec.pool_capacities().items()}
+    return Tenancy(cluster=spec.name, environment=spec.environment, cohort=spec.kubernetes.kueue.cohort,
                    dns_namespace=spec.kubernetes.dns_namespace,
                    monitoring_namespace=monitoring.namespace if monitoring.enabled else None,
-                   protect=spec.environment != "dev",
-                   nccl=_tenant_nccl(spec, tenant))
-
-
-def _tenant_nccl(spec: ClusterSpec, tenant: TenantSpec) -> dict[str, dict[str, str]]:
-    envs = nccl_envs(spec)
-    return {pool: pod_env(envs[pool]) for pool in tenant.gpu_quota if pool in envs}
+                   pools=pools, nccl={pool: pod_env(env) for pool, env in envs.items()},
+                   namespaces_taken=sorted(spec.system_namespaces | {t.namespace_name for t in spec.tenants}))
 
 
 # --- pure rendering ---------------------------------------------------------------------------------

@@ -51,6 +51,21 @@ class EchoMocks(_mocks.Mocks):
                                   "the program must not need it to register resources")
 
 
+class StackReferenceMocks(EchoMocks):
+    """EchoMocks where a StackReference reads the outputs of another stack's (offline) run, by stack name."""
+
+    def __init__(self, stacks: dict[str, dict[str, Any]]):
+        self.stacks = stacks
+
+    def new_resource(self, args: _mocks.MockResourceArgs) -> tuple[str, dict]:
+        if args.typ == "pulumi:pulumi:StackReference":
+            name = args.inputs.get("name", args.name)
+            if name not in self.stacks:
+                raise KeyError(f"no offline run of stack {name!r} to reference (have: {', '.join(self.stacks)})")
+            return name, {"name": name, "outputs": self.stacks[name], "secretOutputNames": []}
+        return super().new_resource(args)
+
+
 class RecordingMonitor(_mocks.MockMonitor):
     def __init__(self, mocks: _mocks.Mocks | None = None):
         super().__init__(mocks or EchoMocks())

@@ -101,7 +101,8 @@ def render_report(spec: ClusterSpec, thresholds: Thresholds = Thresholds(),
     lines += _md_table(["kind", "MTU", "PFC priority", "DSCP", "rail-optimized", "host links", "bisection Gb/s",
                         "worst leaf oversubscription"],
                        [[f.kind, f.effective_mtu_bytes, roce.priority if roce else "-", roce.dscp if roce else "-",
-                         "yes" if topology.rail_optimized else "no", len(topology.links), f"{topology.bisection_gbps:g}",
+                         "yes" if topology.rail_optimized else "no", len(topology.links),
+                         f"{topology.bisection_gbps:g}",
                          f"{max(over):g}:1 (limit {thresholds.max_oversubscription:g}:1)" if over else "no uplinks"]])
     if policies is not None:
         lines += ["## Policy results", "",
@@ -166,7 +167,8 @@ def render_topology_svg(spec: ClusterSpec, topology: Topology | None = None) -> 
             if up in spine_x:
                 lines.append(f'<line x1="{leaf_x[leaf.name] + _BOX_W / 2:g}" y1="{rows_y["leaf"]:g}" '
                              f'x2="{spine_x[up] + _BOX_W / 2:g}" y2="{rows_y["spine"] + _BOX_H:g}" stroke="#8a8a8a">'
-                             f"<title>{escape(f'{leaf.name} - {up}: {sw.links_per_uplink} x {sw.effective_uplink_speed_gbps} Gb/s')}"
+                             f"<title>{escape(f'{leaf.name} - {up}: {sw.links_per_uplink} x ')}"
+                             f"{sw.effective_uplink_speed_gbps} Gb/s"
                              "</title></line>")
     cabled: dict[tuple[str, str], list[int]] = {}
     host_rack = {h.hostname: h.rack for _, h in spec.hosts()}
@@ -182,7 +184,8 @@ def render_topology_svg(spec: ClusterSpec, topology: Topology | None = None) -> 
     out += lines
     for s in spines:
         x = spine_x[s.name]
-        out += [_box(x, rows_y["spine"], _BOX_W, _BOX_H, "#f2e3c6", f"spine {s.name}: {s.ports} x {s.port_speed_gbps} Gb/s"),
+        out += [_box(x, rows_y["spine"], _BOX_W, _BOX_H, "#f2e3c6",
+                     f"spine {s.name}: {s.ports} x {s.port_speed_gbps} Gb/s"),
                 _text(x + _BOX_W / 2, rows_y["spine"] + 17, s.name), _text(x + _BOX_W / 2, rows_y["spine"] + 31,
                                                                            f"{s.ports} x {s.port_speed_gbps}G", 10)]
     for leaf in leaves:

@@ -16,6 +16,7 @@ from typing import Any, Callable, Iterator
 import pulumi
 import yaml
 from pulumi.runtime import settings as _settings
+from pulumi.runtime.mocks import Mocks
 from pulumi.runtime.stack import run_in_stack
 from pulumi.runtime.sync_await import _sync_await
 
@@ -130,12 +131,12 @@ def _resolve(value: Any) -> tuple[Any, bool]:
 
 def run_offline(program: Callable[[], Any], *, project: str, stack: str,
                 config: dict[str, str] | None = None, secret_keys: list[str] | None = None,
-                unresolved_secrets: list[str] | None = None) -> ProgramRun:
+                unresolved_secrets: list[str] | None = None, mocks: Mocks | None = None) -> ProgramRun:
     """Run `program` inside a fresh Stack under mocks, as a preview, and record every registration.
 
     Exceptions from the program, an RPC or an apply propagate, as they would fail `pulumi preview`.
     """
-    monitor = RecordingMonitor()
+    monitor = RecordingMonitor(mocks)
     pulumi.runtime.set_all_config(dict(config or {}), list(secret_keys or []))
     # set_mocks builds and finishes a Stack of its own when none exists; a placeholder root prevents that
     # so the program runs inside a fresh Stack exactly as under the language host (run_in_stack).
@@ -165,7 +166,8 @@ def run_offline(program: Callable[[], Any], *, project: str, stack: str,
                       unresolved_secrets=list(unresolved_secrets or []), seconds=seconds)
 
 
-def run_program(project_dir: str | Path, stack: str, spec_file: Path | None = None) -> ProgramRun:
+def run_program(project_dir: str | Path, stack: str, spec_file: Path | None = None,
+                mocks: Mocks | None = None) -> ProgramRun:
     """Run `<project_dir>/__main__.py` for `stack` with the stack's config, as `pulumi preview` would;
     `spec_file` stands for the stack's specFile config (`pulumi config set specFile PATH`)."""
     project_dir = Path(project_dir).resolve()
@@ -175,4 +177,4 @@ def run_program(project_dir: str | Path, stack: str, spec_file: Path | None = No
     with _program_dir(project_dir):
         return run_offline(lambda: runpy.run_path(str(project_dir / "__main__.py"), run_name="__main__"),
                            project=cfg.project, stack=stack, config=cfg.values, secret_keys=cfg.secret_keys,
-                           unresolved_secrets=cfg.unresolved_secrets)
+                           unresolved_secrets=cfg.unresolved_secrets, mocks=mocks)

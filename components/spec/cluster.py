@@ -13,7 +13,7 @@ from .fabric import FabricSpec
 from .hardware import Host, NodePool, Rack, Site, SshSettings
 from .kubernetes import KubernetesSpec, ValidationSpec
 from .storage import FilesystemClaim, StorageSpec
-from .tenants import FlavorQuota, Share, Tenant
+from .tenants import FlavorQuota, PoolCapacity, Tenant, quotas_for
 from .topology import plan_topology
 from .versions import describe_known, find
 
@@ -65,33 +65,14 @@ class ClusterSpec(SpecModel):
         return sum(p.gpus for p in self.node_pools)
 
     def tenant_quotas(self, tenant: Tenant) -> dict[str, FlavorQuota]:
-        """Per pool the tenant has GPUs on: its GPUs, and the CPU and memory that come with them.
+        """Per pool the tenant has GPUs on: its GPUs, and the CPU and memory that come with them."""
+        return quotas_for(tenant, self.pool_capacities())
 
-        All three sit on the pool's Kueue flavor: Kueue assigns one flavor per resource group, and a
-        topology-aware flavor serves only workloads whose every resource it covers. CPU and memory per GPU
-        follow the pool's hosts (per GPU slice on time-sliced or MIG pools, whose quotas count slices); an
-        explicit tenant total is shared out in proportion to the nominal GPUs. Rounded down.
-        """
-        pools = self.pools
-        owned = {f: q for f, q in tenant.gpu_quota.items() if f in pools}
-        total_gpus = sum(q.nominal for q in owned.values())
-        out = {}
-        for flavor, q in owned.items():
-            pool = pools[flavor]
-            units = pool.gpu_units_per_host
-
-            def share(per_host: int, explicit: int | None) -> Share:
-                scale = lambda n: None if n is None else n * per_host // units  # noqa: E731
-                nominal = scale(q.nominal) if explicit is None else \
-                    (explicit * q.nominal // total_gpus if total_gpus else 0)
-                lending = None if q.lending_limit is None else min(nominal, scale(q.lending_limit))
-                return Share(nominal=nominal, borrowing_limit=scale(q.borrowing_limit), lending_limit=lending)
-
-            out[flavor] = FlavorQuota(gpus=Share(nominal=q.nominal, borrowing_limit=q.borrowing_limit,
-                                                 lending_limit=q.lending_limit),
-                                      cpu_cores=share(pool.cpu_cores_per_host, tenant.cpu_cores),
-                                      memory_gib=share(pool.memory_gib_per_host, tenant.memory_gib))
-        return out
+    def pool_capacities(self) -> dict[str, PoolCapacity]:
+        """What tenants' quotas are cut from, per pool."""
+        return {p.name: PoolCapacity(gpu_units_per_host=p.gpu_units_per_host, cpu_cores_per_host=p.cpu_cores_per_host,
+                                     memory_gib_per_host=p.memory_gib_per_host, gpu_resources=p.gpu_resources)
+                for p in self.node_pools}
 
     def rack_loads(self) -> dict[str, dict[str, tuple[int, int]]]:
         """Per rack, per pool: its hosts there and each one's peak watts (GPUs at TDP plus base power)."""

@@ -18,6 +18,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
 from .cluster import ClusterSpec, _fmt
+from .tenants import TenantsSpec
 from .common import CrossFieldError, Invalid, Loc, Problem, run_checks, shown
 
 MAX_FILE_BYTES = 16 * 1024 * 1024
@@ -227,6 +228,29 @@ def _decode(data: bytes, source: str) -> str:
 
 def parse_spec(text: str | bytes, source: str = "<spec>") -> ClusterSpec:
     """Validate YAML text as a ClusterSpec; raise SpecError listing every problem."""
+    data, lines = _read_mapping(text, source, "name, environment, sites, node_pools ...")
+    try:
+        return ClusterSpec.model_validate(data)
+    except ValidationError as e:
+        raise SpecError(source, _describe(e, data, lines, source)) from None
+
+
+def load_tenants(path: str | Path) -> TenantsSpec:
+    """A tenants-only stack file (see tenants/), read with the same guards as a cluster spec."""
+    p = Path(path)
+    try:
+        data, _ = _read_mapping(p.read_bytes(), str(p), "platform_stack and tenants")
+    except OSError as e:
+        raise SpecError(str(p), [f"{p}: cannot read the tenants file ({e.strerror})"]) from None
+    try:
+        return TenantsSpec.model_validate(data)
+    except ValidationError as e:
+        raise SpecError(str(p), [f"{p}: {'.'.join(map(str, err['loc'])) or '(file)'}: {err['msg']} "
+                                 f"(got {shown(str(err.get('input')), 60)})" for err in e.errors()]) from None
+
+
+def _read_mapping(text: str | bytes, source: str, wanted: str) -> tuple[dict, dict[Loc, int]]:
+    """YAML text as a mapping, with the line of every value; every guard of the loader applies."""
     if isinstance(text, bytes):
         text = _decode(text, source)
     elif len(text) > MAX_FILE_BYTES:
@@ -247,12 +271,8 @@ def parse_spec(text: str | bytes, source: str = "<spec>") -> ClusterSpec:
     except (ValueError, TypeError, OverflowError) as e:      # a value PyYAML resolved but cannot build
         raise SpecError(source, [f"{source}: not valid YAML: {shown(str(e), 200)}"]) from None
     if not isinstance(data, dict):
-        raise SpecError(source, [f"{source}: the spec must be a mapping with name, environment, sites, "
-                                 f"node_pools ... (got {type(data).__name__})"])
-    try:
-        return ClusterSpec.model_validate(data)
-    except ValidationError as e:
-        raise SpecError(source, _describe(e, data, lines, source)) from None
+        raise SpecError(source, [f"{source}: the spec must be a mapping with {wanted} (got {type(data).__name__})"])
+    return data, lines
 
 
 def load_spec(path: str | Path) -> ClusterSpec:

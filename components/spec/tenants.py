@@ -139,3 +139,85 @@ class Tenant(SpecModel):
     @property
     def namespace_name(self) -> str:
         return self.namespace or self.name
+
+
+class PoolCapacity(SpecModel):
+    """What tenants' quotas are cut from, per node pool (Kueue flavor)."""
+
+    gpu_units_per_host: int = Field(ge=1, description="GPUs, or slices on shared pools, per host.")
+    cpu_cores_per_host: int = Field(ge=1)
+    memory_gib_per_host: int = Field(ge=1)
+    gpu_resources: int | None = Field(None, ge=0, description="GPUs (or slices) in the pool. Omitted: unknown.")
+    guaranteed: int = Field(0, ge=0, description="Already guaranteed to tenants elsewhere. Omitted: none.")
+
+
+def quotas_for(tenant: Tenant, pools: dict[str, PoolCapacity]) -> dict[str, FlavorQuota]:
+    """Per pool the tenant has GPUs on: its GPUs, and the CPU and memory that come with them.
+
+    All three sit on the pool's Kueue flavor: Kueue assigns one flavor per resource group, and a
+    topology-aware flavor serves only workloads whose every resource it covers. CPU and memory per GPU
+    follow the pool's hosts (per GPU slice on time-sliced or MIG pools, whose quotas count slices); an
+    explicit tenant total is shared out in proportion to the nominal GPUs. Rounded down.
+    """
+    owned = {f: q for f, q in tenant.gpu_quota.items() if f in pools}
+    total_gpus = sum(q.nominal for q in owned.values())
+    out = {}
+    for flavor, q in owned.items():
+        pool = pools[flavor]
+        units = pool.gpu_units_per_host
+
+        def share(per_host: int, explicit: int | None) -> Share:
+            scale = lambda n: None if n is None else n * per_host // units  # noqa: E731
+            nominal = scale(q.nominal) if explicit is None else \
+                (explicit * q.nominal // total_gpus if total_gpus else 0)
+            lending = None if q.lending_limit is None else min(nominal, scale(q.lending_limit))
+            return Share(nominal=nominal, borrowing_limit=scale(q.borrowing_limit), lending_limit=lending)
+
+        out[flavor] = FlavorQuota(gpus=Share(nominal=q.nominal, borrowing_limit=q.borrowing_limit,
+                                             lending_limit=q.lending_limit),
+                                  cpu_cores=share(pool.cpu_cores_per_host, tenant.cpu_cores),
+                                  memory_gib=share(pool.memory_gib_per_host, tenant.memory_gib))
+    return out
+
+
+class Tenancy(SpecModel):
+    """The platform facts a tenant needs, which the platform stack exports as `tenancy`, so tenants can be
+    managed from their own project (a StackReference) without touching fabric, nodes or storage."""
+
+    cluster: str
+    environment: Literal["dev", "staging", "prod"]
+    cohort: str
+    dns_namespace: str
+    monitoring_namespace: str | None = None
+    pools: dict[str, PoolCapacity]
+    nccl: dict[str, dict[str, str]] = Field(default_factory=dict, description="Pods' NCCL settings per pool.")
+    namespaces_taken: list[str] = Field(default_factory=list,
+                                        description="System namespaces and the platform's own tenants'.")
+
+
+class TenantsSpec(SpecModel):
+    """A tenants-only stack: the teams one project onboards onto a platform stack it references."""
+
+    platform_stack: str = Field(pattern=r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+){0,2}$",
+                                description="The platform stack, as `pulumi stack ls` names it (org/project/stack).")
+    tenants: list[Tenant] = Field(min_length=1, max_length=1024)
+
+
+def tenancy_problems(tenancy: Tenancy, tenants: list[Tenant]) -> list[str]:
+    """What the platform refuses of these tenants: unknown pools, taken namespaces, guarantees beyond capacity."""
+    out = []
+    names = [t.namespace_name for t in tenants]
+    for i, t in enumerate(tenants):
+        if t.namespace_name in tenancy.namespaces_taken or names.count(t.namespace_name) > 1:
+            out.append(f"tenants[{i}].namespace: {t.namespace_name!r} is already taken on cluster {tenancy.cluster}; "
+                       "choose another")
+        for flavor in t.gpu_quota:
+            if flavor not in tenancy.pools:
+                out.append(f"tenants[{i}].gpu_quota.{flavor}: cluster {tenancy.cluster} has no node pool {flavor!r} "
+                           f"(pools: {', '.join(sorted(tenancy.pools))})")
+    for flavor, pool in sorted(tenancy.pools.items()):
+        asked = sum(t.gpu_quota[flavor].nominal for t in tenants if flavor in t.gpu_quota)
+        if asked and pool.gpu_resources is not None and pool.guaranteed + asked > pool.gpu_resources:
+            out.append(f"tenants: {asked} {flavor} GPUs guaranteed here and {pool.guaranteed} by the platform stack "
+                       f"exceed the pool's {pool.gpu_resources}; lower the nominal quotas")
+    return out

@@ -74,7 +74,8 @@ def _storage_check(spec: ClusterSpec) -> Check | None:
            "metadata": {"name": "storage-read", "namespace": CHECKS_NAMESPACE},
            "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "", "volumeName": pv["metadata"]["name"],
                     "resources": {"requests": {"storage": "1Ti"}}}}
-    fio = ["fio", "--name=read", "--directory=" + FIO_MOUNT, "--filename_format=$jobname.$(JOB_COMPLETION_INDEX).$jobnum",
+    fio = ["fio", "--name=read", "--directory=" + FIO_MOUNT,
+           "--filename_format=$jobname.$(JOB_COMPLETION_INDEX).$jobnum",      # a file per client and job
            "--rw=read", "--bs=4m", "--size=16g", "--numjobs=4", "--iodepth=16", "--ioengine=libaio", "--direct=1",
            "--time_based", f"--runtime={v.storage_test_seconds}", "--ramp_time=10", "--group_reporting",
            "--output-format=json"]
