@@ -79,6 +79,13 @@ def fio_doc(gb_per_s):
         indent=2)
 
 
+def test_fio_read_is_read_from_real_fio_json_of_every_client(dev_spec):
+    """Two clients' fio 3.36 JSON reports, as `kubectl logs` concatenates them."""
+    log = (SAMPLES / "fio_read_2clients.log").read_text()
+    assert fio_read_gb_per_s(log) == (15.0, 2)                   # 7.646 + 7.353 GB/s
+    assert judge(by_name(dev_spec)["storage-read"], log).passed    # against 14 GB/s
+
+
 def test_fio_read_is_summed_over_every_client():
     log = fio_doc(7.5) + "\nfio: some note\n" + fio_doc(6.25)
     assert fio_read_gb_per_s(log) == (13.75, 2)
