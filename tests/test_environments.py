@@ -10,7 +10,7 @@ from components.offline.runner import run_program
 from tests.conftest import ROOT
 
 ENVIRONMENTS = ["stacks/dev.yaml", "stacks/staging.yaml", "stacks/prod.yaml", "examples/reference-64gpu.yaml",
-                "examples/large.yaml"]
+                "examples/large.yaml", "examples/dev-l40s.yaml"]
 
 
 @pytest.mark.parametrize("path", ENVIRONMENTS)

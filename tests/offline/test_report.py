@@ -44,7 +44,8 @@ def test_thresholds_and_policy_results_change_the_verdicts():
 
 
 @pytest.mark.parametrize("path", ["stacks/dev.yaml", "stacks/staging.yaml", "stacks/prod.yaml",
-                                  "examples/reference-64gpu.yaml", "examples/large.yaml"])
+                                  "examples/reference-64gpu.yaml", "examples/large.yaml",
+                                  "examples/dev-l40s.yaml"])
 def test_the_topology_picture_holds_every_switch_rack_host_and_server(path, tmp_path):
     spec = spec_of(path)
     svg = render_topology_svg(spec)
