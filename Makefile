@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 
 E2E    ?= .e2e
 
-.PHONY: plan test e2e e2e-tools install schema clean
+.PHONY: plan test e2e e2e-tools install schema bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,11 @@ e2e-tools:
 
 e2e: $(STAMP) e2e-tools
 	GPUCLUSTER_E2E=1 GPUCLUSTER_E2E_TOOLS=$(abspath $(E2E)) $(BIN)/python -m pytest -q -m e2e tests/e2e
+
+# Scale: plan time, memory, graph shape and blast radius from 16 to 2,048 nodes against Pulumi's floor
+# (about an hour on 2 cores at full size; `$(BIN)/python bench/bench.py 16 128` for a quick look).
+bench: $(STAMP)
+	$(BIN)/python bench/bench.py
 
 schema: $(STAMP)
 	$(BIN)/gpucluster schema --out stacks/clusterspec.schema.json

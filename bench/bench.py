@@ -1,0 +1,160 @@
+"""`make bench`: how the library scales from 16 to 2,048 nodes, against Pulumi's own floor.
+
+For each size, in one run on one machine: `gpucluster plan` time and peak memory (whole process), the floor
+(floor.py: the same resources registered with no library logic), resources per GPU node, SSH commands per host,
+the dependency graph's depth, and the blast radius of three everyday changes (from `gpucluster diff`'s engine).
+Prints one table and writes bench/results.json. `python bench/bench.py 16 128` runs chosen sizes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from components.offline.diff import diff_plans, load_plan  # noqa: E402
+from specs import add_node, synthetic, to_yaml  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+SIZES = (16, 128, 512, 2048)
+
+
+def measured(argv: list[str]) -> tuple[float, float, str]:
+    """(seconds, peak RSS in MiB, stdout) of one whole child process (os.wait4 reads that child's own usage)."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        started = time.perf_counter()
+        proc = subprocess.Popen(argv, cwd=ROOT, stdout=out, stderr=err, text=True)
+        _, status, usage = os.wait4(proc.pid, 0)
+        seconds = time.perf_counter() - started
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0), err.seek(0)
+        text = out.read()
+        if proc.returncode != 0:
+            raise RuntimeError(f"{' '.join(argv)} failed ({proc.returncode}):\n{text[-2000:]}\n{err.read()[-2000:]}")
+    return seconds, usage.ru_maxrss / 1024, text
+
+
+def plan(spec: dict, work: Path, name: str) -> tuple[float, float, Path]:
+    """Plan a spec as stack `name` (every variant of a size is the same stack, so URNs compare)."""
+    work.mkdir(parents=True, exist_ok=True)
+    path = work / f"{name}.yaml"
+    path.write_text(to_yaml(spec))
+    out = work / name
+    seconds, peak, _ = measured([sys.executable, "-m", "components", "plan", str(path), "--out", str(out)])
+    return seconds, peak, out
+
+
+def graph_depth(resources: list[dict]) -> int:
+    """The longest chain of custom resources that must be created one after another (a dependency on a
+    component waits for everything under it)."""
+    by_urn = {r["urn"]: r for r in resources}
+    children: dict[str, list[str]] = {}
+    for r in resources:
+        if r.get("parent"):
+            children.setdefault(r["parent"], []).append(r["urn"])
+
+    def customs(urn: str) -> list[str]:
+        r = by_urn.get(urn)
+        if r is None:
+            return []
+        if r["custom"]:
+            return [urn]
+        return [c for child in children.get(urn, []) for c in customs(child)]
+
+    deps = {r["urn"]: {d for dep in [*r.get("dependsOn", []), *[u for us in r.get("propertyDependencies", {}).values()
+                                                                 for u in us]] for d in customs(dep)}
+            for r in resources if r["custom"]}
+    depth: dict[str, int] = {}
+    for urn in deps:                       # iterative longest path (no recursion limit at 2,048 nodes)
+        stack = [urn]
+        while stack:
+            top = stack[-1]
+            pending = [d for d in deps.get(top, ()) if d not in depth and d in deps]
+            if pending:
+                stack.extend(pending)
+                continue
+            stack.pop()
+            depth[top] = 1 + max((depth[d] for d in deps.get(top, ()) if d in depth), default=0)
+    return max(depth.values(), default=0)
+
+
+def commands_per_host(out: Path) -> int:
+    counts = [sum(1 for f in d.iterdir() if not f.name.endswith((".delete.sh", ".update.sh")))
+              for d in (out / "scripts").iterdir() if d.name.startswith("gpu-")]
+    return max(counts, default=0)
+
+
+def blast(base: Path, changed: Path) -> dict:
+    diffs = diff_plans(load_plan(base), load_plan(changed))
+    touched = sorted(d.urn.rsplit("::", 1)[-1] for d in diffs if d.action != "create")
+    return {"created": sum(d.action == "create" for d in diffs), "changed": len(touched), "names": touched[:8]}
+
+
+def run_size(nodes: int, work: Path) -> dict:
+    spec = synthetic(nodes)
+    plan_s, plan_mib, out = plan(spec, work, f"bench{nodes}")
+    floor_s, floor_mib, _ = measured([sys.executable, str(ROOT / "bench" / "floor.py"), str(out / "resources.json")])
+    document = json.loads((out / "resources.json").read_text())
+    resources = [r for r in document["resources"] if r["type"] != "pulumi:pulumi:Stack"]
+    started = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "components", "validate", str(work / f"bench{nodes}.yaml")], cwd=ROOT,
+                   check=True, capture_output=True)
+    validate_s = time.perf_counter() - started
+    quota = synthetic(nodes)
+    quota["tenants"][0]["gpu_quota"]["h100"]["nominal"] = 120
+    bump = synthetic(nodes)
+    bump["kubernetes"] = {"gpu_operator": {"chart_version": "v26.7.1"}, "allow_unknown_versions": True}
+    radius = {}
+    for label, variant in (("add a node", add_node(synthetic(nodes))), ("tenant quota", quota),
+                           ("GPU Operator bump", bump)):
+        radius[label] = blast(out, plan(variant, work / label.split()[0], f"bench{nodes}")[2])
+    return {"nodes": nodes, "gpus": nodes * 8, "resources": len(resources),
+            "plan_s": round(plan_s, 2), "plan_mib": round(plan_mib), "floor_s": round(floor_s, 2),
+            "floor_mib": round(floor_mib), "time_x_floor": round(plan_s / floor_s, 2),
+            "memory_x_floor": round(plan_mib / floor_mib, 2),
+            "resources_per_node": round(len(resources) / nodes, 2), "commands_per_host": commands_per_host(out),
+            "graph_depth": graph_depth(resources), "validate_s": round(validate_s, 2),
+            "types": dict(Counter(r["type"] for r in resources).most_common(6)), "blast_radius": radius}
+
+
+def table(rows: list[dict]) -> str:
+    head = ["nodes", "resources", "plan s", "floor s", "x floor", "plan MiB", "floor MiB", "x floor", "res/node",
+            "cmds/host", "depth", "validate s", "add node", "quota", "GPU Op bump"]
+    lines = [" | ".join(head), " | ".join("---" for _ in head)]
+    for r in rows:
+        b = r["blast_radius"]
+        lines.append(" | ".join(map(str, [
+            r["nodes"], r["resources"], r["plan_s"], r["floor_s"], r["time_x_floor"], r["plan_mib"], r["floor_mib"],
+            r["memory_x_floor"], r["resources_per_node"], r["commands_per_host"], r["graph_depth"], r["validate_s"],
+            b["add a node"]["changed"], b["tenant quota"]["changed"], b["GPU Operator bump"]["changed"]])))
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> None:
+    sizes = sorted(int(a) for a in argv) or list(SIZES)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="gpucluster-bench-") as tmp:
+        for n in sizes:
+            rows.append(run_size(n, Path(tmp)))
+            print(f"... {n} nodes done", file=sys.stderr)
+    machine = f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}"
+    print(f"gpucluster bench on {machine}\n")
+    print(table(rows))
+    print("\nchanged existing resources per change (blast radius):")
+    for r in rows:
+        for label, b in r["blast_radius"].items():
+            print(f"  {r['nodes']:>5} nodes, {label}: {b['changed']} changed ({', '.join(b['names'])}), "
+                  f"{b['created']} created")
+    (ROOT / "bench" / "results.json").write_text(json.dumps({"machine": machine, "rows": rows}, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
