@@ -8,13 +8,15 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from ..offline.policy import Violation, evaluate
-from ..offline.recorder import redact
-from ..offline.report import PolicyResults, render_report
+from typing import TYPE_CHECKING
+
 from ..spec import ClusterSpec, SpecError
 from .common import EXIT_FAILED, EXIT_OK, policy_settings, report_bad_input
 from .plan import add_parser as add_plan_parser
 from .plan import Planned, plan_stack
+
+if TYPE_CHECKING:
+    from ..offline.policy import Violation
 
 HELP = ("plan a stack offline and check it against the policy pack (exit 1 on a mandatory violation); "
         "writes check.json, and check.md with --format markdown, beside the plan")
@@ -37,6 +39,7 @@ def run(args: argparse.Namespace) -> int:
     planned = plan_stack(args)
     if isinstance(planned, int):
         return planned
+    from ..offline.policy import evaluate
     violations = evaluate(planned.run, policies, config)
     _add_results_to_report(planned, violations)
     descriptions = {p.name: p.description for p in policies}
@@ -59,6 +62,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _add_results_to_report(planned: Planned, violations: list[Violation]) -> None:
     """report.md gains the policy results, judged with the same thresholds."""
+    from ..offline.recorder import redact
+    from ..offline.report import PolicyResults, render_report
     report = planned.out / "report.md"
     specs = [r.inputs["spec"] for r in planned.run.records if r.type == "gpucluster:index:GpuCluster"]
     if not report.exists() or not specs:

@@ -6,12 +6,13 @@ import argparse
 import re
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..offline.policy import load_config, load_policies, thresholds
-from ..offline.report import Thresholds
-from ..offline.runner import load_stack_config
+from ..offline.config import load_stack_config
 from ..spec import SpecError
+
+if TYPE_CHECKING:
+    from ..offline.report import Thresholds
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 STACK_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
@@ -74,6 +75,7 @@ def plain_secrets(args: argparse.Namespace, environment: str) -> list[str]:
 
 def policy_settings(args: argparse.Namespace) -> tuple[list[Any], Path | None, dict[str, Any] | None]:
     """The pack's policies, and the stack's policy config: --policy-config, else policies/config/STACK.json."""
+    from ..offline.policy import load_config, load_policies      # Pulumi's SDK only for the commands that run it
     root = project_dir(args)
     policies = load_policies(root)
     given = getattr(args, "policy_config", None)
@@ -84,6 +86,8 @@ def policy_settings(args: argparse.Namespace) -> tuple[list[Any], Path | None, d
 
 def report_thresholds(args: argparse.Namespace) -> Thresholds:
     """The plan report's yardsticks from the policy pack, or the report's own defaults without one."""
+    from ..offline.policy import thresholds
+    from ..offline.report import Thresholds
     try:
         policies, config_file, config = policy_settings(args)
     except SpecError:

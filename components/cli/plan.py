@@ -6,13 +6,16 @@ import argparse
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from ..offline.plan import Plan, build_plan, write_plan
-from ..offline.report import Thresholds
-from ..offline.runner import ProgramRun, run_program
 from ..spec import SpecError, load_spec
 from .common import (EXIT_FAILED, EXIT_OK, add_project_dir, is_spec_file, plain_secrets, project_dir,
                      report_bad_input, report_thresholds, spec_path, stack_name)
+
+if TYPE_CHECKING:
+    from ..offline.plan import Plan
+    from ..offline.report import Thresholds
+    from ..offline.runner import ProgramRun
 
 HELP = "write the offline plan of a stack (resources, manifests, scripts) and print its summary"
 
@@ -44,6 +47,8 @@ class Planned:
 
 def plan_stack(args: argparse.Namespace) -> Planned | int:
     """Validate, run the program offline, write the plan and print its summary; an exit code on bad input."""
+    from ..offline.plan import build_plan, write_plan         # Pulumi's SDK loads only when a plan is made
+    from ..offline.runner import run_program
     try:
         root = project_dir(args)
         stack, path = stack_name(args), spec_path(args)

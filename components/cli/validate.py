@@ -7,8 +7,6 @@ import argparse
 import subprocess
 
 from ..spec import SpecError, load_spec
-from ..validation import plan_suite
-from ..validation.runner import Kubectl, render_results, run_suite
 from .common import EXIT_FAILED, EXIT_OK, add_project_dir, plain_secrets, report_bad_input, spec_path
 
 HELP = ("validate a stack's cluster spec and list every problem; with --kubeconfig, run the validation suite "
@@ -36,6 +34,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"warning: {w}")
     if not args.kubeconfig:
         return EXIT_OK
+    from ..validation import plan_suite                        # Kubernetes renderers only for a real run
+    from ..validation.runner import Kubectl, render_results, run_suite
     checks = plan_suite(spec)
     timeout = args.timeout or spec.validation.timeout_s
     print(f"running {len(checks)} check(s) on the cluster in {args.kubeconfig} (up to {timeout} s each)")
