@@ -7,7 +7,7 @@ from typing import Any, Iterable
 import yaml
 
 
-class _Dumper(yaml.SafeDumper):
+class _Dumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):     # libyaml's emitter where PyYAML has it
     def ignore_aliases(self, data: Any) -> bool:
         return True
 

@@ -85,12 +85,25 @@ class Topology:
         }
 
 
-def _serves(leaf: Switch, rack: str, rail: int) -> bool:
-    return (not leaf.racks or rack in leaf.racks) and (not leaf.rails or rail in leaf.rails)
+_PLANNED: dict[int, tuple[ClusterSpec, tuple[Topology, list[Problem]]]] = {}
 
 
 def plan_topology(spec: ClusterSpec) -> tuple[Topology, list[Problem]]:
-    """The links and leaf loads, and every cabling problem (each naming the field to fix)."""
+    """The links and leaf loads, and every cabling problem (each naming the field to fix).
+
+    Planned once per spec (specs are immutable): validation, the fabric, node pools, checks and the plan
+    summary all read the same result."""
+    hit = _PLANNED.get(id(spec))
+    if hit is not None and hit[0] is spec:
+        return hit[1]
+    result = _plan_topology(spec)
+    if len(_PLANNED) >= 8:
+        _PLANNED.pop(next(iter(_PLANNED)))
+    _PLANNED[id(spec)] = (spec, result)        # the spec is kept, so its id is not reused while cached
+    return result
+
+
+def _plan_topology(spec: ClusterSpec) -> tuple[Topology, list[Problem]]:
     switches = spec.fabric.switches
     leaves = [s for s in switches if s.role == "leaf"]
     if not leaves:
@@ -102,11 +115,21 @@ def plan_topology(spec: ClusterSpec) -> tuple[Topology, list[Problem]]:
     taken: dict[str, dict[int, str]] = {leaf.name: {} for leaf in leaves}
     wanted: list[tuple[Loc, str, int, Link]] = []     # (host loc, leaf, explicit port or 0, link without port)
     too_fast: set[tuple[int, int, str]] = set()
+    scopes = [(leaf, set(leaf.racks), set(leaf.rails)) for leaf in leaves]
+    serving_at: dict[tuple[str, int], list[Switch]] = {}
+
+    def serving_leaves(rack: str, rail: int) -> list[Switch]:
+        key = (rack, rail)
+        if key not in serving_at:          # once per rack and rail, not per NIC
+            serving_at[key] = [leaf for leaf, racks, rails in scopes
+                               if (not racks or rack in racks) and (not rails or rail in rails)]
+        return serving_at[key]
+
     for pi, pool in enumerate(spec.node_pools):
         for hi, host in enumerate(pool.hosts):
             loc = ("node_pools", pi, "hosts", hi)
             for ni, nic in enumerate(pool.nics):
-                serving = [leaf for leaf in leaves if _serves(leaf, host.rack, nic.rail)]
+                serving = serving_leaves(host.rack, nic.rail)
                 if len(serving) != 1:
                     names = ", ".join(s.name for s in serving)
                     problems.append(Problem(loc, f"rail {nic.rail} of {host.hostname} (rack {host.rack}) reaches "
