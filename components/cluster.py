@@ -18,8 +18,9 @@ from .storage import ParallelFilesystem
 class GpuCluster(pulumi.ComponentResource):
     """Everything an environment needs, built from one ClusterSpec.
 
-    The validated spec is the component's input, and each child's slice of it that child's input and output,
-    so policy packs can check intent across layers (the engine gives stack policies components' outputs).
+    Each child's slice of the validated spec is that child's input and output, and the whole spec this
+    component's output, so policy packs can check intent across layers (the engine gives stack policies
+    components' outputs) while a change shows only where its slice is.
     Providers (a Kubernetes provider for another cluster, say) come in through `opts.providers`; the SSH
     private key for hosts and switches is a Pulumi secret.
     """
@@ -41,13 +42,23 @@ class GpuCluster(pulumi.ComponentResource):
 
     def __init__(self, name: str, spec: ClusterSpec, ssh_private_key: pulumi.Input[str],
                  opts: pulumi.ResourceOptions | None = None):
-        super().__init__(self.TYPE, name, {"spec": spec.model_dump(mode="json")}, opts)
+        super().__init__(self.TYPE, name, {"name": spec.name, "environment": spec.environment}, opts)
         child = pulumi.ResourceOptions(parent=self)
-        self.fabric = Fabric(f"{name}-fabric", spec, ssh_private_key, opts=child)
-        # A host's Node is opened to work only once its fabric is set up.
-        ready = {h: [r] for h, r in self.fabric.host_scripts.items()}
-        self.node_pools = {p.name: GpuNodePool(f"{name}-{p.name}", NodePoolArgs.from_spec(spec, p), ssh_private_key,
-                                               opts=child, host_ready=ready) for p in spec.node_pools}
+        self.fabric = Fabric(f"{name}-fabric", spec, ssh_private_key, opts=child, gpu_hosts=False)
+        # Each GPU host's fabric settings run in its preparation's SSH session; hosts wait for the subnet
+        # managers, so pools with one go first.
+        sms = set(spec.fabric.infiniband.subnet_managers) if spec.fabric.infiniband else set()
+        after = list(self.fabric.subnet_managers)
+        self.node_pools = {}
+        for p in sorted(spec.node_pools, key=lambda p: not any(h.hostname in sms for h in p.hosts)):
+            pool = GpuNodePool(f"{name}-{p.name}", NodePoolArgs.from_spec(spec, p), ssh_private_key, opts=child,
+                               fabric={h.hostname: self.fabric.host_scripts[h.hostname] for h in p.hosts
+                                       if h.hostname in self.fabric.host_scripts},
+                               after=after, subnet_managers=sms)
+            after = after + pool.subnet_managers
+            self.node_pools[p.name] = pool
+        self.node_pools = {p.name: self.node_pools[p.name] for p in spec.node_pools}
+        ready = {h: [r] for pool in self.node_pools.values() for h, r in pool.prepared.items()}
         self.kubernetes = GpuKubernetesStack(f"{name}-k8s", spec, opts=child)
         self.tenancy = tenancy_of(spec)
         self.tenants = {t.name: Tenant(f"{name}-{t.name}", TenantArgs.from_tenancy(self.tenancy, t),
@@ -59,6 +70,9 @@ class GpuCluster(pulumi.ComponentResource):
                 f"{name}-storage", spec, ssh_private_key, opts=child, host_ready=ready,
                 namespaces={t.namespace_name: self.tenants[t.name].namespace for t in spec.tenants})
         self.register_outputs({
+            # The whole spec as an output, not an input: policies read intent from it, and a change shows
+            # only on the components and resources whose slice it is.
+            "spec": spec.model_dump(mode="json"),
             "environment": spec.environment,
             "racks": {name: {"pdu_capacity_kw": rack.pdu_capacity_kw} for name, rack in spec.racks.items()},
             "system_namespaces": sorted(spec.system_namespaces),

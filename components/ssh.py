@@ -4,7 +4,9 @@ One way for every SSH-pushed part of the project (node pools, fabric, storage):
 - the connection comes from the spec; the private key is a Pulumi secret and pulumi-command keeps the whole
   connection secret; `host_key` is pinned when the spec has one; a bastion is a single-hop `proxy`;
 - the script travels inside the command as a quoted heredoc run by bash (as root through `sudo -n` for other
-  users), never through `environment` (sshd refuses variables it does not AcceptEnv);
+  users), never through `environment` (sshd refuses variables it does not AcceptEnv); a secret the script
+  needs comes on the session's standard input (`stdin`, secret), so the script itself stays plain text that a
+  plan shows and a review reads;
 - by default `triggers` holds the script's hash, so a changed script replaces the command, and a replacement
   deletes before it creates: the old `delete` undoes the old state first, instead of undoing the new one after
   it is applied;
@@ -26,7 +28,10 @@ from .bash import heredoc
 from .spec.hardware import Bastion
 
 SCRIPT_MARKER = "GPUCLUSTER_SCRIPT"
-_WRAPPED = re.compile(rf"^(?:sudo -n )?/bin/bash -s <<'({SCRIPT_MARKER}[0-9]*)'\n(.*)\n\1\n?$", re.S)
+_WRAPPED = re.compile(rf"^(?:sudo -n )?/bin/bash (?:-s <<'({SCRIPT_MARKER}[0-9]*)'\n(.*)\n\1|"
+                      rf"-c \"\$\(cat <<'({SCRIPT_MARKER}[0-9]*)'\n(.*)\n\3\n\)\" gpucluster)\n?$", re.S)
+# One argument of a command line holds at most 128 KiB (Linux MAX_ARG_STRLEN): a script run with `bash -c`.
+MAX_ARG_BYTES = 128 * 1024
 
 
 class SshTarget(NamedTuple):
@@ -46,15 +51,22 @@ def digest(script: Script) -> str:
     return hashlib.sha256(f"{script.create}\0{script.delete or ''}".encode()).hexdigest()
 
 
-def as_command(text: str, user: str) -> str:
-    """What the SSH session runs: the script fed to bash, with root rights."""
-    return f"{'' if user == 'root' else 'sudo -n '}/bin/bash -s {heredoc(text.rstrip(chr(10)), SCRIPT_MARKER)}\n"
+def as_command(text: str, user: str, stdin: bool = False) -> str:
+    """What the SSH session runs: the script fed to bash, with root rights. `stdin`: the script reads the
+    session's standard input, so bash takes the script as its argument instead of on its input."""
+    sudo, body = "" if user == "root" else "sudo -n ", heredoc(text.rstrip(chr(10)), SCRIPT_MARKER)
+    if not stdin:
+        return f"{sudo}/bin/bash -s {body}\n"
+    if len(text.encode()) > MAX_ARG_BYTES - 1024:
+        raise ValueError(f"a script that reads standard input is at most {MAX_ARG_BYTES - 1024} bytes "
+                         f"(one argument of a command line); this one has {len(text.encode())}")
+    return f'{sudo}/bin/bash -c "$(cat {body}\n)" gpucluster\n'
 
 
 def unwrap(command: str) -> str:
     """The script inside a command built by `as_command` (the plan shows scripts, not wrappers)."""
     m = _WRAPPED.match(command)
-    return m.group(2) + "\n" if m else command
+    return (m.group(2) if m.group(2) is not None else m.group(4)) + "\n" if m else command
 
 
 def connection(target: SshTarget, private_key: pulumi.Input[str]) -> remote.ConnectionArgs:
@@ -69,21 +81,23 @@ def connection(target: SshTarget, private_key: pulumi.Input[str]) -> remote.Conn
 
 def push(name: str, target: SshTarget, script: Script, private_key: pulumi.Input[str], *,
          parent: pulumi.Resource, depends_on: Sequence[pulumi.Resource] = (), converge: bool = False,
-         protect: bool = False) -> remote.Command:
+         protect: bool = False, stdin: pulumi.Input[str] | None = None) -> remote.Command:
     """One remote command for a script. A create script built from a secret comes as an Output and stays
-    secret. `protect`: the engine refuses to delete the command (a server that holds data) until it is lifted."""
+    secret. `protect`: the engine refuses to delete the command (a server that holds data) until it is lifted.
+    `stdin`: a secret the script reads from its standard input (it stays out of the script and the plan)."""
+    piped = stdin is not None
     create: pulumi.Input[str]
     if isinstance(script.create, pulumi.Output):
-        create = script.create.apply(lambda text: as_command(text, target.user))
+        create = script.create.apply(lambda text: as_command(text, target.user, piped))
         trigger: pulumi.Input[str] = script.create.apply(lambda text: digest(Script(text, script.delete)))
     else:
-        create, trigger = as_command(script.create, target.user), digest(script)
+        create, trigger = as_command(script.create, target.user, piped), digest(script)
     return remote.Command(
         name, connection=connection(target, private_key), create=create,
         update=create if converge else None,
         delete=as_command(script.delete, target.user) if script.delete else None,
         # The SDK marks triggers replace-on-change: a converging script must not have any.
         triggers=None if converge else [trigger],
-        add_previous_output_in_env=False,
+        add_previous_output_in_env=False, stdin=None if stdin is None else pulumi.Output.secret(stdin),
         opts=pulumi.ResourceOptions(parent=parent, depends_on=list(depends_on), protect=protect,
                                     delete_before_replace=script.delete is not None))

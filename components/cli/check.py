@@ -10,7 +10,7 @@ from typing import Any
 
 from typing import TYPE_CHECKING
 
-from ..spec import ClusterSpec, SpecError
+from ..spec import SpecError
 from .common import EXIT_FAILED, EXIT_OK, policy_settings, report_bad_input
 from .plan import add_parser as add_plan_parser
 from .plan import Planned, plan_stack
@@ -62,13 +62,11 @@ def run(args: argparse.Namespace) -> int:
 
 def _add_results_to_report(planned: Planned, violations: list[Violation]) -> None:
     """report.md gains the policy results, judged with the same thresholds."""
-    from ..offline.recorder import redact
     from ..offline.report import PolicyResults, render_report
     report = planned.out / "report.md"
-    specs = [r.inputs["spec"] for r in planned.run.records if r.type == "gpucluster:index:GpuCluster"]
-    if not report.exists() or not specs:
+    if not report.exists() or not planned.plan.clusters:
         return
-    spec = ClusterSpec.model_validate(redact(specs[0]), strict=False)
+    spec = planned.plan.clusters[0]
     mandatory = sum(v.level == "mandatory" for v in violations)
     results = PolicyResults(mandatory, len(violations) - mandatory,
                             [(v.policy, v.level, v.resource, v.message) for v in violations])

@@ -1,8 +1,10 @@
 """Fabric: the data plane configured on hosts and switches from one spec, so both ends agree by construction.
 
-Resources, keyed by stable names: `<name>-<hostname>` per host with data-plane NICs or a subnet manager (one
-SSH script: NIC settings, boot unit, /etc/nccl.conf, OpenSM on SM hosts), and `<name>-<switch>` per managed
-RoCE switch. On InfiniBand, every other host waits for the subnet managers, whose sweep makes ports Active.
+Each host with data-plane NICs or a subnet manager gets one script (NIC settings, boot unit, /etc/nccl.conf,
+OpenSM on SM hosts), rendered once per plan (`host_scripts`). Standalone, the component pushes it as
+`<name>-<hostname>`; in a GpuCluster a GPU host runs it in the same SSH session as its preparation, and the
+component pushes only the others (storage servers that run an SM). `<name>-<switch>` per managed RoCE switch.
+On InfiniBand, every other host waits for the subnet managers, whose sweep makes ports Active.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import pulumi
 from ..spec import ClusterSpec
 from ..spec.hardware import Nic
 from ..spec.topology import plan_topology
-from ..ssh import SshTarget, push
+from ..ssh import Script, SshTarget, push
 from ..yamltext import to_yaml_all
 from .checks import render_link_check, render_nccl_job
 from .host import render_fabric_host
@@ -80,11 +82,17 @@ class Fabric(pulumi.ComponentResource):
     """MTU, RoCE priority, DSCP and PFC per pool's hosts and per managed switch; data and control interfaces."""
     checks: dict[str, str]
     """Scripts and job specs to run after `pulumi up` (ib_write_bw per rail, multi-node all_reduce_perf)."""
-    host_scripts: dict[str, pulumi.Resource]
-    """The fabric script of each host, by hostname (what depends on a configured fabric waits on these)."""
+    host_scripts: dict[str, Script]
+    """The fabric script of each host, by hostname, subnet managers first."""
+    host_commands: dict[str, pulumi.Resource]
+    """The commands this component pushed the host scripts with, by hostname."""
+    subnet_managers: list[pulumi.Resource]
+    """The commands that start subnet managers here (other hosts' settings wait for them)."""
 
     def __init__(self, name: str, spec: ClusterSpec, ssh_private_key: pulumi.Input[str],
-                 opts: pulumi.ResourceOptions | None = None):
+                 opts: pulumi.ResourceOptions | None = None, *, gpu_hosts: bool = True):
+        """`gpu_hosts`: push the node pools' hosts' scripts too. False: whoever prepares those hosts runs
+        `host_scripts` in the same session (GpuCluster's node pools do), one SSH session fewer per host."""
         intent = {"spec": spec.fabric.model_dump(mode="json")}
         super().__init__(self.TYPE, name, intent, opts)
         self.topology = plan_topology(spec)[0].summary({h.hostname: p.name for p, h in spec.hosts()})
@@ -92,14 +100,17 @@ class Fabric(pulumi.ComponentResource):
         self.nccl_env = nccl_envs(spec)
         self.checks = render_checks(spec)
         sms = set(spec.fabric.infiniband.subnet_managers) if spec.fabric.infiniband else set()
-        self.host_scripts = {}
-        managers: list[pulumi.Resource] = []
+        pooled = {h.hostname for _, h in spec.hosts()}
+        self.host_scripts, self.host_commands, self.subnet_managers = {}, {}, []
         for hostname, target, nics, env in fabric_hosts(spec):
-            resource = push(f"{name}-{hostname}", target, render_fabric_host(spec, hostname, nics, env),
-                            ssh_private_key, parent=self, depends_on=[] if hostname in sms else managers)
+            self.host_scripts[hostname] = render_fabric_host(spec, hostname, nics, env)
+            if hostname in pooled and not gpu_hosts:
+                continue
+            resource = push(f"{name}-{hostname}", target, self.host_scripts[hostname], ssh_private_key, parent=self,
+                            depends_on=[] if hostname in sms else self.subnet_managers)
             if hostname in sms:
-                managers.append(resource)
-            self.host_scripts[hostname] = resource
+                self.subnet_managers.append(resource)
+            self.host_commands[hostname] = resource
         if spec.fabric.kind == "rocev2":
             for switch in spec.fabric.switches:
                 if switch.managed:

@@ -202,6 +202,16 @@ if (( sm_changed || FILE_CHANGED )) || ! systemctl is-active --quiet gpucluster-
 fi
 '''
 
+# A host that is no longer a subnet manager stops the one this tool set up (its unit is ours by name).
+_NO_OPENSM = r'''
+if [[ -e @UNIT@ ]]; then
+  systemctl disable --now gpucluster-opensm >/dev/null 2>&1 || true
+  for f in @UNIT@ @CONF@ @PARTITIONS@; do drop_file "$f"; done
+  systemctl daemon-reload
+  changed "stopped the subnet manager: this host is not one of fabric.infiniband.subnet_managers"
+fi
+'''
+
 _PUSH = r'''
 need systemctl "this host does not run systemd"
 @SM@
@@ -305,7 +315,7 @@ def render_apply(spec: ClusterSpec, hostname: str, nics: list[Nic], nccl: dict[s
 def render_fabric_host(spec: ClusterSpec, hostname: str, nics: list[Nic], nccl: dict[str, str]) -> Script:
     priority = sm_priority(spec, hostname)
     ib = spec.fabric.infiniband
-    sm = ""
+    sm = fill(_NO_OPENSM, UNIT=OPENSM_UNIT, CONF=OPENSM_CONF, PARTITIONS=PARTITIONS_CONF)
     if priority is not None and ib is not None:
         first = min(nics, key=lambda n: n.rail).device if nics else "mlx5_0"
         unit = ("[Unit]\nDescription=InfiniBand subnet manager (gpucluster)\nAfter=network.target openibd.service\n\n"

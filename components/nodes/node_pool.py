@@ -1,15 +1,16 @@
 """GpuNodePool: bare-metal GPU hosts made into healthy, schedulable Kubernetes GPU nodes.
 
 Per host, keyed by hostname (adding a host changes nothing for the others), three resources:
-`<name>-<host>-prepare` and `<name>-<host>-burn-in` over SSH, and `<name>-<host>-node`, a NodePatch of the
-existing Node (patched, not owned) whose taints follow the burn-in: new nodes register with the burn-in taint
-(kubelet's registerWithTaints, set by the preparation), and the patch replaces the node's whole taint list
-(an atomic list under server-side apply) with the pool's taints, plus a quarantine taint if the burn-in failed.
+`<name>-<host>-prepare` over SSH (the host's fabric settings, when given, then its preparation, in one session),
+`<name>-<host>-burn-in` over SSH, and `<name>-<host>-node`, a NodePatch of the existing Node (patched, not
+owned) whose taints follow the burn-in: new nodes register with the burn-in taint (kubelet's
+registerWithTaints, set by the preparation), and the patch replaces the node's whole taint list (an atomic list
+under server-side apply) with the pool's taints, plus a quarantine taint if the burn-in failed.
 """
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Mapping, Sequence
+from typing import Any, ClassVar, Collection, Mapping, Sequence
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -20,6 +21,7 @@ from ..spec import ClusterSpec, Host, NodePool
 from ..spec.common import SpecModel
 from ..spec.hardware import SshSettings
 from ..spec.topology import plan_topology
+from ..bash import in_sequence
 from ..ssh import Script, SshTarget, push
 from .burn_in import parse_result, render_burn_in
 from .host_prep import render_host_prep
@@ -57,9 +59,18 @@ class NodePoolArgs(SpecModel):
                          host_key=host.host_key, bastion=self.ssh.bastion)
 
 
-def render_preparation(args: NodePoolArgs, host: Host) -> Script:
-    return render_host_prep(args.pool, host, rdma=args.rdma, gpudirect=args.gpudirect, host_driver=args.host_driver,
+def render_preparation(args: NodePoolArgs, host: Host, fabric: Script | None = None) -> Script:
+    """The host's preparation, after its fabric settings when given (undone in the reverse order)."""
+    prep = render_host_prep(args.pool, host, rdma=args.rdma, gpudirect=args.gpudirect, host_driver=args.host_driver,
                             system_namespaces=args.system_namespaces)
+    if fabric is None:
+        return prep
+    assert isinstance(fabric.create, str) and isinstance(prep.create, str) and fabric.delete and prep.delete
+    host_, pool = host.hostname, args.pool.name
+    return Script(in_sequence(f"{host_} ({pool}): its fabric settings, then its preparation",
+                              [fabric.create, prep.create]),
+                  in_sequence(f"{host_} ({pool}): undo its preparation, then its fabric settings",
+                              [prep.delete, fabric.delete]))
 
 
 def node_labels(args: NodePoolArgs, host: Host) -> dict[str, str]:
@@ -96,21 +107,36 @@ class GpuNodePool(pulumi.ComponentResource):
 
     burn_in: dict[str, pulumi.Output[str]]
     """Burn-in verdict per host ("passed" or "failed: why"); "skipped" when the pool has no burn-in."""
+    prepared: dict[str, pulumi.Resource]
+    """Each host's preparation (with its fabric settings), by hostname: what needs a prepared host waits on."""
+    subnet_managers: list[pulumi.Resource]
+    """The preparations of the pool's subnet-manager hosts (other pools' hosts wait for them)."""
 
     def __init__(self, name: str, args: NodePoolArgs, ssh_private_key: pulumi.Input[str],
                  opts: pulumi.ResourceOptions | None = None, *,
-                 host_ready: Mapping[str, Sequence[pulumi.Resource]] | None = None):
-        """`host_ready`: per host name, what must be done before its Node is opened to work (its fabric
-        settings, so no pod lands on a node whose RDMA is not set up). Omitted: the node's own steps only."""
+                 host_ready: Mapping[str, Sequence[pulumi.Resource]] | None = None,
+                 fabric: Mapping[str, Script] | None = None, after: Sequence[pulumi.Resource] = (),
+                 subnet_managers: Collection[str] = ()):
+        """`host_ready`: per host name, what must be done before its Node is opened to work. `fabric`: per host
+        name, its fabric script (Fabric.host_scripts), run first in its preparation's session. `after`: what
+        every preparation waits for (subnet managers set up elsewhere). `subnet_managers`: host names whose
+        preparation starts a subnet manager: prepared first, and the pool's other hosts wait for them.
+        Omitted: no fabric settings, nothing to wait for."""
         intent = {"spec": args.model_dump(mode="json")}
         super().__init__(self.TYPE, name, intent, opts)
         pool = args.pool
-        self.burn_in = {}
-        for host in pool.hosts:
+        fabric = fabric or {}
+        self.burn_in, self.prepared, self.subnet_managers = {}, {}, []
+        for host in sorted(pool.hosts, key=lambda h: h.hostname not in subnet_managers):
             key = f"{name}-{host.hostname}"
             target = args.target(host)
-            prepare = push(f"{key}-prepare", target, render_preparation(args, host), ssh_private_key, parent=self,
-                           converge=True)
+            manager = host.hostname in subnet_managers
+            prepare = push(f"{key}-prepare", target, render_preparation(args, host, fabric.get(host.hostname)),
+                           ssh_private_key, parent=self, converge=True,
+                           depends_on=[*after] if manager else [*after, *self.subnet_managers])
+            self.prepared[host.hostname] = prepare
+            if manager:
+                self.subnet_managers.append(prepare)
             if pool.burn_in.enabled:
                 burn = push(f"{key}-burn-in", target, render_burn_in(pool, host), ssh_private_key, parent=self,
                             depends_on=[prepare])

@@ -43,6 +43,7 @@ class Plan:
     errors: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     summary: str = ""
+    clusters: list[ClusterSpec] = field(default_factory=list)   # the spec of each GpuCluster the program built
 
 
 def _ordered(value: Any) -> Any:
@@ -124,11 +125,16 @@ def _machine_names(clusters: list[ClusterSpec]) -> dict[str, str]:
 MAX_OBJECT_BYTES = 1024 * 1024
 
 
+def cluster_specs(run: ProgramRun) -> list[ClusterSpec]:
+    """The spec of each GpuCluster, from its registered outputs (the engine and policies see the same)."""
+    specs = [run.component_outputs.get(r.urn, {}).get("spec") for r in run.records if r.type == GpuCluster.TYPE]
+    # strict=False: the registered spec went through JSON, where DSCP map keys became strings
+    return [ClusterSpec.model_validate(redact(s), strict=False) for s in specs if s]
+
+
 def build_plan(run: ProgramRun, thresholds: Thresholds = Thresholds()) -> Plan:
     files: dict[str, str] = {}
-    specs = [r.inputs["spec"] for r in run.records if r.type == GpuCluster.TYPE and "spec" in r.inputs]
-    # strict=False: the registered spec went through JSON, where DSCP map keys became strings
-    clusters = [ClusterSpec.model_validate(redact(s), strict=False) for s in specs]
+    clusters = cluster_specs(run)
     names = _machine_names(clusters)
     errors = [f"duplicate resource URN {u}: the real engine refuses this" for u in run.duplicates]
     owners: dict[str, str] = {}
@@ -169,7 +175,7 @@ def build_plan(run: ProgramRun, thresholds: Thresholds = Thresholds()) -> Plan:
                 for k in run.unresolved_secrets]
     for spec in clusters:
         warnings += spec.warnings()
-    plan = Plan(document, files, errors, warnings)
+    plan = Plan(document, files, errors, warnings, clusters=clusters)
     plan.summary = render_summary(run, plan, clusters)
     files["summary.txt"] = plan.summary
     return plan

@@ -4,7 +4,8 @@ tenants claim, from one spec.
 Resources, keyed by host name: `<name>-<server>` per storage server (protected: deleting one needs an explicit
 unprotect, and its delete script only unmounts), created management first, then metadata, then data servers;
 `<name>-<host>` per GPU host (the client, after its fabric is set up); `<name>-directories` from the first
-client; on BeeGFS, `<name>-<host>-auth` writes the shared connection secret first. Volumes are
+client; on BeeGFS with auth, each server and client script writes the shared connection secret, which its
+command passes on standard input (secret). Volumes are
 `<name>-pv-<namespace>-<claim>` and `<name>-pvc-<namespace>-<claim>`.
 """
 
@@ -17,10 +18,10 @@ import pulumi_random as random
 
 from ..k8s.objects import register
 from ..spec import ClusterSpec
-from ..ssh import Script, SshTarget, push
+from ..ssh import SshTarget, push
 from .kubernetes import render_volumes
 from .layout import ROLE_ORDER, Layout, plan_layout
-from .scripts import (render_beegfs_auth, render_beegfs_client, render_beegfs_server, render_directories,
+from .scripts import (render_beegfs_client, render_beegfs_server, render_directories,
                       render_lustre_client, render_lustre_server)
 
 
@@ -64,13 +65,7 @@ class ParallelFilesystem(pulumi.ComponentResource):
                                        opts=pulumi.ResourceOptions(parent=self)) if beegfs and spec.storage.auth \
             else None
 
-        def auth(hostname: str, target: SshTarget, server: bool = False) -> list[pulumi.Resource]:
-            if secret is None:
-                return ready.get(hostname, [])
-            text = pulumi.Output.secret(secret.result).apply(lambda s: render_beegfs_auth(hostname, s).create)
-            return [push(f"{name}-{hostname}-auth", target, Script(text), ssh_private_key, parent=self,
-                         depends_on=ready.get(hostname, []), protect=server)]
-
+        stdin = pulumi.Output.secret(secret.result) if secret is not None else None
         done: list[pulumi.Resource] = []
         for stage in sorted({min(ROLE_ORDER[t.role] for t in layout.on(s.hostname)) for s in layout.servers}):
             started = []
@@ -80,7 +75,7 @@ class ParallelFilesystem(pulumi.ComponentResource):
                 target = SshTarget(server.address, ssh.user, ssh.port, server.host_key, ssh.bastion)
                 rendered = (render_beegfs_server if beegfs else render_lustre_server)(spec, layout, server.hostname)
                 started.append(push(f"{name}-{server.hostname}", target, rendered, ssh_private_key, parent=self,
-                                    depends_on=done + auth(server.hostname, target, server=True), protect=True))
+                                    depends_on=done + ready.get(server.hostname, []), protect=True, stdin=stdin))
             done = done + started
         self.clients = {}
         for pool, host in clients:
@@ -90,7 +85,8 @@ class ParallelFilesystem(pulumi.ComponentResource):
             rendered = (render_beegfs_client if beegfs else render_lustre_client)(spec, layout, host.hostname,
                                                                                   interface)
             self.clients[host.hostname] = push(f"{name}-{host.hostname}", target, rendered, ssh_private_key,
-                                               parent=self, depends_on=done + auth(host.hostname, target))
+                                               parent=self, depends_on=done + ready.get(host.hostname, []),
+                                               stdin=stdin)
         _, first = clients[0]
         directories = push(f"{name}-directories", SshTarget(first.address, first.ssh_user or ssh.user,
                                                             first.ssh_port or ssh.port, first.host_key, ssh.bastion),

@@ -240,9 +240,22 @@ running() {
 '''
 
 
+# The shared connection secret comes on the session's standard input (the command's secret `stdin`), so it is
+# in no script, argument, environment or output; written only when it differs.
+_AUTH_FROM_STDIN = r'''
+# --- the shared connection secret, from standard input (never printed) ---
+# Run as `bash -c SCRIPT gpucluster` (push() does): fed to bash on its input, reading it would eat the script.
+[[ "$0" == gpucluster ]] || fail "this script reads the connection secret on standard input: run it as bash -c \"\$(cat SCRIPT)\" gpucluster < SECRET"
+secret=$(cat)
+[[ -n "$secret" ]] || fail "no connection secret on standard input (the command's stdin carries it)"
+mkdir -p /etc/beegfs
+put_file @AUTH@ 0400 "$secret"
+unset secret
+'''
+
+
 def _beegfs_common(layout: Layout, auth: bool, interface: str) -> str:
-    auth_check = fill('[[ -s @AUTH@ ]] || fail "@AUTH@ is missing (the auth step writes it first)"\n',
-                      AUTH=BEEGFS_AUTH) if auth else ""
+    auth_check = fill(_AUTH_FROM_STDIN, AUTH=BEEGFS_AUTH) if auth else ""
     return fill(_BEEGFS_CONF, VERSION=layout.version) + auth_check + fill(
         'put_file @IFS@ 0644 @IFACE@\nIFS_CHANGED=$FILE_CHANGED\n', IFS=BEEGFS_INTERFACES, IFACE=interface)
 
@@ -329,12 +342,6 @@ def render_beegfs_client(spec: ClusterSpec, layout: Layout, hostname: str, inter
     delete = script(f"Stop the BeeGFS {layout.fs_name} client on {hostname}", hostname,
                     "systemctl disable --now beegfs-client\n")
     return Script(create, delete)
-
-
-def render_beegfs_auth(hostname: str, secret: str) -> Script:
-    """The shared connection secret (base64 of random bytes), written without ever being printed."""
-    return Script(script(f"BeeGFS connection secret on {hostname}", hostname, fill(
-        'mkdir -p /etc/beegfs\nput_file @AUTH@ 0400 @SECRET@\n', AUTH=BEEGFS_AUTH, SECRET=secret)))
 
 
 # --- the shared directories, from one client ------------------------------------------------------------

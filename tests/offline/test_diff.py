@@ -35,7 +35,7 @@ def test_adding_a_tenant_changes_no_other_tenant(record, dev_data):
     dev_data["tenants"].append({"name": "team-c", "groups": {"edit": ["oidc:team-c"]}, "gpu_quota": {"h100": 2}})
     diffs = diff_plans(before, plan_of(record, dev_data))
     touched = {d.urn.rsplit("::", 1)[-1] for d in diffs if d.action != "create"}
-    assert touched == {"dev", "dev-team-b", "dev-team-b-cq"}     # the cluster's spec input and team-b's quota
+    assert touched == {"dev-team-b", "dev-team-b-cq"}     # team-b's intent and quota; the cluster carries no spec input
     assert {d.urn.rsplit("::", 1)[-1] for d in diffs if d.action == "create"} >= {"dev-team-c", "dev-team-c-ns"}
 
 

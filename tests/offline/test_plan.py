@@ -59,7 +59,7 @@ def test_the_same_spec_gives_byte_identical_plans(tmp_path):
 
 
 def test_summary_counts_resources_and_tenants(dev_plan):
-    assert "Stack dev of project gpucluster: 74 resources" in dev_plan.summary
+    assert "Stack dev of project gpucluster: 69 resources" in dev_plan.summary
     assert "Kubernetes: GPU Operator v26.7.0, Network Operator 26.4.1, Kueue 0.19.2, NFD 0.19.0; RDMA resource " \
            "rdma/rdma_shared_devices" in dev_plan.summary
     assert "Cluster dev (dev): 2 nodes, 16 GPUs, fabric rocev2, storage beegfs" in dev_plan.summary
@@ -140,7 +140,7 @@ def test_encrypted_stack_config_becomes_an_unresolved_placeholder(tmp_path):
 def test_roce_plan_shows_host_and_switch_scripts_checks_and_nccl(dev_plan):
     files = dev_plan.files
     for host in ("gpu-dev-01", "gpu-dev-02"):
-        assert "mlnx_qos -i \"$if\" --pfc 0,0,0,1,0,0,0,0" in files[f"scripts/{host}/dev-fabric-{host}.sh"]
+        assert "mlnx_qos -i \"$if\" --pfc 0,0,0,1,0,0,0,0" in files[f"scripts/{host}/dev-h100-{host}-prepare.sh"]
     assert "nv set qos roce mode lossless" in files["scripts/leaf-dev-01/dev-fabric-leaf-dev-01.sh"]
     assert {"checks/links-h100.sh", "checks/nccl-h100.yaml"} <= set(files)
     assert "NCCL_IB_TC: '106'" in files["manifests/team-a/configmap-nccl-h100.yaml"]
@@ -153,9 +153,9 @@ def test_infiniband_plan_runs_opensm_on_the_subnet_managers_and_every_script_is_
     plan = build_plan(run_program(ROOT, "prod"))
     assert plan.errors == []
     scripts = {p: t for p, t in plan.files.items() if p.endswith(".sh")}
-    assert "sm_priority 15" in scripts["scripts/gpu-prod-01/prod-fabric-gpu-prod-01.sh"]
-    assert "sm_priority 14" in scripts["scripts/gpu-prod-05/prod-fabric-gpu-prod-05.sh"]
-    assert "gpucluster-opensm" not in scripts["scripts/gpu-prod-02/prod-fabric-gpu-prod-02.sh"]
+    assert "sm_priority 15" in scripts["scripts/gpu-prod-01/prod-h100-gpu-prod-01-prepare.sh"]
+    assert "sm_priority 14" in scripts["scripts/gpu-prod-05/prod-h100-gpu-prod-05-prepare.sh"]
+    assert "opensm --config" not in scripts["scripts/gpu-prod-02/prod-h100-gpu-prod-02-prepare.sh"]
     assert not any(p.startswith("scripts/ib-") for p in scripts)          # IB switches: the SM configures them
     assert "rail-optimized, bisection 12800 Gb/s" in plan.summary and "1:1" in plan.summary
     for path, text in scripts.items():

@@ -234,14 +234,16 @@ class TestHosts:
         raise RuntimeError(f"sshd of {host.name} did not listen within {timeout_s}s")
 
     def ssh(self, host: TestHost, command: str, *, user: str = "root", host_key: str | None = None,
-            timeout_s: float = 60) -> subprocess.CompletedProcess:
-        """Run `command` as pulumi-command would: one SSH exec request, the host key pinned."""
+            timeout_s: float = 60, stdin: str | None = None) -> subprocess.CompletedProcess:
+        """Run `command` as pulumi-command would: one SSH exec request, the host key pinned, `stdin` (the
+        command's stdin input) on the session's standard input."""
         known = self.work / f"known_hosts_{host.name}"
         known.write_text(f"{host.address} {host_key or host.host_key}\n")
         return subprocess.run(
             ["ssh", "-i", str(self.client_key), "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes",
              "-o", f"UserKnownHostsFile={known}", "-o", "StrictHostKeyChecking=yes", "-o", "ConnectTimeout=5",
-             f"{user}@{host.address}", command], capture_output=True, text=True, timeout=timeout_s)
+             f"{user}@{host.address}", command], capture_output=True, text=True, timeout=timeout_s,
+            input=stdin if stdin is not None else "")
 
     def stop(self) -> None:
         for host in self.hosts.values():

@@ -248,3 +248,25 @@ def test_a_wrong_pinned_host_key_is_refused(test_hosts):
     other = test_hosts.hosts["gpu-dev-02"].host_key
     out = test_hosts.ssh(host, "true", host_key=other)
     assert out.returncode == 255 and "Host key verification failed" in out.stderr
+
+
+def test_fabric_settings_and_preparation_share_one_session_and_converge(test_hosts):
+    """As GpuCluster runs them: the host's fabric script, then its preparation, in one SSH session; each part
+    keeps its own change count, and a second run changes nothing in either."""
+    from components.fabric.fabric import fabric_hosts
+    from components.fabric.host import render_fabric_host
+    host = test_hosts.hosts["gpu-dev-02"]
+    spec = spec_of()
+    pool = spec.node_pools[0]
+    hostname, _, nics, env = next(h for h in fabric_hosts(spec) if h[0] == host.name)
+    script = render_preparation(NodePoolArgs.from_spec(spec, pool), pool.hosts[1],
+                                render_fabric_host(spec, hostname, nics, env))
+    first = test_hosts.ssh(host, as_command(script.create, "root"))
+    assert first.returncode == 0, first.stdout + first.stderr
+    counts = [line for line in first.stdout.splitlines() if line.endswith(" change(s)")]
+    assert len(counts) == 2 and all(not c.endswith(": 0 change(s)") for c in counts), first.stdout
+    assert first.stdout.index("ens1f0np0") < first.stdout.index("restarted kubelet")     # fabric first
+    second = test_hosts.ssh(host, as_command(script.create, "root"))
+    assert second.returncode == 0, second.stderr
+    assert [line for line in second.stdout.splitlines() if line.endswith(" change(s)")] == \
+        [f"{host.name}: 0 change(s)"] * 2, second.stdout

@@ -98,8 +98,9 @@ def lustre_oss(host, device: str, reformat: bool = False):
     return spec, render_lustre_server(spec, plan_layout(spec), host.name)
 
 
-def run(test_hosts, host, text):
-    return test_hosts.ssh(host, as_command(text, "root"))
+def run(test_hosts, host, text, stdin=None):
+    """As push() runs it: a script that reads a secret gets it on standard input."""
+    return test_hosts.ssh(host, as_command(text, "root", stdin=stdin is not None), stdin=stdin)
 
 
 def mkfs_calls(host):
@@ -243,16 +244,20 @@ def test_missing_packages_come_from_the_specs_repository_once(test_hosts, host, 
     script = render_beegfs_client(spec, plan_layout(spec), host.name, "eth0")
     # apt drops to its _apt user, which cannot write under the overlay this test host lives in
     host.put("/etc/apt/apt.conf.d/99sandbox", 'APT::Sandbox::User "root";\n')
-    host.sh(f"mkdir -p {STATE_DIR}/mounts && mkdir -p /etc/beegfs && head -c 64 /dev/urandom | base64 -w0 "
-            "> /etc/beegfs/conn.auth")
-    first = run(test_hosts, host, script.create)
+    host.sh(f"mkdir -p {STATE_DIR}/mounts")
+    secret = "Rk9PQkFSc2VjcmV0MTIzNDU2Nzg5MGFiY2RlZmdoaWprbG1ub3BxcnN0dXZ3eHl6"
+    first = run(test_hosts, host, script.create, stdin=secret)
     assert first.returncode == 0, first.stderr
+    assert host.read("/etc/beegfs/conn.auth") == secret + "\n" and secret not in first.stdout + first.stderr
+    assert oct(host.upper("/etc/beegfs/conn.auth").stat().st_mode & 0o777) == "0o400"
     assert f"{host.name}: changed: installed beegfs-client beegfs-helperd beegfs-utils from file://" in first.stdout
     assert host.read("/etc/apt/sources.list.d/gpucluster-beegfs-devfs.list").strip() == \
         f"deb [trusted=yes] file://{tmp_path / 'repo'} ./"
-    second = run(test_hosts, host, script.create)
+    second = run(test_hosts, host, script.create, stdin=secret)
     assert second.returncode == 0, second.stderr
     assert second.stdout.strip().endswith(": 0 change(s)"), second.stdout
+    fed = run(test_hosts, host, script.create)            # fed to bash on its input: no secret to read
+    assert fed.returncode == 1 and "reads the connection secret on standard input" in fed.stderr
 
 
 def lustre_mgs(host, device: str, tunables: dict):

@@ -55,13 +55,35 @@ def test_burn_in_follows_preparation_and_the_patch_follows_burn_in(dev_spec, rec
     assert patch["metadata"]["labels"]["gpucluster.io/rail-gbps"] == "400"
 
 
-def test_a_node_is_opened_only_after_its_own_fabric_settings(dev_spec, record):
-    """In a whole cluster, each host's NodePatch waits for that host's fabric script, and only that one."""
+def test_a_gpu_hosts_fabric_settings_run_first_in_its_preparation_session(dev_spec, record):
+    """In a whole cluster, a GPU host's fabric script is no command of its own: its preparation runs it first,
+    in the same SSH session, and undoes it last; the node opens only after the burn-in that follows."""
     from components.cluster import GpuCluster
     urns = {short(r.urn): r for r in record(lambda: GpuCluster("dev", dev_spec, ssh_key())).records}
+    assert not [n for n in urns if n.startswith("dev-fabric-gpu-")]
     for host, other in (("gpu-dev-01", "gpu-dev-02"), ("gpu-dev-02", "gpu-dev-01")):
-        deps = urns[f"dev-h100-{host}-node"].dependencies
-        assert urns[f"dev-fabric-{host}"].urn in deps and urns[f"dev-fabric-{other}"].urn not in deps
+        prepare = urns[f"dev-h100-{host}-prepare"].inputs
+        create, delete = unwrap(prepare["create"]), unwrap(prepare["delete"])
+        assert create.index(f"# Fabric of {host}") < create.index(f"# Prepare {host}") and other not in create
+        assert delete.index(f"# Undo the preparation of {host}") < delete.index(f"# Undo the fabric setup of {host}")
+        assert prepare["update"] == prepare["create"]              # converges: a fabric change is an update
+        assert urns[f"dev-h100-{host}-burn-in"].urn in urns[f"dev-h100-{host}-node"].dependencies
+
+
+def test_hosts_are_prepared_after_the_subnet_managers(record):
+    """On InfiniBand the subnet managers' preparations (which start OpenSM) come first; every other host's
+    waits for them, since its ports go Active only once an SM has swept the fabric."""
+    from components.cluster import GpuCluster
+    from components.spec import load_spec
+    prod_spec = load_spec("stacks/prod.yaml")
+    sms = prod_spec.fabric.infiniband.subnet_managers
+    records = record(lambda: GpuCluster("prod", prod_spec, ssh_key())).records
+    prepares = {short(r.urn).split("-", 2)[2].rsplit("-prepare", 1)[0]: r for r in records
+                if short(r.urn).endswith("-prepare")}
+    sm_urns = {prepares[h].urn for h in sms}
+    for host, r in prepares.items():
+        assert (set(r.dependencies) & sm_urns) == (set() if host in sms else sm_urns), host
+    assert "sm_priority 15" in unwrap(prepares[sms[0]].inputs["create"])
 
 
 def test_a_changed_preparation_is_an_update_and_a_changed_burn_in_a_replacement(dev_data, record):

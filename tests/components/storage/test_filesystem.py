@@ -116,9 +116,13 @@ def test_the_beegfs_secret_never_reaches_the_plan(record, monkeypatch, tmp_path)
     write_plan(plan, tmp_path / "plan")
     text = "".join(p.read_text() for p in (tmp_path / "plan").rglob("*") if p.is_file())
     assert AUTH not in text
-    assert "this script embeds a secret" in plan.files["scripts/gpu-dev-01/dev-storage-gpu-dev-01-auth.sh"]
-    server = plan.files["scripts/stor-dev-01/dev-storage-stor-dev-01.sh"]
-    assert "[[ -s /etc/beegfs/conn.auth ]] || fail" in server and AUTH not in server
+    assert not [f for f in plan.files if f.endswith("-auth.sh")]         # no session of its own
+    for path in ("scripts/stor-dev-01/dev-storage-stor-dev-01.sh", "scripts/gpu-dev-01/dev-storage-gpu-dev-01.sh"):
+        script = plan.files[path]           # plain text a review reads; the secret comes on standard input
+        assert "secret=$(cat)" in script and "put_file /etc/beegfs/conn.auth 0400" in script, path
+    commands = {r["name"]: r for r in plan.document["resources"]}
+    assert commands["dev-storage-gpu-dev-01"]["inputs"]["stdin"] == "[secret]"
+    assert commands["dev-storage-gpu-dev-01"]["inputs"]["create"].startswith('sudo -n /bin/bash -c "$(cat <<')
 
 
 @pytest.mark.parametrize("change, expected", [
