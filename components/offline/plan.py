@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +18,7 @@ from ..k8s.jobs import render_example_jobs
 from ..k8s.network_operator import rdma_resource
 from ..spec import ClusterSpec
 from ..spec.cluster import network_operator_enabled
+from ..spec.loader import loaded_specs
 from ..spec.topology import plan_topology
 from ..ssh import unwrap
 from ..validation import render_suite_files
@@ -125,11 +125,23 @@ def _machine_names(clusters: list[ClusterSpec]) -> dict[str, str]:
 MAX_OBJECT_BYTES = 1024 * 1024
 
 
+def _as_registered(value: Any) -> Any:
+    """A value as it reads back after registration: unset (None) fields dropped, whole numbers ints."""
+    if isinstance(value, dict):
+        return {k: _as_registered(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_as_registered(v) for v in value]
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
 def cluster_specs(run: ProgramRun) -> list[ClusterSpec]:
     """The spec of each GpuCluster, from its registered outputs (the engine and policies see the same)."""
-    specs = [run.component_outputs.get(r.urn, {}).get("spec") for r in run.records if r.type == GpuCluster.TYPE]
+    specs = [redact(s) for r in run.records if r.type == GpuCluster.TYPE
+             for s in [run.component_outputs.get(r.urn, {}).get("spec")] if s]
+    loaded = {id(c): c for c in loaded_specs()}.values()      # the program's own, already validated and planned
     # strict=False: the registered spec went through JSON, where DSCP map keys became strings
-    return [ClusterSpec.model_validate(redact(s), strict=False) for s in specs if s]
+    return [next((c for c in loaded if _as_registered(c.model_dump(mode="json")) == s), None)
+            or ClusterSpec.model_validate(s, strict=False) for s in specs]
 
 
 def build_plan(run: ProgramRun, thresholds: Thresholds = Thresholds()) -> Plan:
@@ -170,7 +182,7 @@ def build_plan(run: ProgramRun, thresholds: Thresholds = Thresholds()) -> Plan:
         "outputs": {k: (SECRET if secret else redact(v)) for k, (v, secret) in run.outputs.items()},
         "resources": [_resource_entry(r, run.component_outputs) for r in run.records],
     }
-    files["resources.json"] = json.dumps(document, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+    files["resources.json"] = _resources_json(document)
     warnings = [f"secret config {k} is encrypted or not set; a placeholder stands in for it offline"
                 for k in run.unresolved_secrets]
     for spec in clusters:
@@ -179,6 +191,16 @@ def build_plan(run: ProgramRun, thresholds: Thresholds = Thresholds()) -> Plan:
     plan.summary = render_summary(run, plan, clusters)
     files["summary.txt"] = plan.summary
     return plan
+
+
+def _resources_json(document: dict[str, Any]) -> str:
+    """The plan as JSON, one resource per line (sorted keys): a diff of two plans shows the resources that
+    differ, and json's C encoder writes it (an indented dump goes through its slow pure-Python path)."""
+    head = {k: v for k, v in document.items() if k != "resources"}
+    lines = [json.dumps(r, sort_keys=True, ensure_ascii=False) for r in document["resources"]]
+    text = json.dumps(head, indent=2, sort_keys=True, ensure_ascii=False)
+    return text[:-2] + ',\n  "resources": [\n    ' + ",\n    ".join(lines) + "\n  ]\n}\n" if lines else \
+        json.dumps(document, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
 
 
 def _table(headers: list[str], rows: list[list[Any]]) -> list[str]:
@@ -270,9 +292,21 @@ def write_plan(plan: Plan, out_dir: Path) -> None:
     if out_dir.exists() and any(out_dir.iterdir()) and not (out_dir / "resources.json").exists():
         raise FileExistsError(f"{out_dir} is not empty and holds no plan (no resources.json); "
                               "choose an empty or new folder with --out")
-    if out_dir.exists():
-        shutil.rmtree(out_dir)
+    # Rewritten in place, not removed and made again: a re-plan of thousands of files rewrites only what
+    # changed, and whatever the new plan does not have is removed.
+    stale = {p for p in out_dir.rglob("*") if not p.is_dir()} if out_dir.exists() else set()
     for rel, text in sorted(plan.files.items()):
         path = out_dir / rel
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
+        data = text.encode("utf-8")
+        stale.discard(path)
+        if path.is_symlink():
+            path.unlink()
+        elif path.is_file() and path.stat().st_size == len(data) and path.read_bytes() == data:
+            continue
+        path.write_bytes(data)
+    for path in stale:
+        path.unlink()
+    for folder in sorted((p for p in out_dir.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
+        if not any(folder.iterdir()):
+            folder.rmdir()

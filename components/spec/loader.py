@@ -249,6 +249,31 @@ def load_tenants(path: str | Path) -> TenantsSpec:
                                  f"(got {shown(str(err.get('input')), 60)})" for err in e.errors()]) from None
 
 
+class _Unusual(Exception):
+    """A node the fast construction leaves to PyYAML's constructor (merge keys, sets, complex keys)."""
+
+
+_STR, _SEQ, _MAP = "tag:yaml.org,2002:str", "tag:yaml.org,2002:seq", "tag:yaml.org,2002:map"
+
+
+def _construct_tree(node: yaml.Node, constructor: yaml.constructor.SafeConstructor) -> Any:
+    """The values of an alias-free tree, as PyYAML's SafeConstructor builds them: strings, lists and dicts here
+    (most of a spec), every other scalar (ints, bools, nulls, floats) by the constructor itself, so each means
+    what it means in PyYAML; anything else raises _Unusual. Depth is bounded by MAX_DEPTH when composed."""
+    if isinstance(node, yaml.ScalarNode):
+        return node.value if node.tag == _STR else constructor.construct_object(node, deep=True)
+    if isinstance(node, yaml.SequenceNode) and node.tag == _SEQ:
+        return [_construct_tree(child, constructor) for child in node.value]
+    if isinstance(node, yaml.MappingNode) and node.tag == _MAP:
+        out = {}
+        for key, value in node.value:
+            if not isinstance(key, yaml.ScalarNode) or key.tag == "tag:yaml.org,2002:merge":
+                raise _Unusual
+            out[_construct_tree(key, constructor)] = _construct_tree(value, constructor)
+        return out
+    raise _Unusual
+
+
 def _read_mapping(text: str | bytes, source: str, wanted: str) -> tuple[dict, dict[Loc, int]]:
     """YAML text as a mapping, with the line of every value; every guard of the loader applies."""
     if isinstance(text, bytes):
@@ -265,7 +290,13 @@ def _read_mapping(text: str | bytes, source: str, wanted: str) -> tuple[dict, di
             _index_nodes(node, lines, found, source)
             if found:
                 raise SpecError(source, found)
-        data = yaml.constructor.SafeConstructor().construct_document(node) if node is not None else None
+        data = None
+        if node is not None:
+            constructor = yaml.constructor.SafeConstructor()
+            try:
+                data = _construct_tree(node, constructor) if not aliases else constructor.construct_document(node)
+            except _Unusual:
+                data = yaml.constructor.SafeConstructor().construct_document(node)
     except yaml.YAMLError as e:
         raise SpecError(source, [_yaml_problem(e, text, source)]) from None
     except (ValueError, TypeError, OverflowError) as e:      # a value PyYAML resolved but cannot build
@@ -285,7 +316,20 @@ def load_spec(path: str | Path) -> ClusterSpec:
     except OSError as e:
         raise SpecError(str(p), [f"{p}: cannot read the spec ({e.strerror}); create it or pass the right path"]) \
             from None
-    return parse_spec(data, str(p))
+    key = (str(p.resolve()), data)
+    if key not in _LOADED:            # the CLI validates a spec, then the program loads it: parsed once
+        if len(_LOADED) >= 4:
+            _LOADED.pop(next(iter(_LOADED)))
+        _LOADED[key] = parse_spec(data, str(p))
+    return _LOADED[key]
+
+
+_LOADED: dict[tuple[str, bytes], ClusterSpec] = {}     # specs are immutable, so one parse serves every reader
+
+
+def loaded_specs() -> list[ClusterSpec]:
+    """The specs this process loaded last (a plan finds the one its program built from)."""
+    return list(_LOADED.values())
 
 
 # --- every rule that can run: checks over a spec whose invalid values are stand-ins ---------------------

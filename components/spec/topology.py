@@ -10,7 +10,7 @@ rail, and there are several rails), and the bisection bandwidth.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterator
 
 from .common import Loc, Problem
@@ -115,14 +115,20 @@ def _plan_topology(spec: ClusterSpec) -> tuple[Topology, list[Problem]]:
     taken: dict[str, dict[int, str]] = {leaf.name: {} for leaf in leaves}
     wanted: list[tuple[Loc, str, int, Link]] = []     # (host loc, leaf, explicit port or 0, link without port)
     too_fast: set[tuple[int, int, str]] = set()
-    scopes = [(leaf, set(leaf.racks), set(leaf.rails)) for leaf in leaves]
+    # Leaves by the racks and rails they name ("" / -1: every rack / rail), so finding the leaves of a NIC
+    # costs the leaves that could serve it, not every leaf of the fabric.
+    scoped: dict[tuple[str, int], list[int]] = {}
+    for i, leaf in enumerate(leaves):
+        for rack in leaf.racks or [""]:
+            for rail in leaf.rails or [-1]:
+                scoped.setdefault((rack, rail), []).append(i)
     serving_at: dict[tuple[str, int], list[Switch]] = {}
 
     def serving_leaves(rack: str, rail: int) -> list[Switch]:
         key = (rack, rail)
-        if key not in serving_at:          # once per rack and rail, not per NIC
-            serving_at[key] = [leaf for leaf, racks, rails in scopes
-                               if (not racks or rack in racks) and (not rails or rail in rails)]
+        if key not in serving_at:          # once per rack and rail, in the order of the spec
+            found = {i for k in ((rack, rail), (rack, -1), ("", rail), ("", -1)) for i in scoped.get(k, ())}
+            serving_at[key] = [leaves[i] for i in sorted(found)]
         return serving_at[key]
 
     for pi, pool in enumerate(spec.node_pools):
@@ -171,7 +177,7 @@ def _plan_topology(spec: ClusterSpec) -> tuple[Topology, list[Problem]]:
                 cursor[leaf_name] += 1
             port = cursor[leaf_name]
             taken[leaf_name][port] = link.host
-        links.append(replace(link, port=port))
+        links.append(Link(link.host, link.rail, link.device, link.interface, link.speed_gbps, leaf_name, port))
     per_leaf: dict[str, list[Link]] = {leaf.name: [] for leaf in leaves}
     for link in links:
         per_leaf[link.leaf].append(link)
@@ -193,10 +199,14 @@ def _plan_topology(spec: ClusterSpec) -> tuple[Topology, list[Problem]]:
 
 def _spine_capacity(spec: ClusterSpec) -> Iterator[Problem]:
     switches = spec.fabric.switches
+    taken: dict[str, int] = {}
+    for leaf in switches:
+        for name in set(leaf.uplinks):
+            taken[name] = taken.get(name, 0) + leaf.links_per_uplink
     for i, spine in enumerate(switches):
         if spine.role != "spine":
             continue
-        used = sum(leaf.links_per_uplink for leaf in switches if spine.name in leaf.uplinks)
+        used = taken.get(spine.name, 0)
         if used > spine.ports:
             yield Problem(("fabric", "switches", i, "ports"),
                           f"spine {spine.name} takes {used} uplinks from its leaves but has {spine.ports} ports; "

@@ -28,3 +28,24 @@ def test_graph_depth_follows_dependencies_through_components():
     resources = [r("a"), r("comp", custom=False), r("b", parent="comp", deps=["a"]),
                  r("c", parent="comp", deps=["a"]), r("d", deps=["comp"]), r("e", props={"x": ["d"]}), r("f")]
     assert graph_depth(resources) == 4          # a -> b (or c) -> d (waits for the whole component) -> e
+
+
+def row(nodes, **over):
+    base = {"nodes": nodes, "time_x_floor": 1.1, "memory_x_floor": 1.1, "resources_per_added_node": 4,
+            "commands_per_host": 3, "plan_s": nodes / 10, "graph_depth": 5, "validate_s": 1.0,
+            "blast_radius": {"add a node": {"resources": [], "components": [f"bench{nodes}-h100"]},
+                             "tenant quota": {"resources": [f"bench{nodes}-team-0000-cq"],
+                                              "components": [f"bench{nodes}-team-0000"]},
+                             "GPU Operator bump": {"resources": [f"bench{nodes}-k8s-gpu-operator"],
+                                                   "components": [f"bench{nodes}-k8s"]}}}
+    return {**base, **over}
+
+
+def test_verdicts_pass_only_when_every_size_meets_every_target():
+    from bench import verdicts
+    assert all(met for _, met, _ in verdicts([row(16), row(128), row(2048)]))
+    slow = {t: met for t, met, _ in verdicts([row(16), row(2048, time_x_floor=1.3, plan_s=1000)])}
+    assert not slow["plan time <= 1.25x the floor"] and not slow["linear: 2,048 nodes <= 140x the time of 16"]
+    wide = row(128)
+    wide["blast_radius"]["tenant quota"]["components"].append("bench128")
+    assert not dict((t, m) for t, m, _ in verdicts([wide]))["blast radius exact"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 
@@ -121,8 +122,16 @@ def test_refuses_to_replace_a_folder_that_holds_no_plan(dev_plan, tmp_path):
 def test_replaces_a_previous_plan_so_removed_objects_disappear(dev_plan, tmp_path):
     write_plan(dev_plan, tmp_path)
     (tmp_path / "manifests" / "stale.yaml").write_text("old")
+    (tmp_path / "old-folder").mkdir()
+    (tmp_path / "old-folder" / "gone.sh").write_text("old")
+    (tmp_path / "summary.txt").write_text("edited by hand")
+    kept = tmp_path / "report.md"
+    os.utime(kept, (1, 1))
     write_plan(dev_plan, tmp_path)
-    assert not (tmp_path / "manifests" / "stale.yaml").exists()
+    assert not (tmp_path / "manifests" / "stale.yaml").exists() and not (tmp_path / "old-folder").exists()
+    assert (tmp_path / "summary.txt").read_text() == dev_plan.files["summary.txt"]
+    assert kept.stat().st_mtime == 1          # unchanged files are left alone: a re-plan rewrites what changed
+    assert {str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file()} == set(dev_plan.files)
 
 
 def test_encrypted_stack_config_becomes_an_unresolved_placeholder(tmp_path):

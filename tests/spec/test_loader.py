@@ -209,3 +209,26 @@ def test_rejects_infiniband_leaves_without_spines(dev_data):
          "port_speed_gbps": 400, "rails": [r], "managed": False} for r in range(2)]}
     found = problems_of(dev_data)
     assert len(found) == 2 and "fabric.switches[0].uplinks: InfiniBand leaf ib-leaf-0 has no uplinks" in found[0]
+
+
+@pytest.mark.parametrize("text", [
+    "a: 1\nb: [1, 2.5, true, null, ~, 0x1f, 0o17, 017, 1_000, 'x', 2001-01-01, 1:20, .inf, -.5, yes, off]\n",
+    "? [1]\n: 2\n",                                     # a complex key: PyYAML's constructor decides
+    "base: &b {x: 1}\nd:\n  <<: *b\n  y: 2\n",          # aliases and merge keys: PyYAML's constructor
+    *[(ROOT / "stacks" / f"{s}.yaml").read_text() for s in ("dev", "staging", "prod")],
+])
+def test_fast_construction_gives_what_pyyamls_constructor_gives(text):
+    """Specs are built from the composed tree without PyYAML's slower constructor where nothing unusual is in
+    it; the values must be the same either way."""
+    import yaml
+    from components.spec import loader
+    node, _ = loader._compose(text)
+    try:
+        want = yaml.constructor.SafeConstructor().construct_document(node)
+    except yaml.YAMLError as e:
+        want = type(e)
+    try:
+        got, _ = loader._read_mapping(text, "t.yaml", "a mapping")
+    except SpecError:
+        got = yaml.constructor.ConstructorError
+    assert got == want
