@@ -47,7 +47,7 @@ class GpuCluster(pulumi.ComponentResource):
         self.fabric = Fabric(f"{name}-fabric", spec, ssh_private_key, opts=child, gpu_hosts=False)
         # Each GPU host's fabric settings run in its preparation's SSH session; hosts wait for the subnet
         # managers, so pools with one go first.
-        sms = set(spec.fabric.infiniband.subnet_managers) if spec.fabric.infiniband else set()
+        sms = set(spec.fabric.subnet_managers)
         after = list(self.fabric.subnet_managers)
         self.node_pools = {}
         for p in sorted(spec.node_pools, key=lambda p: not any(h.hostname in sms for h in p.hosts)):

@@ -57,9 +57,10 @@ def as_command(text: str, user: str, stdin: bool = False) -> str:
     sudo, body = "" if user == "root" else "sudo -n ", heredoc(text.rstrip(chr(10)), SCRIPT_MARKER)
     if not stdin:
         return f"{sudo}/bin/bash -s {body}\n"
-    if len(text.encode()) > MAX_ARG_BYTES - 1024:
+    size = len(text.encode())
+    if size > MAX_ARG_BYTES - 1024:
         raise ValueError(f"a script that reads standard input is at most {MAX_ARG_BYTES - 1024} bytes "
-                         f"(one argument of a command line); this one has {len(text.encode())}")
+                         f"(one argument of a command line); this one has {size}")
     return f'{sudo}/bin/bash -c "$(cat {body}\n)" gpucluster\n'
 
 

@@ -26,7 +26,7 @@ from .switches import render_switch, switch_mtu_bytes
 def fabric_hosts(spec: ClusterSpec) -> list[tuple[str, SshTarget, list[Nic], dict[str, str]]]:
     """(hostname, target, NICs, NCCL settings) of every host the fabric configures; subnet managers first."""
     ssh = spec.ssh
-    sms = spec.fabric.infiniband.subnet_managers if spec.fabric.infiniband else []
+    sms = spec.fabric.subnet_managers
     out = []
     if spec.fabric.rdma:
         envs = nccl_envs(spec)
@@ -99,7 +99,7 @@ class Fabric(pulumi.ComponentResource):
         self.data_plane = data_plane(spec)
         self.nccl_env = nccl_envs(spec)
         self.checks = render_checks(spec)
-        sms = set(spec.fabric.infiniband.subnet_managers) if spec.fabric.infiniband else set()
+        sms = set(spec.fabric.subnet_managers)
         pooled = {h.hostname for _, h in spec.hosts()}
         self.host_scripts, self.host_commands, self.subnet_managers = {}, {}, []
         for hostname, target, nics, env in fabric_hosts(spec):

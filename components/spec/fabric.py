@@ -221,3 +221,8 @@ class FabricSpec(SpecModel):
     @property
     def effective_roce(self) -> RoceSettings | None:
         return (self.roce or RoceSettings()) if self.kind == "rocev2" else None
+
+    @property
+    def subnet_managers(self) -> list[str]:
+        """Hosts that run OpenSM, primary first; none outside InfiniBand."""
+        return list(self.infiniband.subnet_managers) if self.infiniband else []

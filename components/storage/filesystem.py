@@ -65,7 +65,7 @@ class ParallelFilesystem(pulumi.ComponentResource):
                                        opts=pulumi.ResourceOptions(parent=self)) if beegfs and spec.storage.auth \
             else None
 
-        stdin = pulumi.Output.secret(secret.result) if secret is not None else None
+        stdin = secret.result if secret is not None else None        # push() keeps it secret
         done: list[pulumi.Resource] = []
         for stage in sorted({min(ROLE_ORDER[t.role] for t in layout.on(s.hostname)) for s in layout.servers}):
             started = []
