@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -48,6 +49,7 @@ def plan(spec: dict, work: Path, name: str) -> tuple[float, float, Path]:
     path = work / f"{name}.yaml"
     path.write_text(to_yaml(spec))
     out = work / name
+    shutil.rmtree(out, ignore_errors=True)      # every run writes its whole plan, none rewrites one in place
     seconds, peak, _ = measured([sys.executable, "-m", "components", "plan", str(path), "--out", str(out)])
     return seconds, peak, out
 
@@ -111,9 +113,12 @@ def best(runs: list[tuple[float, float, Path | str]]) -> tuple[float, float, Pat
 
 def run_size(nodes: int, work: Path, repeat: int) -> dict:
     spec = synthetic(nodes)
-    plan_s, plan_mib, out = best([plan(spec, work, f"bench{nodes}") for _ in range(repeat)])
-    floor_s, floor_mib, _ = best([measured([sys.executable, str(ROOT / "bench" / "floor.py"),
-                                            str(out / "resources.json")]) for _ in range(repeat)])
+    plans, floors = [], []
+    for _ in range(repeat):      # interleaved, so a slow spell of the machine falls on both alike
+        plans.append(plan(spec, work, f"bench{nodes}"))
+        floors.append(measured([sys.executable, str(ROOT / "bench" / "floor.py"),
+                                str(plans[-1][2] / "resources.json")]))
+    (plan_s, plan_mib, out), (floor_s, floor_mib, _) = best(plans), best(floors)
     document = json.loads((out / "resources.json").read_text())
     resources = [r for r in document["resources"] if r["type"] != "pulumi:pulumi:Stack"]
     started = time.perf_counter()
@@ -190,10 +195,14 @@ def verdicts(rows: list[dict]) -> list[tuple[str, bool, str]]:
 
 def main(argv: list[str]) -> None:
     sizes = sorted(int(a) for a in argv) or list(SIZES)
+    # Both sides run from bytecode: pip compiled the SDK's modules when it installed them; the project's are
+    # compiled here, since an environment with PYTHONDONTWRITEBYTECODE would compile them again on every run.
+    subprocess.run([sys.executable, "-m", "compileall", "-q", "components", "policies", "bench", "__main__.py"],
+                   cwd=ROOT, check=True, capture_output=True)
     rows = []
     with tempfile.TemporaryDirectory(prefix="gpucluster-bench-") as tmp:
         for n in sizes:
-            rows.append(run_size(n, Path(tmp), repeat=1 if n >= 2048 else 2))
+            rows.append(run_size(n, Path(tmp), repeat=2 if n >= 2048 else 3))
             print(f"... {n} nodes done", file=sys.stderr)
     machine = f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}"
     print(f"gpucluster bench on {machine}\n")

@@ -1,7 +1,7 @@
-"""The floor: Pulumi's mock runtime registering the same resources as a plan (same types, names, parents and
-inputs) through the same SDK classes any Pulumi program uses (pulumi-kubernetes, pulumi-command), with no
-library logic at all - the fastest a Pulumi program could register them (../shared/reference/pulumi-offline.md,
-section 3, measures the same way).
+"""The floor: Pulumi's mock runtime registering the same resources as a plan (same types, names, parents,
+inputs and dependencies; the same outputs of components and of the stack) through the same SDK classes any
+Pulumi program uses (pulumi-kubernetes, pulumi-command), with no library logic at all - the fastest a Pulumi
+program could register them (../shared/reference/pulumi-offline.md, section 3, measures the same way).
 
 python bench/floor.py build/STACK/resources.json
 """
@@ -70,15 +70,23 @@ def main(path: str) -> None:
             if r["urn"] in made:
                 return made[r["urn"]]
             parent = make(by_urn[r["parent"]]) if r.get("parent") in by_urn else None
-            opts = pulumi.ResourceOptions(parent=parent)
+            # The same edges: what it depends on explicitly and through its inputs (here plain values)
+            edges = {*r.get("dependsOn", []), *(u for us in r.get("propertyDependencies", {}).values() for u in us)}
+            opts = pulumi.ResourceOptions(parent=parent, depends_on=[make(by_urn[u]) for u in sorted(edges)
+                                                                     if u in by_urn] or None)
             if r["custom"]:
                 made[r["urn"]] = custom(r, opts)
             else:
-                made[r["urn"]] = pulumi.ComponentResource(r["type"], r["name"], None, opts)
+                made[r["urn"]] = pulumi.ComponentResource(r["type"], r["name"], r.get("inputs") or None, opts)
             return made[r["urn"]]
 
         for r in records:
             make(r)
+        for r in records:                     # what components register once their children are made
+            if not r["custom"] and "outputs" in r:
+                made[r["urn"]].register_outputs(r["outputs"])
+        for key, value in plan.get("outputs", {}).items():
+            pulumi.export(key, KEY if value == SECRET else value)
 
     class Echo(mocks.Mocks):
         def new_resource(self, args: mocks.MockResourceArgs) -> tuple[str, dict]:

@@ -18,9 +18,9 @@ from .storage import ParallelFilesystem
 class GpuCluster(pulumi.ComponentResource):
     """Everything an environment needs, built from one ClusterSpec.
 
-    Each child's slice of the validated spec is that child's input and output, and the whole spec this
-    component's output, so policy packs can check intent across layers (the engine gives stack policies
-    components' outputs) while a change shows only where its slice is.
+    Each child's slice of the validated spec is that child's input and output, so policy packs can check
+    intent across layers (the engine gives stack policies components' outputs) while a change shows only where
+    its slice is; the whole spec is this component's output `spec_json`, from which the offline plan reads it.
     Providers (a Kubernetes provider for another cluster, say) come in through `opts.providers`; the SSH
     private key for hosts and switches is a Pulumi secret.
     """
@@ -69,19 +69,13 @@ class GpuCluster(pulumi.ComponentResource):
             self.storage = ParallelFilesystem(
                 f"{name}-storage", spec, ssh_private_key, opts=child, host_ready=ready,
                 namespaces={t.namespace_name: self.tenants[t.name].namespace for t in spec.tenants})
+        # The whole spec is an output, not an input, so a change shows only on the components and resources whose
+        # slice it is; and one JSON text, not a tree, since each child already registers its slice for policies
+        # and the SDK serializes a tree value by value. What the children register is theirs alone.
         self.register_outputs({
-            # The whole spec as an output, not an input: policies read intent from it, and a change shows
-            # only on the components and resources whose slice it is.
-            "spec": spec.model_dump(mode="json"),
+            "spec_json": spec.model_dump_json(),
             "environment": spec.environment,
             "racks": {name: {"pdu_capacity_kw": rack.pdu_capacity_kw} for name, rack in spec.racks.items()},
             "system_namespaces": sorted(spec.system_namespaces),
             "gpus": spec.gpus,
-            "fabric_topology": self.fabric.topology,
-            "rdma_resource": self.kubernetes.rdma_resource,
-            "networks": self.kubernetes.networks,
-            "burn_in": {h: v for p in self.node_pools.values() for h, v in p.burn_in.items()},
-            "tenant_namespaces": {n: t.namespace for n, t in self.tenants.items()},
-            "tenant_local_queues": {n: t.local_queue for n, t in self.tenants.items()},
-            "storage": self.storage.outputs if self.storage else None,
         })

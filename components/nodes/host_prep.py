@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import yaml
@@ -305,8 +306,27 @@ note "left in place: drivers, services it enabled and /dev/shm in /etc/fstab (th
 """
 
 
+@dataclass(frozen=True)
+class PoolPrep:
+    """A pool's host preparation, rendered once for the pool: host to host, only the name differs."""
+
+    title: str          # "<pool>: <count> x <model>"
+    create: str         # the scripts' bodies, without the per-host prelude
+    delete: str
+
+    def for_host(self, host: Host) -> Script:
+        return Script(script(f"Prepare {host.hostname} ({self.title})", host.hostname, self.create),
+                      script(f"Undo the preparation of {host.hostname}", host.hostname, self.delete))
+
+
 def render_host_prep(pool: NodePool, host: Host, *, rdma: bool, gpudirect: bool = False, host_driver: bool = True,
                      system_namespaces: Sequence[str] = ("kube-system",)) -> Script:
+    return render_pool_prep(pool, rdma=rdma, gpudirect=gpudirect, host_driver=host_driver,
+                            system_namespaces=system_namespaces).for_host(host)
+
+
+def render_pool_prep(pool: NodePool, *, rdma: bool, gpudirect: bool = False, host_driver: bool = True,
+                     system_namespaces: Sequence[str] = ("kube-system",)) -> PoolPrep:
     """`rdma`: the fabric has RDMA, so containers need unlimited locked memory. `gpudirect`: GPUs and NICs use
     GPUDirect RDMA. `host_driver`: the driver is installed on the host (false: the GPU Operator installs it).
     `system_namespaces`: pods there (node agents) are not work that a kubelet or containerd restart disrupts."""
@@ -354,13 +374,8 @@ def render_host_prep(pool: NodePool, host: Host, *, rdma: bool, gpudirect: bool 
     parts.append(fill(_MEMLOCK if rdma else "\ndrop_file @MEMLOCK@\n", MEMLOCK=MEMLOCK_DROP_IN))
     parts.append(fill(_KUBELET.replace("@RESTART_KUBELET@", restart_kubelet), DROP_IN=KUBELET_DROP_IN,
                       DIR=KUBELET_DROP_IN_DIR))
-    create = script(f"Prepare {host.hostname} ({pool.name}: {pool.gpu.count} x {pool.gpu.model})", host.hostname,
-                    "".join(parts))
     undo = _UNDO.replace("@RESTART_KUBELET@", fill(_RESTART_KUBELET, STATE=CPU_MANAGER_STATE, POLICY="none")
                          .strip("\n"))
-    delete = script(f"Undo the preparation of {host.hostname}", host.hostname,
-                    busy + fill(
-                        undo, UNIT=TUNING_UNIT, SCRIPT=TUNING_SCRIPT, DROP_IN=KUBELET_DROP_IN,
-                        HUGEPAGES=HUGEPAGES_SYSCTL, MEMLOCK=MEMLOCK_DROP_IN, PERSISTENCE=PERSISTENCE_OVERRIDE,
-                        PEERMEM=PEERMEM_MODULES_LOAD))
-    return Script(create, delete)
+    return PoolPrep(f"{pool.name}: {pool.gpu.count} x {pool.gpu.model}", "".join(parts), busy + fill(
+        undo, UNIT=TUNING_UNIT, SCRIPT=TUNING_SCRIPT, DROP_IN=KUBELET_DROP_IN, HUGEPAGES=HUGEPAGES_SYSCTL,
+        MEMLOCK=MEMLOCK_DROP_IN, PERSISTENCE=PERSISTENCE_OVERRIDE, PEERMEM=PEERMEM_MODULES_LOAD))

@@ -24,7 +24,7 @@ from ..spec.topology import plan_topology
 from ..bash import in_sequence
 from ..ssh import Script, SshTarget, push
 from .burn_in import parse_result, render_burn_in
-from .host_prep import render_host_prep
+from .host_prep import PoolPrep, render_pool_prep
 
 BURN_IN_ANNOTATION = "gpucluster.io/burn-in"
 
@@ -59,10 +59,16 @@ class NodePoolArgs(SpecModel):
                          host_key=host.host_key, bastion=self.ssh.bastion)
 
 
-def render_preparation(args: NodePoolArgs, host: Host, fabric: Script | None = None) -> Script:
-    """The host's preparation, after its fabric settings when given (undone in the reverse order)."""
-    prep = render_host_prep(args.pool, host, rdma=args.rdma, gpudirect=args.gpudirect, host_driver=args.host_driver,
+def render_pool_preparation(args: NodePoolArgs) -> PoolPrep:
+    return render_pool_prep(args.pool, rdma=args.rdma, gpudirect=args.gpudirect, host_driver=args.host_driver,
                             system_namespaces=args.system_namespaces)
+
+
+def render_preparation(args: NodePoolArgs, host: Host, fabric: Script | None = None,
+                       pool_prep: PoolPrep | None = None) -> Script:
+    """The host's preparation, after its fabric settings when given (undone in the reverse order).
+    `pool_prep`: the pool's, rendered once for all its hosts. Omitted: rendered here."""
+    prep = (pool_prep or render_pool_preparation(args)).for_host(host)
     if fabric is None:
         return prep
     assert isinstance(fabric.create, str) and isinstance(prep.create, str) and fabric.delete and prep.delete
@@ -126,13 +132,14 @@ class GpuNodePool(pulumi.ComponentResource):
         super().__init__(self.TYPE, name, intent, opts)
         pool = args.pool
         fabric = fabric or {}
+        pool_prep = render_pool_preparation(args)
         self.burn_in, self.prepared, self.subnet_managers = {}, {}, []
         for host in sorted(pool.hosts, key=lambda h: h.hostname not in subnet_managers):
             key = f"{name}-{host.hostname}"
             target = args.target(host)
             manager = host.hostname in subnet_managers
-            prepare = push(f"{key}-prepare", target, render_preparation(args, host, fabric.get(host.hostname)),
-                           ssh_private_key, parent=self, converge=True,
+            script = render_preparation(args, host, fabric.get(host.hostname), pool_prep)
+            prepare = push(f"{key}-prepare", target, script, ssh_private_key, parent=self, converge=True,
                            depends_on=[*after] if manager else [*after, *self.subnet_managers])
             self.prepared[host.hostname] = prepare
             if manager:

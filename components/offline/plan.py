@@ -46,19 +46,10 @@ class Plan:
     clusters: list[ClusterSpec] = field(default_factory=list)   # the spec of each GpuCluster the program built
 
 
-def _ordered(value: Any) -> Any:
-    """Sort keys at every level so the same spec always gives the same bytes."""
-    if isinstance(value, dict):
-        return {k: _ordered(value[k]) for k in sorted(value)}
-    if isinstance(value, list):
-        return [_ordered(v) for v in value]
-    return value
-
-
 def _k8s_document(inputs: dict[str, Any]) -> dict[str, Any]:
-    obj = _ordered(redact(inputs))
-    head = {k: obj.pop(k) for k in ("apiVersion", "kind", "metadata") if k in obj}
-    return {**head, **obj}
+    """A Kubernetes object as reviewed: `inputs` redacted and ordered, apiVersion, kind and metadata first."""
+    head = {k: inputs[k] for k in ("apiVersion", "kind", "metadata") if k in inputs}
+    return {**head, **{k: v for k, v in inputs.items() if k not in head}}
 
 
 def _resource_entry(r: Record, component_outputs: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -66,13 +57,13 @@ def _resource_entry(r: Record, component_outputs: dict[str, dict[str, Any]]) -> 
     entry: dict[str, Any] = {
         "urn": r.urn, "type": r.type, "name": r.name, "parent": r.parent or None,
         "custom": r.custom, "dependsOn": sorted(explicit), "propertyDependencies": r.property_dependencies,
-        "provider": r.provider or None, "inputs": _ordered(redact(r.inputs)),
+        "provider": r.provider or None, "inputs": redact(r.inputs, ordered=True),
         "options": {k: v for k, v in sorted(r.options.items()) if v},
     }
     if r.kind == "read":
         entry["read"] = True
     if r.urn in component_outputs:
-        entry["outputs"] = _ordered(redact(component_outputs[r.urn]))
+        entry["outputs"] = redact(component_outputs[r.urn], ordered=True)
     return entry
 
 
@@ -83,26 +74,27 @@ def _manifest_path(inputs: dict[str, Any]) -> str:
 
 
 def _release_files(r: Record) -> tuple[str, str]:
-    i = redact(r.inputs)
+    i = redact(r.inputs, ordered=True)
     name = i.get("name") or r.name
     header = (f"# Helm release {name}: chart {i.get('chart')} {i.get('version', '')} from "
               f"{(i.get('repositoryOpts') or {}).get('repo', 'the chart reference')} into namespace "
               f"{i.get('namespace', 'default')}\n")
     path = f"helm/{_SAFE.sub('_', str(i.get('namespace', 'default')))}-{_SAFE.sub('_', str(name))}.values.yaml"
-    return path, header + to_yaml(_ordered(i.get("values") or {}))
+    return path, header + to_yaml(i.get("values") or {})
 
 
 def _script_files(r: Record, names: dict[str, str]) -> dict[str, str]:
     """One file per script of a remote command, under the host it runs on (only the host is revealed),
-    named as the spec names it when the address is known."""
+    named as the spec names it when the address is known; `.update.sh` only where an update runs another
+    script than `create` (a converging script, such as a host's preparation, runs its create script again)."""
     conn = r.inputs.get("connection") or {}
     host = str(redact((_rpc.unwrap_rpc_secret(conn) if _rpc.is_rpc_secret(conn) else conn).get("host", "unknown")))
     host = _SAFE.sub("_", names.get(host, host))
     out = {}
     for step in ("create", "update", "delete"):
         script = redact(r.inputs.get(step))
-        if script is None:
-            continue
+        if script is None or (step == "update" and r.inputs.get("update") == r.inputs.get("create")):
+            continue                # a converging script runs its create script again on update
         script = unwrap(script) if script != SECRET else script
         suffix = "" if step == "create" else f".{step}"
         text = {SECRET: "# [secret]: this script embeds a secret and is not shown offline\n",
@@ -125,23 +117,14 @@ def _machine_names(clusters: list[ClusterSpec]) -> dict[str, str]:
 MAX_OBJECT_BYTES = 1024 * 1024
 
 
-def _as_registered(value: Any) -> Any:
-    """A value as it reads back after registration: unset (None) fields dropped, whole numbers ints."""
-    if isinstance(value, dict):
-        return {k: _as_registered(v) for k, v in value.items() if v is not None}
-    if isinstance(value, list):
-        return [_as_registered(v) for v in value]
-    return int(value) if isinstance(value, float) and value.is_integer() else value
-
-
 def cluster_specs(run: ProgramRun) -> list[ClusterSpec]:
-    """The spec of each GpuCluster, from its registered outputs (the engine and policies see the same)."""
-    specs = [redact(s) for r in run.records if r.type == GpuCluster.TYPE
-             for s in [run.component_outputs.get(r.urn, {}).get("spec")] if s]
-    loaded = {id(c): c for c in loaded_specs()}.values()      # the program's own, already validated and planned
-    # strict=False: the registered spec went through JSON, where DSCP map keys became strings
-    return [next((c for c in loaded if _as_registered(c.model_dump(mode="json")) == s), None)
-            or ClusterSpec.model_validate(s, strict=False) for s in specs]
+    """The spec of each GpuCluster, from its registered output `spec_json`: the program's own spec object when
+    it loaded the same one (already validated and planned), else validated again from the text."""
+    texts = [t for r in run.records if r.type == GpuCluster.TYPE
+             for t in [run.component_outputs.get(r.urn, {}).get("spec_json")] if isinstance(t, str)]
+    loaded = {c.model_dump_json(): c for c in loaded_specs()} if texts else {}
+    # strict=False: in JSON, DSCP map keys are strings
+    return [loaded.get(t) or ClusterSpec.model_validate(json.loads(t), strict=False) for t in texts]
 
 
 def build_plan(run: ProgramRun, thresholds: Thresholds = Thresholds()) -> Plan:
@@ -150,16 +133,17 @@ def build_plan(run: ProgramRun, thresholds: Thresholds = Thresholds()) -> Plan:
     names = _machine_names(clusters)
     errors = [f"duplicate resource URN {u}: the real engine refuses this" for u in run.duplicates]
     owners: dict[str, str] = {}
-    for r in run.records:
+    entries = [_resource_entry(r, run.component_outputs) for r in run.records]
+    for r, entry in zip(run.records, entries):
         if r.type.startswith("kubernetes:") and not r.type.startswith("pulumi:providers") \
                 and "apiVersion" in r.inputs and "kind" in r.inputs:
-            path = _manifest_path(redact(r.inputs))
+            path = _manifest_path(entry["inputs"])
             if path in owners:
                 errors.append(f"{r.name} and {owners[path]} both manage the Kubernetes object {path}; "
                               "one would overwrite the other")
             owners[path] = r.name
-            files[path] = to_yaml(_k8s_document(r.inputs))
-            size = len(json.dumps(redact(r.inputs), ensure_ascii=False).encode())
+            files[path] = to_yaml(_k8s_document(entry["inputs"]))
+            size = len(json.dumps(entry["inputs"], ensure_ascii=False).encode())
             if size > MAX_OBJECT_BYTES:
                 errors.append(f"{path} is {size:,} bytes; the API server refuses objects over {MAX_OBJECT_BYTES:,} "
                               "(a ConfigMap's limit): split it or make the spec that produces it smaller")
@@ -180,7 +164,7 @@ def build_plan(run: ProgramRun, thresholds: Thresholds = Thresholds()) -> Plan:
         "note": HONESTY, "project": run.project, "stack": run.stack,
         "unresolvedSecrets": run.unresolved_secrets,
         "outputs": {k: (SECRET if secret else redact(v)) for k, (v, secret) in run.outputs.items()},
-        "resources": [_resource_entry(r, run.component_outputs) for r in run.records],
+        "resources": entries,
     }
     files["resources.json"] = _resources_json(document)
     warnings = [f"secret config {k} is encrypted or not set; a placeholder stands in for it offline"
@@ -295,18 +279,23 @@ def write_plan(plan: Plan, out_dir: Path) -> None:
     # Rewritten in place, not removed and made again: a re-plan of thousands of files rewrites only what
     # changed, and whatever the new plan does not have is removed.
     stale = {p for p in out_dir.rglob("*") if not p.is_dir()} if out_dir.exists() else set()
+    folders: set[Path] = set()
     for rel, text in sorted(plan.files.items()):
         path = out_dir / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.parent not in folders:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            folders.add(path.parent)
         data = text.encode("utf-8")
-        stale.discard(path)
-        if path.is_symlink():
-            path.unlink()
-        elif path.is_file() and path.stat().st_size == len(data) and path.read_bytes() == data:
-            continue
+        if path in stale:         # only a file the last plan wrote can be unchanged
+            stale.discard(path)
+            if path.is_symlink():
+                path.unlink()
+            elif path.is_file() and path.stat().st_size == len(data) and path.read_bytes() == data:
+                continue
         path.write_bytes(data)
     for path in stale:
         path.unlink()
-    for folder in sorted((p for p in out_dir.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
-        if not any(folder.iterdir()):
-            folder.rmdir()
+    if stale:       # folders only the last plan had are empty now
+        for folder in sorted((p for p in out_dir.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
+            if not any(folder.iterdir()):
+                folder.rmdir()

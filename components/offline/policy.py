@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import jsonschema
 import pulumi
 from google.protobuf import struct_pb2
 from pulumi.runtime import rpc as _rpc
@@ -88,6 +87,7 @@ def load_config(path: Path, policies: list[Any]) -> dict[str, tuple[int, dict[st
             (level(name, entry) if not isinstance(entry, dict) else None)
         schema = policy.config_schema
         if props:
+            import jsonschema             # only a policy config with settings needs it (a tenth of a second)
             body = {"type": "object", "properties": schema.properties if schema else {},
                     "additionalProperties": False}
             for error in jsonschema.Draft7Validator(body).iter_errors(props):

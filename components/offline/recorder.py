@@ -14,6 +14,7 @@ from typing import Any
 import pulumi
 from pulumi.runtime import mocks as _mocks
 from pulumi.runtime import rpc as _rpc
+from pulumi.runtime import settings as _settings
 
 SECRET = "[secret]"
 COMPUTED = "<computed>"
@@ -40,10 +41,14 @@ class EchoMocks(_mocks.Mocks):
     """Resources echo their inputs as outputs, as providers do for known inputs during a preview.
 
     Outputs a provider computes (a Helm release's status, a command's stdout) stay unknown, so anything
-    built from them shows as `<computed>`. Invokes are refused: the program must not depend on one offline.
+    built from them shows as `<computed>`. A component gets no id and no outputs back, as from the engine
+    (its state has none until it registers them). Invokes are refused: the program must not depend on one
+    offline.
     """
 
     def new_resource(self, args: _mocks.MockResourceArgs) -> tuple[str, dict]:
+        if not args.custom:
+            return "", {}
         return f"{args.name}-id", dict(args.inputs)
 
     def call(self, args: _mocks.MockCallArgs):
@@ -66,9 +71,25 @@ class StackReferenceMocks(EchoMocks):
         return super().new_resource(args)
 
 
+class _HandingOver(_mocks.Mocks):
+    """Passes each registration's inputs, as the stock monitor deserialized them for the mocks, to the recorder
+    (the same thread answers the registration), so they are deserialized once, not twice."""
+
+    def __init__(self, mocks: _mocks.Mocks, seen: threading.local):
+        self.mocks, self.seen = mocks, seen
+
+    def new_resource(self, args: _mocks.MockResourceArgs) -> tuple[str | None, dict]:
+        self.seen.inputs = args.inputs
+        return self.mocks.new_resource(args)
+
+    def call(self, args: _mocks.MockCallArgs):
+        return self.mocks.call(args)
+
+
 class RecordingMonitor(_mocks.MockMonitor):
     def __init__(self, mocks: _mocks.Mocks | None = None):
-        super().__init__(mocks or EchoMocks())
+        self._seen = threading.local()
+        super().__init__(_HandingOver(mocks or EchoMocks(), self._seen))
         self.records: list[Record] = []
         self.component_outputs: dict[str, dict[str, Any]] = {}
         self.duplicates: list[str] = []
@@ -78,14 +99,23 @@ class RecordingMonitor(_mocks.MockMonitor):
         with self._lock:
             self.records.append(rec)
 
+    def _inputs(self, request) -> dict[str, Any]:
+        """The inputs with unknowns kept: in a preview the stock monitor's deserialization keeps them too."""
+        inputs = getattr(self._seen, "inputs", None)
+        self._seen.inputs = None
+        if inputs is None or not _settings.is_dry_run():
+            return _rpc.deserialize_properties(request.object, keep_unknowns=True)
+        return inputs
+
     def RegisterResource(self, request):
+        self._seen.inputs = None
         resp = super().RegisterResource(request)
         self._keep(Record(
             urn=resp.urn, type=request.type, name=request.name, custom=request.custom, remote=request.remote,
             parent=request.parent, dependencies=list(request.dependencies),
             property_dependencies={k: list(v.urns) for k, v in request.propertyDependencies.items()},
             provider=request.provider,
-            inputs=_rpc.deserialize_properties(request.object, keep_unknowns=True),
+            inputs=self._inputs(request),
             options={
                 "protect": request.protect if request.HasField("protect") else False,
                 "ignoreChanges": list(request.ignoreChanges),
@@ -144,14 +174,17 @@ class RecordingMonitor(_mocks.MockMonitor):
         self.records.sort(key=lambda r: r.urn)
 
 
-def redact(value: Any, reveal: bool = False) -> Any:
-    """Plain JSON for review: secrets become `[secret]`, unknowns `<computed>`, whole floats ints again."""
+def redact(value: Any, reveal: bool = False, ordered: bool = False) -> Any:
+    """Plain JSON for review: secrets become `[secret]`, unknowns `<computed>`, whole floats ints again;
+    `ordered`: keys sorted at every level, so the same spec always gives the same bytes."""
+    if type(value) is str:             # most values: answered first, without the checks below
+        return COMPUTED if value == _rpc.UNKNOWN else value
     if isinstance(value, dict):
         if _rpc.is_rpc_secret(value):
-            return redact(_rpc.unwrap_rpc_secret(value), reveal) if reveal else SECRET
-        return {k: redact(v, reveal) for k, v in value.items()}
+            return redact(_rpc.unwrap_rpc_secret(value), reveal, ordered) if reveal else SECRET
+        return {k: redact(value[k], reveal, ordered) for k in (sorted(value) if ordered else value)}
     if isinstance(value, list):
-        return [redact(v, reveal) for v in value]
+        return [redact(v, reveal, ordered) for v in value]
     if isinstance(value, pulumi.output.Unknown) or value == _rpc.UNKNOWN:
         return COMPUTED
     if isinstance(value, float) and value.is_integer():

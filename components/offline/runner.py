@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import builtins
+import contextvars
 import gc
 import os
-import runpy
 import sys
+import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, TypeVar
 
 import pulumi
 from pulumi.runtime import settings as _settings
@@ -22,6 +24,7 @@ from .config import load_stack_config
 from .recorder import Record, RecordingMonitor
 
 ORGANIZATION = "organization"
+T = TypeVar("T")
 
 
 @dataclass
@@ -54,6 +57,28 @@ def _resolve(value: Any) -> tuple[Any, bool]:
     return _sync_await(out.future(with_unknowns=True)), bool(_sync_await(out.is_secret()))
 
 
+def _near_stack_root(work: Callable[[], T]) -> T:
+    """`work` on a thread of its own, in a copy of this context (the runtime's settings), near the root of a
+    stack as under the language host: the SDK walks the whole stack on every registration, so each frame of
+    the caller's (a CLI's) would cost every resource. Its exception is raised here."""
+    result: list[T] = []
+    error: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            result.append(work())
+        except BaseException as e:      # noqa: BLE001 - raised again in the caller's thread
+            error.append(e)
+
+    thread = threading.Thread(target=contextvars.copy_context().run, args=(run,), name="pulumi-program",
+                              daemon=True)
+    thread.start()
+    thread.join()
+    if error:
+        raise error[0]
+    return result[0]
+
+
 def run_offline(program: Callable[[], Any], *, project: str, stack: str,
                 config: dict[str, str] | None = None, secret_keys: list[str] | None = None,
                 unresolved_secrets: list[str] | None = None, mocks: Mocks | None = None) -> ProgramRun:
@@ -75,12 +100,15 @@ def run_offline(program: Callable[[], Any], *, project: str, stack: str,
         holder["stack"] = _settings.get_root_resource()
         program()
 
+    def run() -> dict[str, tuple[Any, bool]]:
+        _sync_await(run_in_stack(body))
+        return {k: _resolve(v) for k, v in sorted(holder["stack"].outputs.items())}
+
     gc_was_enabled = gc.isenabled()
     gc.disable()              # the cyclic GC costs a third or more of a large run and frees nothing here
     started = time.perf_counter()
     try:
-        _sync_await(run_in_stack(body))
-        outputs = {k: _resolve(v) for k, v in sorted(holder["stack"].outputs.items())}
+        outputs = _near_stack_root(run)
     finally:
         if gc_was_enabled:
             gc.enable()
@@ -89,6 +117,17 @@ def run_offline(program: Callable[[], Any], *, project: str, stack: str,
     return ProgramRun(project=project, stack=stack, records=monitor.records, outputs=outputs,
                       component_outputs=monitor.component_outputs, duplicates=monitor.duplicates,
                       unresolved_secrets=list(unresolved_secrets or []), seconds=seconds)
+
+
+def _as_main(path: Path) -> Callable[[], None]:
+    """The program file run as `__main__` (as runpy.run_path runs it) three frames nearer the stack's root: the
+    SDK walks the whole stack on every registration, so each frame under the program costs per resource."""
+    code = compile(path.read_bytes(), str(path), "exec")
+
+    def run() -> None:
+        exec(code, {"__name__": "__main__", "__file__": str(path), "__builtins__": builtins,  # noqa: S102
+                    "__package__": None, "__spec__": None, "__loader__": None, "__cached__": None})
+    return run
 
 
 def run_program(project_dir: str | Path, stack: str, spec_file: Path | None = None,
@@ -100,6 +139,6 @@ def run_program(project_dir: str | Path, stack: str, spec_file: Path | None = No
     if spec_file is not None:
         cfg.values[f"{cfg.project}:specFile"] = str(spec_file)
     with _program_dir(project_dir):
-        return run_offline(lambda: runpy.run_path(str(project_dir / "__main__.py"), run_name="__main__"),
+        return run_offline(_as_main(project_dir / "__main__.py"),
                            project=cfg.project, stack=stack, config=cfg.values, secret_keys=cfg.secret_keys,
                            unresolved_secrets=cfg.unresolved_secrets, mocks=mocks)

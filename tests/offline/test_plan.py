@@ -91,6 +91,28 @@ def test_secrets_never_reach_the_plan_files_but_scripts_do(record, tmp_path):
     assert command["inputs"]["connection"] == "[secret]"
 
 
+def test_an_update_script_is_written_only_where_it_differs_from_create(record):
+    def program():
+        conn = remote.ConnectionArgs(host="10.0.0.5", private_key=pulumi.Output.secret(KEY))
+        remote.Command("converge", connection=conn, create="echo same\n", update="echo same\n")
+        remote.Command("other", connection=conn, create="echo create\n", update="echo update\n")
+    files = build_plan(record(program)).files
+    assert "scripts/10.0.0.5/converge.sh" in files and "scripts/10.0.0.5/converge.update.sh" not in files
+    assert files["scripts/10.0.0.5/other.update.sh"] == "echo update\n"
+
+
+def test_a_spec_built_in_code_is_read_back_from_the_cluster_output(record, dev_data):
+    from components import GpuCluster
+    from components.spec import ClusterSpec
+    from tests.conftest import ssh_key
+
+    dev_data["name"] = "coded"
+    spec = ClusterSpec.model_validate(dev_data, strict=False)      # never through load_spec
+    plan = build_plan(record(lambda: GpuCluster("coded", spec, ssh_key()), stack="dev"))
+    assert [c.name for c in plan.clusters] == ["coded"] and plan.clusters[0] == spec
+    assert "Cluster coded (dev)" in plan.summary
+
+
 def test_duplicate_kubernetes_objects_are_plan_errors(record):
     import pulumi_kubernetes as k8s
 

@@ -198,3 +198,18 @@ def test_burn_in_and_nccl_check_both_use_the_largest_message(dev_spec):
     launcher = job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]["command"][2]
     for text in (burn_in, launcher):
         assert LARGEST_BUSBW_AWK in text and "Avg bus bandwidth" not in text
+
+
+def test_a_pool_renders_its_preparation_once_and_each_host_differs_only_by_name(dev_spec):
+    from components.nodes.node_pool import render_pool_preparation
+
+    pool = dev_spec.node_pools[0]
+    args = NodePoolArgs.from_spec(dev_spec, pool)
+    once = render_pool_preparation(args)
+    first, second = pool.hosts[0], pool.hosts[1]
+    for host in (first, second):
+        assert render_preparation(args, host, pool_prep=once) == render_preparation(args, host)
+    a, b = (render_preparation(args, h, pool_prep=once) for h in (first, second))
+    assert a.create != b.create
+    assert a.create.replace(first.hostname, second.hostname) == b.create
+    assert a.delete.replace(first.hostname, second.hostname) == b.delete
