@@ -24,7 +24,7 @@ from typing import NamedTuple, Sequence
 import pulumi
 from pulumi_command import remote
 
-from .bash import heredoc
+from .bash import heredoc, in_sequence
 from .spec.hardware import Bastion
 
 SCRIPT_MARKER = "GPUCLUSTER_SCRIPT"
@@ -82,20 +82,28 @@ def connection(target: SshTarget, private_key: pulumi.Input[str]) -> remote.Conn
 
 def push(name: str, target: SshTarget, script: Script, private_key: pulumi.Input[str], *,
          parent: pulumi.Resource, depends_on: Sequence[pulumi.Resource] = (), converge: bool = False,
-         protect: bool = False, stdin: pulumi.Input[str] | None = None) -> remote.Command:
+         protect: bool = False, stdin: pulumi.Input[str] | None = None, then: str | None = None) -> remote.Command:
     """One remote command for a script. A create script built from a secret comes as an Output and stays
     secret. `protect`: the engine refuses to delete the command (a server that holds data) until it is lifted.
-    `stdin`: a secret the script reads from its standard input (it stays out of the script and the plan)."""
+    `stdin`: a secret the script reads from its standard input (it stays out of the script and the plan).
+    `then`: a script run after `script` in the same session, and alone as the command's update: a change to it
+    updates the command in place, a change to `script` replaces it. Omitted: none."""
     piped = stdin is not None
     create: pulumi.Input[str]
-    if isinstance(script.create, pulumi.Output):
+    update: pulumi.Input[str] | None = None
+    trigger: pulumi.Input[str]
+    if then is not None:
+        assert isinstance(script.create, str) and not converge, "`then` follows a plain, replaced script"
+        create = as_command(in_sequence(name, [script.create, then], stdin=piped), target.user, piped)
+        update, trigger = as_command(then, target.user), digest(script)
+    elif isinstance(script.create, pulumi.Output):
         create = script.create.apply(lambda text: as_command(text, target.user, piped))
-        trigger: pulumi.Input[str] = script.create.apply(lambda text: digest(Script(text, script.delete)))
+        trigger = script.create.apply(lambda text: digest(Script(text, script.delete)))
     else:
         create, trigger = as_command(script.create, target.user, piped), digest(script)
     return remote.Command(
         name, connection=connection(target, private_key), create=create,
-        update=create if converge else None,
+        update=create if converge else update,
         delete=as_command(script.delete, target.user) if script.delete else None,
         # The SDK marks triggers replace-on-change: a converging script must not have any.
         triggers=None if converge else [trigger],

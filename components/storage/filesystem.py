@@ -3,10 +3,10 @@ tenants claim, from one spec.
 
 Resources, keyed by host name: `<name>-<server>` per storage server (protected: deleting one needs an explicit
 unprotect, and its delete script only unmounts), created management first, then metadata, then data servers;
-`<name>-<host>` per GPU host (the client, after its fabric is set up); `<name>-directories` from the first
-client; on BeeGFS with auth, each server and client script writes the shared connection secret, which its
-command passes on standard input (secret). Volumes are
-`<name>-pv-<namespace>-<claim>` and `<name>-pvc-<namespace>-<claim>`.
+`<name>-<host>` per GPU host (the client, after its fabric is set up; the first client's also applies the
+shared directories and quotas, and updates in place when only they change); on BeeGFS with auth, each server
+and client script writes the shared connection secret, which its command passes on standard input (secret).
+Volumes are `<name>-pv-<namespace>-<claim>` and `<name>-pvc-<namespace>-<claim>`.
 """
 
 from __future__ import annotations
@@ -78,22 +78,22 @@ class ParallelFilesystem(pulumi.ComponentResource):
                                     depends_on=done + ready.get(server.hostname, []), protect=True, stdin=stdin))
             done = done + started
         self.clients = {}
+        _, first = clients[0]
         for pool, host in clients:
             target = SshTarget(host.address, host.ssh_user or ssh.user, host.ssh_port or ssh.port, host.host_key,
                                ssh.bastion)
             interface = spec.storage_client_interface(pool) or ""
             rendered = (render_beegfs_client if beegfs else render_lustre_client)(spec, layout, host.hostname,
                                                                                   interface)
+            # The first client also applies the shared directories and quotas, in its own session: a change to
+            # them updates that command in place (no remount), a change to the client replaces it.
+            then = render_directories(spec, layout, host.hostname).create if host is first else None
             self.clients[host.hostname] = push(f"{name}-{host.hostname}", target, rendered, ssh_private_key,
                                                parent=self, depends_on=done + ready.get(host.hostname, []),
-                                               stdin=stdin)
-        _, first = clients[0]
-        directories = push(f"{name}-directories", SshTarget(first.address, first.ssh_user or ssh.user,
-                                                            first.ssh_port or ssh.port, first.host_key, ssh.bastion),
-                           render_directories(spec, layout, first.hostname), ssh_private_key, parent=self,
-                           depends_on=[self.clients[first.hostname]])
+                                               stdin=stdin, then=then)
         for manifest in render_volumes(spec, layout):
             ns = manifest.obj["metadata"].get("namespace")
             register(f"{name}-{manifest.role}", manifest.obj, pulumi.ResourceOptions(
-                parent=self, depends_on=[directories]), namespace=(namespaces or {}).get(ns) if ns else None)
+                parent=self, depends_on=[self.clients[first.hostname]]),
+                namespace=(namespaces or {}).get(ns) if ns else None)
         self.register_outputs({**intent, **self.outputs})

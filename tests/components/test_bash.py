@@ -36,3 +36,15 @@ def test_a_part_holding_the_marker_cannot_end_its_heredoc_early():
 def test_one_script_is_left_as_it_is():
     a = script("only", "h1", "true\n")
     assert in_sequence("one", [a]) == a
+
+
+def test_with_stdin_each_part_is_named_gpucluster_and_the_first_reads_the_session_input():
+    from components.ssh import as_command
+
+    a = script("first", "h1", 'read -r secret\nnote "got ${#secret} characters as $0"\n')
+    b = script("second", "h1", 'note "then as $0"\n')
+    command = as_command(in_sequence("both", [a, b], stdin=True), "root", stdin=True)
+    out = subprocess.run(["bash", "-c", command], input="s3cret\n", capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert "h1: got 6 characters as gpucluster" in out.stdout and "h1: then as gpucluster" in out.stdout
+    assert "s3cret" not in out.stdout + out.stderr

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import shutil
 import subprocess
 
@@ -99,7 +101,28 @@ def test_servers_are_protected_and_come_up_management_first_then_clients(record)
     assert all(mds in commands[f"prod-storage-oss-0{i}"].dependencies for i in range(1, 5))
     client = commands["prod-storage-gpu-prod-01"]
     assert not client.options["protect"] and {commands[n].urn for n in servers} <= set(client.dependencies)
-    assert client.urn in commands["prod-storage-directories"].dependencies
+    assert "prod-storage-directories" not in commands         # the first client's session applies them
+
+
+def test_the_first_client_applies_the_directories_and_a_quota_change_updates_it_in_place(record):
+    def first_client(data):
+        spec = parse_spec(yaml.safe_dump(data))
+        run = record(lambda: ParallelFilesystem("prod-storage", spec, ssh_key()))
+        commands = {r.name: r for r in run.records if r.type == "command:remote:Command"}
+        volumes = [r for r in run.records if r.type.startswith("kubernetes:core/v1:Persistent")]
+        return commands["prod-storage-gpu-prod-01"], commands["prod-storage-gpu-prod-02"], volumes
+
+    client, other, volumes = first_client(PROD)
+    assert "lfs setquota" in client.inputs["create"] and "lfs setquota" in client.inputs["update"]
+    assert "mount_at " in client.inputs["create"] and "mount_at " not in client.inputs["update"]
+    assert "lfs setquota" not in other.inputs["create"] and other.inputs.get("update") is None
+    assert volumes and all(client.urn in v.dependencies for v in volumes)
+    data = copy.deepcopy(PROD)
+    tenant = next(t for t in data["tenants"] if (t.get("storage") or {}).get("filesystem_gib"))
+    tenant["storage"]["filesystem_gib"] += 1024
+    changed, other_after, _ = first_client(data)
+    assert changed.inputs["triggers"] == client.inputs["triggers"]        # no replacement, no remount
+    assert changed.inputs["update"] != client.inputs["update"] and other_after.inputs == other.inputs
 
 
 def test_the_beegfs_secret_never_reaches_the_plan(record, monkeypatch, tmp_path):
