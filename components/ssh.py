@@ -24,7 +24,7 @@ from typing import NamedTuple, Sequence
 import pulumi
 from pulumi_command import remote
 
-from .bash import heredoc, in_sequence
+from .bash import by_bash, in_sequence
 from .spec.hardware import Bastion
 
 SCRIPT_MARKER = "GPUCLUSTER_SCRIPT"
@@ -54,14 +54,11 @@ def digest(script: Script) -> str:
 def as_command(text: str, user: str, stdin: bool = False) -> str:
     """What the SSH session runs: the script fed to bash, with root rights. `stdin`: the script reads the
     session's standard input, so bash takes the script as its argument instead of on its input."""
-    sudo, body = "" if user == "root" else "sudo -n ", heredoc(text.rstrip(chr(10)), SCRIPT_MARKER)
-    if not stdin:
-        return f"{sudo}/bin/bash -s {body}\n"
     size = len(text.encode())
-    if size > MAX_ARG_BYTES - 1024:
+    if stdin and size > MAX_ARG_BYTES - 1024:
         raise ValueError(f"a script that reads standard input is at most {MAX_ARG_BYTES - 1024} bytes "
                          f"(one argument of a command line); this one has {size}")
-    return f'{sudo}/bin/bash -c "$(cat {body}\n)" gpucluster\n'
+    return f"{'' if user == 'root' else 'sudo -n '}{by_bash(text, SCRIPT_MARKER, stdin)}\n"
 
 
 def unwrap(command: str) -> str:

@@ -319,12 +319,6 @@ class PoolPrep:
                       script(f"Undo the preparation of {host.hostname}", host.hostname, self.delete))
 
 
-def render_host_prep(pool: NodePool, host: Host, *, rdma: bool, gpudirect: bool = False, host_driver: bool = True,
-                     system_namespaces: Sequence[str] = ("kube-system",)) -> Script:
-    return render_pool_prep(pool, rdma=rdma, gpudirect=gpudirect, host_driver=host_driver,
-                            system_namespaces=system_namespaces).for_host(host)
-
-
 def render_pool_prep(pool: NodePool, *, rdma: bool, gpudirect: bool = False, host_driver: bool = True,
                      system_namespaces: Sequence[str] = ("kube-system",)) -> PoolPrep:
     """`rdma`: the fabric has RDMA, so containers need unlimited locked memory. `gpudirect`: GPUs and NICs use
