@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import platform
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -44,12 +43,15 @@ def measured(argv: list[str]) -> tuple[float, float, str]:
 
 
 def plan(spec: dict, work: Path, name: str) -> tuple[float, float, Path]:
-    """Plan a spec as stack `name` (every variant of a size is the same stack, so URNs compare)."""
+    """Plan a spec as stack `name` (every variant of a size is the same stack, so URNs compare) into a folder
+    never used before, as a first plan on a fresh checkout writes every file. Nothing is deleted until the bench
+    ends: ext4 without a journal (this machine's disk) steps over every inode freed in the last minutes when it
+    allocates one, so deleting the last run's 4,000 files just before a plan made its file writing several times
+    slower, and more so the more had been deleted - noise that fell on the plan alone."""
     work.mkdir(parents=True, exist_ok=True)
     path = work / f"{name}.yaml"
     path.write_text(to_yaml(spec))
-    out = work / name
-    shutil.rmtree(out, ignore_errors=True)      # every run writes its whole plan, none rewrites one in place
+    out = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=work))
     seconds, peak, _ = measured([sys.executable, "-m", "components", "plan", str(path), "--out", str(out)])
     return seconds, peak, out
 
@@ -109,6 +111,12 @@ def blast(base: Path, changed: Path) -> dict:
 def best(runs: list[tuple[float, float, Path | str]]) -> tuple[float, float, Path | str]:
     """The fastest of repeated runs (this machine is shared: the minimum is the least disturbed), its memory."""
     return min(runs, key=lambda r: r[0])
+
+
+def repeats(nodes: int) -> int:
+    """Runs of plan and of floor per size: more where a run is short (2 s at 16 nodes), since this machine's
+    speed moves by 20% or more from one run to the next and the minimum of a few short runs still swings."""
+    return 7 if nodes <= 64 else 5 if nodes <= 256 else 3 if nodes <= 1024 else 2
 
 
 def run_size(nodes: int, work: Path, repeat: int) -> dict:
@@ -202,7 +210,7 @@ def main(argv: list[str]) -> None:
     rows = []
     with tempfile.TemporaryDirectory(prefix="gpucluster-bench-") as tmp:
         for n in sizes:
-            rows.append(run_size(n, Path(tmp), repeat=2 if n >= 2048 else 3))
+            rows.append(run_size(n, Path(tmp), repeat=repeats(n)))
             print(f"... {n} nodes done", file=sys.stderr)
     machine = f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}"
     print(f"gpucluster bench on {machine}\n")

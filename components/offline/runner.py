@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
+import _thread
 import builtins
 import contextvars
 import gc
 import os
 import sys
-import threading
 import time
+import types
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, TypeVar
+from typing import Any, Callable, Iterator
 
 import pulumi
 from pulumi.runtime import settings as _settings
@@ -24,7 +25,6 @@ from .config import load_stack_config
 from .recorder import Record, RecordingMonitor
 
 ORGANIZATION = "organization"
-T = TypeVar("T")
 
 
 @dataclass
@@ -57,28 +57,6 @@ def _resolve(value: Any) -> tuple[Any, bool]:
     return _sync_await(out.future(with_unknowns=True)), bool(_sync_await(out.is_secret()))
 
 
-def _near_stack_root(work: Callable[[], T]) -> T:
-    """`work` on a thread of its own, in a copy of this context (the runtime's settings), near the root of a
-    stack as under the language host: the SDK walks the whole stack on every registration, so each frame of
-    the caller's (a CLI's) would cost every resource. Its exception is raised here."""
-    result: list[T] = []
-    error: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            result.append(work())
-        except BaseException as e:      # noqa: BLE001 - raised again in the caller's thread
-            error.append(e)
-
-    thread = threading.Thread(target=contextvars.copy_context().run, args=(run,), name="pulumi-program",
-                              daemon=True)
-    thread.start()
-    thread.join()
-    if error:
-        raise error[0]
-    return result[0]
-
-
 def run_offline(program: Callable[[], Any], *, project: str, stack: str,
                 config: dict[str, str] | None = None, secret_keys: list[str] | None = None,
                 unresolved_secrets: list[str] | None = None, mocks: Mocks | None = None) -> ProgramRun:
@@ -100,18 +78,35 @@ def run_offline(program: Callable[[], Any], *, project: str, stack: str,
         holder["stack"] = _settings.get_root_resource()
         program()
 
-    def run() -> dict[str, tuple[Any, bool]]:
-        _sync_await(run_in_stack(body))
-        return {k: _resolve(v) for k, v in sorted(holder["stack"].outputs.items())}
+    outcome: dict[str, Any] = {}
+    done = _thread.allocate_lock()
+    done.acquire()
+
+    def run() -> None:
+        try:
+            _sync_await(run_in_stack(body))
+            outcome["outputs"] = {k: _resolve(v) for k, v in sorted(holder["stack"].outputs.items())}
+        except BaseException as e:      # noqa: BLE001 - raised again in the caller's thread
+            outcome["error"] = e
+        finally:
+            done.release()
 
     gc_was_enabled = gc.isenabled()
     gc.disable()              # the cyclic GC costs a third or more of a large run and frees nothing here
     started = time.perf_counter()
     try:
-        outputs = _near_stack_root(run)
+        # The program runs near the root of a stack, as under the language host: the SDK turns every frame
+        # of the stack into a source position on every registration, so each frame of a caller's (a CLI's)
+        # would cost every resource. So `run` is the first frame of a thread of its own (not under
+        # threading.Thread's three), in a copy of this context (the runtime's settings).
+        _thread.start_new_thread(contextvars.copy_context().run, (run,))
+        done.acquire()
     finally:
         if gc_was_enabled:
             gc.enable()
+    if "error" in outcome:
+        raise outcome["error"]
+    outputs = outcome["outputs"]
     seconds = time.perf_counter() - started
     monitor.finalize()
     return ProgramRun(project=project, stack=stack, records=monitor.records, outputs=outputs,
@@ -120,14 +115,11 @@ def run_offline(program: Callable[[], Any], *, project: str, stack: str,
 
 
 def _as_main(path: Path) -> Callable[[], None]:
-    """The program file run as `__main__` (as runpy.run_path runs it) three frames nearer the stack's root: the
-    SDK walks the whole stack on every registration, so each frame under the program costs per resource."""
+    """The program file as a function that runs it as `__main__` (as runpy.run_path does, in a fresh module
+    namespace), its module frame called directly, with no frame of exec's caller around it (see run_offline)."""
     code = compile(path.read_bytes(), str(path), "exec")
-
-    def run() -> None:
-        exec(code, {"__name__": "__main__", "__file__": str(path), "__builtins__": builtins,  # noqa: S102
-                    "__package__": None, "__spec__": None, "__loader__": None, "__cached__": None})
-    return run
+    return types.FunctionType(code, {"__name__": "__main__", "__file__": str(path), "__builtins__": builtins,
+                                     "__package__": None, "__spec__": None, "__loader__": None, "__cached__": None})
 
 
 def run_program(project_dir: str | Path, stack: str, spec_file: Path | None = None,
