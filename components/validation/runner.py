@@ -8,7 +8,7 @@ from typing import Callable, Sequence
 
 from ..fabric.checks import CHECKS_NAMESPACE
 from ..yamltext import to_yaml_all
-from .suite import SUITE_LABEL, Check, Result, judge
+from .suite import SUITE_LABEL, Check, Result, judge, unique_manifests
 
 MPI_LAUNCHER = "training.kubeflow.org/job-role=launcher"
 
@@ -24,20 +24,9 @@ class Kubectl:
                               capture_output=True, timeout=timeout_s)
 
 
-def _manifests(checks: Sequence[Check]) -> list[dict]:
-    seen, out = set(), []
-    for c in checks:
-        for m in c.manifests:
-            key = (m["kind"], m["metadata"].get("namespace"), m["metadata"]["name"])
-            if key not in seen:
-                seen.add(key)
-                out.append(m)
-    return out
-
-
 def run_suite(checks: Sequence[Check], kubectl: Callable[..., subprocess.CompletedProcess],
               run_script: Callable[[str], subprocess.CompletedProcess], timeout_s: int) -> list[Result]:
-    manifests = _manifests(checks)
+    manifests = unique_manifests(checks)
     if manifests:
         applied = kubectl("apply", "-f", "-", stdin=to_yaml_all(manifests))
         if applied.returncode != 0:

@@ -8,7 +8,7 @@ read at 70% of its expected aggregate (validation), and DCGM diagnostics at each
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Iterable, Literal
 
 from ..fabric.checks import CHECKS_NAMESPACE, nccl_floor_gb_per_s, render_link_check, render_nccl_job
 from ..k8s.images import mirrored
@@ -33,6 +33,7 @@ class Check:
     manifests: list[dict[str, Any]] = field(default_factory=list)   # applied to the cluster
     script: str | None = None        # run on the operator's machine (links, over SSH)
     workload: str = ""               # "<kind>/<name>" in the checks namespace, waited for and read back
+    file: str = ""                   # validation/<file>.yaml that holds its manifests; omitted: its name
 
 
 @dataclass(frozen=True)
@@ -108,7 +109,8 @@ def _dcgm_checks(spec: ClusterSpec) -> list[Check]:
                                    "command": ["/bin/bash", "-c", f"nv-hostengine && dcgmi diag -r {level}"],
                                    "resources": {"limits": {"nvidia.com/gpu": pool.gpu.count}}}]}
             out.append(Check(name, "dcgm", f"dcgmi diag -r {level} on {host.hostname}'s {pool.gpu.count} GPUs", 0,
-                             "failed tests", [_namespace(), _job(name, pod, v.timeout_s)], workload=f"job/{name}"))
+                             "failed tests", [_namespace(), _job(name, pod, v.timeout_s)], workload=f"job/{name}",
+                             file=f"dcgm-{pool.name}"))
     return out
 
 
@@ -132,16 +134,27 @@ def plan_suite(spec: ClusterSpec) -> list[Check]:
     return checks + _dcgm_checks(spec)
 
 
+def unique_manifests(checks: Iterable[Check]) -> list[dict[str, Any]]:
+    """The checks' objects, each once (the namespace they share), in the order they name them."""
+    unique: dict[tuple[str, str | None, str], dict[str, Any]] = {}
+    for c in checks:
+        for m in c.manifests:
+            unique.setdefault((m["kind"], m["metadata"].get("namespace"), m["metadata"]["name"]), m)
+    return list(unique.values())
+
+
 def render_suite_files(spec: ClusterSpec) -> dict[str, str]:
     """validation/: every check's manifests or script, and a table of what each must reach."""
     files, rows = {}, []
+    by_file: dict[str, list[Check]] = {}
     for c in plan_suite(spec):
-        if c.manifests:
-            files[f"validation/{c.name}.yaml"] = to_yaml_all(c.manifests)
+        if c.manifests:     # a pool's per-host jobs share one file (one to review, one to apply)
+            by_file.setdefault(c.file or c.name, []).append(c)
         if c.script:
             files[f"validation/{c.name}.sh"] = c.script
         wanted = "no failed test" if c.kind == "dcgm" else f">= {c.threshold:g} {c.unit}"
         rows.append(f"| {c.name} | {c.what} | {wanted} |")
+    files.update({f"validation/{name}.yaml": to_yaml_all(unique_manifests(group)) for name, group in by_file.items()})
     files["validation/README.md"] = "\n".join([
         f"# Validation suite of {spec.name}", "",
         f"Run after `pulumi up`: `gpucluster validate {spec.name} --kubeconfig KUBECONFIG` applies the manifests "

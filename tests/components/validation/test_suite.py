@@ -155,9 +155,20 @@ def test_a_workload_that_did_not_finish_fails_its_check(dev_spec):
     assert not result.passed and result.detail == "did not complete: error: timed out waiting for the condition"
 
 
-@pytest.mark.parametrize("name", ["validation/README.md", "validation/storage-read.yaml", "validation/links-h100.sh"])
+@pytest.mark.parametrize("name", ["validation/README.md", "validation/storage-read.yaml", "validation/links-h100.sh",
+                                  "validation/dcgm-h100.yaml"])
 def test_the_plan_shows_the_suite(dev_spec, name):
     files = render_suite_files(dev_spec)
     assert name in files
     assert "| storage-read | fio sequential read from 2 GPU nodes at once on beegfs devfs (70% of 20 GB/s " \
            "expected) | >= 14 GB/s |" in files["validation/README.md"]
+
+
+def test_a_pools_node_diagnostics_share_one_file_with_their_namespace_once(dev_spec):
+    files = render_suite_files(dev_spec)
+    docs = list(yaml.safe_load_all(files["validation/dcgm-h100.yaml"]))
+    assert [(d["kind"], d["metadata"]["name"]) for d in docs] == [
+        ("Namespace", "gpucluster-checks"), ("Job", "dcgm-gpu-dev-01"), ("Job", "dcgm-gpu-dev-02")]
+    assert not any(name.startswith("validation/dcgm-gpu-") for name in files)
+    checks = by_name(dev_spec)
+    assert docs[1:] == [checks["dcgm-gpu-dev-01"].manifests[1], checks["dcgm-gpu-dev-02"].manifests[1]]
