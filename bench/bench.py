@@ -16,8 +16,8 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from statistics import median
 from pathlib import Path
+from statistics import median
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
