@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import ClassVar
 
 import pulumi
@@ -49,12 +50,17 @@ class GpuCluster(pulumi.ComponentResource):
         # managers, so pools with one go first.
         sms = set(spec.fabric.subnet_managers)
         after = list(self.fabric.subnet_managers)
+        # A Node opens to work only once its filesystem client is mounted, and the client is set up after the
+        # host's preparation: the pools' Node patches wait on a value each host's client resolves later.
+        mounted: dict[str, asyncio.Future[pulumi.Resource]] = {
+            h.hostname: asyncio.get_event_loop().create_future() for _, h in spec.hosts()}
         self.node_pools = {}
         for p in sorted(spec.node_pools, key=lambda p: not any(h.hostname in sms for h in p.hosts)):
             pool = GpuNodePool(f"{name}-{p.name}", NodePoolArgs.from_spec(spec, p), ssh_private_key, opts=child,
                                fabric={h.hostname: self.fabric.host_scripts[h.hostname] for h in p.hosts
                                        if h.hostname in self.fabric.host_scripts},
-                               after=after, subnet_managers=sms)
+                               after=after, subnet_managers=sms,
+                               host_ready={h.hostname: [mounted[h.hostname]] for h in p.hosts})
             after = after + pool.subnet_managers
             self.node_pools[p.name] = pool
         self.node_pools = {p.name: self.node_pools[p.name] for p in spec.node_pools}
@@ -65,10 +71,15 @@ class GpuCluster(pulumi.ComponentResource):
                                        kueue_ready=self.kubernetes.kueue_ready, opts=child)
                         for t in spec.tenants}
         self.storage = None
-        if spec.storage.kind != "none":
-            self.storage = ParallelFilesystem(
-                f"{name}-storage", spec, ssh_private_key, opts=child, host_ready=ready,
-                namespaces={t.namespace_name: self.tenants[t.name].namespace for t in spec.tenants})
+        try:
+            if spec.storage.kind != "none":
+                self.storage = ParallelFilesystem(
+                    f"{name}-storage", spec, ssh_private_key, opts=child, host_ready=ready,
+                    namespaces={t.namespace_name: self.tenants[t.name].namespace for t in spec.tenants})
+        finally:     # resolved even when the filesystem fails to build, so no registration waits forever
+            clients = self.storage.clients if self.storage is not None else {}
+            for host, future in mounted.items():
+                future.set_result(clients.get(host) or ready[host][0])
         # The whole spec is an output, not an input, so a change shows only on the components and resources whose
         # slice it is; and one JSON text, not a tree, since each child already registers its slice for policies
         # and the SDK serializes a tree value by value. What the children register is theirs alone.

@@ -79,12 +79,16 @@ def connection(target: SshTarget, private_key: pulumi.Input[str]) -> remote.Conn
 
 def push(name: str, target: SshTarget, script: Script, private_key: pulumi.Input[str], *,
          parent: pulumi.Resource, depends_on: Sequence[pulumi.Resource] = (), converge: bool = False,
-         protect: bool = False, stdin: pulumi.Input[str] | None = None, then: str | None = None) -> remote.Command:
+         protect: bool = False, stdin: pulumi.Input[str] | None = None, then: str | None = None,
+         replace_on: str | None = None) -> remote.Command:
     """One remote command for a script. A create script built from a secret comes as an Output and stays
     secret. `protect`: the engine refuses to delete the command (a server that holds data) until it is lifted.
     `stdin`: a secret the script reads from its standard input (it stays out of the script and the plan).
     `then`: a script run after `script` in the same session, and alone as the command's update: a change to it
-    updates the command in place, a change to `script` replaces it. Omitted: none."""
+    updates the command in place, a change to `script` replaces it. Omitted: none.
+    `replace_on`: what the command's host *is* (a storage server's targets: devices and indexes); only a change
+    to it replaces the command, and any other change to the script, which converges, runs it again in place
+    (a setting that applies live never unmounts a target). Omitted: any change to the script replaces it."""
     piped = stdin is not None
     create: pulumi.Input[str]
     update: pulumi.Input[str] | None = None
@@ -98,6 +102,9 @@ def push(name: str, target: SshTarget, script: Script, private_key: pulumi.Input
         trigger = script.create.apply(lambda text: digest(Script(text, script.delete)))
     else:
         create, trigger = as_command(script.create, target.user, piped), digest(script)
+    if replace_on is not None:
+        assert then is None and not converge, "`replace_on` is its own way of updating"
+        update, trigger = create, hashlib.sha256(replace_on.encode()).hexdigest()
     return remote.Command(
         name, connection=connection(target, private_key), create=create,
         update=create if converge else update,

@@ -120,7 +120,7 @@ class GpuNodePool(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: NodePoolArgs, ssh_private_key: pulumi.Input[str],
                  opts: pulumi.ResourceOptions | None = None, *,
-                 host_ready: Mapping[str, Sequence[pulumi.Resource]] | None = None,
+                 host_ready: Mapping[str, Sequence[pulumi.Input[pulumi.Resource]]] | None = None,
                  fabric: Mapping[str, Script] | None = None, after: Sequence[pulumi.Resource] = (),
                  subnet_managers: Collection[str] = ()):
         """`host_ready`: per host name, what must be done before its Node is opened to work. `fabric`: per host

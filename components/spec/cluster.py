@@ -122,6 +122,14 @@ class ClusterSpec(SpecModel):
             bare = [p.name for p in self.node_pools if not p.nics]
             if bare:
                 out.append(f"fabric is {self.fabric.kind} but node pool(s) {', '.join(bare)} list no NICs")
+        storage = self.storage
+        if storage.kind == "beegfs" and storage.effective_quotas and storage.effective_version == "7.4":
+            out.append("BeeGFS 7.4 quota enforcement is an enterprise feature: it runs without a licence, but its "
+                       "production use needs a support contract")
+        sized = [t.name for t in self.tenants if t.storage.filesystem_gib]
+        if storage.kind != "none" and sized and not storage.effective_quotas:
+            out.append(f"storage quotas are off, so the filesystem_gib of tenant(s) {', '.join(sized[:5])} is not "
+                       "enforced (set storage.quotas)")
         for t in self.tenants:
             if not (t.groups.admin or t.groups.edit or t.groups.view):
                 out.append(f"tenant {t.name} binds no identity group; only cluster admins can use it")

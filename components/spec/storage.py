@@ -17,6 +17,7 @@ STORAGE_ROLES: dict[str, tuple[str, ...]] = {
     "beegfs": ("mgmtd", "meta", "storage"),
 }
 VERSIONS = {"lustre": ("2.15",), "beegfs": ("7.4", "8")}
+SLOWEST_HCA_GBPS = 40      # QDR: what a storage server's port is taken to run at when the spec does not say
 # RAID-5 survives one failed disk; rebuilding a large target takes long enough for a second to fail.
 RAID5_MAX_TIB = 8.0
 
@@ -56,6 +57,10 @@ class StorageServer(SpecModel):
     data_address: IpAddress | None = Field(
         None, description="Address of storage.server_interface, which clients reach (its LNet NID on Lustre). "
                           "Omitted: address; required with lnet o2ib, whose NID is the data-plane address.")
+    link_speed_gbps: Literal[40, 56, 100, 200, 400, 800] | None = Field(
+        None, description="Rate of the server's data-plane port (its HCA on InfiniBand), which the IPoIB groups "
+                          f"must not exceed or the port cannot join them. Omitted: {SLOWEST_HCA_GBPS} Gb/s is "
+                          "assumed, the slowest rate here, so the port always joins.")
     failover: HostName | None = Field(
         None, description="Lustre: the server that takes over this one's targets (both get --servicenode). "
                           "Omitted: no failover.")
@@ -159,8 +164,20 @@ class StorageSpec(SpecModel):
         None, description="Lustre client RPC size, RPCs in flight and read-ahead. Omitted: Lustre's defaults.")
     datasets: list[Dataset] = Field(default_factory=list, max_length=256,
                                     description="Shared directories with their striping. Omitted: none.")
-    quotas: bool = Field(True, description="Enforce quotas (Lustre project quotas per tenant directory; BeeGFS "
-                                           "quota enforcement). Omitted: on.")
+    quotas: bool | None = Field(
+        None, description="Enforce quotas: Lustre project quotas per tenant directory, BeeGFS quota enforcement per "
+                          "tenant group. BeeGFS quota enforcement is an enterprise feature: 7.4 runs it unlicensed but "
+                          "its production use needs a support contract, 8 needs license_file. Omitted: on for Lustre, "
+                          "off for BeeGFS (tenant directories then have no size limit).")
+    failover_mounted_by_ha: bool = Field(
+        False, description="Lustre failover: an HA manager the site runs (Pacemaker with the Lustre resource "
+                           "agents) mounts failover targets, which are kept out of the boot mounts (noauto) so two "
+                           "servers never mount one at once. Omitted: failover is refused, since this library "
+                           "generates no HA resources and nothing would mount those targets after a reboot.")
+    license_file: AbsPath | None = Field(
+        None, description="BeeGFS 8: the licence certificate on the mgmtd server (mgmtd's license-cert-file), which "
+                          "quota enforcement needs; the server script stops before any change when it is missing. "
+                          "Omitted: no licence, so quotas are refused on BeeGFS 8.")
     auth: bool = Field(True, description="BeeGFS connection authentication (a random secret shared by every "
                                          "node). Omitted: on; BeeGFS 8 refuses to run without it.")
 
@@ -178,6 +195,10 @@ class StorageSpec(SpecModel):
 
     def dataset_path(self, name: str) -> str:
         return f"{self.mount_point}/datasets/{name}"
+
+    @property
+    def effective_quotas(self) -> bool:
+        return self.quotas if self.quotas is not None else self.kind == "lustre"
 
     @property
     def effective_version(self) -> str:
@@ -231,6 +252,13 @@ class StorageSpec(SpecModel):
                         yield Problem(("servers", i, "targets", j, "index"),
                                       f"{self.fs_name}{t.role[0]}{t.index}, the device label of this target, is "
                                       "longer than XFS's 12 characters; shorten fs_name or use a smaller index")
+        if self.kind == "beegfs" and self.effective_version == "8" and self.quotas and self.license_file is None:
+            yield Problem(("quotas",), "BeeGFS 8 enforces quotas only with a licence (beegfs quota set-limits fails "
+                                       "without one): set license_file to the licence certificate on the mgmtd "
+                                       "server, or quotas: false")
+        if self.license_file is not None and not (self.kind == "beegfs" and self.effective_version == "8"):
+            yield Problem(("license_file",), "license_file is BeeGFS 8's mgmtd licence certificate; "
+                                             f"{self.kind} {self.effective_version} has none: remove it")
         if self.kind == "beegfs" and self.client_tunables is not None:
             yield Problem(("client_tunables",), "client_tunables are Lustre's (lctl set_param); BeeGFS clients "
                                                 "take theirs from beegfs-client.conf; remove it")
@@ -244,6 +272,12 @@ class StorageSpec(SpecModel):
                                                                         "set index")
             if s.failover is not None and (s.failover not in hosts or s.failover == s.hostname):
                 yield Problem(("servers", i, "failover"), f"failover {s.failover!r} is not another storage server")
+            if s.failover is not None and self.kind == "lustre" and not self.failover_mounted_by_ha:
+                yield Problem(("servers", i, "failover"), f"failover targets of {s.hostname} are not mounted at boot "
+                                                          "(noauto) and this library generates no HA resources, so "
+                                                          "nothing would mount them after a reboot: remove failover, "
+                                                          "or set storage.failover_mounted_by_ha: true once your HA "
+                                                          "manager (Pacemaker) mounts them")
             if s.failover is not None and self.kind == "beegfs":
                 yield Problem(("servers", i, "failover"), "BeeGFS has no failover servers (it mirrors with buddy "
                                                           "groups); remove failover")

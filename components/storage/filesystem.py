@@ -2,7 +2,8 @@
 tenants claim, from one spec.
 
 Resources, keyed by host name: `<name>-<server>` per storage server (protected: deleting one needs an explicit
-unprotect, and its delete script only unmounts), created management first, then metadata, then data servers;
+unprotect, and its delete script only unmounts; replaced only when its targets change, updated in place for
+any other change), created management first, then metadata, then data servers;
 `<name>-<host>` per GPU host (the client, after its fabric is set up; the first client's also applies the
 shared directories and quotas, and updates in place when only they change); on BeeGFS with auth, each server
 and client script writes the shared connection secret, which its command passes on standard input (secret).
@@ -37,6 +38,14 @@ def filesystem_outputs(spec: ClusterSpec, layout: Layout) -> dict[str, Any]:
             "capacity_tib": round(sum(sizes[(t.server, t.device)] for t in data), 3),
             "read_gb_per_s": read, "gpus": spec.gpus,
             "read_gb_per_s_per_gpu": None if read is None or not spec.gpus else round(read / spec.gpus, 3)}
+
+
+def server_identity(layout: Layout, hostname: str) -> str:
+    """What a storage server's command stands for: its targets' roles, indexes, devices and mounts. Only a
+    change to these replaces the (protected) command; tunables, quotas, LNet, packages and secrets update it in
+    place, since its script converges and replacing it would unmount the targets under every client."""
+    return "\n".join(f"{layout.kind} {layout.fs_name} {t.role} {t.index} {t.device} {t.mount}"
+                     for t in layout.on(hostname))
 
 
 class ParallelFilesystem(pulumi.ComponentResource):
@@ -75,7 +84,8 @@ class ParallelFilesystem(pulumi.ComponentResource):
                 target = SshTarget(server.address, ssh.user, ssh.port, server.host_key, ssh.bastion)
                 rendered = (render_beegfs_server if beegfs else render_lustre_server)(spec, layout, server.hostname)
                 started.append(push(f"{name}-{server.hostname}", target, rendered, ssh_private_key, parent=self,
-                                    depends_on=done + ready.get(server.hostname, []), protect=True, stdin=stdin))
+                                    depends_on=done + ready.get(server.hostname, []), protect=True, stdin=stdin,
+                                    replace_on=server_identity(layout, server.hostname)))
             done = done + started
         self.clients = {}
         _, first = clients[0]

@@ -38,22 +38,31 @@ def lustre_client() -> list[Requirement]:
         Requirement("module", "lustre", "kmod-lustre-client", f"lustre-client-modules-{KERNEL}")]
 
 
-def beegfs_server(version: str, roles: set[str]) -> list[Requirement]:
+# BeeGFS daemons load RDMA from this library at start and fall back to TCP without a word when it is missing
+# (common/source/common/net/sock/RDMASocket.cpp dlopens it; package libbeegfs-ib on EL and Debian alike).
+BEEGFS_IB = Requirement("path", "/opt/beegfs/lib/libbeegfs_ib.so", "libbeegfs-ib", "libbeegfs-ib")
+
+
+def beegfs_server(version: str, roles: set[str], rdma: bool = False) -> list[Requirement]:
     setup = {"mgmtd": "beegfs-mgmtd" if version == "8" else "beegfs-setup-mgmtd", "meta": "beegfs-setup-meta",
              "storage": "beegfs-setup-storage"}
     out = [Requirement("command", setup[r], f"beegfs-{r}", f"beegfs-{r}") for r in sorted(roles)]
     out.append(Requirement("command", "mkfs.ext4", "e2fsprogs", "e2fsprogs"))
     if "storage" in roles:
         out.append(Requirement("command", "mkfs.xfs", "xfsprogs", "xfsprogs"))
+    if rdma and roles - {"mgmtd"}:
+        out.append(BEEGFS_IB)
     return out
 
 
 def beegfs_client(version: str) -> list[Requirement]:
     out = [Requirement("command", "beegfs-setup-client", "beegfs-client", "beegfs-client")]
     if version == "8":
-        return out + [Requirement("command", "beegfs", "beegfs-tools", "beegfs-tools")]
-    return out + [Requirement("command", "beegfs-helperd", "beegfs-helperd", "beegfs-helperd"),
-                  Requirement("command", "beegfs-ctl", "beegfs-utils", "beegfs-utils")]
+        out.append(Requirement("command", "beegfs", "beegfs-tools", "beegfs-tools"))
+    else:
+        out += [Requirement("command", "beegfs-helperd", "beegfs-helperd", "beegfs-helperd"),
+                Requirement("command", "beegfs-ctl", "beegfs-utils", "beegfs-utils")]
+    return out
 
 
 _PROVIDE = r'''

@@ -9,8 +9,11 @@ scripts unmount and stop; they never erase a target.
 
 from __future__ import annotations
 
+import shlex
+
 from ..bash import call, fill, script
 from ..spec import ClusterSpec
+from ..spec.storage import StorageSpec
 from ..ssh import Script
 from . import packages
 from .layout import DATA_ROLES, Layout, Target
@@ -22,6 +25,9 @@ BEEGFS_INTERFACES = "/etc/beegfs/gpucluster-interfaces"
 STATE_DIR = "/etc/gpucluster"
 BEEGFS_GRPC_PORT = 8010
 DEFAULT_POOL = "1"        # BeeGFS's default storage pool
+DIRECTORY_TIMEOUT_S = 300  # one filesystem command of the shared directories' step, at most
+BEEGFS_SETTLE_S = 5       # a BeeGFS daemon that rejects its configuration exits within this after its start
+BEEGFS_IB_LIB = "/opt/beegfs/lib/libbeegfs_ib.so"     # RDMA for BeeGFS daemons (package libbeegfs-ib)
 
 _DEVICES = r'''
 # device_state DEVICE LABEL...: "empty", "ours" (it carries one of the labels) or what else it holds.
@@ -160,7 +166,7 @@ def lustre_params(spec: ClusterSpec, fs: str) -> list[str]:
     """`lctl set_param -P` settings, which the MGS hands to every server and client of the filesystem; patterns
     name this filesystem so another one on the same nodes is untouched (reference 5.4)."""
     out = []
-    if spec.storage.quotas:      # users, groups and projects (the tenants' directories)
+    if spec.storage.effective_quotas:      # users, groups and projects (the tenants' directories)
         out += [f"osd-*.{fs}-MDT*.quota_slave.enabled=ugp", f"osd-*.{fs}-OST*.quota_slave.enabled=ugp"]
     tune = spec.storage.client_tunables
     if tune is None:
@@ -214,9 +220,8 @@ def render_lustre_client(spec: ClusterSpec, layout: Layout, hostname: str, inter
 
 # --- BeeGFS ---------------------------------------------------------------------------------------------
 
-_BEEGFS_CONF = r'''
+_BEEGFS_CONF = r"""
 # set_conf FILE KEY VALUE: one "KEY = VALUE" line in a BeeGFS conf file; CONF_CHANGED tells the caller.
-CONF_CHANGED=0
 set_conf() {
   [[ -f "$1" ]] || fail "$1 is missing; install the BeeGFS @VERSION@ packages"
   if ! grep -qxF "$2 = $3" "$1"; then
@@ -226,7 +231,17 @@ set_conf() {
     changed "$1: $2 = $3"
   fi
 }
-# running SERVICE RESTART: enabled, and running (restarted when its configuration changed).
+# drop_conf FILE KEY: a key this tool's earlier releases wrote where the daemon refuses it.
+drop_conf() {
+  if grep -q "^[[:space:]]*$2[[:space:]]*=" "$1"; then
+    sed -i "/^[[:space:]]*$2[[:space:]]*=/d" "$1"
+    CONF_CHANGED=1
+    changed "$1: removed $2, which this daemon refuses"
+  fi
+}
+# running SERVICE RESTART: enabled, and running (restarted when its configuration changed). BeeGFS units are
+# Type=simple, so systemctl reports success before the daemon has read its configuration: one that rejects it
+# exits a moment later, and is caught here with its log instead of being reported as running.
 running() {
   systemctl enable "$1" --quiet
   if ! systemctl is-active --quiet "$1"; then
@@ -235,14 +250,22 @@ running() {
   elif (( $2 )); then
     systemctl restart "$1"
     changed "restarted $1"
+  else
+    return 0
   fi
+  local waited
+  for ((waited = 0; waited < @SETTLE_S@; waited++)); do
+    sleep 1
+    systemctl is-active --quiet "$1" || fail "$1 stopped right after it started: $(journalctl -u "$1" -n 8 --no-pager -o cat 2>/dev/null | tr '\n' ' ')(journalctl -u $1)"
+  done
 }
-'''
+"""
 
 
 # The shared connection secret comes on the session's standard input (the command's secret `stdin`), so it is
-# in no script, argument, environment or output; written only when it differs.
-_AUTH_FROM_STDIN = r'''
+# in no script, argument, environment or output; written only when it differs, and a new one restarts every
+# daemon of the host (they read it once, at start).
+_AUTH_FROM_STDIN = r"""
 # --- the shared connection secret, from standard input (never printed) ---
 # Run as `bash -c SCRIPT gpucluster` (push() does): fed to bash on its input, reading it would eat the script.
 [[ "$0" == gpucluster ]] || fail "this script reads the connection secret on standard input: run it as bash -c \"\$(cat SCRIPT)\" gpucluster < SECRET"
@@ -251,19 +274,46 @@ secret=$(cat)
 mkdir -p /etc/beegfs
 put_file @AUTH@ 0400 "$secret"
 unset secret
-'''
+BASE_CHANGED=$FILE_CHANGED
+"""
+
+# Settings each BeeGFS daemon reads from its conf file. Every daemon refuses a key its parser does not know
+# ("The config argument '...' is invalid") and exits at start, so each gets only keys of its own: quota
+# enforcement is quotaEnableEnforcement on mgmtd, meta and storage, and quotaEnabled on the client
+# (ThinkParQ/beegfs 7.4.7 and 8.3.1, */source/app/config/Config.cpp and client_module/.../Config.c; the tests
+# check every key written against the keys those parsers accept).
+BEEGFS_CONF_ROLES = ("mgmtd", "meta", "storage", "client", "helperd")
+
+
+def beegfs_settings(role: str, storage: StorageSpec, rdma: bool, manager: str) -> tuple[tuple[str, str], ...]:
+    out = [("connAuthFile", BEEGFS_AUTH), ("connDisableAuthentication", "false")] if storage.auth else \
+        [("connAuthFile", ""), ("connDisableAuthentication", "true")]
+    if role == "helperd":
+        return tuple(out)
+    out.append(("connInterfacesFile", BEEGFS_INTERFACES))
+    if role != "mgmtd":     # a moved mgmtd reaches every other daemon; data paths use RDMA where there is some
+        out += [("sysMgmtdHost", manager), ("connUseRDMA", "true" if rdma else "false")]
+    quotas = "true" if storage.effective_quotas else "false"
+    out.append(("quotaEnabled", quotas) if role == "client" else ("quotaEnableEnforcement", quotas))
+    return tuple(out)
 
 
 def _beegfs_common(layout: Layout, auth: bool, interface: str) -> str:
-    auth_check = fill(_AUTH_FROM_STDIN, AUTH=BEEGFS_AUTH) if auth else ""
-    return fill(_BEEGFS_CONF, VERSION=layout.version) + auth_check + fill(
-        'put_file @IFS@ 0644 @IFACE@\nIFS_CHANGED=$FILE_CHANGED\n', IFS=BEEGFS_INTERFACES, IFACE=interface)
+    auth_part = fill(_AUTH_FROM_STDIN, AUTH=BEEGFS_AUTH) if auth else "BASE_CHANGED=0\n"
+    return fill(_BEEGFS_CONF, VERSION=layout.version, SETTLE_S=BEEGFS_SETTLE_S) + auth_part + fill(
+        'put_file @IFS@ 0644 @IFACE@\nBASE_CHANGED=$((BASE_CHANGED | FILE_CHANGED))\n', IFS=BEEGFS_INTERFACES,
+        IFACE=interface)
 
 
-def _beegfs_conf(conf: str, auth: bool, quotas: bool, extra: tuple[tuple[str, str], ...] = ()) -> str:
-    settings = (("connAuthFile", BEEGFS_AUTH) if auth else ("connDisableAuthentication", "true"),
-                ("connInterfacesFile", BEEGFS_INTERFACES), ("quotaEnabled", "true" if quotas else "false"), *extra)
-    return "CONF_CHANGED=$IFS_CHANGED\n" + "".join(call("set_conf", conf, k, v) + "\n" for k, v in settings)
+# Keys earlier releases of this tool wrote into daemons' confs that refuse them (servers exited at start).
+STALE_KEYS = {"mgmtd": ("quotaEnabled",), "meta": ("quotaEnabled",), "storage": ("quotaEnabled",)}
+
+
+def _beegfs_conf(role: str, settings: tuple[tuple[str, str], ...]) -> str:
+    conf = f"/etc/beegfs/beegfs-{role}.conf"
+    lines = [call("drop_conf", conf, k) for k in STALE_KEYS.get(role, ())]
+    lines += [call("set_conf", conf, k, v) for k, v in settings]
+    return "CONF_CHANGED=$BASE_CHANGED\n" + "".join(line + "\n" for line in lines)
 
 
 def render_beegfs_server(spec: ClusterSpec, layout: Layout, hostname: str) -> Script:
@@ -271,8 +321,14 @@ def render_beegfs_server(spec: ClusterSpec, layout: Layout, hostname: str) -> Sc
     storage = spec.storage
     v8 = layout.version == "8"
     ids = layout.node_ids.get(hostname, {})
-    needs = packages.beegfs_server(layout.version, {t.role for t in targets})
-    body = [_BASE + _BEEGFS_PATH + _DEVICES + "# --- every device first ---\n" + _checks(targets)
+    roles = {t.role for t in targets}
+    needs = packages.beegfs_server(layout.version, roles, rdma=spec.fabric.rdma)
+    licence = ""
+    if v8 and "mgmtd" in roles and storage.license_file is not None:
+        licence = fill('[[ -f @LIC@ ]] || fail "the BeeGFS licence certificate @LIC@ (storage.license_file) is not '
+                       'on this host; quota enforcement needs it: copy it here, or set storage.quotas: false"\n',
+                       LIC=storage.license_file)
+    body = [_BASE + _BEEGFS_PATH + _DEVICES + "# --- every device first ---\n" + _checks(targets) + licence
             + provide(layout, storage.package_repository, f"the BeeGFS {layout.version} server", needs)
             + _beegfs_common(layout, storage.auth, storage.server_interface or "")]
     services: dict[str, list[str]] = {}
@@ -282,7 +338,7 @@ def render_beegfs_server(spec: ClusterSpec, layout: Layout, hostname: str) -> Sc
                     + call(*mkfs, t.device) + " >/dev/null\n  " + call("changed", f"formatted {t.device} as "
                                                                                  f"{t.label}") + "\nfi\n"
                     + call("mount_at", t.device, t.mount, "xfs" if t.role == "storage" else "ext4",
-                           "defaults,noatime,nofail"))
+                           _beegfs_mount_options(t.role, storage.effective_quotas)))
         if t.role == "mgmtd" and v8:
             initialise = call("beegfs-mgmtd", "--init", "--db-file", f"{t.mount}/mgmtd.sqlite")
             marker = f"{t.mount}/mgmtd.sqlite"
@@ -300,18 +356,11 @@ def render_beegfs_server(spec: ClusterSpec, layout: Layout, hostname: str) -> Sc
         services.setdefault(t.role, []).append(t.mount)
     for role in services:
         if role == "mgmtd" and v8:
-            # No TLS certificates are generated, so the CLI's gRPC runs without TLS (clients never use it).
-            toml = "\n".join([f'auth-file = "{BEEGFS_AUTH}"' if storage.auth else "auth-disable = true",
-                              "tls-disable = true",
-                              f'db-file = "{services[role][0]}/mgmtd.sqlite"',
-                              f'interfaces = ["{storage.server_interface}"]',
-                              f"quota-enable = {'true' if storage.quotas else 'false'}",
-                              f"quota-enforce = {'true' if storage.quotas else 'false'}"])
             body.append(fill('put_file /etc/beegfs/beegfs-mgmtd.toml 0644 "$(cat @TOML@)"\n'
-                             'running beegfs-mgmtd $((FILE_CHANGED | IFS_CHANGED))', {"TOML": toml}))
+                             'running beegfs-mgmtd $((FILE_CHANGED | BASE_CHANGED))',
+                             {"TOML": beegfs8_mgmtd_toml(storage, services[role][0])}))
             continue
-        extra = (("quotaEnableEnforcement", "true" if storage.quotas else "false"),) if role == "mgmtd" else ()
-        body.append(_beegfs_conf(f"/etc/beegfs/beegfs-{role}.conf", storage.auth, storage.quotas, extra)
+        body.append(_beegfs_conf(role, beegfs_settings(role, storage, spec.fabric.rdma, layout.manager))
                     + f'running beegfs-{role} "$CONF_CHANGED"')
     roles = ", ".join(f"{t.role} {t.index}" for t in targets)
     create = script(f"BeeGFS {layout.fs_name} server {hostname}: {roles}", hostname, "\n".join(body))
@@ -321,21 +370,57 @@ def render_beegfs_server(spec: ClusterSpec, layout: Layout, hostname: str) -> Sc
     return Script(create, delete)
 
 
+def _beegfs_mount_options(role: str, quotas: bool) -> str:
+    """Quota tracking reads the storage targets' own XFS accounting, which is on only when mounted with it
+    (BeeGFS quota guide: uqnoenforce,gqnoenforce; a mounted target takes it at its next mount)."""
+    return "defaults,noatime,nofail" + (",uqnoenforce,gqnoenforce" if quotas and role == "storage" else "")
+
+
+def beegfs8_mgmtd_toml(storage: StorageSpec, db_dir: str) -> str:
+    """BeeGFS 8's mgmtd settings, keys as in beegfs-rust's shipped mgmtd/assets/beegfs-mgmtd.toml. No TLS
+    certificates are generated, so the CLI's gRPC runs without TLS (clients never use it)."""
+    quotas = "true" if storage.effective_quotas else "false"
+    lines = [f'auth-file = "{BEEGFS_AUTH}"' if storage.auth else "auth-disable = true", "tls-disable = true",
+             f'db-file = "{db_dir}/mgmtd.sqlite"', f'interfaces = ["{storage.server_interface}"]',
+             f"quota-enable = {quotas}", f"quota-enforce = {quotas}"]
+    if storage.license_file is not None:
+        lines.append(f'license-cert-file = "{storage.license_file}"')
+    return "\n".join(lines)
+
+
+# DOCA-OFED replaces the kernel's verbs: a client module built against the kernel's own headers has no RDMA
+# (or fails to load), so it is built against OFED's; the client's start rebuilds the module whenever this file
+# differs from the one it was last built with (client_module/build/dist/etc/init.d/beegfs-client.init).
+BEEGFS_AUTOBUILD = "/etc/beegfs/beegfs-client-autobuild.conf"
+OFED_INCLUDE = "/usr/src/ofa_kernel/default/include"
+_CLIENT_OFED = r"""
+if [[ -d @OFED@ ]] && ! grep -qxF @WANT@ @AUTOBUILD@; then
+  [[ -f @AUTOBUILD@ ]] || fail "@AUTOBUILD@ is missing; install the BeeGFS client package"
+  sed -i '/^buildArgs=/d' @AUTOBUILD@
+  printf '%s\n' @WANT@ >> @AUTOBUILD@
+  CONF_CHANGED=1
+  changed "@AUTOBUILD@: the client module is built against DOCA-OFED (@OFED@)"
+fi
+"""
+
+
 def render_beegfs_client(spec: ClusterSpec, layout: Layout, hostname: str, interface: str) -> Script:
     storage = spec.storage
     conf = "/etc/beegfs/beegfs-client.conf"
-    helper = "" if layout.version == "8" else "running beegfs-helperd 0\n"
+    # 7.4's helper daemon (logging, DNS for the kernel module) takes the connection secret too; 8 has none.
+    helper = "" if layout.version == "8" else _beegfs_conf(
+        "helperd", beegfs_settings("helperd", storage, False, layout.manager)) \
+        + 'running beegfs-helperd "$CONF_CHANGED"\n'
     needs = packages.beegfs_client(layout.version)
     body = (_BASE + _BEEGFS_PATH
             + provide(layout, storage.package_repository, f"the BeeGFS {layout.version} client", needs)
             + _beegfs_common(layout, storage.auth, interface)
-            + fill('if ! grep -qxF @MGMTD_LINE@ @CONF@; then\n  beegfs-setup-client -m @MGMTD@ >/dev/null\n'
-                   '  changed "client of mgmtd @MGMTD@"\nfi\n', MGMTD_LINE=f"sysMgmtdHost = {layout.manager}",
-                   CONF=conf, MGMTD=layout.manager)
-            + _beegfs_conf(conf, storage.auth, storage.quotas)
+            + _beegfs_conf("client", beegfs_settings("client", storage, spec.fabric.rdma, layout.manager))
+            + (fill(_CLIENT_OFED, AUTOBUILD=BEEGFS_AUTOBUILD, OFED=OFED_INCLUDE,
+                    WANT=f"buildArgs=-j8 OFED_INCLUDE_PATH={OFED_INCLUDE}") if spec.fabric.rdma else "")
             + fill('put_file /etc/beegfs/beegfs-mounts.conf 0644 @MOUNTS@\n'
                    'CONF_CHANGED=$((CONF_CHANGED | FILE_CHANGED))\n', MOUNTS=f"{layout.mount_point} {conf}")
-            + helper + 'running beegfs-client "$CONF_CHANGED"\n'
+            + "CLIENT_CHANGED=$CONF_CHANGED\n" + helper + 'running beegfs-client "$CLIENT_CHANGED"\n'
             + fill('findmnt -rn @MOUNT@ >/dev/null || fail "beegfs-client runs but @MOUNT@ is not mounted '
                    '(journalctl -u beegfs-client)"', MOUNT=layout.mount_point))
     create = script(f"BeeGFS {layout.fs_name} client on {hostname}", hostname, body)
@@ -347,26 +432,31 @@ def render_beegfs_client(spec: ClusterSpec, layout: Layout, hostname: str, inter
 # --- the shared directories, from one client ------------------------------------------------------------
 
 def render_directories(spec: ClusterSpec, layout: Layout, hostname: str) -> Script:
-    """Dataset directories with their striping, tenant directories with their quota; applied when the wanted
-    settings differ from those recorded on the host (the commands are idempotent, this keeps the count honest)."""
-    lines = []
+    """Dataset directories with their striping, tenant directories with their quota. Each one is applied only
+    when its own settings differ from those recorded on the host, so a change to one tenant touches that
+    tenant alone. Nothing walks a tree: the project ID goes on the directory with its inherit flag, which every
+    file made in it takes (a directory this tool made holds nothing older), and every filesystem command is
+    bounded in time, so a hung server fails the step instead of holding `pulumi up` forever."""
+    items: list[tuple[str, list[str]]] = []
     lustre = layout.kind == "lustre"
+    quotas = spec.storage.effective_quotas
     data_targets = sum(1 for t in layout.targets if t.role in DATA_ROLES)
     # BeeGFS 8's CLI talks to mgmtd's gRPC port, without TLS (see the mgmtd configuration) and with the auth file.
     cli = [f"--mgmtd-addr={layout.manager}:{BEEGFS_GRPC_PORT}", "--tls-disable",
            f"--auth-file={BEEGFS_AUTH}" if spec.storage.auth else "--auth-disable"]
     for d in spec.storage.datasets:
         path = spec.storage.dataset_path(d.name)
-        lines.append(call("mkdir", "-p", path))
         count = d.stripe_count if d.stripe_count > 0 else data_targets      # -1: every target
         if lustre:
-            lines.append(call("lfs", "setstripe", "-c", d.stripe_count, "-S", f"{d.stripe_size_mib}M", path))
+            stripe = ["lfs", "setstripe", "-c", d.stripe_count, "-S", f"{d.stripe_size_mib}M", path]
         elif layout.version == "8":
-            lines.append(call("beegfs", "entry", "set", *cli, f"--chunk-size={d.stripe_size_mib}Mi",
-                              f"--num-targets={count}", path))
+            stripe = ["beegfs", "entry", "set", *cli, f"--chunk-size={d.stripe_size_mib}Mi",
+                      f"--num-targets={count}", path]
         else:
-            lines.append(call("beegfs-ctl", "--setpattern", f"--chunksize={d.stripe_size_mib}m",
-                              f"--numtargets={count}", path))
+            stripe = ["beegfs-ctl", "--setpattern", f"--chunksize={d.stripe_size_mib}m", f"--numtargets={count}",
+                      path]
+        items.append((f"dataset {d.name}: {d.stripe_count} x {d.stripe_size_mib} MiB",
+                      [call("bounded", "mkdir", "-p", path), call("bounded", *stripe)]))
     for tenant in spec.tenants:
         gib = tenant.storage.filesystem_gib
         if not gib:
@@ -374,25 +464,36 @@ def render_directories(spec: ClusterSpec, layout: Layout, hostname: str) -> Scri
         ns, qid = tenant.namespace_name, layout.project_ids[tenant.namespace_name]
         path = spec.storage.tenant_path(ns)
         # Owned by the tenant's group, which its pods join (supplementalGroups); setgid keeps new files in it.
-        lines += [call("mkdir", "-p", path), call("chgrp", qid, path), call("chmod", "2770", path)]
+        cmds = [call("bounded", "mkdir", "-p", path), call("bounded", "chgrp", qid, path),
+                call("bounded", "chmod", "2770", path)]
         if lustre:
-            lines.append(call("lfs", "project", "-p", qid, "-r", "-s", path))
-            if spec.storage.quotas:
-                lines.append(call("lfs", "setquota", "-p", qid, "-B", f"{gib}G", layout.mount_point))
-        elif spec.storage.quotas:       # BeeGFS quotas are per user or group: the tenant's group
-            lines.append(call("beegfs", "quota", "set-limits", *cli, f"--gid={qid}", f"--space={gib}GiB",
-                              "--inode=unlimited", DEFAULT_POOL) if layout.version == "8" else
-                         call("beegfs-ctl", "--setquota", "--gid", qid, f"--sizelimit={gib}G",
-                              "--inodelimit=unlimited"))
-    wanted = "\n".join(lines)
-    apply = "\n".join(f"  {line}" for line in lines) or "  :"
-    body = fill(r'''
+            cmds.append(call("bounded", "lfs", "project", "-p", qid, "-s", path))
+            if quotas:
+                cmds.append(call("bounded", "lfs", "setquota", "-p", qid, "-B", f"{gib}G", layout.mount_point))
+        elif quotas:       # BeeGFS quotas are per user or group: the tenant's group
+            cmds.append(call("bounded", "beegfs", "quota", "set-limits", *cli, f"--gid={qid}", f"--space={gib}GiB",
+                             "--inode=unlimited", DEFAULT_POOL) if layout.version == "8" else
+                        call("bounded", "beegfs-ctl", "--setquota", "--gid", qid, f"--sizelimit={gib}G",
+                             "--inodelimit=unlimited"))
+        items.append((f"tenant {ns}: group {qid}, {gib} GiB{'' if quotas else ' (no quota)'}", cmds))
+    state = f"{STATE_DIR}/{layout.kind}-{layout.fs_name}-dirs"
+    parts = [fill(r"""
+need timeout "install coreutils"
+# bounded COMMAND...: COMMAND, stopped and reported when the filesystem does not answer in time.
+bounded() {
+  local rc=0
+  timeout @LIMIT@ "$@" || rc=$?
+  (( rc != 124 )) || fail "$* did not finish within @LIMIT@ s: is every server of the filesystem up? (lfs df, beegfs-check-servers)"
+  return "$rc"
+}
 findmnt -rn @MOUNT@ >/dev/null || fail "@MOUNT@ is not mounted (the client step mounts it)"
-if ! same_file @STATE@ "$(cat @WANTED_DOC@)"; then
-''' + apply + r'''
-  mkdir -p @STATE_DIR@
-  put_file @STATE@ 0644 "$(cat @WANTED_DOC@)" >/dev/null
-  changed "shared directories, striping and quotas"
-fi''', {"WANTED_DOC": wanted}, MOUNT=layout.mount_point, STATE=f"{STATE_DIR}/{layout.kind}-{layout.fs_name}-dirs",
-                STATE_DIR=STATE_DIR)
-    return Script(script(f"{layout.kind} {layout.fs_name}: datasets and tenant directories", hostname, body))
+mkdir -p @STATE_DIR@
+touch @STATE@""", MOUNT=layout.mount_point, STATE=state, STATE_DIR=STATE_DIR, LIMIT=DIRECTORY_TIMEOUT_S)]
+    for key, cmds in items:
+        parts.append(f"if ! grep -qxF {shlex.quote(key)} {shlex.quote(state)}; then\n"
+                     + "".join(f"  {c}\n" for c in cmds) + f"  {call('changed', key)}\nfi")
+    parts.append(fill('same_file @STATE@ "$(cat @WANTED_DOC@)" || { printf \'%s\\n\' "$(cat @WANTED_DOC@)" > '
+                      '@STATE@.gpucluster-new && mv -f @STATE@.gpucluster-new @STATE@; }',
+                      {"WANTED_DOC": "\n".join(k for k, _ in items)}, STATE=state))
+    return Script(script(f"{layout.kind} {layout.fs_name}: datasets and tenant directories", hostname,
+                         "\n".join(parts)))

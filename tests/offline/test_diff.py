@@ -71,3 +71,33 @@ def test_changed_outputs_and_exports_are_shown_beside_the_resources(record, dev_
     assert "Outputs:\n" in text and "  ~ exports.gpus: 16 -> 24" in text
     assert text.rstrip().endswith(f"10 unchanged; {len(changes)} output value(s) change")
     assert diff_outputs(before, before) == []
+
+
+def _prod_data():
+    from tests.components.storage.test_filesystem import PROD
+    return yaml.safe_load(yaml.safe_dump(PROD))
+
+
+def test_a_live_storage_setting_updates_the_protected_servers_in_place(record):
+    """A protected server's command that is replaced fails `pulumi up` (unprotected, its delete unmounts the
+    MDT under every client): client tunables, quotas and LNet settings apply live, so they are updates."""
+    data = _prod_data()
+    before = plan_of(record, data)
+    data["storage"]["client_tunables"] = {"rpcs_in_flight": 32, "read_ahead_mib": 1024}
+    data["storage"]["quotas"] = False
+    diffs = diff_plans(before, plan_of(record, data))
+    servers = {d.urn.rsplit("::", 1)[-1]: d.action for d in diffs if "remote:Command" in d.urn
+               and any(s["hostname"] in d.urn for s in data["storage"]["servers"])}
+    assert servers and set(servers.values()) == {"update"}, servers
+    mgs = next(d for d in diffs if d.urn.endswith("-mds-01"))
+    assert {c.path.split("[")[0] for c in mgs.changes} == {"inputs.create", "inputs.update"}
+
+
+def test_a_target_on_another_device_replaces_its_server(record):
+    data = _prod_data()
+    before = plan_of(record, data)
+    oss = next(s for s in data["storage"]["servers"] if s["hostname"] == "oss-02")
+    oss["targets"][0]["device"] = "/dev/disk/by-id/dm-ost2-new"
+    diffs = diff_plans(before, plan_of(record, data))
+    replaced = [d.urn.rsplit("::", 1)[-1] for d in diffs if d.action == "replace"]
+    assert len(replaced) == 1 and replaced[0].endswith("-oss-02"), replaced

@@ -60,13 +60,23 @@ case "$verb" in
   disable) rm -f "$S/enabled/$unit"; if (( now )); then rm -f "$S/active/$unit"; fi ;;
   start|restart)
     touch "$S/active/$unit"
-    # run the unit's command, as systemd would for a oneshot unit
+    # run the unit's command, as systemd would: a oneshot unit's failure fails the start; a Type=simple
+    # daemon's start succeeds at once and the unit fails when the daemon exits (its output goes to the journal)
     exec_start=$(sed -n 's/^ExecStart=//p' "/etc/systemd/system/$unit.service" 2>/dev/null || true)
-    if [[ -n "$exec_start" ]]; then $exec_start; fi ;;
+    if [[ -n "$exec_start" ]] && grep -qx 'Type=simple' "/etc/systemd/system/$unit.service"; then
+      mkdir -p "$S/journal"
+      $exec_start >> "$S/journal/$unit" 2>&1 || rm -f "$S/active/$unit"
+    elif [[ -n "$exec_start" ]]; then $exec_start; fi ;;
   stop) rm -f "$S/active/$unit" ;;
   daemon-reload) ;;
   *) echo "systemctl double: unknown verb $verb" >&2; exit 2 ;;
 esac
+''',
+    # the journal of a unit the systemctl double started: `journalctl -u UNIT ...`
+    "journalctl": _RECORD + r'''
+unit=""
+while (( $# )); do case "$1" in -u) unit=${2%.service}; shift 2 ;; *) shift ;; esac; done
+cat "$S/journal/$unit" 2>/dev/null || true
 ''',
     "nv-fabricmanager": _RECORD + 'echo "Fabric Manager version is : $FM_VERSION"\n',
     "nvidia-persistenced": _RECORD,

@@ -19,6 +19,8 @@ from components.ssh import as_command
 from components.storage.layout import plan_layout
 from components.storage.scripts import (render_beegfs_client, render_beegfs_server, render_lustre_client,
                                         render_lustre_server)
+from components.storage import scripts as storage_scripts
+from tests.components.storage.beegfs_upstream import CONF_KEYS
 from tests.conftest import _DEV
 from tests.realssh.doubles import STATE_DIR
 
@@ -54,6 +56,21 @@ mkfs.ext4 -q -F -L "$label" "${*: -1}"
 }
 
 
+def _beegfs_daemon(keys: frozenset[str]) -> str:
+    """A BeeGFS daemon reading its conf file: like the real one it refuses any key its parser does not know
+    and exits at start (keys from upstream's parsers, beegfs_upstream.py), else runs on."""
+    return _RECORD + f"""
+allowed=" {' '.join(sorted(keys))} "
+while IFS= read -r line; do
+  key=$(sed -n 's/^[[:space:]]*\\([A-Za-z0-9]*\\)[[:space:]]*=.*/\\1/p' <<<"$line")
+  if [[ -n "$key" && "$allowed" != *" $key "* ]]; then
+    echo "Unrecoverable error: The config argument '$key' is invalid"
+    exit 1
+  fi
+done < "$1"
+"""
+
+
 @pytest.fixture(scope="module")
 def host(test_hosts):
     h = test_hosts.hosts["gpu-dev-03"]
@@ -62,6 +79,11 @@ def host(test_hosts):
     h.sh(f"printf '%s@tcp\\n' {h.address} > {STATE_DIR}/nids")
     h.sh(f"touch {STATE_DIR}/lustre-modules")
     h.sh("mkdir -p /etc/beegfs && for s in meta storage mgmtd; do : > /etc/beegfs/beegfs-$s.conf; done")
+    for role in ("mgmtd", "meta", "storage"):      # Type=simple units, as BeeGFS 7.4 ships them
+        h.put(f"/usr/local/bin/beegfs-daemon-{role}", _beegfs_daemon(CONF_KEYS[("7.4", role)]))
+        h.sh(f"chmod +x /usr/local/bin/beegfs-daemon-{role}")
+        h.put(f"/etc/systemd/system/beegfs-{role}.service", "[Service]\nType=simple\n"
+              f"ExecStart=/usr/local/bin/beegfs-daemon-{role} /etc/beegfs/beegfs-{role}.conf\n")
     return h
 
 
@@ -156,30 +178,73 @@ def test_deleting_a_server_unmounts_and_keeps_the_data(test_hosts, host, loop):
     assert probe.stdout.strip() == "labfs:OST0003"
 
 
-def test_a_beegfs_server_sets_up_its_targets_once(test_hosts, host, loop):
-    devices = [loop(), loop(), loop()]
+def beegfs_server(host, devices, quotas: bool = False):
     data = yaml.safe_load(yaml.safe_dump(_DEV))
     data["storage"] = {"kind": "beegfs", "fs_name": "labfs", "server_interface": "eth0", "auth": False,
+                       "quotas": quotas,
                        "servers": [{"hostname": host.name, "address": host.address, "rack": "r01", "targets": [
                            {"role": "mgmtd", "device": devices[0], "raid_level": "raid1", "size_tib": 1},
                            {"role": "meta", "index": 1, "device": devices[1], "raid_level": "raid1", "size_tib": 1},
                            {"role": "storage", "index": 101, "device": devices[2], "raid_level": "raid6",
                             "size_tib": 1}]}]}
     spec = parse_spec(yaml.safe_dump(data))
-    script = render_beegfs_server(spec, plan_layout(spec), host.name)
+    return render_beegfs_server(spec, plan_layout(spec), host.name)
+
+
+@pytest.fixture
+def quick_settle(monkeypatch):
+    monkeypatch.setattr(storage_scripts, "BEEGFS_SETTLE_S", 1)
+
+
+def test_a_beegfs_server_sets_up_its_targets_once(test_hosts, host, loop, quick_settle):
+    devices = [loop(), loop(), loop()]
+    host.sh(f"touch {STATE_DIR}/lustre-modules; mkdir -p /opt/beegfs/lib; touch /opt/beegfs/lib/libbeegfs_ib.so")
+    script = beegfs_server(host, devices, quotas=True)
     host.clear_calls()
     first = run(test_hosts, host, script.create)
     assert first.returncode == 0, first.stderr
     calls = host.calls()
     assert f"beegfs-setup-storage -p /srv/beegfs/labfs/storage101 -s 101 -i 101 -m {host.address}" in calls
     assert host.read("/etc/beegfs/beegfs-storage.conf").splitlines() == [
-        "connDisableAuthentication = true", "connInterfacesFile = /etc/beegfs/gpucluster-interfaces",
-        "quotaEnabled = true"]
+        "connAuthFile = ", "connDisableAuthentication = true",
+        "connInterfacesFile = /etc/beegfs/gpucluster-interfaces", f"sysMgmtdHost = {host.address}",
+        "connUseRDMA = true", "quotaEnableEnforcement = true"]
+    for role in ("mgmtd", "meta", "storage"):      # each daemon read its conf and runs on
+        assert f"beegfs-daemon-{role} /etc/beegfs/beegfs-{role}.conf" in calls
+        assert host.exists(f"{STATE_DIR}/active/beegfs-{role}"), role
     host.clear_calls()
     second = run(test_hosts, host, script.create)
     assert second.returncode == 0, second.stderr
     assert second.stdout.strip().endswith(": 0 change(s)"), second.stdout
-    assert not any(c.startswith(("mkfs", "beegfs-setup")) for c in host.calls())
+    assert not any(c.startswith(("mkfs", "beegfs-setup", "beegfs-daemon")) for c in host.calls())
+    host.clear_calls()
+    off = run(test_hosts, host, beegfs_server(host, devices, quotas=False).create)     # restarts all three
+    assert off.returncode == 0, off.stderr
+    assert [c.split()[0] for c in host.calls() if c.startswith("beegfs-daemon")] == [
+        "beegfs-daemon-mgmtd", "beegfs-daemon-meta", "beegfs-daemon-storage"]
+    run(test_hosts, host, script.delete)
+
+
+def test_a_daemon_that_refuses_its_configuration_fails_the_step_with_its_log(test_hosts, host, loop, quick_settle):
+    """Type=simple: `systemctl start` succeeds and the daemon exits a moment later. A key planted by hand
+    stops the step with the daemon's own words; the key earlier releases of this tool wrote into server confs
+    (quotaEnabled, a client-only key) is removed, so an upgraded cluster's daemons start again."""
+    devices = [loop(), loop(), loop()]
+    host.sh(f"touch {STATE_DIR}/lustre-modules; mkdir -p /opt/beegfs/lib; touch /opt/beegfs/lib/libbeegfs_ib.so")
+    script = beegfs_server(host, devices)
+    host.sh(f"rm -f {STATE_DIR}/active/beegfs-*; printf 'quotaEnabled = true\\n' >> /etc/beegfs/beegfs-meta.conf")
+    upgraded = run(test_hosts, host, script.create)
+    assert upgraded.returncode == 0, upgraded.stderr
+    assert "/etc/beegfs/beegfs-meta.conf: removed quotaEnabled, which this daemon refuses" in upgraded.stdout
+    assert host.exists(f"{STATE_DIR}/active/beegfs-meta")
+    host.sh("printf 'tuneBogusSetting = 1\\n' >> /etc/beegfs/beegfs-storage.conf")
+    host.sh(f"rm -f {STATE_DIR}/active/beegfs-storage")
+    out = run(test_hosts, host, script.create)
+    assert out.returncode == 1
+    assert ("beegfs-storage stopped right after it started: Unrecoverable error: The config argument "
+            "'tuneBogusSetting' is invalid") in out.stderr, out.stderr
+    host.sh("sed -i '/tuneBogusSetting/d' /etc/beegfs/beegfs-storage.conf")
+    run(test_hosts, host, script.delete)
 
 
 # --- packages: named when missing, installed only from the spec's repository ------------------------------
@@ -224,7 +289,7 @@ def _deb(tmp, name: str, files: dict[str, str]) -> None:
                    check=True, capture_output=True)
 
 
-def test_missing_packages_come_from_the_specs_repository_once(test_hosts, host, tmp_path):
+def test_missing_packages_come_from_the_specs_repository_once(test_hosts, host, tmp_path, quick_settle):
     """A flat apt repository of real packages (file://, as a site mirror would serve them): the BeeGFS client
     installs what it lacks from there, and the second run installs nothing."""
     (tmp_path / "repo").mkdir()
@@ -233,7 +298,7 @@ def test_missing_packages_come_from_the_specs_repository_once(test_hosts, host, 
         "/opt/beegfs/sbin/beegfs-setup-client": record, "/etc/beegfs/beegfs-client.conf": "",
         "/etc/systemd/system/beegfs-client.service":     # the double systemctl runs ExecStart: the mount appears
             f"[Service]\nExecStart=/usr/bin/touch {STATE_DIR}/mounts/_mnt_devfs\n"})
-    _deb(tmp_path, "beegfs-helperd", {"/opt/beegfs/sbin/beegfs-helperd": _RECORD})
+    _deb(tmp_path, "beegfs-helperd", {"/opt/beegfs/sbin/beegfs-helperd": _RECORD, "/etc/beegfs/beegfs-helperd.conf": ""})
     _deb(tmp_path, "beegfs-utils", {"/usr/local/bin/beegfs-ctl": _RECORD})
     index = subprocess.run(["dpkg-scanpackages", "."], cwd=tmp_path / "repo", check=True, capture_output=True,
                            text=True).stdout
@@ -256,6 +321,10 @@ def test_missing_packages_come_from_the_specs_repository_once(test_hosts, host, 
     second = run(test_hosts, host, script.create, stdin=secret)
     assert second.returncode == 0, second.stderr
     assert second.stdout.strip().endswith(": 0 change(s)"), second.stdout
+    rotated = run(test_hosts, host, script.create, stdin=secret[::-1])     # a new secret: every daemon rereads
+    assert rotated.returncode == 0, rotated.stderr
+    assert f"{host.name}: changed: restarted beegfs-helperd" in rotated.stdout
+    assert f"{host.name}: changed: restarted beegfs-client" in rotated.stdout
     fed = run(test_hosts, host, script.create)            # fed to bash on its input: no secret to read
     assert fed.returncode == 1 and "reads the connection secret on standard input" in fed.stderr
 

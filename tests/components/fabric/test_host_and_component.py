@@ -98,6 +98,7 @@ def test_no_gpudirect_turns_nccl_gdr_off(dev_data):
 
 
 def test_partitions_carry_the_fabric_mtu_and_rate(dev_data):
+    dev_data["storage"]["servers"][0]["link_speed_gbps"] = 400
     spec = spec_for(dev_data, "infiniband-partitions")
     assert render_partitions(spec).splitlines()[1:] == [
         "Default=0x7fff, ipoib, mtu=5, rate=21 : ALL=full, ALL_SWITCHES=full, SELF=full ;",
@@ -269,3 +270,25 @@ def test_an_ethernet_fabric_configures_no_host(dev_data, record):
     spec = parse_spec(yaml.safe_dump(dev_data))
     assert fabric_hosts(spec) == []
     assert nccl_envs(spec)[spec.node_pools[0].name] == {"NCCL_IB_DISABLE": "1"}
+
+
+# IBTA rate encodings (linux-rdma/opensm include/iba/ib_types.h IB_PATH_RECORD_RATE_*, as Gb/s); OpenSM lets a
+# port join a multicast group only when the group's rate is not above the port's (osm_sa_mcmember_record.c,
+# validate_port_caps with ib_path_compare_rates, which orders the codes by bandwidth).
+IBTA_RATE_GBPS = {2: 2.5, 3: 10, 4: 30, 5: 5, 6: 20, 7: 40, 8: 60, 9: 80, 10: 120, 11: 14, 12: 56, 13: 112,
+                  14: 168, 15: 25, 16: 100, 17: 200, 18: 300, 19: 28, 20: 50, 21: 400, 22: 600, 23: 800}
+
+
+@pytest.mark.parametrize("server_gbps", [None, 56, 100, 200, 800])
+def test_every_member_port_can_join_the_ipoib_groups(dev_data, server_gbps):
+    """A storage server's HDR or FDR HCA on an NDR fabric: a group at the GPU NICs' rate would lock it out of
+    IPoIB, and LNet with it. Omitted, the server's rate is taken as the slowest one."""
+    if server_gbps is not None:
+        dev_data["storage"]["servers"][0]["link_speed_gbps"] = server_gbps
+    spec = spec_for(dev_data, "infiniband-partitions")
+    members = [n.speed_gbps for p in spec.node_pools for n in p.nics]
+    members += [s.link_speed_gbps or 40 for s in spec.storage.servers]
+    for line in render_partitions(spec).splitlines()[1:]:
+        rate = IBTA_RATE_GBPS[int(line.split("rate=")[1].split(" ")[0].rstrip(","))]
+        assert all(rate <= port for port in members), (line, members)
+        assert rate == min(members)          # and no slower than it must be

@@ -146,3 +146,15 @@ def test_commands_wrap_scripts_reversibly():
     assert unwrap(as_command(text, "root")) == text and unwrap(as_command(text, "ubuntu")) == text
     assert as_command(text, "root").startswith("/bin/bash -s <<'GPUCLUSTER_SCRIPT'")
     assert digest(Script("a", "b")) != digest(Script("a", None))
+
+
+def test_a_node_opens_to_work_only_once_its_filesystem_client_has_mounted(dev_spec, record):
+    """The client is set up after the host's preparation, yet the Node patch (which lifts the burn-in taint)
+    waits for it: a pod scheduled there finds its tenant directory mounted."""
+    from components.cluster import GpuCluster
+    urns = {short(r.urn): r for r in record(lambda: GpuCluster("dev", dev_spec, ssh_key())).records}
+    for host in ("gpu-dev-01", "gpu-dev-02"):
+        client = urns[f"dev-storage-{host}"]
+        assert urns[f"dev-h100-{host}-prepare"].urn in client.dependencies
+        assert client.urn in urns[f"dev-h100-{host}-node"].dependencies
+        assert urns[f"dev-h100-{host}-burn-in"].urn in urns[f"dev-h100-{host}-node"].dependencies

@@ -85,10 +85,11 @@ def test_tenants_get_their_directory_with_a_quota_and_every_dataset_read_only():
     assert objects["pvc-team-b-prodfs-common"]["spec"]["accessModes"] == ["ReadOnlyMany"]
     dirs = render_directories(spec, layout, "gpu-prod-01").create
     qid = layout.project_ids["team-a"]
-    assert f"chgrp {qid} /mnt/prodfs/tenants/team-a\n  chmod 2770 /mnt/prodfs/tenants/team-a" in dirs
-    assert f"lfs project -p {qid} -r -s /mnt/prodfs/tenants/team-a" in dirs
-    assert f"lfs setquota -p {qid} -B 102400G /mnt/prodfs" in dirs
-    assert "lfs setstripe -c -1 -S 4M /mnt/prodfs/datasets/common" in dirs
+    assert (f"bounded chgrp {qid} /mnt/prodfs/tenants/team-a\n  bounded chmod 2770 /mnt/prodfs/tenants/team-a"
+            in dirs)
+    assert f"bounded lfs project -p {qid} -s /mnt/prodfs/tenants/team-a" in dirs
+    assert f"bounded lfs setquota -p {qid} -B 102400G /mnt/prodfs" in dirs
+    assert "bounded lfs setstripe -c -1 -S 4M /mnt/prodfs/datasets/common" in dirs
 
 
 def test_servers_are_protected_and_come_up_management_first_then_clients(record):
@@ -223,3 +224,13 @@ def test_a_host_without_a_repository_is_told_what_to_install_with_one_it_install
     assert "  require module osd_ldiskfs kmod-lustre-osd-ldiskfs -\n" in oss       # EL only: no apt package
     # every device is checked before packages are installed: a bad device stops the script first
     assert oss.index("check_device /dev/disk/by-id/dm-ost0") < oss.index("requirements\nif")
+
+
+def test_lustre_failover_is_refused_unless_an_ha_manager_mounts_the_targets():
+    data = yaml.safe_load(yaml.safe_dump(PROD))
+    data["storage"]["servers"][1]["failover"] = data["storage"]["servers"][2]["hostname"]
+    problems = problems_of(data)
+    assert any("failover targets of" in p and "nothing would mount them after a reboot" in p
+               and "storage.failover_mounted_by_ha: true" in p for p in problems), problems
+    data["storage"]["failover_mounted_by_ha"] = True
+    assert not problems_of(data)

@@ -38,7 +38,7 @@ def lustre_specs(draw):
         if s.get("failover", 0) is None:
             del s["failover"]
     data["storage"] = {"kind": "lustre", "fs_name": "labfs", "server_interface": "ib0",
-                       "read_gb_per_s_per_server": 50, "servers": servers}
+                       "read_gb_per_s_per_server": 50, "servers": servers, "failover_mounted_by_ha": failover}
     return data
 
 
