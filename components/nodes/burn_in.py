@@ -1,5 +1,8 @@
 """Burn-in: DCGM diagnostics and a single-node NCCL all-reduce before a node takes work.
 
+It runs on a new node, and again on a change only where no tenant's pod runs (or the node is quarantined):
+elsewhere the last verdict, kept on the host, stands, so a spec change never puts a burn-in next to jobs.
+
 The script exits 0 whether the node passes or not and prints one result line; the node pool turns that line
 into taints, so a failed node stays quarantined with the reason on the node, instead of failing the whole
 deployment. It exits non-zero only when it cannot test at all (tools missing).
@@ -7,12 +10,35 @@ deployment. It exits non-zero only when it cannot test at all (tools missing).
 
 from __future__ import annotations
 
+from typing import Sequence
+
 from ..bash import fill, script
 from ..fabric.nccl import LARGEST_BUSBW_AWK
 from ..spec import Host, NodePool
 from ..ssh import Script
+from .host_prep import render_busy
 
 RESULT = "GPUCLUSTER_BURN_IN="
+VERDICT_FILE = "/var/lib/gpucluster/burn-in"     # the last verdict, which stands while tenants' pods run
+
+
+def burn_in_identity(pool: NodePool, host: Host) -> str:
+    """What a burn-in stands for: the host and its GPUs. Only a change to these replaces it (runs it anew);
+    a changed script or threshold updates it in place, and the script itself decides where it may run."""
+    return f"burn-in {host.hostname} {pool.gpu.count} x {pool.gpu.model}"
+
+# A verdict stands while tenants' pods run on the node: the burn-in saturates every GPU and NVLink, so it runs
+# again only where that disturbs nobody: a new node (no verdict yet), a quarantined one, or an idle one.
+_RERUN = r'''
+need crictl "it lists the pods on this node, so a burn-in never runs next to tenants' work; install cri-tools"
+mapfile -t pods < <(tenant_pods)
+if [[ -f @VERDICT@ ]] && grep -qx "@RESULT@passed" @VERDICT@ && (( ${#pods[@]} )); then
+  note "not burned in again: ${#pods[@]} tenant pod(s) run here (${pods[*]:0:3}); the verdict of $(date -r @VERDICT@ -u +%FT%TZ) stands"
+  cat @VERDICT@
+  finish
+  exit 0
+fi
+'''
 
 _BODY = r'''
 need dcgmi "install NVIDIA DCGM (datacenter-gpu-manager) and start nvidia-dcgm"
@@ -36,10 +62,13 @@ else
   reasons+=("all_reduce_perf failed: $(printf '%s\n' "$nccl" | tail -n 2 | tr '\n' ' ')")
 fi
 if (( ${#reasons[@]} )); then
-  printf '%sfailed: %s\n' @RESULT@ "${reasons[*]}"
+  verdict="@RESULT@failed: ${reasons[*]}"
 else
-  printf '%spassed\n' @RESULT@
+  verdict=@RESULT@passed
 fi
+mkdir -p "$(dirname @VERDICT@)"
+printf '%s\n' "$verdict" > @VERDICT@
+printf '%s\n' "$verdict"
 '''
 
 
@@ -48,10 +77,12 @@ def min_busbw(pool: NodePool) -> float:
     return b.nccl_min_busbw_gb_per_s or round(0.8 * pool.gpu.info.busbw_gb_per_s, 1)
 
 
-def render_burn_in(pool: NodePool, host: Host) -> Script:
+def render_burn_in(pool: NodePool, host: Host, system_namespaces: Sequence[str] = ("kube-system",)) -> Script:
+    """`system_namespaces`: pods there are node agents, not tenants' work a burn-in would disturb."""
     b = pool.burn_in
-    body = fill(_BODY.replace("LARGEST_BUSBW", LARGEST_BUSBW_AWK), DIR=b.nccl_tests_dir, TIMEOUT=b.timeout_s, LEVEL=b.dcgm_level, GPUS=pool.gpu.count,
-                MIN=min_busbw(pool), RESULT=RESULT)
+    body = render_busy(system_namespaces) + fill(_RERUN, VERDICT=VERDICT_FILE, RESULT=RESULT) + fill(
+        _BODY.replace("LARGEST_BUSBW", LARGEST_BUSBW_AWK), DIR=b.nccl_tests_dir, TIMEOUT=b.timeout_s,
+        LEVEL=b.dcgm_level, GPUS=pool.gpu.count, MIN=min_busbw(pool), RESULT=RESULT, VERDICT=VERDICT_FILE)
     return Script(script(f"Burn in {host.hostname}: dcgmi diag -r {b.dcgm_level}, NCCL all_reduce on "
                          f"{pool.gpu.count} GPUs", host.hostname, body))
 

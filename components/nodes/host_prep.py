@@ -169,17 +169,55 @@ fm=$(nv-fabricmanager --version 2>/dev/null | grep -oE '[0-9]+(\.[0-9]+)+' | sed
 [[ "$fm" == "$driver" ]] || fail "nvidia-fabricmanager is ${fm:-unknown} but the driver is $driver; install the matching version"
 """
 
+# Packages of the driver stack (NVIDIA driver, Fabric Manager, DOCA-OFED/MLNX_OFED) are held at the versions
+# the host runs: an unattended upgrade would move them on every node at once, under running jobs, and a Fabric
+# Manager upgraded apart from the driver stops CUDA (error 802). Upgrades are deliberate: unhold, upgrade,
+# reboot, node by node.
+DRIVER_STACK_PACKAGES = (r"^(nvidia-driver|nvidia-dkms|nvidia-kernel|nvidia-utils|nvidia-compute-utils|"
+                         r"nvidia-fabricmanager|nvidia-persistenced|nvidia-modprobe|libnvidia-|cuda-drivers|"
+                         r"kmod-nvidia|doca-|mlnx-ofed|mlnx-tools|ofed-|kmod-mlnx)")
+
+_HOLD = r"""
+# --- the driver stack held at the installed versions (no unattended upgrade moves it) -----------------
+hold_pattern=@PATTERN@
+if command -v apt-mark >/dev/null 2>&1; then
+  held=" $(apt-mark showhold | tr '\n' ' ') "
+  while read -r status name; do
+    [[ "$status" == ii ]] || continue
+    [[ "$held" == *" $name "* ]] && continue
+    apt-mark hold "$name" >/dev/null
+    changed "held $name at its installed version (apt-mark unhold $name to upgrade it on purpose)"
+  done < <(dpkg-query -W -f '${db:Status-Abbrev} ${Package}\n' | grep -E "^ii +${hold_pattern#^}" || true)
+elif command -v dnf >/dev/null 2>&1; then
+  dnf versionlock list >/dev/null 2>&1 || fail "dnf versionlock is missing; install python3-dnf-plugin-versionlock so the driver stack can be held at its version"
+  locked=$(dnf versionlock list 2>/dev/null || true)
+  while read -r name; do
+    grep -q "^${name}-[0-9]" <<<"$locked" && continue
+    dnf versionlock add "$name" >/dev/null
+    changed "held $name at its installed version (dnf versionlock delete $name to upgrade it on purpose)"
+  done < <(rpm -qa --qf '%{NAME}\n' | grep -E "$hold_pattern" | sort -u || true)
+else
+  fail "neither apt-mark nor dnf is here to hold the driver stack at its version"
+fi
+"""
+
 # Restarting kubelet or containerd under running pods is what a drain is for: the script decides what it
 # will restart before it changes anything and refuses while work runs on the node (system namespaces aside).
 _BUSY = r"""
 system_namespaces=@SYSTEM@
-refuse_if_busy() {
-  need crictl "it lists the pods on this node before kubelet or containerd restart; install cri-tools"
-  local id pod pods=()
+# tenant_pods: the ready pods on this node outside the system namespaces, namespace/name one a line (the
+# caller checks for crictl first: a failure inside a process substitution would read as an idle node).
+tenant_pods() {
+  local id pod
   while IFS= read -r id; do
     pod=$(crictl inspectp -o go-template --template '{{.status.metadata.namespace}}/{{.status.metadata.name}}' "$id")
-    case " $system_namespaces " in *" ${pod%%/*} "*) ;; *) pods+=("$pod") ;; esac
+    case " $system_namespaces " in *" ${pod%%/*} "*) ;; *) printf '%s\n' "$pod" ;; esac
   done < <(crictl pods --state ready -q)
+}
+refuse_if_busy() {
+  need crictl "it lists the pods on this node before kubelet or containerd restart; install cri-tools"
+  local pods=()
+  mapfile -t pods < <(tenant_pods)
   if (( ${#pods[@]} )); then
     fail "$1 would disrupt ${#pods[@]} running pod(s): ${pods[*]:0:5}; drain the node first (kubectl drain $HOST --ignore-daemonsets --delete-emptydir-data), run again, then kubectl uncordon $HOST"
   fi
@@ -319,6 +357,11 @@ class PoolPrep:
                       script(f"Undo the preparation of {host.hostname}", host.hostname, self.delete))
 
 
+def render_busy(system_namespaces: Sequence[str]) -> str:
+    """The script part that finds tenants' pods on the node (`tenant_pods`) and refuses while they run."""
+    return fill(_BUSY, SYSTEM=" ".join(system_namespaces))
+
+
 def render_pool_prep(pool: NodePool, *, rdma: bool, gpudirect: bool = False, host_driver: bool = True,
                      system_namespaces: Sequence[str] = ("kube-system",)) -> PoolPrep:
     """`rdma`: the fabric has RDMA, so containers need unlimited locked memory. `gpudirect`: GPUs and NICs use
@@ -327,7 +370,7 @@ def render_pool_prep(pool: NodePool, *, rdma: bool, gpudirect: bool = False, hos
     info, t = pool.gpu.info, pool.tuning
     cpu_policy = "static" if t.kubelet_cpu_manager_static else "none"
     restart_kubelet = fill(_RESTART_KUBELET, STATE=CPU_MANAGER_STATE, POLICY=cpu_policy).strip("\n")
-    busy = fill(_BUSY, SYSTEM=" ".join(system_namespaces))
+    busy = render_busy(system_namespaces)
     parts = [busy]
     if not host_driver:
         parts.append(fill(_PREFLIGHT_OPERATOR_DRIVER, GPUS=pool.gpu.count, MODEL=pool.gpu.model))
@@ -340,6 +383,7 @@ def render_pool_prep(pool: NodePool, *, rdma: bool, gpudirect: bool = False, hos
             parts.append(fill(_POWER_RANGE, W=t.gpu_power_limit_w))
         if pool.gpu.nvswitch:
             parts.append(_FABRIC_MANAGER)
+    parts.append(fill(_HOLD, PATTERN=DRIVER_STACK_PACKAGES))    # DOCA-OFED too, wherever the driver lives
     config = yaml.safe_dump(render_kubelet_config(pool), sort_keys=False).rstrip("\n")
     parts.append(fill(_RESTARTS, {"CONFIG_DOC": config}, DROP_IN=KUBELET_DROP_IN, DIR=KUBELET_DROP_IN_DIR,
                       MEMLOCK=MEMLOCK_DROP_IN, MEMLOCK_CONF="[Service]\nLimitMEMLOCK=infinity" if rdma else ""))

@@ -23,7 +23,7 @@ from ..spec.hardware import SshSettings
 from ..spec.topology import plan_topology
 from ..bash import in_sequence
 from ..ssh import Script, SshTarget, push
-from .burn_in import parse_result, render_burn_in
+from .burn_in import burn_in_identity, parse_result, render_burn_in
 from .host_prep import PoolPrep, render_pool_prep
 
 BURN_IN_ANNOTATION = "gpucluster.io/burn-in"
@@ -145,8 +145,9 @@ class GpuNodePool(pulumi.ComponentResource):
             if manager:
                 self.subnet_managers.append(prepare)
             if pool.burn_in.enabled:
-                burn = push(f"{key}-burn-in", target, render_burn_in(pool, host), ssh_private_key, parent=self,
-                            depends_on=[prepare])
+                burn = push(f"{key}-burn-in", target, render_burn_in(pool, host, args.system_namespaces),
+                            ssh_private_key, parent=self, depends_on=[prepare],
+                            replace_on=burn_in_identity(pool, host))
                 verdict = burn.stdout.apply(parse_result)
                 self.burn_in[host.hostname] = verdict.apply(lambda v: v[1])
                 patch_deps: list[pulumi.Resource] = [burn]

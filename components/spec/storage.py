@@ -72,9 +72,14 @@ class StorageServer(SpecModel):
 
 
 class PackageRepository(SpecModel):
-    """The site's repository (or mirror) of the backend's packages: the only place missing ones come from."""
+    """The site's repository (or mirror) of the backend's packages for one OS family: the only place missing
+    ones come from on hosts of that family."""
 
-    url: Url = Field(description="Base URL: a dnf baseurl on EL hosts, an apt URI on Debian/Ubuntu hosts.")
+    os_family: Literal["el", "debian"] = Field(
+        description="The hosts it serves: el (RHEL, Rocky, Alma: a dnf repository) or debian (Debian, Ubuntu, DGX "
+                    "OS: an apt repository). A repository is of one format; EL servers and Ubuntu GPU hosts need "
+                    "one each.")
+    url: Url = Field(description="Base URL: the dnf baseurl (el) or the apt URI (debian).")
     gpg_key_url: Url | None = Field(None, description="Key its packages are signed with. Omitted: packages "
                                                      "are installed unchecked (a mirror you control only).")
     apt_suite: AptWord = Field("./", description="Debian/Ubuntu: the suite in the apt source line (e.g. jammy). "
@@ -157,9 +162,11 @@ class StorageSpec(SpecModel):
     read_gb_per_s_per_server: float | None = Field(
         None, gt=0, le=1000, description="Sustained read bandwidth of one storage (OSS) server in GB/s, for the "
                                          "aggregate shown in the plan. Omitted: not estimated.")
-    package_repository: PackageRepository | None = Field(
-        None, description="Where a host's missing server or client packages are installed from. Omitted: nothing "
-                          "is installed; a host that lacks them stops before any change, naming what is missing.")
+    package_repositories: list[PackageRepository] = Field(
+        default_factory=list, max_length=2,
+        description="Where a host's missing server or client packages are installed from, one repository per OS "
+                    "family; a host uses its own family's. Omitted (or no repository of a host's family): nothing "
+                    "is installed there; a host that lacks them stops before any change, naming what is missing.")
     client_tunables: LustreTunables | None = Field(
         None, description="Lustre client RPC size, RPCs in flight and read-ahead. Omitted: Lustre's defaults.")
     datasets: list[Dataset] = Field(default_factory=list, max_length=256,
@@ -259,6 +266,11 @@ class StorageSpec(SpecModel):
         if self.license_file is not None and not (self.kind == "beegfs" and self.effective_version == "8"):
             yield Problem(("license_file",), "license_file is BeeGFS 8's mgmtd licence certificate; "
                                              f"{self.kind} {self.effective_version} has none: remove it")
+        families = [r.os_family for r in self.package_repositories]
+        for i, family in enumerate(families):
+            if family in families[:i]:
+                yield Problem(("package_repositories", i, "os_family"),
+                              f"a second {family} repository; hosts of a family install from one: merge them")
         if self.kind == "beegfs" and self.client_tunables is not None:
             yield Problem(("client_tunables",), "client_tunables are Lustre's (lctl set_param); BeeGFS clients "
                                                 "take theirs from beegfs-client.conf; remove it")

@@ -7,7 +7,7 @@ provides it; `-` where that family has none (Lustre servers are built for EL onl
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import NamedTuple, Sequence
 
 from ..bash import call, fill
 from ..spec.storage import PackageRepository
@@ -15,6 +15,7 @@ from .layout import Layout
 
 BEEGFS_SBIN = "/opt/beegfs/sbin"       # where BeeGFS packages put their setup tools and daemons
 KERNEL = "%KERNEL%"                    # replaced on the host by `uname -r`
+OFED_SOURCE = "/usr/src/ofa_kernel/default"     # DOCA-OFED's (MLNX_OFED's) kernel sources, which DKMS builds against
 
 
 class Requirement(NamedTuple):
@@ -32,10 +33,14 @@ def lustre_server() -> list[Requirement]:
             Requirement("module", "osd_ldiskfs", "kmod-lustre-osd-ldiskfs", "-")]
 
 
-def lustre_client() -> list[Requirement]:
+def lustre_client(o2ib: bool = False) -> list[Requirement]:
+    """The client's tools and modules; "plain|ofed" names the prebuilt modules (for the kernel's own RDMA stack)
+    and the DKMS ones, built on the host against DOCA-OFED where it is installed (Whamcloud's
+    lustre-client-dkms and lustre-client-modules-dkms). On o2ib the verbs LND (ko2iblnd) must be there too."""
+    modules = ("kmod-lustre-client|lustre-client-dkms", f"lustre-client-modules-{KERNEL}|lustre-client-modules-dkms")
     return [Requirement("command", c, "lustre-client", "lustre-client-utils") for c in
             ("mount.lustre", "lctl", "lnetctl")] + [
-        Requirement("module", "lustre", "kmod-lustre-client", f"lustre-client-modules-{KERNEL}")]
+        Requirement("module", m, *modules) for m in (("lustre", "ko2iblnd") if o2ib else ("lustre",))]
 
 
 # BeeGFS daemons load RDMA from this library at start and fall back to TCP without a word when it is missing
@@ -65,11 +70,22 @@ def beegfs_client(version: str) -> list[Requirement]:
     return out
 
 
-_PROVIDE = r'''
-# --- packages: what this host lacks is named, or installed from the spec's repository, before any change ---
+_PROVIDE = r"""
+# --- packages: what this host lacks is named, or installed from its OS family's repository, before any change ---
 what=@WHAT@
+# The host's family decides the package names and the repository: dnf (EL) or apt (Debian/Ubuntu).
+if command -v dnf >/dev/null 2>&1; then family=el
+elif command -v apt-get >/dev/null 2>&1; then family=debian
+else family=unknown; fi
+# pick NAMES: the package of NAMES ("plain|ofed") for this host: where DOCA-OFED replaced the kernel's RDMA
+# stack, modules built against it (DKMS), since prebuilt ones match only the inbox stack.
+pick() {
+  if [[ "$1" != *"|"* ]]; then printf '%s' "$1"
+  elif [[ -d @OFED@ ]]; then printf '%s' "${1#*|}"
+  else printf '%s' "${1%|*}"; fi
+}
 # require KIND NAME RPM DEB: note NAME (a command, kernel module or path) if this host lacks it, and the package
-# of this host's family (dnf or apt) that provides it.
+# of this host's family that provides it.
 require() {
   case "$1" in
     command) command -v "$2" >/dev/null 2>&1 && return 0 ;;
@@ -77,7 +93,7 @@ require() {
     path) [[ -e "$2" ]] && return 0 ;;
   esac
   MISSING+=("$1 $2")
-  if command -v dnf >/dev/null 2>&1; then PACKAGES+=("$3"); else PACKAGES+=("${4//@KERNEL_MARK@/$(uname -r)}"); fi
+  if [[ "$family" == el ]]; then PACKAGES+=("$(pick "$3")"); else PACKAGES+=("$(pick "${4//@KERNEL_MARK@/$(uname -r)}")"); fi
 }
 requirements() {
   MISSING=() PACKAGES=()
@@ -86,44 +102,63 @@ requirements() {
 requirements
 if (( ${#MISSING[@]} )); then
   for p in "${PACKAGES[@]}"; do
-    [[ "$p" != - ]] || fail "no package of this distribution provides $(IFS=,; echo "${MISSING[*]}") ($what)"
+    [[ "$p" != - ]] || fail "no package of this distribution ($family) provides $(IFS=,; echo "${MISSING[*]}") ($what)"
   done
   mapfile -t PACKAGES < <(printf '%s\n' "${PACKAGES[@]}" | sort -u)
+  repo_url=""
+  case "$family" in
 @INSTALL@
-fi
-'''
-
-_REFUSE = r'''  fail "missing $(IFS=,; echo "${MISSING[*]}") ($what: packages ${PACKAGES[*]}); install them, or name the site's repository in storage.package_repository"'''
-
-_INSTALL = r'''  if command -v dnf >/dev/null 2>&1; then
-    put_file @YUM_REPO@ 0644 "$(cat @YUM_DOC@)"
-    dnf install -y -q "${PACKAGES[@]}" >/dev/null
-  elif command -v apt-get >/dev/null 2>&1; then
-    @APT_KEY@
-    put_file @APT_LIST@ 0644 @APT_LINE@
-    apt-get update -qq -o Dir::Etc::sourcelist=@APT_LIST@ -o Dir::Etc::sourceparts=- -o APT::Get::List-Cleanup=0
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${PACKAGES[@]}" >/dev/null
-  else
-    fail "neither dnf nor apt-get is here to install $(IFS=,; echo "${MISSING[*]}")"
-  fi
-  changed "installed ${PACKAGES[*]} from @URL@"
+    *) fail "missing $(IFS=,; echo "${MISSING[*]}") ($what), and neither dnf nor apt-get is here to install it" ;;
+  esac
+  changed "installed ${PACKAGES[*]} from $repo_url"
   requirements
-  (( ${#MISSING[@]} == 0 )) || fail "still missing $(IFS=,; echo "${MISSING[*]}") after installing from @URL@"'''
+  (( ${#MISSING[@]} == 0 )) || fail "still missing $(IFS=,; echo "${MISSING[*]}") after installing ${PACKAGES[*]} from $repo_url"
+fi
+"""
+
+_REFUSE = r"""    @FAMILY@) fail "missing $(IFS=,; echo "${MISSING[*]}") ($what: packages ${PACKAGES[*]}); install them, or name the site's @FAMILY@ repository in storage.package_repositories" ;;"""
+
+_INSTALL_EL = r"""    el)
+      repo_url=@EL_URL@
+      put_file @YUM_REPO@ 0644 "$(cat @YUM_DOC@)"
+      dnf install -y -q "${PACKAGES[@]}" >/dev/null ;;"""
+
+_INSTALL_DEBIAN = r"""    debian)
+      repo_url=@DEB_URL@
+      @APT_KEY@
+      put_file @APT_LIST@ 0644 @APT_LINE@
+      apt-get update -qq -o Dir::Etc::sourcelist=@APT_LIST@ -o Dir::Etc::sourceparts=- -o APT::Get::List-Cleanup=0
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${PACKAGES[@]}" >/dev/null ;;"""
 
 
-def provide(layout: Layout, repository: PackageRepository | None, what: str, needs: list[Requirement]) -> str:
-    """The script part that checks `needs` and installs what is missing from `repository` (or stops)."""
+def provide(layout: Layout, repositories: Sequence[PackageRepository], what: str, needs: list[Requirement]) -> str:
+    """The script part that checks `needs` and installs what is missing from the repository of the host's OS
+    family (an EL host never gets an apt source, nor a Debian one a dnf repository), or stops naming it."""
     body = _PROVIDE.replace("@REQUIRE@", "\n".join("  " + call("require", *r) for r in needs))
-    if repository is None:
-        return fill(body.replace("@INSTALL@", _REFUSE), KERNEL_MARK=KERNEL, WHAT=what)
+    by_family = {r.os_family: r for r in repositories}
     repo_id = f"gpucluster-{layout.kind}-{layout.fs_name}"
-    key = repository.gpg_key_url
-    keyring = f"/etc/apt/keyrings/{repo_id}.asc"
-    yum = f"[{repo_id}]\nname=gpucluster {layout.kind} {layout.version} ({layout.fs_name})\nbaseurl={repository.url}\nenabled=1\n" + (
-        f"gpgcheck=1\ngpgkey={key}" if key else "gpgcheck=0")
-    apt_key = call("curl", "-fsSL", "--create-dirs", "-o", keyring, key) if key else ":  # trusted=yes: unsigned"
-    return fill(body.replace("@INSTALL@", _INSTALL).replace("@APT_KEY@", apt_key), {"YUM_DOC": yum},
-                KERNEL_MARK=KERNEL, WHAT=what, URL=repository.url, YUM_REPO=f"/etc/yum.repos.d/{repo_id}.repo",
-                APT_LIST=f"/etc/apt/sources.list.d/{repo_id}.list",
-                APT_LINE=" ".join(["deb", f"[{f'signed-by={keyring}' if key else 'trusted=yes'}]", repository.url,
-                                   repository.apt_suite, *repository.apt_components]))
+    cases = []
+    docs: dict[str, str] = {}
+    values: dict[str, str] = {}
+    el = by_family.get("el")
+    if el is None:
+        cases.append(_REFUSE.replace("@FAMILY@", "el"))
+    else:
+        docs["YUM_DOC"] = (f"[{repo_id}]\nname=gpucluster {layout.kind} {layout.version} ({layout.fs_name})\n"
+                           f"baseurl={el.url}\nenabled=1\n"
+                           + (f"gpgcheck=1\ngpgkey={el.gpg_key_url}" if el.gpg_key_url else "gpgcheck=0"))
+        values["YUM_REPO"], values["EL_URL"] = f"/etc/yum.repos.d/{repo_id}.repo", el.url
+        cases.append(_INSTALL_EL)
+    deb = by_family.get("debian")
+    if deb is None:
+        cases.append(_REFUSE.replace("@FAMILY@", "debian"))
+    else:
+        keyring = f"/etc/apt/keyrings/{repo_id}.asc"
+        key = deb.gpg_key_url
+        apt_key = call("curl", "-fsSL", "--create-dirs", "-o", keyring, key) if key else ":  # trusted=yes: unsigned"
+        cases.append(_INSTALL_DEBIAN.replace("@APT_KEY@", apt_key))
+        values["APT_LIST"], values["DEB_URL"] = f"/etc/apt/sources.list.d/{repo_id}.list", deb.url
+        values["APT_LINE"] = " ".join(["deb", f"[{f'signed-by={keyring}' if key else 'trusted=yes'}]", deb.url,
+                                       deb.apt_suite, *deb.apt_components])
+    return fill(body.replace("@INSTALL@", "\n".join(cases)), docs, KERNEL_MARK=KERNEL, WHAT=what, OFED=OFED_SOURCE,
+                **values)

@@ -90,7 +90,7 @@ _BEEGFS_PATH = f'export PATH="{packages.BEEGFS_SBIN}:$PATH"     # the setup tool
 
 _LNET = r'''
 # LNet from /etc/lnet.conf, which lnet.service imports at boot; this host's NID must come up.
-put_file @LNET_CONF@ 0644 "$(cat @LNET_DOC@)"
+@VERBS@put_file @LNET_CONF@ 0644 "$(cat @LNET_DOC@)"
 lnet_changed=$FILE_CHANGED
 systemctl enable lnet --quiet
 if ! systemctl is-active --quiet lnet; then
@@ -108,7 +108,19 @@ def _lnet(layout: Layout, net: str, interface: str, nid: str | None) -> str:
     """`nid`: the exact NID this host must have (a server's, which clients are given), else any on `net`."""
     doc = f"net:\n    - net type: {net}\n      local NI(s):\n        - interfaces:\n              0: {interface}"
     match = call("-qxF", nid) if nid else call("-q", f"@{net}$")
-    return fill(_LNET.replace("@NID_MATCH@", match), {"LNET_DOC": doc}, LNET_CONF=LNET_CONF, NET=net, IFACE=interface)
+    verbs = fill(_VERBS_LND, OFED=packages.OFED_SOURCE) if net == "o2ib" else ""
+    return fill(_LNET.replace("@NID_MATCH@", match).replace("@VERBS@", verbs), {"LNET_DOC": doc},
+                LNET_CONF=LNET_CONF, NET=net, IFACE=interface)
+
+
+# o2ib needs the verbs LND, built for the kernel and RDMA stack the host runs: loaded first, so a mismatch is
+# named here rather than as lnet.service failing to configure its network.
+_VERBS_LND = r"""if ! lnd_error=$(modprobe ko2iblnd 2>&1); then
+  stack="the kernel's own RDMA stack"
+  if [[ -d @OFED@ ]]; then stack="DOCA-OFED"; fi
+  fail "the Lustre verbs driver ko2iblnd does not load on kernel $(uname -r) with $stack ($lnd_error): its modules were built for another kernel or RDMA stack; with DOCA-OFED install the DKMS modules (lustre-client-dkms, lustre-client-modules-dkms), which build against it"
+fi
+"""
 
 
 def _checks(targets: tuple[Target, ...]) -> str:
@@ -143,7 +155,7 @@ def render_lustre_server(spec: ClusterSpec, layout: Layout, hostname: str) -> Sc
     net = spec.storage_lnet
     mgs_nids = tuple(layout.manager.split(":"))
     body = [_BASE + _DEVICES + "# --- every device first: nothing changes unless all of them can be used ---\n"
-            + _checks(targets) + provide(layout, spec.storage.package_repository,
+            + _checks(targets) + provide(layout, spec.storage.package_repositories,
                                          f"the Lustre {layout.version} server", packages.lustre_server()),
             _lnet(layout, net, spec.storage.server_interface or "", f"{server.nid_address}@{net}")]
     for t in targets:
@@ -208,8 +220,8 @@ fi'''.replace("@SET@", "\n".join("  " + call("lctl", "set_param", "-P", p) + " >
 
 def render_lustre_client(spec: ClusterSpec, layout: Layout, hostname: str, interface: str) -> Script:
     net = spec.storage_lnet
-    body = _BASE + provide(layout, spec.storage.package_repository, f"the Lustre {layout.version} client",
-                           packages.lustre_client()) + _DEVICES + _lnet(layout, net, interface, None) + "\n" + call(
+    body = _BASE + provide(layout, spec.storage.package_repositories, f"the Lustre {layout.version} client",
+                           packages.lustre_client(o2ib=net == "o2ib")) + _DEVICES + _lnet(layout, net, interface, None) + "\n" + call(
         "mount_at", layout.client_source, layout.mount_point, "lustre",
         "defaults,_netdev,noauto,x-systemd.automount,x-systemd.requires=lnet.service")
     create = script(f"Lustre {layout.fs_name} client on {hostname}", hostname, body)
@@ -329,7 +341,7 @@ def render_beegfs_server(spec: ClusterSpec, layout: Layout, hostname: str) -> Sc
                        'on this host; quota enforcement needs it: copy it here, or set storage.quotas: false"\n',
                        LIC=storage.license_file)
     body = [_BASE + _BEEGFS_PATH + _DEVICES + "# --- every device first ---\n" + _checks(targets) + licence
-            + provide(layout, storage.package_repository, f"the BeeGFS {layout.version} server", needs)
+            + provide(layout, storage.package_repositories, f"the BeeGFS {layout.version} server", needs)
             + _beegfs_common(layout, storage.auth, storage.server_interface or "")]
     services: dict[str, list[str]] = {}
     for t in targets:
@@ -413,7 +425,7 @@ def render_beegfs_client(spec: ClusterSpec, layout: Layout, hostname: str, inter
         + 'running beegfs-helperd "$CONF_CHANGED"\n'
     needs = packages.beegfs_client(layout.version)
     body = (_BASE + _BEEGFS_PATH
-            + provide(layout, storage.package_repository, f"the BeeGFS {layout.version} client", needs)
+            + provide(layout, storage.package_repositories, f"the BeeGFS {layout.version} client", needs)
             + _beegfs_common(layout, storage.auth, interface)
             + _beegfs_conf("client", beegfs_settings("client", storage, spec.fabric.rdma, layout.manager))
             + (fill(_CLIENT_OFED, AUTOBUILD=BEEGFS_AUTOBUILD, OFED=OFED_INCLUDE,

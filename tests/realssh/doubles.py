@@ -89,7 +89,11 @@ case "$1" in
   *) echo "crictl double: unknown command $1" >&2; exit 2 ;;
 esac
 ''',
-    "modprobe": _RECORD + 'mkdir -p "/sys/module/${1//-/_}"\n',
+    # a module whose build does not match the kernel (a marker file names it) fails to load, as insmod says
+    "modprobe": _RECORD + r'''
+if [[ -e "$S/bad-module-$1" ]]; then echo "modprobe: ERROR: could not insert '$1': Invalid argument" >&2; exit 1; fi
+mkdir -p "/sys/module/${1//-/_}"
+''',
     "dcgmi": _RECORD + r'''
 if [[ "$DCGM" == pass ]]; then echo "Diagnostic | Result: Pass"; else echo "Memory | Fail - GPU 3 row remap pending"; exit 226; fi
 ''',

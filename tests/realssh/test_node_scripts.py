@@ -236,6 +236,29 @@ def test_burn_in_reports_why_a_node_fails(test_hosts):
     assert "NCCL all_reduce bus bandwidth 120.5 GB/s at 8 GiB is below 360.0 GB/s" in why
 
 
+def test_a_burn_in_runs_again_only_where_no_tenant_works(test_hosts):
+    """A changed burn-in runs as an update on every host; a node with tenants' pods keeps its last passing
+    verdict untouched (no DCGM or NCCL next to their jobs), an idle or quarantined node is burned in again."""
+    host = test_hosts.hosts["gpu-dev-02"]
+    host.sh("rm -f /var/lib/gpucluster/burn-in")
+    assert parse_result(burn_in(test_hosts, host).stdout) == (True, "passed")
+    host.clear_calls()
+    with host.hardware(PODS="team-a/train-0 kube-system/dcgm-exporter"):
+        busy = burn_in(test_hosts, host)
+    assert busy.returncode == 0, busy.stderr
+    assert parse_result(busy.stdout) == (True, "passed")
+    assert "not burned in again: 1 tenant pod(s) run here (team-a/train-0); the verdict of" in busy.stdout
+    assert not any(c.startswith(("dcgmi", "all_reduce_perf")) for c in host.calls())
+    with host.hardware(PODS="kube-system/dcgm-exporter"):     # only node agents: idle, so it runs
+        assert "dcgmi diag -r 2" in (burn_in(test_hosts, host), host.calls())[1]
+    with host.hardware(DCGM="fail"):
+        assert not parse_result(burn_in(test_hosts, host).stdout)[0]
+    host.clear_calls()
+    with host.hardware(PODS="team-a/train-0"):                # quarantined: no tenant should be there, rerun
+        again = burn_in(test_hosts, host)
+    assert parse_result(again.stdout) == (True, "passed") and "dcgmi diag -r 2" in host.calls()
+
+
 def test_burn_in_without_dcgm_cannot_run(test_hosts):
     host = test_hosts.hosts["gpu-dev-03"]
     with host.without("dcgmi"):
@@ -270,3 +293,23 @@ def test_fabric_settings_and_preparation_share_one_session_and_converge(test_hos
     assert second.returncode == 0, second.stderr
     assert [line for line in second.stdout.splitlines() if line.endswith(" change(s)")] == \
         [f"{host.name}: 0 change(s)"] * 2, second.stdout
+
+
+def test_the_driver_stack_is_held_at_its_installed_version(test_hosts, tmp_path):
+    """Real dpkg and apt-mark on the host: an installed Fabric Manager package is held once (an unattended
+    upgrade would move it apart from the driver on every node at once); other packages are left alone."""
+    from tests.realssh.test_storage_scripts import _deb
+    (tmp_path / "repo").mkdir()
+    _deb(tmp_path, "nvidia-fabricmanager-550", {"/usr/local/share/gpucluster-test/fm": ""})
+    _deb(tmp_path, "nvidia-container-toolkit", {"/usr/local/share/gpucluster-test/ctk": ""})
+    host = test_hosts.hosts["gpu-dev-03"]
+    for name in ("nvidia-fabricmanager-550", "nvidia-container-toolkit"):     # installed into the host's overlay
+        host.sh(f"dpkg -i {tmp_path / 'repo' / name}.deb >/dev/null")
+    first = prepare(test_hosts, host)
+    assert first.returncode == 0, first.stderr
+    assert ("changed: held nvidia-fabricmanager-550 at its installed version (apt-mark unhold "
+            "nvidia-fabricmanager-550 to upgrade it on purpose)") in first.stdout
+    assert "held nvidia-container-toolkit" not in first.stdout
+    second = prepare(test_hosts, host)
+    assert second.returncode == 0 and "held " not in second.stdout, second.stdout
+    host.sh("apt-mark showhold | grep -qx nvidia-fabricmanager-550")

@@ -17,8 +17,8 @@ import yaml
 from components.spec import parse_spec
 from components.ssh import as_command
 from components.storage.layout import plan_layout
-from components.storage.scripts import (render_beegfs_client, render_beegfs_server, render_lustre_client,
-                                        render_lustre_server)
+from components.storage.scripts import (render_beegfs_client, render_beegfs_server, render_directories,
+                                        render_lustre_client, render_lustre_server)
 from components.storage import scripts as storage_scripts
 from tests.components.storage.beegfs_upstream import CONF_KEYS
 from tests.conftest import _DEV
@@ -49,7 +49,7 @@ mkfs.ext4 -q -F -L "$label" "${*: -1}"
     "mount.lustre": _RECORD,
     "lctl": _RECORD + 'if [[ "$1" == list_nids ]]; then cat "$S/nids"; fi\n',
     # the Lustre kernel modules are built for Lustre's kernels, not this one: the servers' are "there"
-    "modinfo": _RECORD + '[[ "$1" == lustre || "$1" == osd_ldiskfs ]] && [[ -e "$S/lustre-modules" ]]\n',
+    "modinfo": _RECORD + '[[ "$1" == lustre || "$1" == osd_ldiskfs || "$1" == ko2iblnd ]] && [[ -e "$S/lustre-modules" ]]\n',
     "beegfs-setup-mgmtd": _RECORD + 'touch "$2/format.conf"\n',
     "beegfs-setup-meta": _RECORD + 'touch "$2/nodeNumID"\n',
     "beegfs-setup-storage": _RECORD + 'touch "$2/targetNumID"\n',
@@ -249,12 +249,13 @@ def test_a_daemon_that_refuses_its_configuration_fails_the_step_with_its_log(tes
 
 # --- packages: named when missing, installed only from the spec's repository ------------------------------
 
-def lustre_client(host, repository=None):
+def lustre_client(host, repository=None, lnet="tcp"):
     data = yaml.safe_load(yaml.safe_dump(_DEV))
     data["sites"][0]["racks"].append({"name": "r02", "pdu_capacity_kw": 20})
-    data["storage"] = {"kind": "lustre", "lnet": "tcp", "fs_name": "labfs", "server_interface": "eth0",
-                       "client_interface": "eth0", "package_repository": repository,
-                       "servers": [{"hostname": "mds-01", "address": "10.10.9.1", "rack": "r02", "targets": [
+    data["storage"] = {"kind": "lustre", "lnet": lnet, "fs_name": "labfs", "server_interface": "eth0",
+                       "client_interface": "eth0", "package_repositories": [repository] if repository else [],
+                       "servers": [{"hostname": "mds-01", "address": "10.10.9.1", "data_address": "10.11.9.1",
+                                    "rack": "r02", "targets": [
                            {"role": "mgs-mdt", "device": "/dev/nvme0n1", "raid_level": "raid1", "size_tib": 1},
                            {"role": "ost", "index": 0, "device": "/dev/nvme1n1", "raid_level": "raid6",
                             "size_tib": 1}]}]}
@@ -270,9 +271,22 @@ def test_a_host_lacking_its_packages_stops_before_any_change_naming_them(test_ho
     assert result.returncode != 0
     assert (f"{host.name}: error: missing module lustre (the Lustre 2.15 client: packages "
             f"lustre-client-modules-{os.uname().release}); install them") in result.stderr, result.stderr
-    assert "storage.package_repository" in result.stderr
+    assert "name the site's debian repository in storage.package_repositories" in result.stderr
     assert "changed" not in result.stdout
     assert {c.split()[0] for c in host.calls()} == {"modinfo"}      # nothing ran but the checks
+
+
+def test_an_o2ib_client_whose_verbs_driver_does_not_load_says_why(test_hosts, host):
+    """Modules built for another kernel or RDMA stack: named at their load, before LNet is touched."""
+    host.sh(f"touch {STATE_DIR}/bad-module-ko2iblnd")
+    try:
+        result = run(test_hosts, host, lustre_client(host, lnet="o2ib").create)
+    finally:
+        host.sh(f"rm -f {STATE_DIR}/bad-module-ko2iblnd")
+    assert result.returncode == 1
+    assert (f"the Lustre verbs driver ko2iblnd does not load on kernel {os.uname().release} with the kernel's own "
+            "RDMA stack (modprobe: ERROR: could not insert 'ko2iblnd': Invalid argument)") in result.stderr
+    assert not host.exists("/etc/lnet.conf") or "o2ib" not in host.read("/etc/lnet.conf")
 
 
 def _deb(tmp, name: str, files: dict[str, str]) -> None:
@@ -304,7 +318,7 @@ def test_missing_packages_come_from_the_specs_repository_once(test_hosts, host, 
                            text=True).stdout
     (tmp_path / "repo" / "Packages").write_text(index)
     data = yaml.safe_load(yaml.safe_dump(_DEV))
-    data["storage"]["package_repository"] = {"url": f"file://{tmp_path / 'repo'}"}
+    data["storage"]["package_repositories"] = [{"os_family": "debian", "url": f"file://{tmp_path / 'repo'}"}]
     spec = parse_spec(yaml.safe_dump(data))
     script = render_beegfs_client(spec, plan_layout(spec), host.name, "eth0")
     # apt drops to its _apt user, which cannot write under the overlay this test host lives in
@@ -359,3 +373,45 @@ def test_the_mgs_sets_persistent_parameters_once_and_deletes_one_the_spec_drops(
     assert "lctl set_param -P -d llite.labfs-*.max_read_ahead_mb" in host.calls()
     assert "lctl set_param -P -d osc.labfs-OST*.max_rpcs_in_flight" not in host.calls()
     run(test_hosts, host, both.delete)
+
+
+def lustre_dirs(host, gib_a: int):
+    data = yaml.safe_load(yaml.safe_dump(_DEV))
+    data["sites"][0]["racks"].append({"name": "r02", "pdu_capacity_kw": 20})
+    data["storage"] = {"kind": "lustre", "lnet": "tcp", "fs_name": "labfs", "server_interface": "eth0",
+                       "mount_point": "/srv/labfs", "datasets": [{"name": "common", "size_gib": 64}], "servers": [
+                           {"hostname": "mds-01", "address": "10.10.9.1", "rack": "r02", "targets": [
+                               {"role": "mgs-mdt", "device": "/dev/nvme0n1", "raid_level": "raid1", "size_tib": 1},
+                               {"role": "ost", "device": "/dev/nvme1n1", "raid_level": "raid6", "size_tib": 1}]}]}
+    for tenant, gib in zip(data["tenants"], (gib_a, 512)):
+        tenant["storage"] = {"filesystem_gib": gib, "quota_gib": 4096}
+    spec = parse_spec(yaml.safe_dump(data))
+    layout = plan_layout(spec)
+    return render_directories(spec, layout, host.name).create, layout.project_ids
+
+
+def test_a_change_to_one_tenant_directory_touches_that_tenant_alone(test_hosts, host):
+    """Real mkdir, chgrp and chmod on the host; lfs records. Nothing walks a tree (no recursive project
+    setting), and a quota change for team-a runs team-a's commands only."""
+    host.sh(f"mkdir -p {STATE_DIR}/mounts && touch {STATE_DIR}/mounts/_srv_labfs")
+    host.put("/usr/local/bin/lfs", _RECORD)
+    host.sh("chmod +x /usr/local/bin/lfs")
+    script, ids = lustre_dirs(host, 1024)
+    host.clear_calls()
+    first = run(test_hosts, host, script)
+    assert first.returncode == 0, first.stderr
+    assert f"lfs project -p {ids['team-a']} -s /srv/labfs/tenants/team-a" in host.calls()
+    assert not any(" -r" in c for c in host.calls() if c.startswith("lfs project"))
+    assert oct(host.upper("/srv/labfs/tenants/team-b").stat().st_mode & 0o7777) == "0o2770"
+    assert host.upper("/srv/labfs/tenants/team-b").stat().st_gid == ids["team-b"]
+    host.clear_calls()
+    assert run(test_hosts, host, script).stdout.strip().endswith(": 0 change(s)")
+    assert host.calls() == [f"findmnt -rn /srv/labfs"]
+    changed, _ = lustre_dirs(host, 2048)
+    host.clear_calls()
+    out = run(test_hosts, host, changed)
+    assert out.returncode == 0, out.stderr
+    assert [c for c in host.calls() if c.startswith("lfs")] == [
+        f"lfs project -p {ids['team-a']} -s /srv/labfs/tenants/team-a",
+        f"lfs setquota -p {ids['team-a']} -B 2048G /srv/labfs"]
+    assert out.stdout.strip().endswith(": 1 change(s)"), out.stdout

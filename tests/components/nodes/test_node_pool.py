@@ -86,9 +86,10 @@ def test_hosts_are_prepared_after_the_subnet_managers(record):
     assert "sm_priority 15" in unwrap(prepares[sms[0]].inputs["create"])
 
 
-def test_a_changed_preparation_is_an_update_and_a_changed_burn_in_a_replacement(dev_data, record):
+def test_a_changed_preparation_or_burn_in_is_an_update_never_a_replacement(dev_data, record):
     """Host preparation converges from any earlier state, so a new script runs as an update and its delete (which
-    restarts kubelet without the settings) never runs between versions; burn-in is replaced, as before."""
+    restarts kubelet without the settings) never runs between versions. A changed burn-in is an update too: the
+    script decides on each host whether it may run again (never next to tenants' pods)."""
     def plan(data):
         return build_plan(pool_run(record, parse_spec(yaml.safe_dump(data)))).document
     before = plan(dev_data)
@@ -98,7 +99,7 @@ def test_a_changed_preparation_is_an_update_and_a_changed_burn_in_a_replacement(
     actions = {d.urn.split("::")[-1]: d.action for d in diff_plans(before, plan(dev_data))
                if "command:remote:Command" in d.urn}
     assert actions == {"dev-h100-gpu-dev-01-prepare": "update", "dev-h100-gpu-dev-02-prepare": "update",
-                       "dev-h100-gpu-dev-01-burn-in": "replace", "dev-h100-gpu-dev-02-burn-in": "replace"}
+                       "dev-h100-gpu-dev-01-burn-in": "update", "dev-h100-gpu-dev-02-burn-in": "update"}
     prepare = next(r for r in before["resources"] if r["urn"].endswith("gpu-dev-01-prepare"))
     assert prepare["inputs"]["update"] == prepare["inputs"]["create"] and "triggers" not in prepare["inputs"]
 

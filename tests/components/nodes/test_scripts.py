@@ -85,7 +85,7 @@ def test_tuning_persists_through_a_boot_unit(dev_data):
 def test_no_tuning_removes_the_boot_unit(dev_data):
     prep = scripts_of(spec_for(dev_data, "minimal"))["prepare"]
     assert "drop_file /etc/systemd/system/gpucluster-node-tuning.service" in prep
-    assert "nvidia-persistenced" not in prep
+    assert "systemctl enable nvidia-persistenced" not in prep and "nvidia-persistenced.service.d" not in prep
 
 
 def test_kubelet_registers_new_nodes_tainted_until_burn_in(dev_spec):

@@ -205,7 +205,10 @@ def test_lustre_tunables_and_quotas_are_persistent_parameters_of_this_filesystem
     (lambda s: s.update(kind="beegfs", lnet=None, servers=[]), "client_tunables are Lustre's"),
     (lambda s: s["client_tunables"].update(read_ahead_per_file_mib=4096), "Lustre caps it there"),
     (lambda s: s["client_tunables"].update(rpc_size_mib=3), "client_tunables.rpc_size_mib"),
-    (lambda s: s["package_repository"].update(url="https://x/$(reboot)"), "package_repository.url"),
+    (lambda s: s["package_repositories"][0].update(url="https://x/$(reboot)"), "package_repositories[0].url"),
+    (lambda s: s["package_repositories"][1].update(os_family="el"),
+     "package_repositories[1].os_family: a second el repository"),
+    (lambda s: s["package_repositories"][1].pop("os_family"), "package_repositories[1].os_family"),
 ])
 def test_tunables_and_repository_bad_input_names_the_field(change, expected):
     data = yaml.safe_load(yaml.safe_dump(PROD))
@@ -216,7 +219,7 @@ def test_tunables_and_repository_bad_input_names_the_field(change, expected):
 def test_a_host_without_a_repository_is_told_what_to_install_with_one_it_installs_from_there_only():
     spec = parse_spec(yaml.safe_dump(_DEV))
     client = render_beegfs_client(spec, plan_layout(spec), "gpu-dev-01", "ens1").create
-    assert "install them, or name the site's repository in storage.package_repository" in client
+    assert "install them, or name the site's debian repository in storage.package_repositories" in client
     assert "apt-get install" not in client and "dnf install" not in client
     prod = parse_spec(yaml.safe_dump(PROD))
     oss = render_lustre_server(prod, plan_layout(prod), "oss-01").create
@@ -234,3 +237,22 @@ def test_lustre_failover_is_refused_unless_an_ha_manager_mounts_the_targets():
                and "storage.failover_mounted_by_ha: true" in p for p in problems), problems
     data["storage"]["failover_mounted_by_ha"] = True
     assert not problems_of(data)
+
+
+def test_each_os_family_installs_from_its_own_repository_only():
+    """An apt source never points at the EL (RPM) mirror, nor a dnf repository at the Ubuntu one; a family
+    without a repository is refused by name, and the Lustre client on DOCA-OFED takes the DKMS modules."""
+    data = yaml.safe_load(yaml.safe_dump(PROD))
+    spec = parse_spec(yaml.safe_dump(data))
+    client = render_lustre_client(spec, plan_layout(spec), "gpu-prod-01", "ibp0s0").create
+    (apt_line,) = [line for line in client.splitlines() if line.strip().startswith("put_file /etc/apt/")]
+    assert "lustre/2.15/ubuntu2204 jammy main" in apt_line and "el9" not in apt_line
+    (baseurl,) = [line for line in client.splitlines() if line.startswith("baseurl=")]
+    assert baseurl == "baseurl=https://repo.prod.example.internal/lustre/2.15/el9"
+    assert ("require module ko2iblnd 'kmod-lustre-client|lustre-client-dkms' "
+            "'lustre-client-modules-%KERNEL%|lustre-client-modules-dkms'") in client
+    assert "the Lustre verbs driver ko2iblnd does not load" in client
+    data["storage"]["package_repositories"] = data["storage"]["package_repositories"][:1]     # EL only
+    el_only = parse_spec(yaml.safe_dump(data))
+    client = render_lustre_client(el_only, plan_layout(el_only), "gpu-prod-01", "ibp0s0").create
+    assert "debian) fail \"missing" in client and "apt-get install" not in client
