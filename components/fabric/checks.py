@@ -26,11 +26,29 @@ PERFTEST = "-i 1 -F --report_gbits -D 10 -q 4 -s 1048576"
 IB_BW_AWK = "awk '$1 ~ /^[0-9]+$/ && NF >= 4 { v = $4 } END { print v + 0 }'"
 
 
+# Link tests at once from the operator's machine (two SSH sessions each): a 128-node pool of 8 rails in a few
+# minutes instead of hours one after another, without opening thousands of sessions.
+LINK_CHECKS_AT_ONCE = 32
+PERFTEST_PORT = 18515       # perftest's default; each rail of a host gets its own, since they run together
+
+
 def _pairs(hosts: list[str]) -> list[tuple[str, str]]:
     """Each host with its next one in a ring; two hosts make one pair, not the same pair twice."""
     if len(hosts) == 2:
         return [(hosts[0], hosts[1])]
     return [(hosts[i], hosts[(i + 1) % len(hosts)]) for i in range(len(hosts))] if len(hosts) > 2 else []
+
+
+def link_waves(hosts: list[str]) -> list[list[tuple[str, str]]]:
+    """The ring's pairs in waves where no host is in two pairs, so tests of one wave run together without
+    sharing a NIC: two waves for an even ring, three for an odd one."""
+    pairs = _pairs(hosts)
+    if len(pairs) < 2:
+        return [pairs] if pairs else []
+    waves = [pairs[0::2], pairs[1::2]]
+    if len(pairs) % 2:          # odd ring: the last pair meets the first one's host
+        waves = [pairs[0:-1:2], pairs[1::2], [pairs[-1]]]
+    return waves
 
 
 def render_link_check(spec: ClusterSpec, pool: NodePool) -> str | None:
@@ -44,48 +62,62 @@ def render_link_check(spec: ClusterSpec, pool: NodePool) -> str | None:
     gid = f"\"'$(sed -n \"s/^NCCL_IB_GID_INDEX=/-x /p\" {NCCL_CONF})'\"" if roce else ""
     by_name = {h.hostname: h for h in pool.hosts}
     lines = []
-    for server, client in _pairs([h.hostname for h in pool.hosts]):
-        for nic in sorted(pool.nics, key=lambda n: n.rail):
-            floor = nic.speed_gbps * percent / 100
-            lines.append(call("check_link", server, by_name[server].address, client, by_name[client].address,
-                              nic.device, nic.rail, f"{floor:g}"))
+    for wave in link_waves([h.hostname for h in pool.hosts]):
+        for server, client in wave:
+            for nic in sorted(pool.nics, key=lambda n: n.rail):
+                floor = nic.speed_gbps * percent / 100
+                lines.append(call("launch", server, by_name[server].address, client, by_name[client].address,
+                                  nic.device, nic.rail, f"{floor:g}"))
+        lines.append("wait_all")
     template = r'''
 # How the hosts are reached, as the program reaches them: user, port, bastion and pinned host keys.
 SSH_DIR=$(mktemp -d)
 trap 'rm -rf "$SSH_DIR"' EXIT
 printf '%s\n' "$(cat @SSH_CONFIG_DOC@)" > "$SSH_DIR/config"
 printf '%s\n' "$(cat @KNOWN_HOSTS_DOC@)" > "$SSH_DIR/known_hosts"
-FAILED=0
 remote() {
   ssh -F "$SSH_DIR/config" -o BatchMode=yes -o ConnectTimeout=10 \
     -o UserKnownHostsFile="$SSH_DIR/known_hosts ~/.ssh/known_hosts" "$1" "$2"
 }
-# check_link SERVER SERVER_ADDRESS CLIENT CLIENT_ADDRESS DEVICE RAIL MIN_GBPS
+# check_link SERVER SERVER_ADDRESS CLIENT CLIENT_ADDRESS DEVICE RAIL MIN_GBPS: one line, ok or FAIL.
 check_link() {
   local cmd out bw
   # shellcheck disable=SC2016  # the $(...) runs on the remote host
-  cmd="ib_write_bw -d $5 @GID@@PERFTEST@@EXTRA@"
+  cmd="ib_write_bw -d $5 -p $((@PORT@ + $6)) @GID@@PERFTEST@@EXTRA@"
   remote "$2" "timeout 60 $cmd" >/dev/null 2>&1 &
   sleep 2
   if ! out=$(remote "$4" "timeout 60 $cmd $2" 2>&1); then
-    note "FAIL rail $6 $3 -> $1 ($5): ib_write_bw failed: $(printf '%s' "$out" | tail -n 1)"; FAILED=1; wait || true; return 0
+    note "FAIL rail $6 $3 -> $1 ($5): ib_write_bw failed: $(printf '%s' "$out" | tail -n 1)"; wait || true; return 0
   fi
   wait || true
   bw=$(printf '%s\n' "$out" | IB_BW_AWK)
   if awk -v bw="$bw" -v min="$7" 'BEGIN { exit !(bw >= min) }'; then
     note "ok   rail $6 $3 -> $1 ($5): $bw Gb/s (>= $7)"
   else
-    note "FAIL rail $6 $3 -> $1 ($5): $bw Gb/s, below $7 Gb/s (@PERCENT@% of line rate)"; FAILED=1
+    note "FAIL rail $6 $3 -> $1 ($5): $bw Gb/s, below $7 Gb/s (@PERCENT@% of line rate)"
   fi
 }
+# Tests of a wave run together, at most @AT_ONCE@ at a time; each writes its line to a file of its own.
+RESULTS="$SSH_DIR/results"
+mkdir -p "$RESULTS"
+RUNNING=0
+launch() {
+  LAUNCHED=$((LAUNCHED + 1))
+  check_link "$@" > "$RESULTS/$(printf '%06d' "$LAUNCHED")" 2>&1 &
+  RUNNING=$((RUNNING + 1))
+  if (( RUNNING >= @AT_ONCE@ )); then wait -n || true; RUNNING=$((RUNNING - 1)); fi
+}
+wait_all() { wait || true; RUNNING=0; }
+LAUNCHED=0
 @CHECKS@
-if (( FAILED )); then fail "some links are below @PERCENT@% of line rate or broken (see FAIL lines)"; fi
+cat "$RESULTS"/*
+if grep -q ": FAIL " "$RESULTS"/*; then fail "some links are below @PERCENT@% of line rate or broken (see FAIL lines)"; fi
 '''
     for key, raw in {"@GID@": gid + " " if gid else "", "@PERFTEST@": PERFTEST, "@EXTRA@": extra,
                      "IB_BW_AWK": IB_BW_AWK, "@CHECKS@": "\n".join(lines)}.items():     # shell text, not values to quote
         template = template.replace(key, raw)
     body = fill(template, {"SSH_CONFIG_DOC": _ssh_config(spec, pool), "KNOWN_HOSTS_DOC": _known_hosts(spec, pool)},
-                PERCENT=percent)
+                PERCENT=percent, AT_ONCE=LINK_CHECKS_AT_ONCE, PORT=PERFTEST_PORT)
     return script(f"Fabric link check of pool {pool.name}: ib_write_bw per rail, at least {percent}% of line rate",
                   f"links-{pool.name}", body)
 
@@ -143,14 +175,13 @@ def render_nccl_job(spec: ClusterSpec, pool: NodePool) -> list[dict[str, Any]]:
         return []
     gpus, floor = ranks_per_host(pool), nccl_floor_gb_per_s(spec, pool)
     env = [{"name": k, "value": v} for k, v in pod_env(nccl_envs(spec)[pool.name]).items()]
-    ranks = hosts * gpus
     exports = " ".join(f"-x {e['name']}" for e in env)
     launcher = fill(r'''set -euo pipefail
-out=$(mpirun --allow-run-as-root -np @RANKS@ -N @GPUS@ --bind-to none EXPORTS @BIN@ -b 512M -e 8G -f 2 -g 1 | tee /dev/stderr)
+out=$(mpirun --allow-run-as-root -N @GPUS@ --bind-to none EXPORTS @BIN@ -b 512M -e 8G -f 2 -g 1 | tee /dev/stderr)
 busbw=$(printf '%s\n' "$out" | LARGEST_BUSBW)
 echo "bus bandwidth at 8 GiB ${busbw:-none} GB/s, floor @FLOOR@ GB/s"
 awk -v b="${busbw:-0}" -v f=@FLOOR@ 'BEGIN { exit !(b >= f) }'
-'''.replace("EXPORTS", exports).replace("LARGEST_BUSBW", LARGEST_BUSBW_AWK), RANKS=ranks, GPUS=gpus, FLOOR=floor, BIN=NCCL_TESTS)
+'''.replace("EXPORTS", exports).replace("LARGEST_BUSBW", LARGEST_BUSBW_AWK), GPUS=gpus, FLOOR=floor, BIN=NCCL_TESTS)
     limits = {"nvidia.com/gpu": gpus}
     if spec.fabric.rdma and pool.nics:
         limits[rdma_resource(spec)] = 1
@@ -161,7 +192,9 @@ awk -v b="${busbw:-0}" -v f=@FLOOR@ 'BEGIN { exit !(b >= f) }'
     networks = pod_networks(spec, pool)
     worker = {**({"metadata": {"annotations": networks}} if networks else {}), "spec": {
         **placement,
+        # ready once sshd listens: the launcher is created only then (launcherCreationPolicy)
         "containers": [{"name": "worker", "image": image, "command": ["/usr/sbin/sshd", "-De"], "env": env,
+                        "readinessProbe": {"tcpSocket": {"port": 22}, "periodSeconds": 5},
                         "resources": {"limits": limits},
                         "volumeMounts": [{"name": "shm", "mountPath": "/dev/shm"}]}],
         "volumes": [{"name": "shm", "emptyDir": {"medium": "Memory"}}]}}
@@ -171,7 +204,10 @@ awk -v b="${busbw:-0}" -v f=@FLOOR@ 'BEGIN { exit !(b >= f) }'
         "apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob",
         "metadata": {"name": f"nccl-check-{pool.name}", "namespace": CHECKS_NAMESPACE,
                      "annotations": {"gpucluster.io/min-busbw-gb-per-s": f"{floor:g}"}},
-        "spec": {"slotsPerWorker": gpus, "runPolicy": {"cleanPodPolicy": "Running", "backoffLimit": 0},
+        # The launcher starts once every worker is ready (no mpirun against a worker still starting), and
+        # mpirun takes its ranks from the hostfile: the runner may start fewer workers where hosts are cordoned.
+        "spec": {"slotsPerWorker": gpus, "launcherCreationPolicy": "WaitForWorkersReady",
+                 "runPolicy": {"cleanPodPolicy": "Running", "backoffLimit": 0},
                  "mpiReplicaSpecs": {
                      "Launcher": {"replicas": 1, "template": {"spec": {**placement, "containers": [{
                          "name": "launcher", "image": image, "command": ["/bin/bash", "-c", launcher], "env": env}]}}},

@@ -25,8 +25,10 @@ EXAMPLE_IMAGE = "nvcr.io/nvidia/pytorch:25.01-py3"
 
 
 def per_gpu(pool: NodePool) -> tuple[int, int]:
-    """CPU cores and GiB of memory that come with one GPU (or slice) of the pool, rounded down."""
-    return pool.cpu_cores_per_host // pool.gpu_units_per_host, pool.memory_gib_per_host // pool.gpu_units_per_host
+    """CPU cores and GiB of memory that come with one GPU (or slice) of the pool, rounded down, from what the
+    kubelet offers pods (allocatable, always below the host's capacity), so a whole-host pod fits its node."""
+    units = pool.gpu_units_per_host
+    return pool.allocatable_cpu_cores_per_host // units, pool.allocatable_memory_mib_per_host // 1024 // units
 
 
 def render_job(spec: ClusterSpec, tenant: Tenant, pool: NodePool, *, name: str, pods: int = 1,
@@ -34,7 +36,8 @@ def render_job(spec: ClusterSpec, tenant: Tenant, pool: NodePool, *, name: str, 
                limits: bool = True, priority_class: str | None = None, queue: str | None = LOCAL_QUEUE,
                image: str = EXAMPLE_IMAGE, command: list[str] | None = None,
                filesystem: bool = True) -> dict[str, Any]:
-    """A Job of `pods` pods with `gpus_per_pod` GPUs each (omitted: a whole host's).
+    """A Job of `pods` pods with `gpus_per_pod` GPUs each (omitted: a whole host's; one replica on a time-sliced
+    pool, whose device plugin refuses a pod more).
 
     `topology` is a node label of the Kueue Topology (a level of `kubernetes.topology_levels`): all pods within
     one such domain, `required` or only preferred; omitted, Kueue places pods where they fit. `limits` sets
@@ -42,7 +45,11 @@ def render_job(spec: ClusterSpec, tenant: Tenant, pool: NodePool, *, name: str, 
     forgets it would (Kueue then defaults it to the namespace's `default` LocalQueue). `filesystem` mounts the
     tenant's parallel-filesystem claims (its directory, the datasets) where the hosts have them.
     """
-    gpus = gpus_per_pod if gpus_per_pod is not None else pool.gpu_units_per_host
+    shared = pool.sharing.time_slicing_replicas is not None
+    gpus = gpus_per_pod if gpus_per_pod is not None else (1 if shared else pool.gpu_units_per_host)
+    if shared and gpus > 1:      # the device plugin's time-slicing config sets failRequestsGreaterThanOne
+        raise ValueError(f"pool {pool.name} time-slices its GPUs, and the device plugin gives a pod at most one "
+                         f"replica; ask for {gpus} pods of one GPU each (one per process) instead")
     cores, mem_gib = per_gpu(pool)
     extended = {"nvidia.com/gpu": str(gpus)}      # device-plugin resources: requests equal limits
     if network_operator_enabled(spec) and pool.nics and gpus:
@@ -104,6 +111,8 @@ def render_example_jobs(spec: ClusterSpec) -> dict[str, dict[str, Any]]:
             pool = spec.pools[pool_name]
             pods = min(2, len(pool.hosts)) if quota.nominal >= 2 else 1
             per_pod = max(1, min(pool.gpu_units_per_host, quota.nominal // pods))
+            if pool.sharing.time_slicing_replicas:     # one replica per pod, a pod per process
+                pods, per_pod = min(2, quota.nominal) or 1, 1
             out[f"{tenant.name}-{pool.name}"] = render_job(spec, tenant, pool, name=f"train-{pool.name}", pods=pods,
                                                            gpus_per_pod=per_pod, topology=leaf, required=False,
                                                            image=mirrored(EXAMPLE_IMAGE, spec))

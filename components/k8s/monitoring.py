@@ -10,6 +10,7 @@ import json
 from typing import Any
 
 from ..spec import ClusterSpec
+from ..spec.hardware import HARDWARE_XIDS
 from .labels import POOL_LABEL
 from .objects import Manifest
 
@@ -59,8 +60,12 @@ def render_alert_rules(spec: ClusterSpec) -> list[dict[str, Any]]:
     rules = [
         _rule("GpuTemperatureHigh", f"max by (Hostname, gpu) (DCGM_FI_DEV_GPU_TEMP) > {limit}", "5m", "warning",
               f"GPU {{{{ $labels.gpu }}}} on {{{{ $labels.Hostname }}}} is at {{{{ $value }}}} C, above {limit} C"),
-        _rule("GpuXidError", "max by (Hostname, gpu) (DCGM_FI_DEV_XID_ERRORS) > 0", "0m", "critical",
-              "GPU {{ $labels.gpu }} on {{ $labels.Hostname }} reported XID {{ $value }}"),
+        # The exporter's XID metric holds the last XID seen, for good: alert when it changes to one that means
+        # the hardware is at fault. Application XIDs (13, 31, 43: a job's own fault) would fire forever.
+        _rule("GpuXidError", "max by (Hostname, gpu) ("
+              + " or ".join(f"DCGM_FI_DEV_XID_ERRORS == {x}" for x in HARDWARE_XIDS)
+              + ") and max by (Hostname, gpu) (changes(DCGM_FI_DEV_XID_ERRORS[10m])) > 0", "0m", "critical",
+              "GPU {{ $labels.gpu }} on {{ $labels.Hostname }} reported hardware XID {{ $value }}; drain the node"),
         _rule("GpuEccDoubleBitError",
               "sum by (Hostname, gpu) (increase(DCGM_FI_DEV_ECC_DBE_VOL_TOTAL[10m])) > 0 "
               "or max by (Hostname, gpu) (DCGM_FI_DEV_ROW_REMAP_FAILURE) > 0", "0m", "critical",

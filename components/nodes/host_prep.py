@@ -10,6 +10,7 @@ import yaml
 from ..bash import fill, script
 from ..k8s.labels import BURN_IN_TAINT
 from ..spec import Host, NodePool
+from ..spec.hardware import HARDWARE_XIDS
 from ..ssh import Script
 
 KUBELET_DROP_IN_DIR = "/etc/kubernetes/kubelet.conf.d"
@@ -23,8 +24,6 @@ PERSISTENCE_WANTS = "/etc/systemd/system/multi-user.target.wants/nvidia-persiste
 CPU_MANAGER_STATE = "/var/lib/kubelet/cpu_manager_state"
 PEERMEM_MODULES_LOAD = "/etc/modules-load.d/gpucluster-nvidia-peermem.conf"
 SHM_FSTAB_TAG = "# gpucluster /dev/shm"
-# XIDs that mean the hardware is at fault (DBE, row remap, fell off the bus, uncontained ECC), not the job.
-HARDWARE_XIDS = (48, 63, 64, 74, 79, 94, 95)
 
 
 def render_kubelet_config(pool: NodePool) -> dict[str, Any]:

@@ -126,6 +126,13 @@ class ClusterSpec(SpecModel):
         if storage.kind == "beegfs" and storage.effective_quotas and storage.effective_version == "7.4":
             out.append("BeeGFS 7.4 quota enforcement is an enterprise feature: it runs without a licence, but its "
                        "production use needs a support contract")
+        if storage.kind != "none" and storage.client_interface is None:
+            shared = [f"{p.name} ({min(p.nics, key=lambda n: n.rail).interface})" for p in self.node_pools
+                      if p.nics and p.workload == "training"]
+            if shared:
+                out.append(f"storage traffic of training pool(s) {', '.join(shared)} rides the rail-0 NIC that "
+                           "NCCL uses too, so checkpoints and data loading slow the all-reduces on that rail: set "
+                           "storage.client_interface to the hosts' storage NIC")
         sized = [t.name for t in self.tenants if t.storage.filesystem_gib]
         if storage.kind != "none" and sized and not storage.effective_quotas:
             out.append(f"storage quotas are off, so the filesystem_gib of tenant(s) {', '.join(sized[:5])} is not "

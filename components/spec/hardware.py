@@ -213,6 +213,24 @@ class Software(SpecModel):
         False, description="This pool may run other versions than the rest (a canary pool). Omitted: no.")
 
 
+# XIDs that mean the hardware is at fault (DBE, row remap, NVLink, fell off the bus, uncontained ECC), not the job
+# (NVIDIA's XID catalog, ../shared/reference/node-commands.md section 7).
+HARDWARE_XIDS = (48, 63, 64, 74, 79, 94, 95)
+
+# kubelet's default hard-eviction threshold, memory.available<100Mi (KubeletConfiguration evictionHard), which
+# comes off a node's allocatable memory; the preparation's kubelet drop-in keeps the default.
+KUBELET_EVICTION_HARD_MIB = 100
+
+
+def cpu_count(cpus: str) -> int:
+    """How many CPUs a kubelet CPU list ("0-1,64-65") names."""
+    total = 0
+    for part in cpus.split(","):
+        low, _, high = part.partition("-")
+        total += int(high or low) - int(low) + 1
+    return total
+
+
 def _default_taints() -> list[Taint]:
     return [Taint(key="nvidia.com/gpu", value="present", effect="NoSchedule")]
 
@@ -222,11 +240,14 @@ class NodePool(SpecModel):
     host_model: Literal[tuple(HOST_MODELS)] | None = Field(  # type: ignore[valid-type]
         None, description="Server model, to check the GPU model and count against. Omitted: not checked.")
     gpu: GpuSpec
-    cpu_cores_per_host: int = Field(ge=1, le=1024, description="Allocatable CPU cores per host.")
+    cpu_cores_per_host: int = Field(ge=1, le=1024, description="CPU cores (threads) of each host, as its Node "
+                                                                "reports them (status.capacity.cpu).")
     numa_nodes_per_host: int = Field(
         2, ge=1, le=16, description="NUMA nodes (usually CPU sockets) per host, over which the GPUs are spread "
                                     "evenly. Omitted: 2, as on dual-socket HGX and DGX boards.")
-    memory_gib_per_host: int = Field(ge=1, le=65536, description="Allocatable memory per host in GiB.")
+    memory_gib_per_host: int = Field(ge=1, le=65536, description="Memory of each host in GiB, as its Node reports "
+                                                                 "it (status.capacity.memory: a little below the "
+                                                                 "installed RAM). Pods get less: see allocatable.")
     hosts: list[Host] = Field(min_length=1, max_length=4096)
     workload: Literal["training", "inference"] = Field(
         "training", description="What the pool runs; training pools need a fabric of at most 2:1 "
@@ -320,6 +341,20 @@ class NodePool(SpecModel):
     @property
     def gpus(self) -> int:
         return self.gpu.count * len(self.hosts)
+
+    @property
+    def allocatable_cpu_cores_per_host(self) -> int:
+        """Cores the kubelet offers pods: under the static CPU manager its reservedSystemCPUs are not
+        allocatable (kubelet node-allocatable; the preparation sets no other CPU reservation)."""
+        t = self.tuning
+        return self.cpu_cores_per_host - (cpu_count(t.kubelet_reserved_cpus) if t.kubelet_cpu_manager_static else 0)
+
+    @property
+    def allocatable_memory_mib_per_host(self) -> int:
+        """Memory the kubelet offers pods: capacity less pre-allocated hugepages and the hard-eviction threshold
+        (node allocatable = capacity - reserved - eviction-hard; hugepages come off memory). Always below
+        capacity, so a pod sized from capacity never schedules."""
+        return self.memory_gib_per_host * 1024 - self.tuning.hugepages_2mi * 2 - KUBELET_EVICTION_HARD_MIB
 
     @property
     def gpu_resources_per_host(self) -> int | None:

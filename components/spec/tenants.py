@@ -157,19 +157,24 @@ def quotas_for(tenant: Tenant, pools: dict[str, PoolCapacity]) -> dict[str, Flav
     All three sit on the pool's Kueue flavor: Kueue assigns one flavor per resource group, and a
     topology-aware flavor serves only workloads whose every resource it covers. CPU and memory per GPU
     follow the pool's hosts (per GPU slice on time-sliced or MIG pools, whose quotas count slices); an
-    explicit tenant total is shared out in proportion to the nominal GPUs. Rounded down.
+    explicit tenant total is shared out in proportion to the nominal GPUs, or evenly over the tenant's pools
+    when it is guaranteed no GPU (a CPU-only or borrowing tenant keeps its explicit CPU and memory). Rounded down.
     """
     owned = {f: q for f, q in tenant.gpu_quota.items() if f in pools}
     total_gpus = sum(q.nominal for q in owned.values())
     out = {}
-    for flavor, q in owned.items():
+    for index, (flavor, q) in enumerate(owned.items()):
         pool = pools[flavor]
         units = pool.gpu_units_per_host
 
+        def portion(explicit: int) -> int:
+            if total_gpus:
+                return explicit * q.nominal // total_gpus
+            return explicit // len(owned) + (1 if index < explicit % len(owned) else 0)
+
         def share(per_host: int, explicit: int | None) -> Share:
             scale = lambda n: None if n is None else n * per_host // units  # noqa: E731
-            nominal = scale(q.nominal) if explicit is None else \
-                (explicit * q.nominal // total_gpus if total_gpus else 0)
+            nominal = scale(q.nominal) if explicit is None else portion(explicit)
             lending = None if q.lending_limit is None else min(nominal, scale(q.lending_limit))
             return Share(nominal=nominal, borrowing_limit=scale(q.borrowing_limit), lending_limit=lending)
 

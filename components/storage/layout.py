@@ -27,6 +27,7 @@ class Target:
     mount: str            # where its server mounts it
     reformat: bool
     service_nids: tuple[str, ...] = ()     # Lustre: this server's NID, then its failover partner's
+    raid_level: str = "none"               # as the spec declares it; md arrays are checked on the host
 
 
 @dataclass(frozen=True)
@@ -78,7 +79,7 @@ def plan_layout(spec: ClusterSpec) -> Layout | None:
                     ids = node_ids.setdefault(server.hostname, {})
                     ids[t.role] = min(ids.get(t.role, t.index), t.index)
             targets.append(Target(server.hostname, t.role, t.device, t.index, label, mount, t.reformat,
-                                  service if storage.kind == "lustre" else ()))
+                                  service if storage.kind == "lustre" else (), t.raid_level))
     targets.sort(key=lambda t: (ROLE_ORDER[t.role], t.index, t.server))
     manager_server = next(servers[t.server] for t in targets if t.role in ("mgs", "mgs-mdt", "mgmtd"))
     if storage.kind == "lustre":

@@ -54,6 +54,18 @@ check_device() {
   fi
   note "$1 holds $state and is formatted over (reformat: true)"
 }
+# check_raid DEVICE LEVEL: an md array is at the level the spec declares (a RAID-0 declared raid6 loses the
+# target with one disk); hardware RAID is not visible from here and is taken as declared.
+check_raid() {
+  local dev level
+  dev=$(readlink -f "$1")
+  if [[ -r /sys/class/block/${dev##*/}/md/level ]]; then
+    level=$(cat "/sys/class/block/${dev##*/}/md/level")
+    [[ "$level" == "$2" ]] || fail "$1 is an md $level array but the spec declares $2 (raid_level): correct raid_level, or rebuild the array"
+  else
+    note "$1: $2 as declared (not an md array; hardware RAID is not checked from the host)"
+  fi
+}
 # must_format DEVICE LABEL...: the device is not yet this target (check_device allowed formatting it).
 must_format() { [[ "$(device_state "$@")" != ours ]]; }
 # mount_at DEVICE_OR_SOURCE MOUNTPOINT TYPE OPTIONS: an fstab line of ours for it, and mounted now.
@@ -125,7 +137,7 @@ fi
 
 def _checks(targets: tuple[Target, ...]) -> str:
     return "".join(call("check_device", t.device, "true" if t.reformat else "false", *_labels(t)) + "\n"
-                   for t in targets)
+                   + call("check_raid", t.device, t.raid_level) + "\n" for t in targets)
 
 
 def _labels(t: Target) -> tuple[str, ...]:

@@ -62,3 +62,15 @@ def dcgm_failures(output: str) -> tuple[list[str], int]:
             if result.startswith("Fail"):
                 failed.append(f"{name}: {result}")
     return failed, len(ran)
+
+
+_SUFFIX = {"": 1, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18,
+           "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+
+
+def quantity(text: str) -> float:
+    """A Kubernetes resource quantity ("110", "110000m", "2097052Mi", "2.5Gi", "1e3") as a number of units."""
+    m = re.fullmatch(r"\s*([+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)(Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E)?\s*", text)
+    if not m:
+        raise ValueError(f"not a Kubernetes quantity: {text!r}")
+    return float(m.group(1)) * _SUFFIX[m.group(2) or ""]

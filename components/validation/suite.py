@@ -7,13 +7,14 @@ read at 70% of its expected aggregate (validation), and DCGM diagnostics at each
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Literal
 
 from ..fabric.checks import CHECKS_NAMESPACE, nccl_floor_gb_per_s, render_link_check, render_nccl_job
 from ..k8s.images import mirrored
 from ..k8s.labels import pool_tolerations
-from ..spec import ClusterSpec
+from ..spec import ClusterSpec, NodePool
 from ..storage.layout import plan_layout
 from ..yamltext import to_yaml_all
 from . import parse
@@ -26,7 +27,7 @@ FIO_MOUNT = "/data"
 @dataclass(frozen=True)
 class Check:
     name: str
-    kind: Literal["links", "nccl", "storage", "dcgm"]
+    kind: Literal["nodes", "links", "nccl", "storage", "dcgm"]
     what: str
     threshold: float                 # Gb/s per link, GB/s bus bandwidth, GB/s aggregate read, or 0 failures
     unit: str
@@ -34,6 +35,7 @@ class Check:
     script: str | None = None        # run on the operator's machine (links, over SSH)
     workload: str = ""               # "<kind>/<name>" in the checks namespace, waited for and read back
     file: str = ""                   # validation/<file>.yaml that holds its manifests; omitted: its name
+    expect: dict[str, Any] = field(default_factory=dict)   # nodes: hosts and what each must offer pods
 
 
 @dataclass(frozen=True)
@@ -114,8 +116,20 @@ def _dcgm_checks(spec: ClusterSpec) -> list[Check]:
     return out
 
 
+def _nodes_check(pool: NodePool) -> Check:
+    """Every host of the pool is a Node that offers pods what the spec's job templates and quotas assume: its
+    allocatable CPU and memory (below capacity on every real host) and its GPUs as the device plugin gives them."""
+    units = pool.gpu_units_per_host
+    expect = {"hosts": sorted(h.hostname for h in pool.hosts), "cpu": pool.allocatable_cpu_cores_per_host,
+              "memory_mib": pool.allocatable_memory_mib_per_host, "nvidia.com/gpu": units}
+    return Check(f"nodes-{pool.name}", "nodes",
+                 f"every {pool.name} node offers pods {expect['cpu']} cores, {expect['memory_mib'] // 1024} GiB and "
+                 f"{units} nvidia.com/gpu (allocatable), as the job templates assume", len(pool.hosts), "nodes",
+                 workload=f"nodes/{pool.name}", expect=expect)
+
+
 def plan_suite(spec: ClusterSpec) -> list[Check]:
-    checks: list[Check] = []
+    checks: list[Check] = [_nodes_check(pool) for pool in spec.node_pools]
     for pool in spec.node_pools:
         links = render_link_check(spec, pool)
         if links:
@@ -166,6 +180,8 @@ def render_suite_files(spec: ClusterSpec) -> dict[str, str]:
 
 def judge(check: Check, output: str, completed: bool = True) -> Result:
     """The verdict on one check from what it printed (`completed`: the workload finished without failing)."""
+    if check.kind == "nodes":
+        return _judge_nodes(check, output)
     if check.kind == "links":
         lines = parse.link_lines(output)
         bad = [line for ok, line in lines if not ok]
@@ -192,6 +208,38 @@ def judge(check: Check, output: str, completed: bool = True) -> Result:
         return Result(check.name, False, "-", "dcgmi diag printed no results: " + _tail(output))
     ok = not failures and completed
     return Result(check.name, ok, f"{ran - len(failures)}/{ran} passed", "; ".join(failures) or "all passed")
+
+
+def _judge_nodes(check: Check, output: str) -> Result:
+    """`output`: `kubectl get nodes -o json` of the pool's nodes."""
+    try:
+        items = {n["metadata"]["name"]: n for n in json.loads(output).get("items", [])}
+    except (ValueError, AttributeError, TypeError, KeyError):
+        return Result(check.name, False, "-", "kubectl printed no node list: " + _tail(output))
+    e, problems, bad = check.expect, [], set()
+    missing = [h for h in e["hosts"] if h not in items]
+    if missing:
+        problems.append(f"no Node for {', '.join(missing[:5])}")
+        bad.update(missing)
+    for name in (h for h in e["hosts"] if h in items):
+        got = items[name].get("status", {}).get("allocatable", {})
+        cpu, memory_mib = parse.quantity(got.get("cpu", "0")), parse.quantity(got.get("memory", "0")) / 2**20
+        gpus = parse.quantity(got.get("nvidia.com/gpu", "0"))
+        found = []
+        if cpu < e["cpu"]:
+            found.append(f"{name} offers {cpu:g} cores, the spec assumes {e['cpu']} (cpu_cores_per_host, "
+                         "kubelet_reserved_cpus)")
+        if memory_mib < e["memory_mib"]:
+            found.append(f"{name} offers {memory_mib / 1024:.1f} GiB, the spec assumes {e['memory_mib'] / 1024:.1f} "
+                         "(memory_gib_per_host is the Node's status.capacity.memory)")
+        if gpus != e["nvidia.com/gpu"]:
+            found.append(f"{name} offers {gpus:g} nvidia.com/gpu, the spec {e['nvidia.com/gpu']}")
+        if found:
+            problems += found
+            bad.add(name)
+    hosts = len(e["hosts"])
+    return Result(check.name, not problems, f"{hosts - len(bad)}/{hosts} nodes as the spec",
+                  "; ".join(problems[:6]) or "allocatable as the spec assumes on every node")
 
 
 def _tail(text: str) -> str:

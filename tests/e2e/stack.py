@@ -91,7 +91,8 @@ def _builtin(group: str) -> bool:
 
 def kwok_node(spec: ClusterSpec, pool: NodePool, hostname: str, burn_in_failed: bool = False) -> dict[str, Any]:
     """The Node a host registers as, after its NodePatch: labels and taints from the pool's own renderer,
-    capacity from the host model (GPUs as the device plugin advertises them, the RDMA devices, CPU, memory)."""
+    capacity from the host model (GPUs as the device plugin advertises them, the RDMA devices, CPU, memory), and
+    allocatable below it as on a real host."""
     host = next(h for h in pool.hosts if h.hostname == hostname)
     verdict = (False, "burn-in failed (e2e)") if burn_in_failed else (True, "passed")
     patch = render_node_patch(NodePoolArgs.from_spec(spec, pool), host, verdict)
@@ -99,6 +100,15 @@ def kwok_node(spec: ClusterSpec, pool: NodePool, hostname: str, burn_in_failed: 
                 "nvidia.com/gpu": str(pool.gpu_units_per_host)}
     if network_operator_enabled(spec) and pool.nics:
         capacity[rdma_resource(spec)] = str(spec.kubernetes.network_operator.rdma_hca_max)
+    # As a real kubelet reports it (node-allocatable rules, written out here apart from the library's own
+    # derivation): memory less the 100Mi hard-eviction default and pre-allocated hugepages; CPU less the static
+    # CPU manager's reservedSystemCPUs.
+    tuning = pool.tuning
+    reserved = sum(int(hi or lo) - int(lo) + 1 for lo, _, hi in (p.partition("-") for p in
+                                                                 tuning.kubelet_reserved_cpus.split(",")))
+    allocatable = {**capacity,
+                   "cpu": str(pool.cpu_cores_per_host - (reserved if tuning.kubelet_cpu_manager_static else 0)),
+                   "memory": f"{pool.memory_gib_per_host * 1024 - 100 - 2 * tuning.hugepages_2mi}Mi"}
     meta = patch["metadata"]
     return {
         "apiVersion": "v1", "kind": "Node",
@@ -106,7 +116,7 @@ def kwok_node(spec: ClusterSpec, pool: NodePool, hostname: str, burn_in_failed: 
                                                   "kubernetes.io/os": "linux", "type": "kwok"},
                      "annotations": {**meta["annotations"], "kwok.x-k8s.io/node": "fake"}},
         "spec": {"taints": patch["spec"]["taints"]},
-        "status": {"capacity": capacity, "allocatable": capacity,
+        "status": {"capacity": capacity, "allocatable": allocatable,
                    "nodeInfo": {"kubeletVersion": "fake", "kubeProxyVersion": "fake", "architecture": "amd64",
                                 "operatingSystem": "linux"}},
     }

@@ -415,3 +415,23 @@ def test_a_change_to_one_tenant_directory_touches_that_tenant_alone(test_hosts, 
         f"lfs project -p {ids['team-a']} -s /srv/labfs/tenants/team-a",
         f"lfs setquota -p {ids['team-a']} -B 2048G /srv/labfs"]
     assert out.stdout.strip().endswith(": 1 change(s)"), out.stdout
+
+
+def test_an_md_array_at_another_level_than_declared_stops_before_any_change(test_hosts, host, loop):
+    """raid_level is checked where the host can see it: an md RAID-0 declared raid6 stops the script; a device
+    that is no md array is taken as declared, and said so."""
+    device = loop()
+    md = host.sysfs(f"/sys/class/block/{os.path.basename(device)}/md/level")
+    md.parent.mkdir(parents=True, exist_ok=True)
+    md.write_text("raid0\n")
+    try:
+        host.clear_calls()
+        out = run(test_hosts, host, lustre_oss(host, device)[1].create)
+    finally:
+        md.unlink()
+    assert out.returncode == 1
+    assert f"{device} is an md raid0 array but the spec declares raid6 (raid_level)" in out.stderr, out.stderr
+    assert mkfs_calls(host) == []
+    declared = run(test_hosts, host, lustre_oss(host, device)[1].create)
+    assert f"{device}: raid6 as declared (not an md array" in declared.stdout, declared.stdout + declared.stderr
+    run(test_hosts, host, lustre_oss(host, device)[1].delete)

@@ -24,6 +24,15 @@ def test_explicit_cpu_quota_wins(dev_data):
     assert spec.tenant_cpu_cores(spec.tenants[0]) == 16
 
 
+def test_an_explicit_cpu_quota_stays_when_no_gpu_is_guaranteed(dev_data):
+    """A tenant that only borrows GPUs but asks for CPU and memory of its own keeps them."""
+    dev_data["tenants"][1]["gpu_quota"] = {"h100": {"nominal": 0, "borrowing_limit": 8}}
+    dev_data["tenants"][1].update(cpu_cores=16, memory_gib=256)
+    dev_data["tenants"][1]["storage"]["quota_gib"] = 4096
+    spec = parse_spec(yaml.safe_dump(dev_data))
+    assert spec.tenant_cpu_cores(spec.tenants[1]) == 16 and spec.tenant_memory_gib(spec.tenants[1]) == 256
+
+
 def new_warnings(data) -> list[str]:
     """Warnings a change adds to the dev spec's own (dev's BeeGFS runs without quotas, which it says)."""
     before = parse_spec(yaml.safe_dump(_DEV)).warnings()
@@ -88,3 +97,10 @@ def test_a_gpu_count_no_board_has_is_refused(dev_data):
     dev_data["node_pools"][0]["gpu"] = {"model": "GH200-96GB", "count": 8}
     (msg,) = problems_of(dev_data)
     assert "node_pools[0].gpu.count: GH200-96GB hosts carry 1 or 2 or 4 GPUs, not 8" in msg
+
+
+def test_warns_when_storage_shares_a_training_rail_with_nccl(dev_data):
+    assert any("storage traffic of training pool(s) h100 (ens1f0np0) rides the rail-0 NIC" in w
+               for w in parse_spec(yaml.safe_dump(dev_data)).warnings())
+    dev_data["storage"]["client_interface"] = "ens9f0"
+    assert not any("rides the rail-0 NIC" in w for w in parse_spec(yaml.safe_dump(dev_data)).warnings())

@@ -188,7 +188,8 @@ def test_bad_yaml_names_the_line():
 
 def test_a_missing_required_field_says_what_it_is(dev_data):
     del dev_data["node_pools"][0]["cpu_cores_per_host"]
-    assert "node_pools[0].cpu_cores_per_host: required field is missing; add it (Allocatable CPU cores per host.)" \
+    assert ("node_pools[0].cpu_cores_per_host: required field is missing; add it (CPU cores (threads) of each "
+            "host, as its Node reports them (status.capacity.cpu).)") \
         in one(dev_data)
 
 

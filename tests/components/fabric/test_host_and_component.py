@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 
@@ -9,7 +10,7 @@ import pytest
 import yaml
 
 from components.fabric import Fabric
-from components.fabric.checks import nccl_floor_gb_per_s, render_link_check, render_nccl_job
+from components.fabric.checks import _pairs, link_waves, nccl_floor_gb_per_s, render_link_check, render_nccl_job
 from components.fabric.fabric import fabric_hosts, render_checks
 from components.fabric.host import render_apply, render_fabric_host, render_partitions
 from components.fabric.nccl import nccl_envs, render_nccl_conf
@@ -181,9 +182,53 @@ def test_link_checks_reach_hosts_as_the_program_does_through_the_bastion(dev_dat
 
 def test_link_check_pairs_hosts_per_rail_with_the_threshold(dev_spec):
     text = render_link_check(dev_spec, dev_spec.node_pools[0])
-    assert "check_link gpu-dev-01 10.10.0.11 gpu-dev-02 10.10.0.12 mlx5_0 0 360" in text
-    assert "check_link gpu-dev-01 10.10.0.11 gpu-dev-02 10.10.0.12 mlx5_1 1 360" in text
-    assert "--tclass=106" in text
+    assert "launch gpu-dev-01 10.10.0.11 gpu-dev-02 10.10.0.12 mlx5_0 0 360" in text
+    assert "launch gpu-dev-01 10.10.0.11 gpu-dev-02 10.10.0.12 mlx5_1 1 360" in text
+    assert "--tclass=106" in text and "-p $((18515 + $6))" in text
+
+
+@pytest.mark.parametrize("hosts", [2, 3, 4, 7, 128])
+def test_link_tests_of_a_wave_never_share_a_host(hosts):
+    names = [f"h{i:03d}" for i in range(hosts)]
+    waves = link_waves(names)
+    assert len(waves) <= 3 and sorted(p for w in waves for p in w) == sorted(_pairs(names))
+    for wave in waves:
+        members = [h for pair in wave for h in pair]
+        assert len(members) == len(set(members))
+
+
+def test_link_tests_run_together_and_every_result_is_judged(dev_data, tmp_path):
+    """Four hosts, two rails: the script's own launcher runs a wave's tests at once (each host once per wave,
+    rails on their own ports) and reports every line; one slow link fails the whole check."""
+    for i in (3, 4):
+        dev_data["node_pools"][0]["hosts"].append({"hostname": f"gpu-dev-0{i}", "address": f"10.10.0.1{i}",
+                                                   "rack": "r01"})
+    dev_data["tenants"] = []
+    spec = parse_spec(yaml.safe_dump(dev_data))
+    text = render_link_check(spec, spec.node_pools[0])
+    log = tmp_path / "log"
+    fake = tmp_path / "ssh"         # the server side waits; the client prints perftest's row (slow on mlx5_1 of .14)
+    fake.write_text(f"""#!/usr/bin/env bash
+while [[ $1 == -* ]]; do shift 2; done
+host=$1; cmd=$2
+echo "$(date +%s.%N) $host $cmd" >> {log}
+if [[ "$cmd" =~ 10[.]10[.]0[.][0-9]+$ ]]; then
+  sleep 0.5
+  bw=395.1; [[ $host == 10.10.0.14 && "$cmd" == *mlx5_1* ]] && bw=120.0
+  echo " 1048576    5000    396.0    $bw    0.047"
+else
+  sleep 1
+fi
+""")
+    fake.chmod(0o755)
+    out = subprocess.run(["bash", "-c", text], capture_output=True, text=True,
+                         env={"PATH": f"{tmp_path}:/usr/bin:/bin"})
+    assert out.returncode == 1 and "some links are below 90% of line rate" in out.stderr
+    lines = [line for line in out.stdout.splitlines() if " rail " in line]
+    assert len(lines) == 8 and sum(": FAIL " in line for line in lines) == 1     # 4 pairs x 2 rails
+    assert "FAIL rail 1 gpu-dev-04 -> gpu-dev-03 (mlx5_1): 120 Gb/s, below 360 Gb/s" in out.stdout
+    ports = {re.search(r"-p (\d+)", line).group(1) for line in log.read_text().splitlines()}
+    assert ports == {"18515", "18516"}
 
 
 def test_nccl_job_runs_one_rank_per_gpu_and_fails_below_the_floor(dev_spec, dev_data):
@@ -199,7 +244,7 @@ def test_nccl_job_runs_one_rank_per_gpu_and_fails_below_the_floor(dev_spec, dev_
     assert (launcher_pod["nodeSelector"], launcher_pod["tolerations"]) == \
         (workers["template"]["spec"]["nodeSelector"], workers["template"]["spec"]["tolerations"])
     launcher = job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]["command"][2]
-    assert "-np 16 -N 8" in launcher and "f=85.0" in launcher        # 2 x 400G = 100 GB/s, 85%
+    assert "mpirun --allow-run-as-root -N 8 " in launcher and "-np" not in launcher and "f=85.0" in launcher
     assert nccl_floor_gb_per_s(dev_spec, dev_spec.node_pools[0]) == 85.0
     dev_data["fabric"]["checks"] = {"nccl_min_busbw_gb_per_s": 70}
     spec = parse_spec(yaml.safe_dump(dev_data))
@@ -216,7 +261,7 @@ def test_nccl_job_fits_a_time_sliced_pool_and_skips_a_mig_pool(dev_data):
     assert job["spec"]["slotsPerWorker"] == 1
     assert workers["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == 1
     launcher = job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]["command"][2]
-    assert "-np 2 -N 1" in launcher and "f=42.5" in launcher          # one 400G NIC = 50 GB/s, 85%
+    assert "-N 1 " in launcher and "f=42.5" in launcher          # one 400G NIC = 50 GB/s, 85%
     dev_data["node_pools"][0]["sharing"] = {"mig_config": "all-1g.10gb"}
     spec = parse_spec(yaml.safe_dump(dev_data))
     assert render_nccl_job(spec, spec.node_pools[0]) == []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 
@@ -272,3 +273,28 @@ def test_cluster_exposes_what_job_templates_need(dev_spec, record):
     run = record(program)
     assert run.outputs["rdma"] == ("rdma/rdma_shared_devices", False)
     assert run.outputs["flavors"] == ({"h100": "h100"}, False)
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool is not installed (.ci/run installs prometheus)")
+def test_the_xid_alert_fires_on_a_new_hardware_xid_only(dev_spec, tmp_path):
+    """Prometheus's own rule engine (promtool test rules): DCGM's XID gauge keeps the last XID for good. An
+    application XID (13, the job's fault) never fires; a hardware XID (79, fell off the bus) fires when it
+    appears and stops once it has stood unchanged, instead of paging forever."""
+    rules = monitoring.render_alert_rules(dev_spec)
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": [{"name": "gpu", "rules": rules}]}))
+    labels = 'Hostname="gpu-dev-01", gpu="3"'
+    (tmp_path / "test.yaml").write_text(yaml.safe_dump({
+        "rule_files": ["rules.yaml"], "evaluation_interval": "1m",
+        "tests": [{"interval": "1m", "input_series": [
+            {"series": f"DCGM_FI_DEV_XID_ERRORS{{{labels}}}", "values": "0 0 13 13 13 13 13 13 79 79 " + "79 " * 20},
+        ], "alert_rule_test": [
+            {"eval_time": "5m", "alertname": "GpuXidError", "exp_alerts": []},                 # application XID
+            {"eval_time": "9m", "alertname": "GpuXidError", "exp_alerts": [{
+                "exp_labels": {"severity": "critical", "Hostname": "gpu-dev-01", "gpu": "3"},
+                "exp_annotations": {"summary": "GPU 3 on gpu-dev-01 reported hardware XID 79; drain the node"}}]},
+            {"eval_time": "25m", "alertname": "GpuXidError", "exp_alerts": []},                # unchanged since
+        ]}]}))
+    out = subprocess.run(["promtool", "test", "rules", "test.yaml"], cwd=tmp_path, capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+    check = subprocess.run(["promtool", "check", "rules", "rules.yaml"], cwd=tmp_path, capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout + check.stderr

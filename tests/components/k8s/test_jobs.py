@@ -10,13 +10,18 @@ from components.spec import parse_spec
 from components.spec.storage import quota_id
 
 
-def test_a_whole_host_job_asks_for_the_gpus_cpu_and_memory_of_the_host(dev_spec):
-    job = render_job(dev_spec, dev_spec.tenants[0], dev_spec.pools["h100"], name="train", pods=2)
+def test_a_whole_host_job_asks_for_what_the_kubelet_offers_pods_not_the_hosts_capacity(dev_spec):
+    """dev: 112 cores of which the static CPU manager reserves 0-1 (not allocatable), 2048 GiB less kubelet's
+    100 MiB eviction threshold; a pod gets whole cores and GiB per GPU of that. A pod asking for the capacity
+    would never schedule."""
+    pool = dev_spec.pools["h100"]
+    assert (pool.allocatable_cpu_cores_per_host, pool.allocatable_memory_mib_per_host) == (110, 2048 * 1024 - 100)
+    job = render_job(dev_spec, dev_spec.tenants[0], pool, name="train", pods=2)
     pod = job["spec"]["template"]["spec"]
     [c] = pod["containers"]
-    assert c["resources"]["requests"] == {"cpu": "112", "memory": "2048Gi", "nvidia.com/gpu": "8",
+    assert c["resources"]["requests"] == {"cpu": "104", "memory": "2040Gi", "nvidia.com/gpu": "8",
                                           "rdma/rdma_shared_devices": "1"}
-    assert c["resources"]["limits"] == {"nvidia.com/gpu": "8", "rdma/rdma_shared_devices": "1", "memory": "2048Gi"}
+    assert c["resources"]["limits"] == {"nvidia.com/gpu": "8", "rdma/rdma_shared_devices": "1", "memory": "2040Gi"}
     assert job["metadata"]["labels"] == {"kueue.x-k8s.io/queue-name": "default"}
     assert job["spec"]["parallelism"] == job["spec"]["completions"] == 2
     assert c["envFrom"] == [{"configMapRef": {"name": "nccl-h100"}}]
@@ -35,7 +40,7 @@ def test_shm_is_memory_backed_and_sized_from_the_pod_memory(dev_spec):
     pod = render_job(dev_spec, dev_spec.tenants[0], dev_spec.pools["h100"], name="t", gpus_per_pod=2,
                      filesystem=False)
     spec = pod["spec"]["template"]["spec"]
-    assert spec["volumes"] == [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "256Gi"}}]
+    assert spec["volumes"] == [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "255Gi"}}]  # 2 x 255 / 2
     assert spec["containers"][0]["volumeMounts"] == [{"name": "dshm", "mountPath": "/dev/shm"}]
 
 
@@ -88,3 +93,26 @@ def test_example_jobs_fit_each_tenants_guaranteed_gpus_and_are_valid(dev_spec):
         gpus = job["spec"]["parallelism"] * int(c["resources"]["requests"]["nvidia.com/gpu"])
         assert 0 < gpus <= tenant.gpu_quota["h100"].nominal
         kubernetes_validate.validate(job, dev_spec.kubernetes.version, strict=True)
+
+
+def test_hugepages_come_off_what_pods_get(dev_data):
+    dev_data["node_pools"][0]["tuning"]["hugepages_2mi"] = 8192            # 16 GiB
+    pool = parse_spec(yaml.safe_dump(dev_data)).pools["h100"]
+    assert pool.allocatable_memory_mib_per_host == 2048 * 1024 - 16384 - 100
+
+
+def test_a_time_sliced_pool_gets_one_replica_per_pod(dev_data):
+    """The device plugin's time-slicing (failRequestsGreaterThanOne) refuses a pod more than one replica: the
+    template asks for one per pod, one pod per process, and refuses more."""
+    dev_data["node_pools"][0]["sharing"] = {"time_slicing_replicas": 4}
+    spec = parse_spec(yaml.safe_dump(dev_data))
+    job = render_example_jobs(spec)["team-a-h100"]
+    [c] = job["spec"]["template"]["spec"]["containers"]
+    assert c["resources"]["limits"]["nvidia.com/gpu"] == "1" and job["spec"]["parallelism"] == 2
+    assert "--nproc-per-node=1" in c["command"]
+    try:
+        render_job(spec, spec.tenants[0], spec.pools["h100"], name="t", gpus_per_pod=4)
+    except ValueError as e:
+        assert "gives a pod at most one replica; ask for 4 pods of one GPU each" in str(e)
+    else:
+        raise AssertionError("a 4-replica pod on a time-sliced pool was rendered")

@@ -25,7 +25,8 @@ def by_name(spec):
 
 def test_the_dev_suite_covers_links_nccl_storage_and_every_node(dev_spec):
     checks = by_name(dev_spec)
-    assert sorted(checks) == ["dcgm-gpu-dev-01", "dcgm-gpu-dev-02", "links-h100", "nccl-h100", "storage-read"]
+    assert sorted(checks) == ["dcgm-gpu-dev-01", "dcgm-gpu-dev-02", "links-h100", "nccl-h100", "nodes-h100",
+                              "storage-read"]
     assert checks["links-h100"].threshold == 360          # 90% of 400 Gb/s
     assert checks["nccl-h100"].threshold == 85            # 85% of two 400 Gb/s NICs (100 GB/s)
     assert checks["storage-read"].threshold == 14         # 70% of one server's 20 GB/s
@@ -112,17 +113,27 @@ def test_verdicts(dev_spec):
     assert judge(checks["nccl-h100"], "").detail.startswith("all_reduce_perf printed no bus bandwidth")
 
 
-class Cluster:
-    """What kubectl answers for a cluster where every workload ran: the logs of its pods."""
+def node(name, cpu="110", memory=f"{2048 * 1024 - 100}Mi", gpus="8", ready=True, cordoned=False, taints=()):
+    """A Node as the apiserver lists it (allocatable as a real kubelet reports it)."""
+    return {"metadata": {"name": name}, "spec": {"unschedulable": cordoned, "taints": list(taints)},
+            "status": {"allocatable": {"cpu": cpu, "memory": memory, "nvidia.com/gpu": gpus},
+                       "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}
 
-    def __init__(self, logs):
+
+class Cluster:
+    """What kubectl answers for a cluster where every workload ran: its nodes, the logs of its pods."""
+
+    def __init__(self, logs, nodes=None):
         self.logs, self.calls = logs, []
+        self.nodes = nodes if nodes is not None else [node("gpu-dev-01"), node("gpu-dev-02")]
 
     def __call__(self, *args, stdin=None, timeout_s=300):
         self.calls.append((args, stdin))
         out = ""
         if args[0] == "logs":
             out = next(text for key, text in self.logs.items() if key in args[4])
+        if args[:2] == ("get", "nodes"):
+            out = json.dumps({"items": self.nodes})
         return subprocess.CompletedProcess(args, 0, out, "")
 
 
@@ -134,14 +145,14 @@ def test_the_suite_applies_once_waits_for_each_workload_and_judges_its_logs(dev_
     links = "x: ok   rail 0 a -> b (mlx5_0): 390 Gb/s (>= 360)\n"
     results = run_suite(checks, cluster, lambda text: subprocess.CompletedProcess([], 0, links, ""), 600)
     assert [(r.check, r.passed) for r in results] == [(c.name, True) for c in checks]
-    applies = [stdin for args, stdin in cluster.calls if args[0] == "apply"]
-    assert len(applies) == 1
-    kinds = [d["kind"] for d in yaml.safe_load_all(applies[0])]
-    assert kinds.count("Namespace") == 1 and kinds.count("Job") == 3 and kinds.count("MPIJob") == 1
+    applies = [[d["kind"] for d in yaml.safe_load_all(stdin)] for args, stdin in cluster.calls if args[0] == "apply"]
+    # one phase at a time: node diagnostics, then NCCL, then the filesystem read (they share GPUs and NICs)
+    assert applies == [["Namespace", "Job", "Job"], ["Namespace", "MPIJob"],
+                       ["Namespace", "PersistentVolume", "PersistentVolumeClaim", "Job"]]
     waits = [args[-1] for args, _ in cluster.calls if args[0] == "wait"]
-    assert waits == ["mpijob/nccl-check-h100", "job/storage-read", "job/dcgm-gpu-dev-01", "job/dcgm-gpu-dev-02"]
+    assert waits == ["job/dcgm-gpu-dev-01", "job/dcgm-gpu-dev-02", "mpijob/nccl-check-h100", "job/storage-read"]
     table = render_results(results)
-    assert "nccl-h100        pass    92.5 GB/s" in table and table.endswith("5 passed, 0 failed\n")
+    assert "nccl-h100        pass    92.5 GB/s" in table and table.endswith("6 passed, 0 failed\n")
 
 
 def test_a_workload_that_did_not_finish_fails_its_check(dev_spec):
@@ -172,3 +183,51 @@ def test_a_pools_node_diagnostics_share_one_file_with_their_namespace_once(dev_s
     assert not any(name.startswith("validation/dcgm-gpu-") for name in files)
     checks = by_name(dev_spec)
     assert docs[1:] == [checks["dcgm-gpu-dev-01"].manifests[1], checks["dcgm-gpu-dev-02"].manifests[1]]
+
+
+def test_nodes_that_offer_pods_less_than_the_spec_assumes_fail_their_check(dev_spec):
+    """memory_gib_per_host written as the installed RAM: the Node reports less, and templates would not fit."""
+    check = by_name(dev_spec)["nodes-h100"]
+    fine = judge(check, json.dumps({"items": [node("gpu-dev-01"), node("gpu-dev-02")]}))
+    assert (fine.passed, fine.measured) == (True, "2/2 nodes as the spec")
+    short = judge(check, json.dumps({"items": [node("gpu-dev-01", memory="2013Gi"), node("gpu-dev-02", cpu="108000m")]}))
+    assert (short.passed, short.measured) == (False, "0/2 nodes as the spec")
+    assert "gpu-dev-01 offers 2013.0 GiB, the spec assumes 2047.9 (memory_gib_per_host is the Node's " in short.detail
+    assert "gpu-dev-02 offers 108 cores, the spec assumes 110" in short.detail
+    missing = judge(check, json.dumps({"items": [node("gpu-dev-01", gpus="4")]}))
+    assert "no Node for gpu-dev-02" in missing.detail and "gpu-dev-01 offers 4 nvidia.com/gpu, the spec 8" in missing.detail
+
+
+def test_the_nccl_check_runs_on_the_schedulable_nodes_and_needs_two(dev_data):
+    for i in (3, 4):
+        dev_data["node_pools"][0]["hosts"].append({"hostname": f"gpu-dev-0{i}", "address": f"10.10.0.1{i}",
+                                                   "rack": "r01"})
+    spec = parse_spec(yaml.safe_dump(dev_data))
+    checks = [c for c in plan_suite(spec) if c.kind in ("nodes", "nccl")]
+    nodes = [node("gpu-dev-01"), node("gpu-dev-02", cordoned=True), node("gpu-dev-03"),
+             node("gpu-dev-04", taints=[{"key": "gpucluster.io/burn-in", "value": "failed", "effect": "NoSchedule"}])]
+    cluster = Cluster({"nccl-check-h100": "bus bandwidth at 8 GiB 92.5 GB/s, floor 85 GB/s"}, nodes)
+    results = run_suite(checks, cluster, lambda t: subprocess.CompletedProcess([], 0, "", ""), 60)
+    assert [r.passed for r in results] == [True, True]
+    [job] = [d for args, stdin in cluster.calls if args[0] == "apply" for d in yaml.safe_load_all(stdin)
+             if d["kind"] == "MPIJob"]
+    assert job["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] == 2 and \
+        job["spec"]["launcherCreationPolicy"] == "WaitForWorkersReady"
+    lonely = Cluster({}, [node("gpu-dev-01"), node("gpu-dev-02", ready=False)])
+    [_, nccl] = run_suite(checks, lonely, lambda t: subprocess.CompletedProcess([], 0, "", ""), 60)
+    assert not nccl.passed and nccl.detail.startswith("1 schedulable node(s) in pool h100: NCCL across nodes needs two")
+    assert not any(args[0] == "apply" for args, _ in lonely.calls)
+
+
+def test_a_command_that_outlives_its_time_is_a_failed_check_not_a_traceback(dev_spec):
+    checks = [c for c in plan_suite(dev_spec) if c.kind in ("links", "dcgm")]
+
+    def hung(*args, stdin=None, timeout_s=300):
+        raise subprocess.TimeoutExpired(["kubectl", *args], timeout_s)
+
+    def slow_script(text):
+        raise subprocess.TimeoutExpired(["bash"], 5)
+    results = run_suite(checks, hung, slow_script, 5)
+    assert [(r.check, r.passed) for r in results] == [(c.name, False) for c in checks]
+    assert results[0].detail == "the link check did not finish within 5 s"
+    assert "kubectl apply failed: did not finish within 300 s" in results[1].detail
