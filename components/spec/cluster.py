@@ -90,7 +90,7 @@ class ClusterSpec(SpecModel):
         return self.storage.lnet or ("o2ib" if self.fabric.rdma else "tcp")
 
     def filesystem_claims(self, tenant: Tenant) -> list[FilesystemClaim]:
-        return self.storage.claims(tenant.namespace_name, tenant.storage.filesystem_gib)
+        return self.storage.claims(tenant.namespace_name, tenant.storage.filesystem_gib, tenant.storage.group_id)
 
     def storage_client_interface(self, pool: NodePool) -> str | None:
         """The interface a pool's hosts reach the parallel filesystem on: the fast NICs carry TCP too."""
@@ -133,6 +133,10 @@ class ClusterSpec(SpecModel):
                 out.append(f"storage traffic of training pool(s) {', '.join(shared)} rides the rail-0 NIC that "
                            "NCCL uses too, so checkpoints and data loading slow the all-reduces on that rail: set "
                            "storage.client_interface to the hosts' storage NIC")
+        derived = [t.name for t in self.tenants if t.storage.filesystem_gib and t.storage.group_id is None]
+        if storage.kind != "none" and derived:
+            out.append(f"tenant(s) {', '.join(derived[:5])} have no storage.group_id: their directory's group is a "
+                       "hash of the namespace, in a range identity systems also hand out; set it from yours")
         sized = [t.name for t in self.tenants if t.storage.filesystem_gib]
         if storage.kind != "none" and sized and not storage.effective_quotas:
             out.append(f"storage quotas are off, so the filesystem_gib of tenant(s) {', '.join(sized[:5])} is not "
@@ -206,6 +210,9 @@ def _racks_exist(spec: ClusterSpec) -> Iterator[Problem]:
 def _tenants(spec: ClusterSpec) -> Iterator[Problem]:
     yield from _duplicates([(("tenants", i, "name"), t.name) for i, t in enumerate(spec.tenants)],
                            "tenant name", "give each tenant its own name")
+    yield from _duplicates([(("tenants", i, "storage", "group_id"), str(g)) for i, t in enumerate(spec.tenants)
+                            if (g := t.storage.group_id) is not None and t.storage.filesystem_gib],
+                           "group ID", "each tenant's directory needs a group of its own")
     yield from _duplicates([(("tenants", i, "namespace"), t.namespace_name) for i, t in enumerate(spec.tenants)],
                            "namespace", "each tenant needs its own namespace")
 

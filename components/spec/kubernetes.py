@@ -139,6 +139,11 @@ class ValidationSpec(SpecModel):
         70, ge=10, le=100, description="The parallel read test from every GPU node must reach this share of the "
                                        "filesystem's expected aggregate read bandwidth. Omitted: 70%.")
     storage_test_seconds: int = Field(60, ge=10, le=3600, description="How long fio reads. Omitted: 60 s.")
+    storage_test_gib_per_server: int = Field(
+        1024, ge=16, le=1048576,
+        description="Data the read check writes first, per storage server, all of it read back by another "
+                    "client than the one that wrote it: at least twice a server's memory, so the servers' page "
+                    "cache cannot serve the read. Omitted: 1024 GiB (servers with up to 512 GiB of memory).")
     dcgm_image: ImageRef = Field("nvcr.io/nvidia/cloud-native/dcgm:3.3.9-1-ubuntu22.04",
                                  description="Image with dcgmi and nv-hostengine. Omitted: NVIDIA's DCGM image.")
     fio_image: ImageRef = Field("docker.io/ljishen/fio:3.36",

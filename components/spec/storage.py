@@ -188,12 +188,14 @@ class StorageSpec(SpecModel):
     auth: bool = Field(True, description="BeeGFS connection authentication (a random secret shared by every "
                                          "node). Omitted: on; BeeGFS 8 refuses to run without it.")
 
-    def claims(self, tenant_namespace: str, filesystem_gib: int | None) -> list[FilesystemClaim]:
-        """A tenant's claims: its own directory (read-write, when it has one), then every dataset (read-only)."""
+    def claims(self, tenant_namespace: str, filesystem_gib: int | None,
+               group_id: int | None = None) -> list[FilesystemClaim]:
+        """A tenant's claims: its own directory (read-write, when it has one), then every dataset (read-only).
+        `group_id`: the tenant's group from the spec. Omitted: derived from the namespace (quota_id)."""
         if self.kind == "none":
             return []
         own = [FilesystemClaim(self.fs_name, self.tenant_path(tenant_namespace), filesystem_gib, False,
-                               quota_id(tenant_namespace))] if filesystem_gib else []
+                               group_id or quota_id(tenant_namespace))] if filesystem_gib else []
         return own + [FilesystemClaim(f"{self.fs_name}-{d.name}", self.dataset_path(d.name), d.size_gib, True)
                       for d in self.datasets]
 

@@ -88,6 +88,11 @@ class TenantStorage(SpecModel):
     filesystem_gib: int | None = Field(
         None, ge=1, description="The tenant's directory on the parallel filesystem, with this quota (and a PVC "
                                 "bound to it in its namespace). Omitted: the tenant gets no directory.")
+    group_id: int | None = Field(
+        None, ge=1000, le=4294967294,
+        description="The tenant's group ID from the site's identity system (LDAP, AD): it owns the tenant's "
+                    "directory, its pods join it, and the quota counts it. Omitted: derived from the namespace "
+                    "name in 100000-1000099999, a range identity systems also hand out (the plan warns).")
 
 
 class ObjectLimits(SpecModel):

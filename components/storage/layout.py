@@ -92,5 +92,6 @@ def plan_layout(spec: ClusterSpec) -> Layout | None:
     per_server = storage.read_gb_per_s_per_server
     return Layout(storage.kind, storage.effective_version, fs, storage.mount_point, tuple(targets),
                   tuple(storage.servers), manager, source, node_ids,
-                  {t.namespace_name: quota_id(t.namespace_name) for t in spec.tenants if t.storage.filesystem_gib},
+                  {t.namespace_name: t.storage.group_id or quota_id(t.namespace_name)
+                   for t in spec.tenants if t.storage.filesystem_gib},
                   None if per_server is None else data_servers * per_server)

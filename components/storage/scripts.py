@@ -487,9 +487,10 @@ def render_directories(spec: ClusterSpec, layout: Layout, hostname: str) -> Scri
             continue
         ns, qid = tenant.namespace_name, layout.project_ids[tenant.namespace_name]
         path = spec.storage.tenant_path(ns)
-        # Owned by the tenant's group, which its pods join (supplementalGroups); setgid keeps new files in it.
-        cmds = [call("bounded", "mkdir", "-p", path), call("bounded", "chgrp", qid, path),
-                call("bounded", "chmod", "2770", path)]
+        # Owned by the tenant's group, which its pods join (supplementalGroups); setgid keeps new files in it. A
+        # directory another group owns holds an earlier tenant's data: never handed to a new one.
+        cmds = [call("bounded", "mkdir", "-p", path), call("owned_by_or_new", path, qid),
+                call("bounded", "chgrp", qid, path), call("bounded", "chmod", "2770", path)]
         if lustre:
             cmds.append(call("bounded", "lfs", "project", "-p", qid, "-s", path))
             if quotas:
@@ -509,6 +510,12 @@ bounded() {
   timeout @LIMIT@ "$@" || rc=$?
   (( rc != 124 )) || fail "$* did not finish within @LIMIT@ s: is every server of the filesystem up? (lfs df, beegfs-check-servers)"
   return "$rc"
+}
+# owned_by_or_new DIR GROUP: DIR is new (root's, as mkdir left it) or already GROUP's.
+owned_by_or_new() {
+  local owner
+  owner=$(stat -c %g "$1")
+  [[ "$owner" == 0 || "$owner" == "$2" ]] || fail "$1 belongs to group $owner, an earlier tenant's, not $2: its data is not handed to a new tenant; archive or remove it, or give the tenant its old storage.group_id"
 }
 findmnt -rn @MOUNT@ >/dev/null || fail "@MOUNT@ is not mounted (the client step mounts it)"
 mkdir -p @STATE_DIR@

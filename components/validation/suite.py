@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Literal
 
 from ..fabric.checks import CHECKS_NAMESPACE, nccl_floor_gb_per_s, render_link_check, render_nccl_job
+from ..bash import fill
 from ..k8s.images import mirrored
 from ..k8s.labels import pool_tolerations
 from ..spec import ClusterSpec, NodePool
@@ -59,6 +60,29 @@ def _job(name: str, pod_spec: dict[str, Any], timeout_s: int, **spec: Any) -> di
                                           "spec": {"restartPolicy": "Never", **pod_spec}}}}
 
 
+# One client's run (POSIX sh: the fio image need not have bash). Markers carry the Job's uid, so a run never
+# waits on, or reads, an earlier run's files; each client removes its files once its reader is done with them.
+_FIO_RUN = r"""set -eu
+i=$JOB_COMPLETION_INDEX n=@CLIENTS@ d=@DIR@/run-$RUN
+next=$(( (i + 1) % n )) prev=$(( (i + n - 1) % n ))
+await() {
+  waited=0
+  until [ -e "$d/$1" ]; do
+    sleep 5; waited=$((waited + 5))
+    if [ "$waited" -ge @LIMIT@ ]; then echo "storage-read: $2" >&2; exit 1; fi
+  done
+}
+mkdir -p "$d"
+fio --name=write --directory="$d" --filename_format="c$i.\$jobnum" --rw=write @COMMON@ --output=/dev/null
+touch "$d/written.$i"
+await "written.$next" "client $next never wrote its files"
+fio --name=read --directory="$d" --filename_format="c$next.\$jobnum" --rw=read @COMMON@ --time_based   --runtime=@SECONDS@ --ramp_time=10 --group_reporting --output-format=json
+touch "$d/read.$i"
+await "read.$prev" "client $prev never finished reading"
+rm -f "$d/c$i".*
+"""
+
+
 def _storage_check(spec: ClusterSpec) -> Check | None:
     layout = plan_layout(spec)
     if layout is None or layout.read_gb_per_s is None:
@@ -77,16 +101,21 @@ def _storage_check(spec: ClusterSpec) -> Check | None:
            "metadata": {"name": "storage-read", "namespace": CHECKS_NAMESPACE},
            "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "", "volumeName": pv["metadata"]["name"],
                     "resources": {"requests": {"storage": "1Ti"}}}}
-    fio = ["fio", "--name=read", "--directory=" + FIO_MOUNT,
-           "--filename_format=$jobname.$(JOB_COMPLETION_INDEX).$jobnum",      # a file per client and job
-           "--rw=read", "--bs=4m", "--size=16g", "--numjobs=4", "--iodepth=16", "--ioengine=libaio", "--direct=1",
-           "--time_based", f"--runtime={v.storage_test_seconds}", "--ramp_time=10", "--group_reporting",
-           "--output-format=json"]
+    # Each client writes its share, then reads the share its neighbour wrote (direct I/O: no client cache), and
+    # the share is sized past the servers' memory (no server cache): what it measures is the disks and fabric.
+    clients, jobs = len(hosts), 4
+    per_job_gib = max(1, -(-v.storage_test_gib_per_server * layout.data_servers // (clients * jobs)))
+    common = f"--bs=4m --numjobs={jobs} --iodepth=16 --ioengine=libaio --direct=1 --size={per_job_gib}g"
+    run = fill(_FIO_RUN, CLIENTS=clients, DIR=FIO_MOUNT, COMMON=common, SECONDS=v.storage_test_seconds,
+               LIMIT=v.timeout_s)
+    fio = ["/bin/sh", "-c", run]
     tolerations = [t for pool in spec.node_pools for t in pool_tolerations(pool)]
     pod = {"tolerations": [dict(t) for t in {tuple(sorted(t.items())): t for t in tolerations}.values()],
            "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
                "labelSelector": {"matchLabels": {SUITE_LABEL: "storage-read"}}, "topologyKey": HOSTNAME}]}},
-           "containers": [{"name": "fio", "image": mirrored(v.fio_image, spec), "command": fio,
+           "containers": [{"name": "fio", "image": mirrored(v.fio_image, spec), "command": fio, "env": [
+               {"name": "RUN", "valueFrom": {"fieldRef": {
+                   "fieldPath": "metadata.labels['batch.kubernetes.io/controller-uid']"}}}],
                            "resources": {"requests": {"cpu": "4", "memory": "8Gi"}, "limits": {"memory": "8Gi"}},
                            "volumeMounts": [{"name": "data", "mountPath": FIO_MOUNT}]}],
            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "storage-read"}}]}
@@ -94,8 +123,10 @@ def _storage_check(spec: ClusterSpec) -> Check | None:
                parallelism=len(hosts))
     return Check("storage-read", "storage",
                  f"fio sequential read from {len(hosts)} GPU nodes at once on {spec.storage.kind} "
-                 f"{spec.storage.fs_name} ({v.storage_min_read_percent}% of {layout.read_gb_per_s:g} GB/s expected)",
-                 floor, "GB/s", [_namespace(), pv, pvc, job], workload="job/storage-read")
+                 f"{spec.storage.fs_name}, each of another node's {per_job_gib * jobs} GiB "
+                 f"({v.storage_min_read_percent}% of {layout.read_gb_per_s:g} GB/s expected)",
+                 floor, "GB/s", [_namespace(), pv, pvc, job], workload="job/storage-read",
+                 expect={"clients": clients})
 
 
 def _dcgm_checks(spec: ClusterSpec) -> list[Check]:
@@ -200,6 +231,10 @@ def judge(check: Check, output: str, completed: bool = True) -> Result:
         gb, clients = parse.fio_read_gb_per_s(output)
         if not clients:
             return Result(check.name, False, "-", "fio reported nothing: " + _tail(output))
+        wanted = check.expect.get("clients", clients)
+        if clients < wanted:      # a sum over fewer clients says nothing about the aggregate
+            return Result(check.name, False, f"{gb:g} GB/s from {clients} nodes",
+                          f"only {clients} of {wanted} clients reported: {_tail(output)}")
         ok = gb >= check.threshold
         return Result(check.name, ok, f"{gb:g} GB/s from {clients} nodes",
                       f"{'at least' if ok else 'below'} {check.threshold:g} GB/s")

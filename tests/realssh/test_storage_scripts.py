@@ -435,3 +435,19 @@ def test_an_md_array_at_another_level_than_declared_stops_before_any_change(test
     declared = run(test_hosts, host, lustre_oss(host, device)[1].create)
     assert f"{device}: raid6 as declared (not an md array" in declared.stdout, declared.stdout + declared.stderr
     run(test_hosts, host, lustre_oss(host, device)[1].delete)
+
+
+def test_an_earlier_tenants_directory_is_never_handed_to_a_new_one(test_hosts, host):
+    """team-a's directory, owned by another group (an earlier team-a, or another tenant's): the step stops
+    before changing its owner, so the old data never passes to the new tenant."""
+    host.sh(f"mkdir -p {STATE_DIR}/mounts && touch {STATE_DIR}/mounts/_srv_labfs")
+    host.put("/usr/local/bin/lfs", _RECORD)
+    host.sh("chmod +x /usr/local/bin/lfs; rm -f /etc/gpucluster/lustre-labfs-dirs")
+    script, ids = lustre_dirs(host, 1024)
+    host.sh("mkdir -p /srv/labfs/tenants/team-a && chgrp 4242 /srv/labfs/tenants/team-a")
+    out = run(test_hosts, host, script)
+    assert out.returncode == 1
+    assert (f"/srv/labfs/tenants/team-a belongs to group 4242, an earlier tenant's, not {ids['team-a']}: its data "
+            "is not handed to a new tenant") in out.stderr, out.stderr
+    assert host.upper("/srv/labfs/tenants/team-a").stat().st_gid == 4242
+    host.sh("rm -rf /srv/labfs/tenants/team-a")

@@ -256,3 +256,18 @@ def test_each_os_family_installs_from_its_own_repository_only():
     el_only = parse_spec(yaml.safe_dump(data))
     client = render_lustre_client(el_only, plan_layout(el_only), "gpu-prod-01", "ibp0s0").create
     assert "debian) fail \"missing" in client and "apt-get install" not in client
+
+
+def test_a_tenants_group_comes_from_the_spec_and_is_its_own():
+    data = yaml.safe_load(yaml.safe_dump(PROD))
+    sized = [t for t in data["tenants"] if t.get("storage", {}).get("filesystem_gib")]
+    sized[0]["storage"]["group_id"] = 70001
+    spec = parse_spec(yaml.safe_dump(data))
+    layout = plan_layout(spec)
+    assert layout.project_ids[sized[0].get("namespace", sized[0]["name"])] == 70001
+    assert spec.filesystem_claims(spec.tenants[[t["name"] for t in data["tenants"]].index(sized[0]["name"])])[0] \
+        .group == 70001
+    assert not any(sized[0]["name"] in w and "no storage.group_id" in w for w in spec.warnings())
+    if len(sized) > 1:
+        sized[1]["storage"]["group_id"] = 70001
+        assert any("storage.group_id: group ID '70001' is already used" in p for p in problems_of(data))

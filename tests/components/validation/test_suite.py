@@ -171,8 +171,8 @@ def test_a_workload_that_did_not_finish_fails_its_check(dev_spec):
 def test_the_plan_shows_the_suite(dev_spec, name):
     files = render_suite_files(dev_spec)
     assert name in files
-    assert "| storage-read | fio sequential read from 2 GPU nodes at once on beegfs devfs (70% of 20 GB/s " \
-           "expected) | >= 14 GB/s |" in files["validation/README.md"]
+    assert "| storage-read | fio sequential read from 2 GPU nodes at once on beegfs devfs, each of another node's " \
+           "512 GiB (70% of 20 GB/s expected) | >= 14 GB/s |" in files["validation/README.md"]
 
 
 def test_a_pools_node_diagnostics_share_one_file_with_their_namespace_once(dev_spec):
@@ -231,3 +231,31 @@ def test_a_command_that_outlives_its_time_is_a_failed_check_not_a_traceback(dev_
     assert [(r.check, r.passed) for r in results] == [(c.name, False) for c in checks]
     assert results[0].detail == "the link check did not finish within 5 s"
     assert "kubectl apply failed: did not finish within 300 s" in results[1].detail
+
+
+def test_the_read_check_needs_every_client_and_reads_what_another_client_wrote(dev_spec, tmp_path):
+    """Real sh runs each client's part with a fio that records what it is asked: every client writes its own
+    files, waits for its neighbour's, reads those (never its own, which its servers may still cache), and cleans
+    up once its reader is done. A sum from fewer clients than nodes fails the check."""
+    check = by_name(dev_spec)["storage-read"]
+    assert not judge(check, fio_doc(20)).passed and "only 1 of 2 clients reported" in judge(check, fio_doc(20)).detail
+    job = check.manifests[-1]
+    [container] = job["spec"]["template"]["spec"]["containers"]
+    script = container["command"][2].replace("@DIR@", str(tmp_path))
+    script = script.replace("d=/data/", f"d={tmp_path}/")
+    (tmp_path / "fio").write_text("#!/bin/sh\necho \"$@\" >> \"$FIO_LOG\"\n"
+                                  "case \"$*\" in *--rw=write*) for j in 0 1 2 3; do\n"
+                                  "  f=$(printf '%s' \"$*\" | sed -n 's/.*--filename_format=\\(c[0-9]*\\)\\.\\$jobnum.*/\\1/p')\n"
+                                  "  d=$(printf '%s' \"$*\" | sed -n 's/.*--directory=\\([^ ]*\\).*/\\1/p'); : > \"$d/$f.$j\"; done ;;\n"
+                                  "*) echo '{\"jobs\": []}' ;; esac\n")
+    (tmp_path / "fio").chmod(0o755)
+    procs = [subprocess.Popen(["sh", "-c", script], env={"PATH": f"{tmp_path}:/usr/bin:/bin", "RUN": "u1",
+                                                        "JOB_COMPLETION_INDEX": str(i), "FIO_LOG": str(tmp_path / f"log{i}")},
+                              stdout=subprocess.PIPE, text=True) for i in (0, 1)]
+    outs = [p.communicate(timeout=60)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0] and all('"jobs"' in o for o in outs)
+    for i, other in ((0, 1), (1, 0)):
+        write, read = (tmp_path / f"log{i}").read_text().splitlines()
+        assert f"--filename_format=c{i}.$jobnum --rw=write" in write and "--size=128g" in write
+        assert f"--filename_format=c{other}.$jobnum --rw=read" in read and "--output-format=json" in read
+    assert not list((tmp_path / "run-u1").glob("c*"))            # every client's files removed after the read
