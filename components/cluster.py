@@ -86,7 +86,9 @@ class GpuCluster(pulumi.ComponentResource):
         self.register_outputs({
             "spec_json": spec.model_dump_json(),
             "environment": spec.environment,
-            "racks": {name: {"pdu_capacity_kw": rack.pdu_capacity_kw} for name, rack in spec.racks.items()},
+            "racks": {name: {"pdu_capacity_kw": p.capacity_kw, "pdu_redundancy": p.redundancy,
+                             "peak_kw": p.peak_kw, "peak": p.listing(), "unknown": list(p.unknown)}
+                      for name, p in spec.rack_power().items()},
             "system_namespaces": sorted(spec.system_namespaces),
             "gpus": spec.gpus,
         })

@@ -94,15 +94,17 @@ fi
 class Sonic:
     """SONiC: CONFIG_DB read with sonic-db-cli, changed with the `config` CLI, then `config save`.
 
-    The stock AZURE map sends DSCP 26 to lossy TC1 and enables PFC on 3 and 4; both are corrected here.
+    The stock AZURE map sends DSCP 26 to lossy TC1 and enables PFC on 3 and 4; both are corrected here. Port
+    names follow the platform's lanes per port and breakouts (Ethernet0, Ethernet4 or Ethernet8...), so they come
+    from the switch's own PORT table, checked against the spec before anything changes.
     """
 
     vendor: ClassVar[str] = "sonic"
     jumbo_mtu_bytes: ClassVar[int] = 9100
-    LANES_PER_PORT = 8
+    FROM_PORT_TABLE = "@port-table@"        # no port_names in the spec: the switch's PORT table names them
 
     def port_name(self, number: int) -> str:
-        return f"Ethernet{(number - 1) * self.LANES_PER_PORT}"
+        return self.FROM_PORT_TABLE
 
     def body(self, switch: Switch, roce: RoceSettings, mtu_bytes: int, ports: list[str]) -> str:
         ecn = roce.ecn
@@ -112,9 +114,22 @@ class Sonic:
     config pfcwd start --action drop "$1" 200 --restoration-time 200
     changed "$1: PFC watchdog (drop)"
   fi''' if roce.pfc_watchdog else ""
+        if set(ports) == {self.FROM_PORT_TABLE}:
+            pick = fill('ports=("${table[@]}")\n(( ${#ports[@]} == @COUNT@ )) || fail "the PORT table lists '
+                        '${#ports[@]} ports but the spec says @COUNT@ (ports): correct ports, or list port_names '
+                        'for a breakout"', COUNT=len(ports))
+        else:
+            pick = "ports=(" + call(*ports) + ")"
         return fill(r'''
 need config "this switch does not run SONiC"
 need sonic-db-cli "this switch does not run SONiC"
+# --- every port checked against the switch's PORT table first: nothing global changes for a wrong name ---
+mapfile -t table < <(sonic-db-cli CONFIG_DB keys 'PORT|*' | sed 's/^PORT|//' | sort -V)
+(( ${#table[@]} )) || fail "CONFIG_DB has no PORT table"
+@PICK@
+for port in "${ports[@]}"; do
+  [[ " ${table[*]} " == *" $port "* ]] || fail "port $port is not in this switch's PORT table (${table[*]:0:4} ...): correct port_names"
+done
 dscp_tc() {
   if [[ "$(sonic-db-cli CONFIG_DB hget 'DSCP_TO_TC_MAP|AZURE' "$1")" != "$2" ]]; then
     sonic-db-cli CONFIG_DB hset 'DSCP_TO_TC_MAP|AZURE' "$1" "$2" >/dev/null
@@ -142,9 +157,9 @@ if [[ "$wred" != @WRED@ ]]; then
   config ecn -profile AZURE_LOSSLESS -gmin @GMIN@ -gmax @GMAX@ -gdrop @GDROP@
   changed "ECN thresholds @GMIN@/@GMAX@ bytes, @GDROP@% (was $wred)"
 fi
-for port in @PORTS@; do roce_port "$port"; done
+for port in "${ports[@]}"; do roce_port "$port"; done
 if (( CHANGES > 0 )); then config save -y >/dev/null; note "saved to /etc/sonic/config_db.json"; fi
-'''.replace("@MAPS@", maps).replace("@WATCHDOG@", watchdog).replace("@PORTS@", call(*ports)),
+'''.replace("@MAPS@", maps).replace("@WATCHDOG@", watchdog).replace("@PICK@", pick),
                     PRIO=roce.priority, MTU=mtu_bytes, GMIN=ecn.min_threshold_kb * 1000,
                     GMAX=ecn.max_threshold_kb * 1000, GDROP=ecn.probability_percent,
                     WRED=f"{ecn.min_threshold_kb * 1000},{ecn.max_threshold_kb * 1000},{ecn.probability_percent}")

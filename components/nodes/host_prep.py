@@ -289,9 +289,15 @@ _RESTARTS = r"""
 kubelet_config="$(cat @CONFIG_DOC@)"
 memlock_config=@MEMLOCK_CONF@
 flag=--config-dir=@DIR@
+# The environment file kubeadm's kubelet unit reads KUBELET_EXTRA_ARGS from: the unit says which
+# (/etc/default/kubelet on Debian and Ubuntu, /etc/sysconfig/kubelet on EL); a flag in the other is never read.
+kubelet_env=$(systemctl show kubelet -p EnvironmentFiles --value 2>/dev/null | grep -oE '/etc/(default|sysconfig)/kubelet' | sed -n 1p || true)
+if [[ -z "$kubelet_env" ]]; then
+  if [[ -d /etc/sysconfig ]]; then kubelet_env=/etc/sysconfig/kubelet; else kubelet_env=/etc/default/kubelet; fi
+fi
 restart=()
 if systemctl is-enabled --quiet kubelet 2>/dev/null; then
-  if ! same_file @DROP_IN@ "$kubelet_config" || ! grep -qF -- "$flag" /etc/default/kubelet 2>/dev/null; then
+  if ! same_file @DROP_IN@ "$kubelet_config" || ! grep -qF -- "$flag" "$kubelet_env" 2>/dev/null; then
     restart+=(kubelet)
   fi
 fi
@@ -313,13 +319,14 @@ fi
 _KUBELET = r"""
 # --- kubelet: registration taints, CPU and topology managers (a drop-in, so kubeadm upgrades keep it) --
 put_file @DROP_IN@ 0644 "$kubelet_config"
-if ! grep -qF -- "$flag" /etc/default/kubelet 2>/dev/null; then
-  if grep -q '^KUBELET_EXTRA_ARGS=' /etc/default/kubelet 2>/dev/null; then
-    sed -i -E "s|^KUBELET_EXTRA_ARGS=\"?([^\"]*)\"?\$|KUBELET_EXTRA_ARGS=\"\\1 $flag\"|" /etc/default/kubelet
+if ! grep -qF -- "$flag" "$kubelet_env" 2>/dev/null; then
+  if grep -q '^KUBELET_EXTRA_ARGS=' "$kubelet_env" 2>/dev/null; then
+    sed -i -E "s|^KUBELET_EXTRA_ARGS=\"?([^\"]*)\"?\$|KUBELET_EXTRA_ARGS=\"\\1 $flag\"|" "$kubelet_env"
   else
-    printf 'KUBELET_EXTRA_ARGS="%s"\n' "$flag" >> /etc/default/kubelet
+    mkdir -p "$(dirname "$kubelet_env")"
+    printf 'KUBELET_EXTRA_ARGS="%s"\n' "$flag" >> "$kubelet_env"
   fi
-  changed "kubelet reads @DIR@"
+  changed "kubelet reads @DIR@ ($kubelet_env)"
 fi
 if [[ " ${restart[*]} " == *" kubelet "* ]]; then
 @RESTART_KUBELET@

@@ -249,13 +249,12 @@ def render_summary(run: ProgramRun, plan: Plan, clusters: list[ClusterSpec]) -> 
                      f"{rdma_resource(spec) if network_operator_enabled(spec) else 'none'}")
         lines += _table(["node pool", "GPU", "hosts", "GPUs"],
                         [[p.name, f"{p.gpu.count} x {p.gpu.model}", len(p.hosts), p.gpus] for p in spec.node_pools])
-        loads = spec.rack_loads()
-        lines += ["", "Power at peak (GPUs at TDP plus host_base_power_w) per rack, against its PDUs:"]
-        lines += _table(["rack", "hosts", "peak kW", "PDU kW", "load"], [
-            [name, " + ".join(f"{n} x {w / 1000:g} kW ({pool})" for pool, (n, w) in sorted(loads.get(name, {}).items()))
-             or "-", f"{total:g}", f"{rack.pdu_capacity_kw:g}", f"{total / rack.pdu_capacity_kw:.0%}"]
-            for name, rack in spec.racks.items()
-            for total in [sum(n * w for n, w in loads.get(name, {}).values()) / 1000]])
+        lines += ["", "Power at peak (GPUs at TDP plus base power, storage servers, switches) per rack, against "
+                      "its PDUs:"]
+        lines += _table(["rack", "at peak", "peak kW", "PDU kW", "redundancy", "load"], [
+            [name, p.listing(), f"{'>= ' if p.unknown else ''}{p.peak_kw:g}", f"{p.capacity_kw:g}",
+             p.redundancy or "not stated", f"{p.peak_kw / p.capacity_kw:.0%}"]
+            for name, p in spec.rack_power().items()])
         lines += ["", *_fabric_summary(spec), *_storage_summary(spec)]
         if spec.tenants:
             lines.append("")

@@ -52,19 +52,18 @@ def render_report(spec: ClusterSpec, thresholds: Thresholds = Thresholds(),
          f"{len(p.nics)} x {p.nics[0].speed_gbps} Gb/s" if p.nics else "-"] for p in spec.node_pools])
 
     lines += ["## Power per rack", "",
-              "Peak = each host's GPUs at TDP plus its `host_base_power_w`; budget = PDU capacity x "
-              f"{thresholds.derating:.0%}.", ""]
-    loads, rows = spec.rack_loads(), []
-    for name, rack in spec.racks.items():
-        load = loads.get(name, {})
-        total = sum(n * w for n, w in load.values()) / 1000
-        budget = rack.pdu_capacity_kw * thresholds.derating
-        arithmetic = " + ".join(f"{n} x ({spec.pools[p].gpu.count} x {spec.pools[p].gpu.power_w} W + "
-                                f"{spec.pools[p].host_base_power_w or 0} W) = {n * w / 1000:g} kW"
-                                for p, (n, w) in sorted(load.items())) or "-"
-        rows.append([name, arithmetic, f"{total:g}", f"{rack.pdu_capacity_kw:g}", f"{budget:g}",
-                     f"{total / rack.pdu_capacity_kw:.0%}", "ok" if total <= budget else "**over budget**"])
-    lines += _md_table(["rack", "hosts at peak", "peak kW", "PDU kW", "budget kW", "PDU load", ""], rows)
+              "Peak = each host's GPUs at TDP plus its base power (`host_base_power_w`, or its DGX model's), "
+              "storage servers and switches mounted in the rack; budget = PDU capacity (one feed of an A+B pair) "
+              f"x {thresholds.derating:.0%}. A rack whose devices' power or PDU redundancy the spec does not give "
+              "is unknown, not ok.", ""]
+    rows = []
+    for name, p in spec.rack_power().items():
+        budget = p.capacity_kw * thresholds.derating
+        verdict = p.verdict(budget)
+        rows.append([name, p.listing(), f"{'>= ' if p.unknown else ''}{p.peak_kw:g}", f"{p.capacity_kw:g}",
+                     p.redundancy or "not stated", f"{budget:g}", f"{p.peak_kw / p.capacity_kw:.0%}",
+                     verdict if verdict == "ok" else f"**{verdict}**"])
+    lines += _md_table(["rack", "at peak", "peak kW", "PDU kW", "redundancy", "budget kW", "PDU load", ""], rows)
     gpu_kw = sum(p.gpus * p.gpu.power_w for p in spec.node_pools) / 1000
     lines += [f"GPUs alone: {gpu_kw:g} kW at TDP.", ""]
 

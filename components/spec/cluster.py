@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 from collections import Counter
-from typing import Iterator, Literal
+from typing import Iterator, Literal, NamedTuple
 
 from pydantic import Field
 
@@ -29,6 +29,32 @@ SYSTEM_NAMESPACES = frozenset({
     "default", "kube-system", "kube-public", "kube-node-lease",
     "gpu-operator", "network-operator", "kueue-system", "node-feature-discovery",
 })
+
+
+class PowerPart(NamedTuple):
+    what: str                  # "h100 host", "storage server", "leaf switch"
+    count: int
+    watts: int | None          # each, at peak; None: the spec does not say
+
+
+class RackPower(NamedTuple):
+    parts: tuple[PowerPart, ...]
+    peak_kw: float             # of the parts whose power is known: a floor where some is not
+    unknown: tuple[str, ...]   # parts whose power the spec does not give
+    capacity_kw: float
+    redundancy: str | None
+
+    def listing(self) -> str:
+        return " + ".join(f"{p.count} x {'?' if p.watts is None else f'{p.watts / 1000:g}'} kW ({p.what})"
+                          for p in self.parts) or "-"
+
+    def verdict(self, budget_kw: float) -> str:
+        """ok, over budget, or unknown (never ok while a device's power is missing or the budget unclear)."""
+        if self.peak_kw > budget_kw + 1e-9:
+            return "over budget"
+        if self.unknown:
+            return f"unknown: no power figure for {', '.join(self.unknown)}"
+        return "ok" if self.redundancy else "unknown: pdu_redundancy not stated"
 
 
 class ClusterSpec(SpecModel):
@@ -74,14 +100,32 @@ class ClusterSpec(SpecModel):
                                      memory_gib_per_host=p.memory_gib_per_host, gpu_resources=p.gpu_resources)
                 for p in self.node_pools}
 
-    def rack_loads(self) -> dict[str, dict[str, tuple[int, int]]]:
-        """Per rack, per pool: its hosts there and each one's peak watts (GPUs at TDP plus base power)."""
-        out: dict[str, dict[str, tuple[int, int]]] = {}
+    def rack_power(self) -> dict[str, RackPower]:
+        """Per rack, everything its PDUs feed at peak: each pool's hosts (GPUs at TDP plus base power), storage
+        servers and switches mounted there; a device of unknown power makes the rack's figure a floor."""
+        parts: dict[str, dict[str, list]] = {name: {} for name in self.racks}
+
+        def add(rack: str, what: str, watts: int | None) -> None:
+            if rack in parts:
+                n, _ = parts[rack].get(what, (0, watts))
+                parts[rack][what] = [n + 1, watts]
         for pool in self.node_pools:
+            watts = pool.peak_power_w_per_host if pool.base_power_w is not None else None
             for host in pool.hosts:
                 if valid(host.rack):
-                    n, _ = out.setdefault(host.rack, {}).get(pool.name, (0, 0))
-                    out[host.rack][pool.name] = (n + 1, pool.peak_power_w_per_host)
+                    add(host.rack, f"{pool.name} host", watts)
+        for server in self.storage.servers:
+            if valid(server.rack):
+                add(server.rack, "storage server", None if server.power_w is None else server.power_w)
+        for switch in self.fabric.switches:
+            if switch.rack is not None and valid(switch.rack):
+                add(switch.rack, f"{switch.role} switch", switch.power_w)
+        out = {}
+        for name, rack in self.racks.items():
+            items = tuple(PowerPart(what, n, w) for what, (n, w) in sorted(parts[name].items()))
+            out[name] = RackPower(items, sum(p.count * p.watts for p in items if p.watts is not None) / 1000,
+                                  tuple(p.what for p in items if p.watts is None), rack.pdu_capacity_kw,
+                                  rack.pdu_redundancy)
         return out
 
     @property
@@ -133,6 +177,15 @@ class ClusterSpec(SpecModel):
                 out.append(f"storage traffic of training pool(s) {', '.join(shared)} rides the rail-0 NIC that "
                            "NCCL uses too, so checkpoints and data loading slow the all-reduces on that rail: set "
                            "storage.client_interface to the hosts' storage NIC")
+        unclear = [f"{name} ({', '.join(p.unknown) or 'pdu_redundancy'})" for name, p in self.rack_power().items()
+                   if p.unknown or not p.redundancy]
+        if unclear:
+            out.append(f"rack power of {', '.join(unclear[:5])} cannot be called within budget: give each pool's "
+                       "host_base_power_w (or a DGX host_model), storage servers' and switches' power_w and rack, "
+                       "and each rack's pdu_redundancy")
+        unplaced = [s.name for s in self.fabric.switches if s.rack is None]
+        if unplaced:
+            out.append(f"switch(es) {', '.join(unplaced[:5])} have no rack, so no rack's power counts them")
         derived = [t.name for t in self.tenants if t.storage.filesystem_gib and t.storage.group_id is None]
         if storage.kind != "none" and derived:
             out.append(f"tenant(s) {', '.join(derived[:5])} have no storage.group_id: their directory's group is a "
@@ -403,19 +456,17 @@ def network_operator_enabled(spec: ClusterSpec) -> bool:
 
 
 def _rack_power(spec: ClusterSpec) -> Iterator[Problem]:
-    """At peak, the hosts of a rack (GPUs at their TDP plus each host's base power) must not draw more than its
-    PDUs deliver: the breakers trip under a full training load, which no burn-in of one node shows."""
-    drawn = spec.rack_loads()
+    """At peak, what a rack's PDUs feed (GPUs at their TDP plus each host's base power, storage servers, switches)
+    must not exceed them: the breakers trip under a full training load, which no burn-in of one node shows."""
+    power = spec.rack_power()
     for i, site in enumerate(spec.sites):
         for j, rack in enumerate(site.racks):
-            loads = drawn.get(rack.name, {})
-            total_kw = sum(n * w for n, w in loads.values()) / 1000
-            if total_kw > rack.pdu_capacity_kw:
-                parts = ", ".join(f"{n} x {w / 1000:g} kW ({name})" for name, (n, w) in sorted(loads.items()))
+            p = power[rack.name]
+            if p.peak_kw > rack.pdu_capacity_kw:
                 yield Problem(("sites", i, "racks", j, "pdu_capacity_kw"),
-                              f"rack {rack.name}'s hosts draw up to {total_kw:g} kW at peak ({parts}; GPUs at TDP "
-                              f"plus host_base_power_w) but its PDUs deliver {rack.pdu_capacity_kw:g} kW; move hosts "
-                              "to another rack or correct pdu_capacity_kw")
+                              f"rack {rack.name} draws {'at least ' if p.unknown else ''}{p.peak_kw:g} kW at peak "
+                              f"({p.listing()}; GPUs at TDP plus base power) but its PDUs deliver "
+                              f"{rack.pdu_capacity_kw:g} kW; move hosts to another rack or correct pdu_capacity_kw")
 
 
 def _storage_reachable(spec: ClusterSpec) -> Iterator[Problem]:

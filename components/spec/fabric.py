@@ -124,6 +124,11 @@ class Switch(SpecModel):
     uplinks: list[HostName] = Field(default_factory=list, description="Spines this leaf connects to. Omitted: none.")
     rails: list[int] = Field(default_factory=list, description="Rails served (rail-optimized). Omitted: every rail.")
     racks: list[DnsLabel] = Field(default_factory=list, description="Racks served. Omitted: every rack.")
+    rack: DnsLabel | None = Field(None, description="The rack it is mounted in, whose PDUs feed it. Omitted: its "
+                                                    "power is in no rack's (the plan says so).")
+    power_w: int | None = Field(None, ge=1, le=20000, description="Peak power of the switch, counted in its rack's "
+                                                                "power. Omitted: unknown; its rack's power is "
+                                                                "reported unknown rather than ok.")
     host_key: HostKey | None = Field(None, description="Omitted: the switch's identity is not verified.")
     ssh_user: UserName = Field("admin", description="Omitted: admin.")
     managed: bool = Field(True, description="Push this switch's RoCE configuration (rocev2 fabrics). Omitted: yes; "

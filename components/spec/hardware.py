@@ -44,6 +44,10 @@ GPU_MODELS: dict[str, GpuModelInfo] = {
 }
 
 # Server models whose GPU count is fixed by the board (a pool may name one to have its count checked).
+# Peak power of a host model apart from its GPUs: the system's maximum less its GPUs at TDP (NVIDIA's DGX user
+# guides: DGX A100 6.5 kW, DGX H100 and H200 10.2 kW, DGX B200 14.3 kW). HGX boards vary by vendor: not known here.
+HOST_BASE_POWER_W: dict[str, int] = {"dgx-a100": 6500 - 8 * 400, "dgx-h100": 10200 - 8 * 700,
+                                     "dgx-h200": 10200 - 8 * 700, "dgx-b200": 14300 - 8 * 1000}
 HOST_MODELS: dict[str, tuple[str, int]] = {
     "dgx-a100": ("A100-SXM4-80GB", 8), "dgx-h100": ("H100-SXM5-80GB", 8), "dgx-h200": ("H200-SXM5-141GB", 8),
     "dgx-b200": ("B200-SXM6-180GB", 8), "hgx-h100-4gpu": ("H100-SXM5-80GB", 4),
@@ -76,7 +80,13 @@ HostKey = Annotated[str, AfterValidator(_host_key)]
 
 class Rack(SpecModel):
     name: DnsLabel
-    pdu_capacity_kw: float = Field(gt=0, le=500, description="Power the rack's PDUs can deliver, in kW.")
+    pdu_capacity_kw: float = Field(gt=0, le=500, description="Power the rack may draw, in kW: with pdu_redundancy "
+                                                            "a+b what ONE feed carries (the rack must run on it "
+                                                            "alone), with none what all its PDUs deliver together.")
+    pdu_redundancy: Literal["a+b", "none"] | None = Field(
+        None, description="How the rack's PDUs back each other, which says what pdu_capacity_kw means. Omitted: "
+                          "not stated; the plan says so, since a capacity summed over an A+B pair trips one feed "
+                          "when the other fails.")
     block: DnsLabel | None = Field(
         None, description="Network block (a group of racks under the same spines) for topology-aware "
                           "scheduling. Omitted: the site is the block.")
@@ -264,7 +274,8 @@ class NodePool(SpecModel):
     host_base_power_w: int | None = Field(
         None, ge=0, le=20000,
         description="Peak power of a host apart from its GPUs (CPUs, memory, NICs, fans, NVSwitches), for the rack "
-                    "power check. Omitted: 0, so the check covers the GPUs at their TDP alone.")
+                    "power check. Omitted: the host_model's figure (DGX systems), else unknown, and the rack's "
+                    "power is reported as unknown rather than ok.")
     labels: Labels = Field(default_factory=dict, max_length=64, description="Extra node labels. Omitted: only the pool's own.")
     taints: list[Taint] = Field(
         default_factory=_default_taints,
@@ -336,7 +347,14 @@ class NodePool(SpecModel):
     @property
     def peak_power_w_per_host(self) -> int:
         """A host at full load: its GPUs at TDP plus its base power (what a rack's PDUs must carry)."""
-        return self.gpu.count * self.gpu.power_w + (self.host_base_power_w or 0)
+        return self.gpu.count * self.gpu.power_w + (self.base_power_w or 0)
+
+    @property
+    def base_power_w(self) -> int | None:
+        """Base power as the spec gives it, else the host model's; None: unknown."""
+        if self.host_base_power_w is not None:
+            return self.host_base_power_w
+        return HOST_BASE_POWER_W.get(self.host_model) if self.host_model else None
 
     @property
     def gpus(self) -> int:

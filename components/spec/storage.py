@@ -57,6 +57,9 @@ class StorageServer(SpecModel):
     data_address: IpAddress | None = Field(
         None, description="Address of storage.server_interface, which clients reach (its LNet NID on Lustre). "
                           "Omitted: address; required with lnet o2ib, whose NID is the data-plane address.")
+    power_w: int | None = Field(None, ge=1, le=20000, description="Peak power of the server, counted in its rack's "
+                                                                "power. Omitted: unknown; the rack's power is "
+                                                                "reported unknown rather than ok.")
     link_speed_gbps: Literal[40, 56, 100, 200, 400, 800] | None = Field(
         None, description="Rate of the server's data-plane port (its HCA on InfiniBand), which the IPoIB groups "
                           f"must not exceed or the port cannot join them. Omitted: {SLOWEST_HCA_GBPS} Gb/s is "

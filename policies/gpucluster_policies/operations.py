@@ -16,26 +16,26 @@ _POWER_SCHEMA = schema(derating={
 
 
 def _rack_power(args: StackValidationArgs, report: ReportViolation) -> None:
+    """From the cluster's own rack figures (derived once from the spec): a rack over its budget is a violation,
+    and so is one whose figure is a floor (a device without a power figure) or whose PDUs' redundancy is not
+    stated, since neither can be called within budget."""
     derating = settings(args, _POWER_SCHEMA)["derating"]
-    loads: dict[str, list[tuple[str, int, float]]] = defaultdict(list)    # rack -> (pool, hosts, kW per host)
-    for pool in of_type(args.resources, NODE_POOL):
-        spec = intent(pool).get("pool") or {}
-        per_host_kw = (pool.props.get("peak_power_w_per_host") or 0) / 1000
-        per_rack: dict[str, int] = defaultdict(int)
-        for host in spec.get("hosts") or []:
-            per_rack[host.get("rack")] += 1
-        for rack, n in per_rack.items():
-            loads[rack].append((spec.get("name"), n, per_host_kw))
     for cluster in of_type(args.resources, CLUSTER):
         for rack, r in sorted((cluster.props.get("racks") or {}).items()):
             capacity = r.get("pdu_capacity_kw") or 0
             budget = capacity * derating
-            total = sum(n * kw for _, n, kw in loads.get(rack, []))
+            total = r.get("peak_kw") or 0
             if total > budget + 1e-9:
-                parts = " + ".join(f"{n} x {kw:g} kW ({name})" for name, n, kw in sorted(loads[rack]))
-                report(f"rack {rack} draws up to {parts} = {total:g} kW at peak (GPUs at TDP plus each host's base "
-                       f"power), over its budget of {capacity:g} kW x {derating:.0%} = {budget:g} kW; move hosts to "
-                       "another rack or add PDU capacity", cluster.urn)
+                report(f"rack {rack} draws up to {r.get('peak')} = {total:g} kW at peak (GPUs at TDP plus base "
+                       f"power, storage servers, switches), over its budget of {capacity:g} kW x {derating:.0%} = "
+                       f"{budget:g} kW; move hosts to another rack or add PDU capacity", cluster.urn)
+            elif r.get("unknown"):
+                report(f"rack {rack}'s power cannot be checked: no power figure for {', '.join(r['unknown'])} "
+                       "(host_base_power_w or host_model, power_w); its known load is "
+                       f"{total:g} kW of a {budget:g} kW budget", cluster.urn)
+            elif "pdu_redundancy" in r and not r.get("pdu_redundancy"):
+                report(f"rack {rack}'s pdu_redundancy is not stated: is its {capacity:g} kW one feed of an A+B pair "
+                       "or all its PDUs? Set pdu_redundancy (a+b or none)", cluster.urn)
 
 
 _TEMP = re.compile(r"DCGM_FI_DEV_GPU_TEMP\b[^<>]*>=?\s*([0-9.]+)")

@@ -60,7 +60,7 @@ def test_markdown_is_written_for_a_pull_request_comment(tmp_path):
     assert out.returncode == 1 and text in out.stdout
     assert text.startswith("### gpucluster check: `prod-rack-power` fails\n")
     assert "| `power-rack-budget` | mandatory | 1 |" in text
-    assert "- `prod`: rack r01 draws up to 4 x 5.6 kW (h100) = 22.4 kW at peak" in text
+    assert "- `prod`: rack r01 draws up to 4 x 10.2 kW (h100 host) = 40.8 kW at peak" in text
 
 
 def test_a_policy_config_sets_levels_and_thresholds(tmp_path):
@@ -68,7 +68,7 @@ def test_a_policy_config_sets_levels_and_thresholds(tmp_path):
     config.write_text(json.dumps({"power-rack-budget": {"enforcementLevel": "advisory", "derating": 0.95}}))
     out = gpucluster("check", str(BROKEN / "prod-rack-power.yaml"), "--out", str(tmp_path / "a"),
                      "--policy-config", str(config))
-    assert out.returncode == 0 and report(tmp_path / "a")["violations"] == []       # 22.4 kW < 25 x 95%
+    assert out.returncode == 0 and report(tmp_path / "a")["violations"] == []       # 40.8 kW < 45 x 95%
     config.write_text(json.dumps({"all": "advisory"}))
     out = gpucluster("check", str(BROKEN / "prod-rack-power.yaml"), "--out", str(tmp_path / "b"),
                      "--policy-config", str(config))

@@ -21,16 +21,17 @@ def spec_of(path: str):
 
 def test_the_prod_report_shows_the_power_arithmetic_per_rack():
     text = render_report(spec_of("stacks/prod.yaml"))
-    assert "| r01 | 4 x (8 x 700 W + 4600 W) = 40.8 kW | 40.8 | 60 | 48 | 68% | ok |" in text
+    assert "| r01 | 4 x 10.2 kW (h100 host) | 40.8 | 60 | a+b | 48 | 68% | ok |" in text
     assert "GPUs alone: 44.8 kW at TDP." in text
     assert "| lustre 2.15 prodfs | 4 | 1200 | 240 | 64 | 3.75 | 0.15 | ok |" in text
     assert "| h100 | 64 | 64 |" in text                                 # guaranteed in all against capacity
     assert "| infiniband | 4096 | - | - | yes | 64 | 12800 | 1:1 (limit 2:1) |" in text
 
 
-def test_the_reference_design_is_44_8_kw_of_gpus_and_250_gb_per_s():
+def test_the_reference_design_counts_dgx_base_power_storage_and_reaches_250_gb_per_s():
     text = render_report(spec_of("examples/reference-64gpu.yaml"))
-    assert "| r01 | 8 x (8 x 700 W + 0 W) = 44.8 kW | 44.8 | 60 | 48 | 75% | ok |" in text
+    assert "| r01 | 4 x 10.2 kW (h100 host) | 40.8 | 60 | a+b | 48 | 68% | ok |" in text
+    assert "| r02 | 5 x 1.5 kW (storage server) | 7.5 | 30 | a+b | 24 | 25% | ok |" in text
     assert "| 250 | 64 | 3.906 | 0.15 | ok |" in text
 
 
@@ -38,7 +39,7 @@ def test_thresholds_and_policy_results_change_the_verdicts():
     spec = spec_of("stacks/prod.yaml")
     text = render_report(spec, Thresholds(derating=0.6, min_read_gb_per_s_per_gpu=4, source="policy config x"),
                          PolicyResults(1, 0, [("power-rack-budget", "mandatory", "prod", "rack r01 draws ...")]))
-    assert "| r01 | 4 x (8 x 700 W + 4600 W) = 40.8 kW | 40.8 | 60 | 36 | 68% | **over budget** |" in text
+    assert "| r01 | 4 x 10.2 kW (h100 host) | 40.8 | 60 | a+b | 36 | 68% | **over budget** |" in text
     assert "| 3.75 | 4 | **below target** |" in text and "Thresholds: policy config x." in text
     assert "| power-rack-budget | mandatory | prod | rack r01 draws ... |" in text
 
@@ -77,6 +78,6 @@ def test_plan_and_check_write_the_report_beside_the_plan(tmp_path):
     report = (tmp_path / "report.md").read_text()
     assert report.startswith("# Cluster prod (prod)\n")
     assert "## Policy results\n\n1 mandatory and 0 advisory finding(s)." in report
-    assert "| r01 | 4 x (8 x 700 W + 0 W) = 22.4 kW | 22.4 | 25 | 20 | 90% | **over budget** |" in report
+    assert "| r01 | 4 x 10.2 kW (h100 host) | 40.8 | 45 | a+b | 36 | 91% | **over budget** |" in report
     assert (tmp_path / "topology.svg").read_text().startswith("<svg ")
     assert Path(tmp_path / "summary.txt").exists()

@@ -161,9 +161,16 @@ CASES = [
     ("storage-bandwidth-per-gpu", lambda r: changed(r, "dev-storage", _set(["read_gb_per_s_per_gpu"], 0.1)),
      ["dev-storage reads 20 GB/s for 16 GPUs, 0.1 GB/s per GPU, below the target 0.15; add storage servers (or "
       "correct read_gb_per_s_per_server)"]),
-    ("power-rack-budget", lambda r: changed(r, "dev", _set(["racks", "r01", "pdu_capacity_kw"], 12)),
-     ["rack r01 draws up to 2 x 5.6 kW (h100) = 11.2 kW at peak (GPUs at TDP plus each host's base power), over its "
-      "budget of 12 kW x 80% = 9.6 kW; move hosts to another rack or add PDU capacity"]),
+    ("power-rack-budget", lambda r: changed(r, "dev", _set(["racks", "r01", "pdu_capacity_kw"], 25)),
+     ["rack r01 draws up to 2 x 10.2 kW (h100 host) + 1 x 1.5 kW (leaf switch) + 1 x 1.5 kW (storage server) = "
+      "23.4 kW at peak (GPUs at TDP plus base power, storage servers, switches), over its budget of 25 kW x 80% = "
+      "20 kW; move hosts to another rack or add PDU capacity"]),
+    ("power-rack-budget", lambda r: changed(r, "dev", _set(["racks", "r01", "unknown"], ["storage server"])),
+     ["rack r01's power cannot be checked: no power figure for storage server (host_base_power_w or host_model, "
+      "power_w); its known load is 23.4 kW of a 27.2 kW budget"]),
+    ("power-rack-budget", lambda r: changed(r, "dev", _set(["racks", "r01", "pdu_redundancy"], None)),
+     ["rack r01's pdu_redundancy is not stated: is its 34 kW one feed of an A+B pair or all its PDUs? Set "
+      "pdu_redundancy (a+b or none)"]),
     ("ops-gpu-temperature-alert", lambda r: changed(r, "dev-k8s-gpu-alerts", _set(
         ["spec", "groups", 0, "rules", 0, "expr"], "max by (Hostname, gpu) (DCGM_FI_DEV_GPU_TEMP) > 92")),
      ["alert GpuTemperatureHigh fires above 92 C, later than 85 C, when GPUs already throttle; set "

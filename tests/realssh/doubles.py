@@ -69,6 +69,8 @@ case "$verb" in
     elif [[ -n "$exec_start" ]]; then $exec_start; fi ;;
   stop) rm -f "$S/active/$unit" ;;
   daemon-reload) ;;
+  # kubeadm's kubelet unit names its environment file (systemctl show -p EnvironmentFiles): KUBELET_ENV_FILES
+  show) printf '%s\n' "${KUBELET_ENV_FILES:-}" ;;
   *) echo "systemctl double: unknown verb $verb" >&2; exit 2 ;;
 esac
 ''',

@@ -37,7 +37,8 @@ def prepare(hosts, host, user="root", **tuning):
 
 def mutating(calls):
     """Double calls that change something (queries excluded)."""
-    return [c for c in calls if c.split()[:2] not in (["systemctl", "is-enabled"], ["systemctl", "is-active"])
+    return [c for c in calls if c.split()[:2] not in (["systemctl", "is-enabled"], ["systemctl", "is-active"],
+                                                      ["systemctl", "show"])
             and not c.startswith("nvidia-smi --query") and not c.startswith("nv-fabricmanager --version")]
 
 
@@ -313,3 +314,17 @@ def test_the_driver_stack_is_held_at_its_installed_version(test_hosts, tmp_path)
     second = prepare(test_hosts, host)
     assert second.returncode == 0 and "held " not in second.stdout, second.stdout
     host.sh("apt-mark showhold | grep -qx nvidia-fabricmanager-550")
+
+
+def test_on_el_the_kubelet_flag_goes_to_the_file_its_unit_reads(test_hosts):
+    """kubeadm's EL packages read KUBELET_EXTRA_ARGS from /etc/sysconfig/kubelet: the flag written to
+    /etc/default/kubelet there would never reach kubelet (and a second run would restart it again)."""
+    host = test_hosts.hosts["gpu-dev-03"]
+    with host.hardware(KUBELET_ENV_FILES="/etc/sysconfig/kubelet (ignore_errors=yes)"):
+        first = prepare(test_hosts, host)
+        assert first.returncode == 0, first.stderr
+        assert "changed: kubelet reads /etc/kubernetes/kubelet.conf.d (/etc/sysconfig/kubelet)" in first.stdout
+        assert host.read("/etc/sysconfig/kubelet") == \
+            'KUBELET_EXTRA_ARGS="--config-dir=/etc/kubernetes/kubelet.conf.d"\n'
+        second = prepare(test_hosts, host)
+    assert second.returncode == 0 and "restarted kubelet" not in second.stdout, second.stdout

@@ -224,9 +224,9 @@ def test_a_rack_drawing_more_than_its_pdu_is_refused(dev_data):
     dev_data["node_pools"][0]["host_base_power_w"] = 1500
     (msg,) = problems_of(dev_data)
     assert msg.split(": ", 1)[1] == (
-        "sites[0].racks[0].pdu_capacity_kw: rack r01's hosts draw up to 14.2 kW at peak (2 x 7.1 kW (h100); GPUs at "
-        "TDP plus host_base_power_w) but its PDUs deliver 12 kW; move hosts to another rack or correct "
-        "pdu_capacity_kw")
+        "sites[0].racks[0].pdu_capacity_kw: rack r01 draws 17.2 kW at peak (2 x 7.1 kW (h100 host) + 1 x 1.5 kW "
+        "(leaf switch) + 1 x 1.5 kW (storage server); GPUs at TDP plus base power) but its PDUs deliver 12 kW; move "
+        "hosts to another rack or correct pdu_capacity_kw")
 
 
 # --- every problem at once ------------------------------------------------------------------------------

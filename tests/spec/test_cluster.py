@@ -104,3 +104,42 @@ def test_warns_when_storage_shares_a_training_rail_with_nccl(dev_data):
                for w in parse_spec(yaml.safe_dump(dev_data)).warnings())
     dev_data["storage"]["client_interface"] = "ens9f0"
     assert not any("rides the rail-0 NIC" in w for w in parse_spec(yaml.safe_dump(dev_data)).warnings())
+
+
+def test_rack_power_counts_hosts_storage_servers_and_switches(dev_spec):
+    r01 = dev_spec.rack_power()["r01"]
+    assert r01.listing() == "2 x 10.2 kW (h100 host) + 1 x 1.5 kW (leaf switch) + 1 x 1.5 kW (storage server)"
+    assert r01.peak_kw == pytest.approx(23.4) and r01.unknown == () and r01.redundancy == "a+b"
+    assert r01.verdict(34 * 0.8) == "ok" and r01.verdict(20) == "over budget"
+
+
+def test_a_dgx_host_model_gives_the_base_power_the_spec_omits(dev_data):
+    del dev_data["node_pools"][0]["host_base_power_w"]
+    dev_data["node_pools"][0]["host_model"] = "dgx-h100"
+    assert parse_spec(yaml.safe_dump(dev_data)).rack_power()["r01"].peak_kw == pytest.approx(23.4)
+
+
+def test_a_rack_with_a_device_of_unknown_power_is_never_called_ok(dev_data):
+    del dev_data["node_pools"][0]["host_base_power_w"]
+    del dev_data["storage"]["servers"][0]["power_w"]
+    r01 = parse_spec(yaml.safe_dump(dev_data)).rack_power()["r01"]
+    assert r01.peak_kw == pytest.approx(1.5)                      # a floor: the leaf switch alone is known
+    assert r01.unknown == ("h100 host", "storage server")
+    assert r01.listing() == "2 x ? kW (h100 host) + 1 x 1.5 kW (leaf switch) + 1 x ? kW (storage server)"
+    assert r01.verdict(100) == "unknown: no power figure for h100 host, storage server"
+    assert new_warnings(dev_data) == [
+        "rack power of r01 (h100 host, storage server) cannot be called within budget: give each pool's "
+        "host_base_power_w (or a DGX host_model), storage servers' and switches' power_w and rack, and each rack's "
+        "pdu_redundancy"]
+
+
+def test_a_rack_whose_pdu_redundancy_is_not_stated_is_unknown(dev_data):
+    del dev_data["sites"][0]["racks"][0]["pdu_redundancy"]
+    assert parse_spec(yaml.safe_dump(dev_data)).rack_power()["r01"].verdict(100) == "unknown: pdu_redundancy not stated"
+    assert any(w.startswith("rack power of r01 (pdu_redundancy)") for w in new_warnings(dev_data))
+
+
+def test_warns_about_a_switch_in_no_rack(dev_data):
+    del dev_data["fabric"]["switches"][0]["rack"]
+    assert new_warnings(dev_data) == [
+        f"switch(es) {dev_data['fabric']['switches'][0]['name']} have no rack, so no rack's power counts them"]

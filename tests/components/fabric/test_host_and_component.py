@@ -200,6 +200,7 @@ def test_link_tests_of_a_wave_never_share_a_host(hosts):
 def test_link_tests_run_together_and_every_result_is_judged(dev_data, tmp_path):
     """Four hosts, two rails: the script's own launcher runs a wave's tests at once (each host once per wave,
     rails on their own ports) and reports every line; one slow link fails the whole check."""
+    dev_data["sites"][0]["racks"][0]["pdu_capacity_kw"] = 60        # room for two more hosts
     for i in (3, 4):
         dev_data["node_pools"][0]["hosts"].append({"hostname": f"gpu-dev-0{i}", "address": f"10.10.0.1{i}",
                                                    "rack": "r01"})

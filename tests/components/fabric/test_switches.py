@@ -98,23 +98,47 @@ def test_the_vendor_jumbo_mtu_is_used_when_the_switch_sets_none(dev_data):
 
 def test_port_names_from_the_spec_replace_the_vendor_naming(dev_data):
     spec = spec_with(dev_data, "sonic", port_names=["Ethernet0", "Ethernet4", "Ethernet8", "Ethernet12"])
-    assert "for port in Ethernet0 Ethernet4 Ethernet8 Ethernet12; do" in \
+    assert "ports=(Ethernet0 Ethernet4 Ethernet8 Ethernet12)" in \
         render_switch(spec.fabric.switches[0], spec.fabric).create
 
 
-def test_switches_are_left_as_they_are_on_destroy(dev_spec):
-    assert render_switch(dev_spec.fabric.switches[0], dev_spec.fabric).delete is None
+def sonic_run(script: str, tmp_path, table: list[str]):
+    """The script under real bash, with sonic-db-cli answering from a PORT table and recording every change."""
+    log = tmp_path / "calls"
+    (tmp_path / "sonic-db-cli").write_text("#!/usr/bin/env bash\necho \"sonic-db-cli $*\" >> " + str(log) + "\n"
+                                           "if [[ $2 == keys ]]; then printf 'PORT|%s\\n' " + " ".join(table)
+                                           + "; fi\n")
+    (tmp_path / "config").write_text("#!/usr/bin/env bash\necho \"config $*\" >> " + str(log) + "\n")
+    for tool in ("sonic-db-cli", "config"):
+        (tmp_path / tool).chmod(0o755)
+    out = subprocess.run(["bash", "-c", script], capture_output=True, text=True,
+                         env={"PATH": f"{tmp_path}:/usr/bin:/bin"})
+    changes = [c for c in (log.read_text().splitlines() if log.exists() else []) if " hset " in c or
+               c.startswith("config ")]
+    return out, changes
 
 
-def test_sonic_refuses_a_roce_priority_its_buffers_do_not_make_lossless(dev_data):
-    """SONiC's default buffer profiles, TC-to-PG map and WRED queues are lossless on priorities 3 and 4 only."""
-    dev_data["fabric"]["switches"][0]["vendor"] = "sonic"
-    dev_data["fabric"]["roce"] = {"priority": 5, "pfc_priorities": [5]}
-    (msg,) = problems_of(dev_data)
-    assert ("fabric.roce.priority: switch leaf-dev-01 runs sonic, whose default buffer configuration is lossless "
-            "only on priorities 3 and 4, but RoCE uses priority 5") in msg and "use priority 3" in msg
-    dev_data["fabric"]["roce"] = {"priority": 4, "pfc_priorities": [4]}
-    assert problems_of(dev_data) == []
-    dev_data["fabric"]["switches"][0]["vendor"] = "eos"            # EOS sizes no-drop buffers for any priority
-    dev_data["fabric"]["roce"] = {"priority": 5, "pfc_priorities": [5]}
-    assert problems_of(dev_data) == []
+def test_sonic_takes_its_port_names_from_the_switch_and_refuses_before_any_change(dev_data, tmp_path):
+    """A platform of 4 lanes per port names its ports Ethernet0, Ethernet4...: the script covers the PORT
+    table's ports, and a table that does not match the spec stops it before the DSCP map or ECN change."""
+    spec = spec_with(dev_data, "sonic")
+    script = render_switch(spec.fabric.switches[0], spec.fabric).create
+    ports = spec.fabric.switches[0].ports
+    runs = iter(tmp_path / f"run{i}" for i in range(3))
+
+    def run(text, table):
+        where = next(runs)
+        where.mkdir()
+        return sonic_run(text, where, table)
+    out, changes = run(script, [f"Ethernet{4 * i}" for i in range(ports)])
+    assert out.returncode == 0, out.stderr
+    assert f"config interface mtu Ethernet{4 * (ports - 1)} 9100" in changes and \
+        f"config interface mtu Ethernet{8 * (ports - 1)} 9100" not in changes
+    out, changes = run(script, [f"Ethernet{4 * i}" for i in range(ports * 2)])       # broken out: twice the ports
+    assert out.returncode == 1 and f"the PORT table lists {ports * 2} ports but the spec says {ports}" in out.stderr
+    assert changes == []
+    named = spec_with(dev_data, "sonic", port_names=["Ethernet0", "Ethernet4", "Ethernet8", "Ethernet9"])
+    out, changes = run(render_switch(named.fabric.switches[0], named.fabric).create,
+                       ["Ethernet0", "Ethernet4", "Ethernet8", "Ethernet12"])
+    assert out.returncode == 1 and "port Ethernet9 is not in this switch's PORT table" in out.stderr
+    assert changes == []

@@ -100,7 +100,7 @@ def test_single_numa_node_is_refused_where_a_pod_can_ask_for_more_than_one_numa_
     """An 8-GPU pod on a dual-socket board spans both NUMA nodes: single-numa-node refuses it at admission."""
     dev_data["node_pools"][0]["tuning"]["kubelet_topology_policy"] = "single-numa-node"
     (msg,) = problems_of(dev_data)
-    assert msg.startswith("spec.yaml:38: node_pools[0].tuning.kubelet_topology_policy: single-numa-node refuses every pod asking "
+    assert msg.startswith("spec.yaml:40: node_pools[0].tuning.kubelet_topology_policy: single-numa-node refuses every pod asking "
                           "for more than 4 of the pool's 8 GPUs (one NUMA node's of 2)")
     assert "use restricted" in msg
     dev_data["node_pools"][0]["numa_nodes_per_host"] = 1           # one NUMA node holds all eight

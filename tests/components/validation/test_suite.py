@@ -199,6 +199,7 @@ def test_nodes_that_offer_pods_less_than_the_spec_assumes_fail_their_check(dev_s
 
 
 def test_the_nccl_check_runs_on_the_schedulable_nodes_and_needs_two(dev_data):
+    dev_data["sites"][0]["racks"][0]["pdu_capacity_kw"] = 60        # room for two more hosts
     for i in (3, 4):
         dev_data["node_pools"][0]["hosts"].append({"hostname": f"gpu-dev-0{i}", "address": f"10.10.0.1{i}",
                                                    "rack": "r01"})

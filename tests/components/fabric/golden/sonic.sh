@@ -32,6 +32,14 @@ finish() { note "$CHANGES change(s)"; }
 
 need config "this switch does not run SONiC"
 need sonic-db-cli "this switch does not run SONiC"
+# --- every port checked against the switch's PORT table first: nothing global changes for a wrong name ---
+mapfile -t table < <(sonic-db-cli CONFIG_DB keys 'PORT|*' | sed 's/^PORT|//' | sort -V)
+(( ${#table[@]} )) || fail "CONFIG_DB has no PORT table"
+ports=("${table[@]}")
+(( ${#ports[@]} == 4 )) || fail "the PORT table lists ${#ports[@]} ports but the spec says 4 (ports): correct ports, or list port_names for a breakout"
+for port in "${ports[@]}"; do
+  [[ " ${table[*]} " == *" $port "* ]] || fail "port $port is not in this switch's PORT table (${table[*]:0:4} ...): correct port_names"
+done
 dscp_tc() {
   if [[ "$(sonic-db-cli CONFIG_DB hget 'DSCP_TO_TC_MAP|AZURE' "$1")" != "$2" ]]; then
     sonic-db-cli CONFIG_DB hset 'DSCP_TO_TC_MAP|AZURE' "$1" "$2" >/dev/null
@@ -64,6 +72,6 @@ if [[ "$wred" != 200000,2000000,50 ]]; then
   config ecn -profile AZURE_LOSSLESS -gmin 200000 -gmax 2000000 -gdrop 50
   changed "ECN thresholds 200000/2000000 bytes, 50% (was $wred)"
 fi
-for port in Ethernet0 Ethernet8 Ethernet16 Ethernet24; do roce_port "$port"; done
+for port in "${ports[@]}"; do roce_port "$port"; done
 if (( CHANGES > 0 )); then config save -y >/dev/null; note "saved to /etc/sonic/config_db.json"; fi
 finish
