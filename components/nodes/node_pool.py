@@ -4,8 +4,10 @@ Per host, keyed by hostname (adding a host changes nothing for the others), thre
 `<name>-<host>-prepare` over SSH (the host's fabric settings, when given, then its preparation, in one session),
 `<name>-<host>-burn-in` over SSH, and `<name>-<host>-node`, a NodePatch of the existing Node (patched, not
 owned) whose taints follow the burn-in: new nodes register with the burn-in taint (kubelet's
-registerWithTaints, set by the preparation), and the patch replaces the node's whole taint list (an atomic list
-under server-side apply) with the pool's taints, plus a quarantine taint if the burn-in failed.
+registerWithTaints, set by the preparation), and the patch sets the pool's taints, plus a quarantine taint if the
+burn-in failed. The taint list is atomic under server-side apply (whoever applies it owns all of it), so the
+patch carries the node's live taints of every key the library does not manage, read (`<name>-<host>-live`) after
+the burn-in, right before the patch: a person's or a health operator's taint survives a re-apply.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from .burn_in import burn_in_identity, parse_result, render_burn_in
 from .host_prep import PoolPrep, render_pool_prep
 
 BURN_IN_ANNOTATION = "gpucluster.io/burn-in"
+# The taint keys the last apply managed, so a key dropped from the spec is removed, not kept as someone else's.
+MANAGED_TAINTS_ANNOTATION = "gpucluster.io/managed-taints"
 
 
 class NodePoolArgs(SpecModel):
@@ -90,22 +94,55 @@ def node_labels(args: NodePoolArgs, host: Host) -> dict[str, str]:
     return labels
 
 
-def node_taints(pool: NodePool, verdict: tuple[bool, str] | None) -> list[dict[str, str]]:
-    """The whole taint list: the pool's, plus quarantine when the burn-in did not pass."""
-    taints = [{"key": t.key, "value": t.value, "effect": t.effect} for t in pool.taints]
+def managed_taint_keys(pool: NodePool) -> list[str]:
+    return sorted({t.key for t in pool.taints} | {BURN_IN_TAINT})
+
+
+def node_taints(pool: NodePool, verdict: tuple[bool, str] | None, live: Sequence[Mapping[str, str]] = (),
+                managed_before: Collection[str] = ()) -> list[dict[str, str]]:
+    """The whole taint list: the live taints of keys the library does not manage (a person's, a health
+    operator's, the node controller's not-ready or unschedulable), as they are, then the pool's, plus quarantine
+    when the burn-in did not pass. `managed_before`: the keys an earlier apply managed (the node's annotation)."""
+    ours = {*managed_taint_keys(pool), *managed_before}
+    taints = [dict(t) for t in live if t.get("key") not in ours]
+    taints += [{"key": t.key, "value": t.value, "effect": t.effect} for t in pool.taints]
     if verdict is not None and not verdict[0]:
         taints.append({"key": BURN_IN_TAINT, "value": "failed", "effect": "NoSchedule"})
     return taints
 
 
-def render_node_patch(args: NodePoolArgs, host: Host, verdict: tuple[bool, str] | None) -> dict[str, Any]:
-    """The Node patch; `verdict` is the burn-in result, None when the pool skips burn-in."""
-    annotations = {"pulumi.com/patchForce": "true"}   # take over the taints kubelet registered
+def live_taints(node_spec: Any) -> list[dict[str, str]]:
+    """The taints of a Node as read, in the API's shape: typed outputs from the engine, or plain dicts keyed by
+    Python names once Output.all has been through them (or by API names, elsewhere)."""
+    def field(obj: Any, name: str, api_name: str) -> Any:
+        return obj.get(api_name, obj.get(name)) if type(obj) is dict else getattr(obj, name, None)
+    out = []
+    for t in (field(node_spec, "taints", "taints") if node_spec else None) or []:
+        taint = {"key": field(t, "key", "key"), "effect": field(t, "effect", "effect")}
+        for name, api_name in (("value", "value"), ("time_added", "timeAdded")):
+            if field(t, name, api_name):
+                taint[api_name] = field(t, name, api_name)
+        out.append(taint)
+    return out
+
+
+def managed_before(metadata: Any) -> list[str]:
+    annotations = (metadata.get("annotations") if type(metadata) is dict else getattr(metadata, "annotations", None)
+                   ) if metadata else None
+    return [k for k in ((annotations or {}).get(MANAGED_TAINTS_ANNOTATION) or "").split(",") if k]
+
+
+def render_node_patch(args: NodePoolArgs, host: Host, verdict: tuple[bool, str] | None,
+                      live: Sequence[Mapping[str, str]] = (), managed: Collection[str] = ()) -> dict[str, Any]:
+    """The Node patch; `verdict` is the burn-in result, None when the pool skips burn-in. `live`, `managed`: the
+    node's taints and managed keys as read before the patch. Omitted: a node with no taints of others."""
+    annotations = {"pulumi.com/patchForce": "true",   # take over the taints kubelet registered
+                   MANAGED_TAINTS_ANNOTATION: ",".join(managed_taint_keys(args.pool))}
     if verdict is not None:
         annotations[BURN_IN_ANNOTATION] = verdict[1][:1000]
     return {"apiVersion": "v1", "kind": "Node",
             "metadata": {"name": host.hostname, "labels": node_labels(args, host), "annotations": annotations},
-            "spec": {"taints": node_taints(args.pool, verdict)}}
+            "spec": {"taints": node_taints(args.pool, verdict, live, managed)}}
 
 
 class GpuNodePool(pulumi.ComponentResource):
@@ -155,13 +192,17 @@ class GpuNodePool(pulumi.ComponentResource):
                 verdict = pulumi.Output.from_input(None)
                 self.burn_in[host.hostname] = pulumi.Output.from_input("skipped")
                 patch_deps = [prepare]
-            # Name and labels are known at preview; only what the burn-in decides waits for its result.
+            # Name and labels are known at preview; only what the burn-in decides waits for its result. The live
+            # node is read when everything before the patch is done, so the taints kept are as fresh as can be.
+            deps = [*patch_deps, *(host_ready or {}).get(host.hostname, ())]
+            live = k8s.core.v1.Node.get(f"{key}-live", host.hostname,
+                                        opts=pulumi.ResourceOptions(parent=self, depends_on=deps))
             static = render_node_patch(args, host, None)
             meta = {**static["metadata"], "annotations": verdict.apply(
                 lambda v, h=host: render_node_patch(args, h, v)["metadata"]["annotations"])}
-            k8s.core.v1.NodePatch(f"{key}-node", metadata=meta,
-                                  spec={"taints": verdict.apply(lambda v: node_taints(pool, v))},
-                                  opts=pulumi.ResourceOptions(parent=self, depends_on=[
-                                      *patch_deps, *(host_ready or {}).get(host.hostname, ())]))
+            taints = pulumi.Output.all(verdict, live.spec, live.metadata).apply(
+                lambda a: node_taints(pool, a[0], live_taints(a[1]), managed_before(a[2])))
+            k8s.core.v1.NodePatch(f"{key}-node", metadata=meta, spec={"taints": taints},
+                                  opts=pulumi.ResourceOptions(parent=self, depends_on=[*deps, live]))
         self.register_outputs({**intent, "burn_in": self.burn_in, "gpus": pool.gpus,
                                "peak_power_w_per_host": pool.peak_power_w_per_host})

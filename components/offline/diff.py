@@ -21,7 +21,7 @@ class Change:
 @dataclass(frozen=True)
 class ResourceDiff:
     urn: str
-    action: str                 # create | delete | update | replace
+    action: str                 # create | delete | update | replace | read | discard (reads change nothing)
     changes: tuple[Change, ...] = ()
 
 
@@ -81,17 +81,21 @@ def _replaces(entry: dict[str, Any], path: str) -> bool:
 
 
 def diff_plans(old: dict[str, Any], new: dict[str, Any]) -> list[ResourceDiff]:
+    """What the engine would do: a read (Resource.get) that is new is read, one that is gone is discarded; a
+    read neither creates nor deletes anything, and a read present in both is read again, not shown."""
     before = {r["urn"]: r for r in old["resources"]}
     after = {r["urn"]: r for r in new["resources"]}
-    out = [ResourceDiff(u, "delete") for u in sorted(before.keys() - after.keys())]
-    out += [ResourceDiff(u, "create") for u in sorted(after.keys() - before.keys())]
+    out = [ResourceDiff(u, "discard" if before[u].get("read") else "delete") for u in sorted(before.keys() - after.keys())]
+    out += [ResourceDiff(u, "read" if after[u].get("read") else "create") for u in sorted(after.keys() - before.keys())]
     for urn in sorted(before.keys() & after.keys()):
+        if after[urn].get("read"):
+            continue
         a, b = _flatten(_comparable(before[urn]), "", {}), _flatten(_comparable(after[urn]), "", {})
         changes = tuple(Change(p, a.get(p), b.get(p)) for p in sorted(a.keys() | b.keys()) if a.get(p) != b.get(p))
         if changes:
             action = "replace" if any(_replaces(after[urn], c.path) for c in changes) else "update"
             out.append(ResourceDiff(urn, action, changes))
-    order = {"delete": 0, "replace": 1, "update": 2, "create": 3}
+    order = {"delete": 0, "discard": 0, "replace": 1, "update": 2, "create": 3, "read": 4}
     return sorted(out, key=lambda d: (order[d.action], d.urn))
 
 
@@ -108,7 +112,7 @@ def diff_outputs(old: dict[str, Any], new: dict[str, Any]) -> list[Change]:
     return [Change(p, a.get(p), b.get(p)) for p in sorted(a.keys() | b.keys()) if a.get(p) != b.get(p)]
 
 
-_SIGN = {"create": "+", "delete": "-", "update": "~", "replace": "+-"}
+_SIGN = {"create": "+", "delete": "-", "update": "~", "replace": "+-", "read": ">", "discard": "<"}
 
 
 def _short(value: Any, limit: int = 80) -> str:

@@ -234,8 +234,11 @@ def render_summary(run: ProgramRun, plan: Plan, clusters: list[ClusterSpec]) -> 
         if r.type == STACK_TYPE:
             continue
         parent = by_urn.get(r.parent)
-        counts[(parent.type if parent and parent.type != STACK_TYPE else "(stack)", r.type)] += 1
-    lines = [HONESTY, "", f"Stack {run.stack} of project {run.project}: {sum(counts.values())} resources", ""]
+        kind = f"{r.type} (read)" if r.kind == "read" else r.type
+        counts[(parent.type if parent and parent.type != STACK_TYPE else "(stack)", kind)] += 1
+    reads = sum(n for (_, t), n in counts.items() if t.endswith(" (read)"))
+    lines = [HONESTY, "", f"Stack {run.stack} of project {run.project}: {sum(counts.values()) - reads} resources"
+             + (f" and {reads} read(s) of live objects" if reads else ""), ""]
     lines += _table(["component", "resource type", "count"],
                     [[c, t, n] for (c, t), n in sorted(counts.items())])
     for spec in clusters:

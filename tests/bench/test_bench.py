@@ -31,7 +31,7 @@ def test_graph_depth_follows_dependencies_through_components():
 
 
 def row(nodes, **over):
-    base = {"nodes": nodes, "time_x_floor": 1.1, "memory_x_floor": 1.1, "resources_per_added_node": 4,
+    base = {"nodes": nodes, "time_x_floor": 1.1, "memory_x_floor": 1.1, "resources_per_added_node": 4, "reads_per_added_node": 1,
             "commands_per_host": 3, "plan_s": nodes / 10, "graph_depth": 5, "validate_s": 1.0,
             "blast_radius": {"add a node": {"resources": [], "components": [f"bench{nodes}-h100"]},
                              "tenant quota": {"resources": [f"bench{nodes}-team-0000-cq"],

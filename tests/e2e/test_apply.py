@@ -133,3 +133,31 @@ def test_the_validation_suite_is_accepted_and_each_check_fits_the_nodes(cluster:
         fitting = [n for n in nodes if _misfit(template["spec"], n) is None]
         assert len(fitting) >= job["spec"].get("parallelism", 1), job["metadata"]["name"]
     assert len(jobs) == len(list(cluster.spec.hosts())) + (cluster.spec.storage.kind != "none")
+
+
+def test_a_node_patch_keeps_a_persons_taint_and_the_old_one_would_drop_it(cluster: Cluster):
+    """On the real apiserver, Node.spec.taints is one atomic value under server-side apply: a forced apply of the
+    library's taints alone removes a taint a person set with `kubectl taint`; the patch built from the live node
+    (as `<pool>-<host>-live` reads it) keeps it, and a second apply changes nothing."""
+    from components.nodes.node_pool import NodePoolArgs, live_taints, managed_before, render_node_patch
+    pool, host = next(cluster.spec.hosts())
+    args, name = NodePoolArgs.from_spec(cluster.spec, pool), host.hostname
+    cp, persons = cluster.cp, {"key": "example.com/maintenance", "value": "disk", "effect": "NoSchedule"}
+
+    def apply_patch(live_node: dict | None) -> list[dict]:
+        spec, meta = (live_node or {}).get("spec"), (live_node or {}).get("metadata")
+        patch = render_node_patch(args, host, (True, "passed"), live_taints(spec), managed_before(meta))
+        cp.kubectl("apply", "--server-side", "--field-manager=pulumi-kubernetes", "--force-conflicts", "-f", "-",
+                   input=yaml.safe_dump(patch))
+        return cp.get("node", name)["spec"].get("taints") or []
+
+    try:
+        cp.kubectl("taint", "node", name, "example.com/maintenance=disk:NoSchedule")
+        kept = apply_patch(cp.get("node", name))
+        assert persons in kept, kept
+        assert apply_patch(cp.get("node", name)) == kept                    # a re-apply changes nothing
+        dropped = apply_patch(None)                                          # the patch without the live read
+        assert persons not in dropped and dropped == render_node_patch(args, host, (True, "passed"))["spec"]["taints"]
+    finally:
+        cp.kubectl("taint", "node", name, "example.com/maintenance-", check=False)
+        cluster.set_nodes()

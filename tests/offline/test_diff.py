@@ -101,3 +101,18 @@ def test_a_target_on_another_device_replaces_its_server(record):
     diffs = diff_plans(before, plan_of(record, data))
     replaced = [d.urn.rsplit("::", 1)[-1] for d in diffs if d.action == "replace"]
     assert len(replaced) == 1 and replaced[0].endswith("-oss-02"), replaced
+
+
+def test_a_read_of_a_live_object_is_read_or_discarded_never_created_or_deleted(record, dev_data):
+    """A new host brings a Node read (the live taints its patch keeps): nothing is made, nothing destroyed."""
+    before = plan_of(record, dev_data)
+    dev_data["sites"][0]["racks"][0]["pdu_capacity_kw"] = 60
+    dev_data["node_pools"][0]["hosts"].append({"hostname": "gpu-dev-03", "address": "10.10.0.13", "rack": "r01"})
+    after = plan_of(record, dev_data)
+    grown = {d.urn.rsplit("::", 1)[-1]: d.action for d in diff_plans(before, after)}
+    assert grown["dev-h100-gpu-dev-03-live"] == "read" and grown["dev-h100-gpu-dev-03-node"] == "create"
+    assert "dev-h100-gpu-dev-01-live" not in grown                 # read again each run, no change shown
+    shrunk = diff_plans(after, before)
+    assert {d.urn.rsplit("::", 1)[-1]: d.action for d in shrunk}["dev-h100-gpu-dev-03-live"] == "discard"
+    text = render_diff(shrunk, 0)
+    assert "<  discard kubernetes:core/v1:Node dev-h100-gpu-dev-03-live" in text

@@ -6,7 +6,9 @@ import pulumi
 import yaml
 
 from components.nodes import GpuNodePool, NodePoolArgs
-from components.nodes.node_pool import node_taints, render_node_patch
+from components.nodes.node_pool import live_taints, node_taints, render_node_patch
+from components.offline.recorder import EchoMocks
+from components.offline.runner import run_offline
 from components.offline.plan import build_plan
 from components.spec import parse_spec
 from components.offline.diff import diff_plans
@@ -27,7 +29,8 @@ def test_three_resources_per_host_keyed_by_hostname(dev_spec, record):
     pool = next(r for r in run.records if r.type == GpuNodePool.TYPE)
     children = sorted(short(r.urn) for r in run.records if r.parent == pool.urn)
     assert children == sorted(f"dev-h100-{h}-{role}" for h in ("gpu-dev-01", "gpu-dev-02")
-                              for role in ("prepare", "burn-in", "node"))
+                              for role in ("prepare", "burn-in", "node", "live"))
+    assert {r.kind for r in run.records if short(r.urn).endswith("-live")} == {"read"}
 
 
 def test_connection_is_secret_and_pins_the_host_key(dev_spec, record):
@@ -114,7 +117,7 @@ def test_adding_a_host_changes_nothing_for_the_others(dev_data, record):
     dev_data["node_pools"][0]["hosts"].append({"hostname": "gpu-dev-03", "address": "10.10.0.13", "rack": "r01"})
     after = plan(dev_data)
     assert {u for u in before if before[u] != after.get(u)} == set()
-    assert len(after) - len(before) == 3
+    assert len(after) - len(before) == 4           # prepare, burn-in, the node's patch and its live read
 
 
 def test_a_failed_burn_in_quarantines_the_node_and_says_why(dev_spec):
@@ -159,3 +162,58 @@ def test_a_node_opens_to_work_only_once_its_filesystem_client_has_mounted(dev_sp
         assert urns[f"dev-h100-{host}-prepare"].urn in client.dependencies
         assert client.urn in urns[f"dev-h100-{host}-node"].dependencies
         assert urns[f"dev-h100-{host}-burn-in"].urn in urns[f"dev-h100-{host}-node"].dependencies
+
+
+PEOPLES = {"key": "example.com/maintenance", "value": "disk", "effect": "NoSchedule"}
+NOT_READY = {"key": "node.kubernetes.io/not-ready", "effect": "NoExecute", "timeAdded": "2026-11-24T03:00:00Z"}
+
+
+def test_taints_of_keys_the_library_does_not_manage_are_kept(dev_spec):
+    pool = dev_spec.node_pools[0]                 # the pool's own: nvidia.com/gpu
+    stale = [{"key": "nvidia.com/gpu", "value": "old", "effect": "NoExecute"},
+             {"key": "gpucluster.io/burn-in", "value": "pending", "effect": "NoSchedule"}]
+    assert node_taints(pool, (True, "passed"), [PEOPLES, *stale, NOT_READY]) == [
+        PEOPLES, NOT_READY, {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]
+
+
+def test_a_taint_key_dropped_from_the_spec_is_removed_not_adopted(dev_spec):
+    """The node's annotation names what the last apply managed, so a removed pool taint goes with it."""
+    pool = dev_spec.node_pools[0]
+    dropped = {"key": "example.com/old-pool-taint", "value": "x", "effect": "NoSchedule"}
+    assert dropped not in node_taints(pool, None, [dropped], managed_before=["example.com/old-pool-taint"])
+    assert dropped in node_taints(pool, None, [dropped])
+
+
+class LiveNode(EchoMocks):
+    """A Node read from the cluster with a person's and the node controller's taints on it."""
+
+    def new_resource(self, args):
+        if args.typ == "kubernetes:core/v1:Node":
+            return args.resource_id, {"metadata": {"name": args.resource_id, "annotations": {
+                "gpucluster.io/managed-taints": "example.com/old-pool-taint,nvidia.com/gpu"}},
+                "spec": {"taints": [PEOPLES, NOT_READY, {"key": "example.com/old-pool-taint", "effect": "NoSchedule"}]}}
+        return super().new_resource(args)
+
+
+def test_the_patch_carries_the_live_taints_read_after_the_burn_in(dev_data):
+    dev_data["node_pools"][0]["burn_in"] = {"enabled": False}
+    spec = parse_spec(yaml.safe_dump(dev_data))
+    run = run_offline(lambda: GpuNodePool("dev-h100", NodePoolArgs.from_spec(spec, spec.node_pools[0]), ssh_key()),
+                      project="gpucluster", stack="test", mocks=LiveNode())
+    urns = {short(r.urn): r for r in run.records}
+    live, patch = urns["dev-h100-gpu-dev-01-live"], urns["dev-h100-gpu-dev-01-node"]
+    assert urns["dev-h100-gpu-dev-01-prepare"].urn in live.dependencies and live.urn in patch.dependencies
+    assert patch.inputs["spec"]["taints"] == [PEOPLES, NOT_READY,
+                                              {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]
+    assert patch.inputs["metadata"]["annotations"]["gpucluster.io/managed-taints"] == \
+        "gpucluster.io/burn-in,nvidia.com/gpu"
+
+
+def test_live_taints_read_typed_outputs_as_the_engine_hands_them():
+    from pulumi_kubernetes.core.v1.outputs import NodeSpec, Taint
+    spec = NodeSpec(taints=[Taint(key="a", effect="NoExecute", time_added="2026-11-24T03:00:00Z"),
+                            Taint(key="b", effect="NoSchedule", value="v")])
+    assert live_taints(spec) == [{"key": "a", "effect": "NoExecute", "timeAdded": "2026-11-24T03:00:00Z"},
+                                 {"key": "b", "effect": "NoSchedule", "value": "v"}]
+    assert live_taints(None) == [] and live_taints({"taints": [NOT_READY]}) == [NOT_READY]
+    assert live_taints({"taints": [{**PEOPLES, "time_added": "t"}]}) == [{**PEOPLES, "timeAdded": "t"}]
