@@ -65,6 +65,8 @@ class GpuCluster(pulumi.ComponentResource):
             self.node_pools[p.name] = pool
         self.node_pools = {p.name: self.node_pools[p.name] for p in spec.node_pools}
         ready = {h: [r] for pool in self.node_pools.values() for h, r in pool.prepared.items()}
+        # Storage servers set up their filesystem once their fabric settings (RoCE QoS, a subnet manager) are in.
+        ready.update({h: [r] for h, r in self.fabric.host_commands.items() if h not in ready})
         self.kubernetes = GpuKubernetesStack(f"{name}-k8s", spec, opts=child)
         self.tenancy = tenancy_of(spec)
         self.tenants = {t.name: Tenant(f"{name}-{t.name}", TenantArgs.from_tenancy(self.tenancy, t),

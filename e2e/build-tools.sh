@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Builds the real control plane for `make e2e` from Go modules only (the module proxy; no prebuilt downloads):
-# etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, KWOK and Kueue, at the versions pinned in
-# e2e/tools/*/go.mod. A binary is rebuilt only when its wrapper module changed, so later runs take seconds.
-# Usage: e2e/build-tools.sh [OUT_DIR]   (default .e2e; binaries in OUT_DIR/bin, KWOK stages and Kueue CRDs beside)
+# etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, KWOK, Kueue and the MPI operator, at the
+# versions pinned in e2e/tools/*/go.mod. A binary is rebuilt only when its wrapper module changed, so later runs
+# take seconds.
+# Usage: e2e/build-tools.sh [OUT_DIR]   (default .e2e; binaries in OUT_DIR/bin; KWOK stages, Kueue's and the MPI
+# operator's CRDs beside)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=$(realpath -m "${1:-.e2e}")
@@ -59,12 +61,15 @@ done
 build kwok kwok sigs.k8s.io/kwok/cmd/kwok
 kueue_version=$(sed -n 's/^require sigs.k8s.io\/kueue \(v[0-9.]*\)$/\1/p' "$tools/kueue/go.mod")
 build kueue kueue sigs.k8s.io/kueue/cmd/kueue "-X sigs.k8s.io/kueue/pkg/version.GitVersion=$kueue_version"
+mpi_version=$(sed -n 's/^require github.com\/kubeflow\/mpi-operator \(v[0-9.]*\)$/\1/p' "$tools/mpi-operator/go.mod")
+build mpi-operator mpi-operator github.com/kubeflow/mpi-operator/cmd/mpi-operator
 
 # Files the modules ship beside their code: KWOK's stages, Kueue's CRDs and webhook configurations, copied so runs need no module cache.
 kwok_dir=$(module_dir kwok "sigs.k8s.io/kwok@$(sed -n 's/^require sigs.k8s.io\/kwok \(v[0-9.]*\)$/\1/p' "$tools/kwok/go.mod")")
 kueue_dir=$(module_dir kueue "sigs.k8s.io/kueue@$kueue_version")
-rm -rf "$out/kwok-stages" "$out/kueue-crds" "$out/kueue-webhooks"
-mkdir -p "$out/kwok-stages" "$out/kueue-crds" "$out/kueue-webhooks"
+mpi_dir=$(module_dir mpi-operator "github.com/kubeflow/mpi-operator@$mpi_version")
+rm -rf "$out/kwok-stages" "$out/kueue-crds" "$out/kueue-webhooks" "$out/mpi-operator-crds"
+mkdir -p "$out/kwok-stages" "$out/kueue-crds" "$out/kueue-webhooks" "$out/mpi-operator-crds"
 # Pods become Running and stay so until deleted (no pod-complete stage): admitted jobs keep holding their quota.
 for stage in node/fast/node-initialize node/heartbeat-with-lease/node-heartbeat-with-lease pod/fast/pod-ready \
              pod/fast/pod-delete; do
@@ -72,6 +77,8 @@ for stage in node/fast/node-initialize node/heartbeat-with-lease/node-heartbeat-
 done
 cp "$kueue_dir"/config/components/crd/bases/*.yaml "$out/kueue-crds/"
 cp "$kueue_dir"/config/components/webhook/manifests.yaml "$out/kueue-webhooks/"
-chmod -R u+w "$out/kwok-stages" "$out/kueue-crds" "$out/kueue-webhooks"
+# The MPIJob CRD at the path the stack's ConfigFile fetches from the same release.
+cp "$mpi_dir/manifests/base/kubeflow.org_mpijobs.yaml" "$out/mpi-operator-crds/"
+chmod -R u+w "$out/kwok-stages" "$out/kueue-crds" "$out/kueue-webhooks" "$out/mpi-operator-crds"
 echo "$kueue_version" >"$out/kueue-crds/VERSION"
 echo "build-tools: ready in $out; build times and sizes in $log" >&2

@@ -9,10 +9,10 @@ On InfiniBand, every other host waits for the subnet managers, whose sweep makes
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import pulumi
-from ..spec import ClusterSpec
+from ..spec import ClusterSpec, NodePool
 from ..spec.hardware import Nic
 from ..spec.topology import plan_topology
 from ..ssh import Script, SshTarget, push
@@ -23,23 +23,45 @@ from .nccl import nccl_envs
 from .switches import render_switch, switch_mtu_bytes
 
 
-def fabric_hosts(spec: ClusterSpec) -> list[tuple[str, SshTarget, list[Nic], dict[str, str]]]:
-    """(hostname, target, NICs, NCCL settings) of every host the fabric configures; subnet managers first."""
+class FabricHost(NamedTuple):
+    hostname: str
+    target: SshTarget
+    nics: list[Nic]
+    nccl: dict[str, str]
+    storage_interfaces: list[str]      # RoCE NICs of the filesystem's RDMA traffic outside `nics`
+
+
+def storage_roce_interfaces(spec: ClusterSpec, pool: NodePool | None) -> list[str]:
+    """The NIC a host's filesystem RDMA traffic crosses when it is not one of its rails (a server's storage
+    NIC, a GPU host's own storage NIC): on RoCE it needs the lossless class as much as NCCL's rails do."""
+    if spec.fabric.effective_roce is None or not spec.storage_rdma:
+        return []
+    if pool is None:
+        return [spec.storage.server_interface] if spec.storage.server_interface else []
+    interface = spec.storage_client_interface(pool)
+    return [interface] if interface and interface not in {n.interface for n in pool.nics} else []
+
+
+def fabric_hosts(spec: ClusterSpec) -> list[FabricHost]:
+    """Every host the fabric configures (GPU hosts' rails, storage servers' RoCE NICs, subnet managers);
+    subnet managers first."""
     ssh = spec.ssh
     sms = spec.fabric.subnet_managers
     out = []
     if spec.fabric.rdma:
         envs = nccl_envs(spec)
         for pool, host in spec.hosts():
-            if pool.nics or host.hostname in sms:
+            storage = storage_roce_interfaces(spec, pool)
+            if pool.nics or storage or host.hostname in sms:
                 target = SshTarget(host.address, host.ssh_user or ssh.user, host.ssh_port or ssh.port, host.host_key,
                                    ssh.bastion)
-                out.append((host.hostname, target, list(pool.nics), envs[pool.name]))
+                out.append(FabricHost(host.hostname, target, list(pool.nics), envs[pool.name], storage))
+        server_storage = storage_roce_interfaces(spec, None)
         for server in spec.storage.servers:
-            if server.hostname in sms:
-                out.append((server.hostname, SshTarget(server.address, ssh.user, ssh.port, server.host_key,
-                                                       ssh.bastion), [], {}))
-    return sorted(out, key=lambda h: (h[0] not in sms, sms.index(h[0]) if h[0] in sms else 0))
+            if server.hostname in sms or server_storage:
+                out.append(FabricHost(server.hostname, SshTarget(server.address, ssh.user, ssh.port, server.host_key,
+                                                                 ssh.bastion), [], {}, server_storage))
+    return sorted(out, key=lambda h: (h.hostname not in sms, sms.index(h.hostname) if h.hostname in sms else 0))
 
 
 def data_plane(spec: ClusterSpec) -> dict[str, Any]:
@@ -55,7 +77,11 @@ def data_plane(spec: ClusterSpec) -> dict[str, Any]:
              for p in spec.node_pools if fabric.rdma and p.nics}
     switches = {s.name: {"mtu_bytes": switch_mtu_bytes(s), **qos} for s in fabric.switches
                 if fabric.kind == "rocev2" and s.managed}
-    return {"kind": fabric.kind, "pools": pools, "switches": switches}
+    storage = {"servers": len(spec.storage.servers), "mtu_bytes": fabric.effective_mtu_bytes, **qos,
+               "data_interfaces": storage_roce_interfaces(spec, None)} \
+        if storage_roce_interfaces(spec, None) and spec.storage.servers else None
+    return {"kind": fabric.kind, "pools": pools, "switches": switches,
+            **({"storage_servers": storage} if storage else {})}
 
 
 def render_checks(spec: ClusterSpec) -> dict[str, str]:
@@ -102,8 +128,8 @@ class Fabric(pulumi.ComponentResource):
         sms = set(spec.fabric.subnet_managers)
         pooled = {h.hostname for _, h in spec.hosts()}
         self.host_scripts, self.host_commands, self.subnet_managers = {}, {}, []
-        for hostname, target, nics, env in fabric_hosts(spec):
-            self.host_scripts[hostname] = render_fabric_host(spec, hostname, nics, env)
+        for hostname, target, nics, env, storage in fabric_hosts(spec):
+            self.host_scripts[hostname] = render_fabric_host(spec, hostname, nics, env, storage)
             if hostname in pooled and not gpu_hosts:
                 continue
             resource = push(f"{name}-{hostname}", target, self.host_scripts[hostname], ssh_private_key, parent=self,

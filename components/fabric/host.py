@@ -9,6 +9,8 @@ become Active before they are checked.
 
 from __future__ import annotations
 
+from typing import Sequence
+
 from ..bash import call, fill, script
 from ..spec import ClusterSpec
 from ..spec.hardware import Nic
@@ -93,6 +95,13 @@ roce_nic() {
   set_sysfs "$cma/$dev/ports/1/default_roce_mode" "RoCE v2" "$dev: RDMA-CM uses RoCE v2"
   set_sysfs "$cma/$dev/ports/1/default_roce_tos" @TOS@ "$dev: RDMA-CM ToS @TOS@"
   set_sysfs "/sys/class/infiniband/$dev/tc/1/traffic_class" @TOS@ "$dev: traffic class @TOS@ for every QP"
+}
+# rdma_dev INTERFACE: the RDMA device whose port the interface is (a filesystem NIC, named by interface only)
+rdma_dev() {
+  wait_for "/sys/class/net/$1"
+  local devs=("/sys/class/net/$1/device/infiniband/"*)
+  [[ -d "${devs[0]}" ]] || fail "$1 has no RDMA device (nothing in /sys/class/net/$1/device/infiniband): the filesystem's RDMA traffic needs an RDMA NIC there; fix storage.server_interface or storage.client_interface"
+  printf '%s\n' "${devs[0]##*/}"
 }
 # dscp_prio INTERFACE DSCP PRIORITY
 dscp_prio() {
@@ -287,28 +296,34 @@ def sm_priority(spec: ClusterSpec, hostname: str) -> int | None:
     return 15 - ib.subnet_managers.index(hostname)
 
 
-def render_apply(spec: ClusterSpec, hostname: str, nics: list[Nic], nccl: dict[str, str]) -> str:
+def render_apply(spec: ClusterSpec, hostname: str, nics: list[Nic], nccl: dict[str, str],
+                 storage_interfaces: Sequence[str] = ()) -> str:
+    """`storage_interfaces`: RoCE NICs of the filesystem's RDMA traffic besides the rails (their RDMA device
+    is read on the host), which get the same lossless class."""
     fabric = spec.fabric
     nics = sorted(nics, key=lambda n: n.rail)
     roce = fabric.effective_roce
+    storage = list(storage_interfaces) if roce is not None else []
     parts = [_COMMON]
     layer = "Ethernet" if roce else "InfiniBand"
     # Every tool the settings use, checked with the NICs: a missing one fails before anything changes.
     tools = []
-    if nics:
+    if nics or storage:
         tools = ['need ip "install iproute2"', *(
             ['need mlnx_qos "install DOCA-OFED or mlnx-tools (they ship mlnx_qos)"', 'need ethtool "install ethtool"']
             if roce is not None else ['need ibstat "install infiniband-diags"'])]
     checks = "".join(f"{t}\n" for t in tools) + \
-        "".join(call("check_nic", n.device, n.interface, n.rail, layer) + "\n" for n in nics)
+        "".join(call("check_nic", n.device, n.interface, n.rail, layer) + "\n" for n in nics) + \
+        "".join(f'dev=$({call("rdma_dev", i)})\ncheck_nic "$dev" {call(i, "storage", layer)}\n' for i in storage)
     if roce is not None:
         dscp = "\n  ".join(f'dscp_prio "$if" {d} {p}' for d, p in sorted(roce.dscp_priorities.items()))
         bits = ["1" if i == roce.priority else "0" for i in range(8)]
         parts.append(fill(_ROCE.replace("@DSCP_MAP@", dscp), MTU=fabric.effective_mtu_bytes, PRIO=roce.priority,
                           PFC_BITS="".join(bits), PFC=",".join(bits), CNP_DSCP=roce.cnp_dscp,
                           CNP_PRIO=roce.cnp_priority, TOS=roce.tos))
-        body = "".join(call("roce_nic", n.device, n.interface) + "\n" for n in nics)
-        gid = fill(_GID.replace("@DEVICES@", call(*(n.device for n in nics))))
+        body = "".join(call("roce_nic", n.device, n.interface) + "\n" for n in nics) + \
+            "".join(f'dev=$({call("rdma_dev", i)})\nroce_nic "$dev" {call(i)}\n' for i in storage)
+        gid = fill(_GID.replace("@DEVICES@", call(*(n.device for n in nics)))) if nics else ""
     else:
         parts.append(fill(_IB, IPOIB_MTU=fabric.effective_mtu_bytes - 4, PUSH_WAIT=PUSH_WAIT_S))
         ib = fabric.infiniband
@@ -318,13 +333,15 @@ def render_apply(spec: ClusterSpec, hostname: str, nics: list[Nic], nccl: dict[s
         gid = ""
     parts.append("\n# --- every tool and NIC first: nothing changes unless all of them are there --------\n"
                  + checks + "\n# --- then the settings ---\n" + body)
-    parts.append(fill(_NCCL.replace("@GID@", gid), {"NCCL_DOC": render_nccl_conf(nccl).rstrip("\n")},
-                      NCCL_CONF=NCCL_CONF))
+    if nics:                     # a host NCCL runs on (not a storage server or a subnet manager alone)
+        parts.append(fill(_NCCL.replace("@GID@", gid), {"NCCL_DOC": render_nccl_conf(nccl).rstrip("\n")},
+                          NCCL_CONF=NCCL_CONF))
     return script(f"Fabric settings of {hostname} ({fabric.kind}, {len(nics)} NIC(s)), applied at every boot",
                   hostname, "".join(parts))
 
 
-def render_fabric_host(spec: ClusterSpec, hostname: str, nics: list[Nic], nccl: dict[str, str]) -> Script:
+def render_fabric_host(spec: ClusterSpec, hostname: str, nics: list[Nic], nccl: dict[str, str],
+                       storage_interfaces: Sequence[str] = ()) -> Script:
     priority = sm_priority(spec, hostname)
     ib = spec.fabric.infiniband
     sm = fill(_NO_OPENSM, UNIT=OPENSM_UNIT, CONF=OPENSM_CONF, PARTITIONS=PARTITIONS_CONF)
@@ -337,7 +354,8 @@ def render_fabric_host(spec: ClusterSpec, hostname: str, nics: list[Nic], nccl: 
                             "UNIT_DOC": unit},
                   DEV=first, CONF=OPENSM_CONF, PARTITIONS=PARTITIONS_CONF, UNIT=OPENSM_UNIT, PRIORITY=priority,
                   OURS=" ".join(ib.subnet_managers), TAKE_OVER="yes" if ib.take_over_existing_sm else "no")
-    push = fill(_PUSH.replace("@SM@", sm), {"APPLY_DOC": render_apply(spec, hostname, nics, nccl).rstrip("\n"),
+    push = fill(_PUSH.replace("@SM@", sm), {"APPLY_DOC": render_apply(spec, hostname, nics, nccl,
+                                                                    storage_interfaces).rstrip("\n"),
                                             "UNIT_DOC": _apply_unit()},
                 APPLY=APPLY, UNIT=APPLY_UNIT, WAIT=0)    # a running host waits for no NIC
     create = script(f"Fabric of {hostname}: {spec.fabric.kind}"

@@ -9,23 +9,27 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 import pulumi
+import pulumi_kubernetes as k8s
 
 from ..spec import ClusterSpec
 from ..spec.cluster import network_operator_enabled
 from ..spec.versions import StackVersions, find
-from . import gpu_operator, kueue, monitoring, network_operator, nfd
+from . import gpu_operator, kueue, monitoring, mpi_operator, network_operator, nfd
 from .helm import release
 from .objects import Manifest, register
 
 # Pod Security level each system namespace really needs: node agents load drivers and read host devices.
 NAMESPACE_SECURITY = {nfd.NAMESPACE: "privileged", gpu_operator.NAMESPACE: "privileged",
-                      network_operator.NAMESPACE: "privileged", kueue.NAMESPACE: "baseline"}
+                      network_operator.NAMESPACE: "privileged", kueue.NAMESPACE: "baseline",
+                      mpi_operator.NAMESPACE: "restricted"}
 
 
 def render_namespaces(spec: ClusterSpec) -> list[Manifest]:
     wanted = [nfd.NAMESPACE, gpu_operator.NAMESPACE, kueue.NAMESPACE]
     if network_operator_enabled(spec):
         wanted.insert(2, network_operator.NAMESPACE)
+    if spec.kubernetes.mpi_operator.enabled:
+        wanted.append(mpi_operator.NAMESPACE)
     out = []
     for ns in wanted:
         level = NAMESPACE_SECURITY[ns]
@@ -99,6 +103,12 @@ class GpuKubernetesStack(pulumi.ComponentResource):
         for m in kueue.render_kueue_objects(spec):
             register(f"{name}-{m.role}", m.obj, after(kueue_release))
         self.flavors = {p.name: p.name for p in spec.node_pools}
+        if spec.kubernetes.mpi_operator.enabled:
+            # The CRD from the pinned release (upstream ships no chart); the controller starts once it exists.
+            crd = k8s.yaml.v2.ConfigFile(f"{name}-mpijob-crd", file=mpi_operator.crd_source(spec),
+                                         opts=pulumi.ResourceOptions(parent=self))
+            for m in mpi_operator.render_mpi_operator(spec):
+                register(f"{name}-{m.role}", m.obj, after(namespaces[mpi_operator.NAMESPACE], crd))
         if spec.kubernetes.monitoring.enabled:
             ns = spec.kubernetes.monitoring.namespace
             for m in (monitoring.render_prometheus_rule(spec, ns), monitoring.render_dashboard(spec, ns)):

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..spec import ClusterSpec, NodePool, Tenant
+from ..fabric.nccl import nccl_envs, pod_env
 from ..spec.cluster import network_operator_enabled
 from .network_operator import pod_networks, rdma_resource
 from .tenant import LOCAL_QUEUE
@@ -22,6 +23,11 @@ PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 REQUIRED_TOPOLOGY = "kueue.x-k8s.io/podset-required-topology"
 PREFERRED_TOPOLOGY = "kueue.x-k8s.io/podset-preferred-topology"
 EXAMPLE_IMAGE = "nvcr.io/nvidia/pytorch:25.01-py3"
+# The MPI operator's non-root image layout (its build/base Dockerfile): user mpiuser, uid 1000, sshd on port 2222
+# with its config in the home directory, where the operator mounts the job's SSH keys.
+EXAMPLE_MPI_IMAGE = "docker.io/mpioperator/mpi-pi:openmpi"
+MPI_HOME = "/home/mpiuser"
+MPI_SSH_PORT = 2222
 
 
 def per_gpu(pool: NodePool) -> tuple[int, int]:
@@ -51,7 +57,7 @@ def render_job(spec: ClusterSpec, tenant: Tenant, pool: NodePool, *, name: str, 
         raise ValueError(f"pool {pool.name} time-slices its GPUs, and the device plugin gives a pod at most one "
                          f"replica; ask for {gpus} pods of one GPU each (one per process) instead")
     cores, mem_gib = per_gpu(pool)
-    extended = {"nvidia.com/gpu": str(gpus)}      # device-plugin resources: requests equal limits
+    extended = {"nvidia.com/gpu": str(gpus)} if gpus else {}      # device plugins: requests equal limits
     if network_operator_enabled(spec) and pool.nics and gpus:
         extended[rdma_resource(spec)] = "1"
     requests: dict[str, Any] = {"cpu": str(max(1, cores * gpus)), "memory": f"{max(1, mem_gib * gpus)}Gi", **extended}
@@ -101,9 +107,46 @@ def render_job(spec: ClusterSpec, tenant: Tenant, pool: NodePool, *, name: str, 
     }
 
 
+def render_mpijob(spec: ClusterSpec, tenant: Tenant, pool: NodePool, *, name: str, workers: int,
+                  gpus_per_worker: int | None = None, image: str = EXAMPLE_MPI_IMAGE,
+                  command: list[str] | None = None, topology: str | None = None, required: bool = True,
+                  queue: str | None = LOCAL_QUEUE) -> dict[str, Any]:
+    """An MPIJob (kubeflow.org/v2beta1) of `workers` workers with `gpus_per_worker` GPUs each (omitted: as
+    render_job's pods), one rank per GPU, and a launcher of one CPU. Kueue admits it as one workload, launcher
+    and workers together, and its flavor places both on the pool. Under the namespace's restricted pod security
+    the image must run sshd as its user, as the MPI operator's non-root images do (`image`: one built on them)."""
+    job = render_job(spec, tenant, pool, name=name, pods=workers, gpus_per_pod=gpus_per_worker, topology=topology,
+                     required=required, queue=queue, image=image,
+                     command=["/usr/sbin/sshd", "-De", "-f", f"{MPI_HOME}/.sshd_config"])
+    worker = job["spec"]["template"]
+    container = worker["spec"]["containers"][0]
+    container["name"] = "worker"
+    container["readinessProbe"] = {"tcpSocket": {"port": MPI_SSH_PORT}, "periodSeconds": 5}
+    gpus = int(container["resources"]["limits"].get("nvidia.com/gpu", "1"))
+    # Ranks start through sshd, which does not hand them the pod's environment: mpirun forwards the NCCL settings.
+    forward = [a for k in sorted(pod_env(nccl_envs(spec)[pool.name])) for a in ("-x", k)] \
+        if pool.name in tenant.gpu_quota else []
+    mpirun = command or ["mpirun", "-np", str(workers * gpus), "--bind-to", "none", *forward, "python", "train.py"]
+    launcher = render_job(spec, tenant, pool, name=name, gpus_per_pod=0, queue=None, image=image, command=mpirun,
+                          filesystem=False)["spec"]["template"]
+    launcher["spec"]["containers"][0]["name"] = "launcher"
+    for template in (worker, launcher):
+        del template["spec"]["restartPolicy"]             # the operator sets each replica's own
+    return {
+        "apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob", "metadata": job["metadata"],
+        "spec": {"slotsPerWorker": gpus, "sshAuthMountPath": f"{MPI_HOME}/.ssh",
+                 # mpirun starts once every worker's sshd is ready, not against one still starting
+                 "launcherCreationPolicy": "WaitForWorkersReady",
+                 "runPolicy": {"cleanPodPolicy": "Running", "backoffLimit": 0},
+                 "mpiReplicaSpecs": {"Launcher": {"replicas": 1, "template": launcher},
+                                     "Worker": {"replicas": workers, "template": worker}}},
+    }
+
+
 def render_example_jobs(spec: ClusterSpec) -> dict[str, dict[str, Any]]:
     """One ready-to-edit Job per tenant and pool it has GPUs on, within its guaranteed GPUs: two pods (on two
-    hosts where the pool has them), kept in one leaf switch's domain when the topology has that level."""
+    hosts where the pool has them), kept in one leaf switch's domain when the topology has that level; and the
+    same as an MPIJob (`<tenant>-<pool>-mpi`) where the pool's GPUs are whole and two workers fit."""
     leaf = next((lvl for lvl in spec.kubernetes.kueue.topology_levels if lvl.endswith("/leaf")), None)
     out = {}
     for tenant in spec.tenants:
@@ -116,4 +159,8 @@ def render_example_jobs(spec: ClusterSpec) -> dict[str, dict[str, Any]]:
             out[f"{tenant.name}-{pool.name}"] = render_job(spec, tenant, pool, name=f"train-{pool.name}", pods=pods,
                                                            gpus_per_pod=per_pod, topology=leaf, required=False,
                                                            image=mirrored(EXAMPLE_IMAGE, spec))
+            if pods >= 2 and not pool.sharing.time_slicing_replicas and not pool.sharing.mig_config:
+                out[f"{tenant.name}-{pool.name}-mpi"] = render_mpijob(
+                    spec, tenant, pool, name=f"mpi-{pool.name}", workers=pods, gpus_per_worker=per_pod,
+                    topology=leaf, required=False, image=mirrored(EXAMPLE_MPI_IMAGE, spec))
     return out

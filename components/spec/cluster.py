@@ -15,7 +15,7 @@ from .kubernetes import KubernetesSpec, ValidationSpec
 from .storage import FilesystemClaim, StorageSpec
 from .tenants import FlavorQuota, PoolCapacity, Tenant, quotas_for
 from .topology import plan_topology
-from .versions import describe_known, find
+from .versions import MPI_OPERATOR_KNOWN, describe_known, find
 
 # Switch vendors with a RoCE backend in components/fabric/switches.py (kept here so the spec needs no Pulumi).
 SWITCH_VENDORS = ("cumulus", "sonic", "eos")
@@ -132,6 +132,13 @@ class ClusterSpec(SpecModel):
     def storage_lnet(self) -> str:
         """Lustre's network type: the spec's, else o2ib (verbs) where the fabric has RDMA."""
         return self.storage.lnet or ("o2ib" if self.fabric.rdma else "tcp")
+
+    @property
+    def storage_rdma(self) -> bool:
+        """The filesystem's traffic is RDMA (LNet o2ib, or BeeGFS on an RDMA fabric): on RoCE it needs the same
+        lossless class as NCCL's on every NIC it crosses, the servers' included."""
+        kind = self.storage.kind
+        return self.fabric.rdma and (kind == "beegfs" or (kind == "lustre" and self.storage_lnet == "o2ib"))
 
     def filesystem_claims(self, tenant: Tenant) -> list[FilesystemClaim]:
         return self.storage.claims(tenant.namespace_name, tenant.storage.filesystem_gib, tenant.storage.group_id)
@@ -419,6 +426,12 @@ def _kubernetes(spec: ClusterSpec) -> Iterator[Problem]:
                       f"gpu_operator {k.gpu_operator.chart_version}, network_operator {network or '(not installed)'}, "
                       f"kueue {k.kueue.chart_version} and nfd {k.nfd.chart_version} are not a known-good "
                       f"combination; known: {describe_known()}. Use a known one or set allow_unknown_versions: true")
+    mpi = k.mpi_operator
+    if mpi.enabled and not k.allow_unknown_versions and mpi.version not in MPI_OPERATOR_KNOWN:
+        yield Problem(("kubernetes", "mpi_operator", "version"),
+                      f"MPI operator {mpi.version} is not known to work with Kueue {k.kueue.chart_version}'s MPIJob "
+                      f"integration; known: {', '.join(MPI_OPERATOR_KNOWN)}. Use a known one or set "
+                      "allow_unknown_versions: true")
     if k.gpu_operator.enabled and k.gpu_operator.driver_managed:
         for i, pool in enumerate(spec.node_pools):
             host_work = [f for f, on in (("burn_in.enabled", pool.burn_in.enabled),

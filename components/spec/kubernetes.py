@@ -8,7 +8,7 @@ from typing import Annotated, Iterator, Literal
 from pydantic import AfterValidator, Field
 
 from .common import (ChartRepo, DnsLabel, ImageRef, LabelKey, Labels, Problem, Registry, RelPath, SpecModel, Text,
-                     Version, shown)
+                     Url, Version, shown)
 from .tenants import Cidr
 
 VERSION = r"^v?[0-9]+\.[0-9]+\.[0-9]+$"
@@ -97,6 +97,31 @@ class KueueSettings(ChartSource):
                     "(the leaf switch of the host's first rail, or its rack without leaves), host.")
 
 
+class MpiOperatorSettings(SpecModel):
+    """The Kubeflow MPI operator, which runs MPIJobs: the NCCL check's, the validation suite's and tenants' MPI
+    training. Kueue admits an MPIJob as one workload (launcher and workers together, or none)."""
+
+    enabled: bool = Field(True, description="Omitted: installed; without it no MPIJob runs, the NCCL check "
+                                            "included.")
+    version: str = Field("v0.8.2", pattern=VERSION, description="Release whose CRD and controller image are "
+                                                                "installed. Omitted: v0.8.2.")
+    crd_url: Url | None = Field(
+        None, description="Where `pulumi up` fetches that release's MPIJob CRD (an http(s) URL). Omitted: the "
+                          "release's manifests/base/kubeflow.org_mpijobs.yaml on raw.githubusercontent.com; "
+                          "air-gapped sites give their mirror's copy, or crd_path.")
+    crd_path: RelPath | None = Field(None, description="The CRD as a file in the project (vendored). Omitted: "
+                                                       "fetched from crd_url.")
+
+    def _one_source(self) -> Iterator[Problem]:
+        if self.crd_url and self.crd_path:
+            yield Problem(("crd_path",), "set crd_url or crd_path, not both")
+        if self.crd_url and not self.crd_url.startswith(("https://", "http://")):
+            yield Problem(("crd_url",), f"{shown(self.crd_url)} is not an http(s) URL, which Pulumi's ConfigFile "
+                                        "fetches; give a file in the project as crd_path instead")
+
+    _checks = (_one_source,)
+
+
 class MonitoringSettings(SpecModel):
     """Rules and dashboards for an existing Prometheus Operator stack (kube-prometheus-stack) to pick up."""
 
@@ -118,6 +143,7 @@ class KubernetesSpec(SpecModel):
     network_operator: NetworkOperatorSettings = Field(default_factory=NetworkOperatorSettings)
     nfd: NfdSettings = Field(default_factory=NfdSettings)
     kueue: KueueSettings = Field(default_factory=KueueSettings)
+    mpi_operator: MpiOperatorSettings = Field(default_factory=MpiOperatorSettings)
     monitoring: MonitoringSettings = Field(default_factory=MonitoringSettings)
     dns_namespace: DnsLabel = Field("kube-system", description="Namespace of cluster DNS. Omitted: kube-system.")
     image_registry: Registry | None = Field(

@@ -341,7 +341,9 @@ _STRICT = ConfigDict(strict=True, allow_inf_nan=False)
 def _adapter(tp: Any) -> TypeAdapter:
     hit = _ADAPTERS.get(id(tp))
     if hit is None:
-        model = isinstance(tp, type) and issubclass(tp, BaseModel)
+        # A model, bare or Annotated (a quota given as a count), keeps its own config; pydantic refuses another.
+        bare = typing.get_args(tp)[0] if typing.get_origin(tp) is typing.Annotated else tp
+        model = isinstance(bare, type) and issubclass(bare, BaseModel)
         hit = _ADAPTERS[id(tp)] = (tp, TypeAdapter(tp) if model else TypeAdapter(tp, config=_STRICT))
     return hit[1]
 

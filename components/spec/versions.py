@@ -27,6 +27,11 @@ KNOWN_GOOD: tuple[StackVersions, ...] = (
 )
 
 
+# MPI operator releases known to work with the Kueue above: Kueue 0.19.2's MPIJob integration is built against
+# github.com/kubeflow/mpi-operator v0.8.2 (its go.mod), whose kubeflow.org/v2beta1 MPIJob it suspends and admits.
+MPI_OPERATOR_KNOWN: tuple[str, ...] = ("v0.8.2",)
+
+
 def find(gpu_operator: str, network_operator: str | None, kueue: str, nfd: str) -> StackVersions | None:
     """The known-good row matching these versions; the Network Operator is ignored when it is not installed."""
     for row in KNOWN_GOOD:

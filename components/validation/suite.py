@@ -73,6 +73,13 @@ await() {
   done
 }
 mkdir -p "$d"
+# The test data sits outside every tenant's quota: never start writing it where it would fill the filesystem.
+set -- $(df -Pk "$d" | awk 'NR == 2 { print int($4 / 1048576), int($2 / 10485760) }')
+free_gib=${1:-0} reserve_gib=${2:-0}
+if [ "$free_gib" -lt $((@TOTAL_GIB@ + reserve_gib)) ]; then
+  echo "storage-read: the test writes @TOTAL_GIB@ GiB and keeps a tenth of the filesystem free, but only $free_gib GiB are free: lower validation.storage_test_gib_per_server or free space" >&2
+  exit 1
+fi
 fio --name=write --directory="$d" --filename_format="c$i.\$jobnum" --rw=write @COMMON@ --output=/dev/null
 touch "$d/written.$i"
 await "written.$next" "client $next never wrote its files"
@@ -107,7 +114,7 @@ def _storage_check(spec: ClusterSpec) -> Check | None:
     per_job_gib = max(1, -(-v.storage_test_gib_per_server * layout.data_servers // (clients * jobs)))
     common = f"--bs=4m --numjobs={jobs} --iodepth=16 --ioengine=libaio --direct=1 --size={per_job_gib}g"
     run = fill(_FIO_RUN, CLIENTS=clients, DIR=FIO_MOUNT, COMMON=common, SECONDS=v.storage_test_seconds,
-               LIMIT=v.timeout_s)
+               LIMIT=v.timeout_s, TOTAL_GIB=per_job_gib * jobs * clients)
     fio = ["/bin/sh", "-c", run]
     tolerations = [t for pool in spec.node_pools for t in pool_tolerations(pool)]
     pod = {"tolerations": [dict(t) for t in {tuple(sorted(t.items())): t for t in tolerations}.values()],

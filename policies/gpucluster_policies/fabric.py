@@ -16,10 +16,13 @@ from .common import CONFIG_MAP, FABRIC, NODE_POOL, intent, metadata, of_type, sc
 
 
 def _ends(fabric: Any) -> Iterator[tuple[str, Mapping[str, Any]]]:
-    """(what, settings) of each pool's hosts and each managed switch."""
+    """(what, settings) of each pool's hosts, the storage servers (when their RDMA rides RoCE) and each managed
+    switch."""
     plane = fabric.props.get("data_plane") or {}
     for pool, s in sorted((plane.get("pools") or {}).items()):
         yield f"pool {pool}'s hosts", s
+    if plane.get("storage_servers"):
+        yield "the storage servers", plane["storage_servers"]
     for switch, s in sorted((plane.get("switches") or {}).items()):
         yield f"switch {switch}", s
 
@@ -68,6 +71,8 @@ def _mtu_consistent(args: StackValidationArgs, report: ReportViolation) -> None:
     for fabric in of_type(args.resources, FABRIC):
         plane = fabric.props.get("data_plane") or {}
         pools = sorted((plane.get("pools") or {}).items())
+        if plane.get("storage_servers"):
+            pools.append(("storage servers", plane["storage_servers"]))
         if not pools:
             continue
         mtus = {p: s.get("mtu_bytes") for p, s in pools}

@@ -14,6 +14,7 @@ from typing import Any, Callable, Iterator
 import pytest
 import yaml
 
+from components.k8s import mpi_operator
 from components.k8s.jobs import render_job
 from components.spec import ClusterSpec, NodePool, Tenant
 
@@ -22,6 +23,7 @@ from .stack import STACKS, StackPlan, external_crds, kwok_nodes, ordered, plan_s
 
 REQUIRED = os.environ.get("GPUCLUSTER_E2E") == "1"
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
+MPIJOB_NAME_LABEL = "training.kubeflow.org/job-name"       # on an MPIJob's launcher and worker pods
 
 
 @dataclass
@@ -53,13 +55,14 @@ class Cluster:
     def delete_jobs(self, *jobs: dict[str, Any]) -> None:
         for job in jobs:
             m = job["metadata"]
-            self.cp.kubectl("delete", "job", m["name"], "-n", m["namespace"], "--ignore-not-found",
+            self.cp.kubectl("delete", job["kind"].lower(), m["name"], "-n", m["namespace"], "--ignore-not-found",
                             "--cascade=foreground", "--wait=true", "--timeout=60s")
 
     def workload(self, job: dict[str, Any]) -> dict[str, Any] | None:
         m = job["metadata"]
         for wl in self.cp.get("workloads.kueue.x-k8s.io", namespace=m["namespace"])["items"]:
-            if any(o["kind"] == "Job" and o["name"] == m["name"] for o in wl["metadata"].get("ownerReferences", [])):
+            if any(o["kind"] == job["kind"] and o["name"] == m["name"]
+                   for o in wl["metadata"].get("ownerReferences", [])):
                 return wl
         return None
 
@@ -94,11 +97,14 @@ class Cluster:
 
     def pods(self, job: dict[str, Any]) -> list[dict[str, Any]]:
         m = job["metadata"]
-        return self.cp.get("pods", namespace=m["namespace"], selector=f"{JOB_NAME_LABEL}={m['name']}")["items"]
+        label = MPIJOB_NAME_LABEL if job["kind"] == "MPIJob" else JOB_NAME_LABEL
+        return self.cp.get("pods", namespace=m["namespace"], selector=f"{label}={m['name']}")["items"]
 
     def wait_running(self, job: dict[str, Any], timeout_s: float = 60) -> list[dict[str, Any]]:
-        """All of the job's pods bound to nodes and Running; returns them."""
-        want = job["spec"]["parallelism"]
+        """All of the job's pods bound to nodes and Running (an MPIJob's: its launcher's and workers'); returns
+        them."""
+        want = sum(r["replicas"] for r in job["spec"]["mpiReplicaSpecs"].values()) if job["kind"] == "MPIJob" \
+            else job["spec"]["parallelism"]
 
         def running() -> list[dict[str, Any]] | None:
             pods = [p for p in self.pods(job) if not p["metadata"].get("deletionTimestamp")]
@@ -128,10 +134,13 @@ class Cluster:
                          for name, n in sorted(self.nodes().items()))
 
     def clean(self) -> None:
-        """Delete every Job in the tenants' namespaces and wait until their workloads and pods are gone."""
+        """Delete every Job and MPIJob in the tenants' namespaces and wait until their workloads and pods are
+        gone."""
+        kinds = ["jobs", *(["mpijobs"] if self.spec.kubernetes.mpi_operator.enabled else [])]
         for t in self.spec.tenants:
-            self.cp.kubectl("delete", "jobs", "--all", "-n", t.namespace_name, "--cascade=foreground",
-                            "--wait=true", "--timeout=90s")
+            for kind in kinds:
+                self.cp.kubectl("delete", kind, "--all", "-n", t.namespace_name, "--cascade=foreground",
+                                "--wait=true", "--timeout=90s")
         wait_for(lambda: not any(self.cp.get("workloads.kueue.x-k8s.io", namespace=t.namespace_name)["items"]
                                  or self.cp.get("pods", namespace=t.namespace_name)["items"]
                                  for t in self.spec.tenants), 90, lambda: "tenant workloads or pods left behind")
@@ -184,9 +193,14 @@ def cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
         # What the stack expects to exist already: the Prometheus Operator stack's namespace.
         if plan.spec.kubernetes.monitoring.enabled:
             cp.kubectl("create", "namespace", plan.spec.kubernetes.monitoring.namespace)
+        mpi = plan.spec.kubernetes.mpi_operator
+        if mpi.enabled:                 # the stack's ConfigFile: the CRD before the controller's objects
+            cp.install_mpi_crd()
         c = Cluster(plan, cp)
         c.applied = apply_plan(cp, plan)
         c.set_nodes()
+        if mpi.enabled:                 # the controller the stack's Deployment runs, built from its Go module
+            cp.start_mpi_operator(mpi_operator.NAMESPACE)
     except (ControlPlaneError, AssertionError):
         cp.close()
         raise

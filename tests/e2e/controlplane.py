@@ -26,7 +26,8 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 TOOLS = Path(os.environ.get("GPUCLUSTER_E2E_TOOLS", ROOT / ".e2e"))
-BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "kwok", "kueue")
+BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "kwok", "kueue",
+            "mpi-operator")
 # Pod CIDR and service range are addresses the apiserver hands out, never contacted: webhooks are called by URL.
 SERVICE_RANGE = "10.96.0.0/16"
 
@@ -38,7 +39,8 @@ class ControlPlaneError(RuntimeError):
 def missing_tools() -> list[str]:
     have = [b for b in BINARIES if (TOOLS / "bin" / b).is_file()]
     out = [b for b in BINARIES if b not in have]
-    out += [d for d in ("kwok-stages", "kueue-crds", "kueue-webhooks") if not (TOOLS / d).is_dir()]
+    out += [d for d in ("kwok-stages", "kueue-crds", "kueue-webhooks", "mpi-operator-crds")
+            if not (TOOLS / d).is_dir()]
     return out
 
 
@@ -237,6 +239,19 @@ class ControlPlane:
                               "--feature-gates=VisibilityOnDemand=false", "--zap-log-level=2"],
                     env={"KUBECONFIG": str(self.kubeconfig), "POD_NAMESPACE": "kueue-system"})
         self._wait("kueue", lambda: _get(f"http://127.0.0.1:{health_port}/readyz") == "ok", timeout_s=120)
+
+    # --- the MPI operator, as the stack installs it -------------------------------------------------------------
+    def install_mpi_crd(self) -> None:
+        """The MPIJob CRD of the release the operator is built from (the file the stack's ConfigFile fetches);
+        server-side, as upstream says to apply it: client-side apply's annotation would exceed its size limit."""
+        self.apply_files(sorted((TOOLS / "mpi-operator-crds").glob("*.yaml")))
+        self.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "mpijobs.kubeflow.org")
+
+    def start_mpi_operator(self, lock_namespace: str) -> None:
+        """The controller with the arguments of the stack's Deployment; ready once it holds its leader lease."""
+        self._start("mpi-operator", [f"--kubeConfig={self.kubeconfig}", "-alsologtostderr",
+                                     f"--lock-namespace={lock_namespace}"])
+        self._wait("mpi-operator", lambda: self.get("leases", namespace=lock_namespace)["items"], timeout_s=60)
 
     # --- talking to it ---------------------------------------------------------------------------------------
     def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:

@@ -47,17 +47,31 @@ def test_nodes_carry_exactly_what_the_node_patches_set(cluster: Cluster):
 
 
 def test_example_jobs_are_accepted_and_reference_what_exists(cluster: Cluster):
-    """The plan's jobs/ templates: admitted by the apiserver (Pod Security, LimitRange, Kueue's webhooks) and
-    every ConfigMap they read exists in their namespace."""
-    jobs = [yaml.safe_load(p.read_text()) for p in sorted((cluster.plan.dir / "jobs").glob("*.yaml"))]
-    assert len(jobs) == sum(len(t.gpu_quota) for t in cluster.spec.tenants)
-    for job in jobs:
+    """The plan's jobs/ templates (a Job per tenant and pool, an MPIJob where two whole-GPU workers fit):
+    admitted by the apiserver (LimitRange, Kueue's webhooks, the MPIJob CRD's schema), every pod template run as
+    a pod of its namespace passes its Pod Security, and every ConfigMap they read exists there."""
+    paths = sorted((cluster.plan.dir / "jobs").glob("*.yaml"))
+    expected = {f"{t.name}-{pool}" for t in cluster.spec.tenants for pool in t.gpu_quota}
+    expected |= {f"{t.name}-{pool}-mpi" for t in cluster.spec.tenants for pool, q in t.gpu_quota.items()
+                 if q.nominal >= 2 and len(cluster.spec.pools[pool].hosts) >= 2
+                 and not cluster.spec.pools[pool].sharing.time_slicing_replicas
+                 and not cluster.spec.pools[pool].sharing.mig_config}
+    assert {p.stem for p in paths} == expected
+    for job in (yaml.safe_load(p.read_text()) for p in paths):
         proc = cluster.cp.apply_objects([job], dry_run=True, check=False)
         assert proc.returncode == 0, proc.stderr
         ns = job["metadata"]["namespace"]
-        for container in job["spec"]["template"]["spec"]["containers"]:
-            for ref in container.get("envFrom", []):
-                cluster.cp.get("configmap", ref["configMapRef"]["name"], namespace=ns)
+        templates = ([r["template"] for r in job["spec"]["mpiReplicaSpecs"].values()] if job["kind"] == "MPIJob"
+                     else [job["spec"]["template"]])
+        for i, template in enumerate(templates):
+            pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"{job['metadata']['name']}-{i}",
+                                                                    "namespace": ns},
+                   "spec": {"restartPolicy": "Never", **template["spec"]}}
+            proc = cluster.cp.apply_objects([pod], dry_run=True, check=False)
+            assert proc.returncode == 0, f"{job['metadata']['name']} template {i}: {proc.stderr}"
+            for container in template["spec"]["containers"]:
+                for ref in container.get("envFrom", []):
+                    cluster.cp.get("configmap", ref["configMapRef"]["name"], namespace=ns)
 
 
 def test_after_apply_checks_are_accepted_and_reference_what_exists(cluster: Cluster):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from components.spec.kubernetes import KubernetesSpec
-from components.spec.versions import KNOWN_GOOD
+from components.spec.versions import KNOWN_GOOD, MPI_OPERATOR_KNOWN
 
 from .controlplane import ROOT
 
@@ -28,3 +28,11 @@ def test_every_kubernetes_staging_module_is_pinned_to_the_release():
     staging = re.findall(r"^\t(k8s\.io/[a-z-]+) => \1 v0\.([0-9.]+)$", text, re.M)
     assert len(staging) >= 30
     assert {v for _, v in staging} == {release.split(".", 1)[1]}
+
+
+def test_the_mpi_operator_is_built_at_the_version_the_stack_installs():
+    """The control plane runs the controller and CRD of the release the stack installs, the one Kueue's MPIJob
+    integration is built against (Kueue's go.mod)."""
+    version = _required("mpi-operator", "github.com/kubeflow/mpi-operator")
+    assert f"v{version}" == KubernetesSpec().mpi_operator.version
+    assert f"v{version}" in MPI_OPERATOR_KNOWN

@@ -130,6 +130,13 @@ CASES = [
         r, "dev-fabric", _set([*LEAF, "pfc_priorities"], [3, 4])),
      ["switch leaf-dev-01 have PFC on priorities 3, 4 but RoCE uses priority 3; enable PFC on exactly that one "
       "priority"]),
+    ("fabric-pfc-single-priority", lambda r: changed(
+        r, "dev-fabric", _set(["data_plane", "storage_servers", "pfc_priorities"], [])),
+     ["the storage servers have PFC on priorities none but RoCE uses priority 3; enable PFC on exactly that one "
+      "priority"]),
+    ("fabric-mtu-consistent", lambda r: changed(r, "dev-fabric", _set(["data_plane", "storage_servers", "mtu_bytes"],
+                                                                     1500)),
+     ["hosts of the data plane use different MTUs (h100: 9000, storage servers: 1500); use one MTU on every host"]),
     ("fabric-qos-consistent", lambda r: changed(r, "dev-fabric", _set([*LEAF, "dscp"], 24)),
      ["switch leaf-dev-01 use RoCE dscp 24 but pool h100's hosts use 26; one dscp on every host and switch"]),
     ("fabric-qos-consistent", lambda r: changed(r, "dev-team-b-nccl-h100", _set(["data", "NCCL_IB_TC"], "96")),

@@ -214,6 +214,8 @@ class TestHosts:
                 put(f"{port}/gid_attrs/types/{idx}", kind)
                 put(f"{port}/gids/{idx}", gid)
             host.sysfs(f"/sys/class/infiniband/{dev}/device/net/{ifname}").mkdir(parents=True)
+            # the PCI device from the netdev's side (one directory, two links on a real host)
+            host.sysfs(f"/sys/class/net/{ifname}/device/infiniband/{dev}").mkdir(parents=True)
             put(f"/sys/class/infiniband/{dev}/tc/1/traffic_class", "Global tclass=0")
             put(f"/sys/kernel/config/rdma_cm/{dev}/ports/1/default_roce_mode", "IB/RoCE v1")
             put(f"/sys/kernel/config/rdma_cm/{dev}/ports/1/default_roce_tos", "0")

@@ -23,6 +23,15 @@ def fabric_script(host, **nic_changes):
     return render_fabric_host(spec, host.name, pool.nics, nccl_envs(spec)[pool.name])
 
 
+def storage_server_script(host):
+    """The dev stack's storage server (BeeGFS over RDMA on RoCE), as the host runs it: its storage NIC only."""
+    from components.fabric.fabric import fabric_hosts
+    spec = parse_spec(yaml.safe_dump(_DEV))
+    server = next(h for h in fabric_hosts(spec) if h.hostname == spec.storage.servers[0].hostname)
+    assert server.nics == [] and server.storage_interfaces == ["ens1f0np0"]
+    return render_fabric_host(spec, host.name, [], {}, server.storage_interfaces)
+
+
 def run(hosts, host, script, step="create"):
     return hosts.ssh(host, as_command(getattr(script, step), "root"))
 
@@ -108,3 +117,33 @@ def test_undo_removes_the_boot_unit_and_the_nccl_config(test_hosts):
     out = run(test_hosts, host, script, "delete")
     assert out.returncode == 0, out.stderr
     assert not host.exists(APPLY_UNIT) and not host.exists(APPLY) and not host.exists(NCCL_CONF)
+
+
+def test_a_storage_servers_roce_nic_joins_the_lossless_class_found_by_its_interface(test_hosts):
+    """Storage over RDMA on RoCE rides the same priority as NCCL: the server's storage NIC gets trust, PFC,
+    ECN, MTU and the RDMA-CM ToS, its RDMA device read from sysfs; no NCCL settings on a storage server."""
+    host = test_hosts.hosts["gpu-dev-03"]
+    script = storage_server_script(host)
+    assert NCCL_CONF not in script.create
+    first = run(test_hosts, host, script)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert mtu(test_hosts, host, "ens1f0np0") == 9000
+    assert "mlnx_qos -i ens1f0np0 --trust dscp" in host.calls()
+    assert "mlnx_qos -i ens1f0np0 --pfc 0,0,0,1,0,0,0,0" in host.calls()
+    assert host.sysfs("/sys/kernel/config/rdma_cm/mlx5_0/ports/1/default_roce_tos").read_text().strip() == "106"
+    assert not any("ens2f0np0" in c for c in host.calls())         # the rails are not the server's business
+    second = run(test_hosts, host, script)
+    assert second.returncode == 0 and "changed:" not in second.stdout, second.stdout
+
+
+def test_a_storage_interface_without_an_rdma_device_fails_before_anything_changes(test_hosts):
+    host = test_hosts.hosts["gpu-dev-03"]
+    host.sysfs("/sys/class/net/ens1f0np0/device/infiniband/mlx5_0").rmdir()
+    try:
+        host.clear_calls()
+        out = run(test_hosts, host, storage_server_script(host))
+    finally:
+        host.sysfs("/sys/class/net/ens1f0np0/device/infiniband/mlx5_0").mkdir()
+    assert out.returncode == 1
+    assert "ens1f0np0 has no RDMA device" in out.stderr and "fix storage.server_interface" in out.stderr
+    assert not any(" --" in c for c in host.calls())

@@ -282,9 +282,9 @@ def test_fabric_settings_and_preparation_share_one_session_and_converge(test_hos
     host = test_hosts.hosts["gpu-dev-02"]
     spec = spec_of()
     pool = spec.node_pools[0]
-    hostname, _, nics, env = next(h for h in fabric_hosts(spec) if h[0] == host.name)
+    hostname, _, nics, env, storage = next(h for h in fabric_hosts(spec) if h.hostname == host.name)
     script = render_preparation(NodePoolArgs.from_spec(spec, pool), pool.hosts[1],
-                                render_fabric_host(spec, hostname, nics, env))
+                                render_fabric_host(spec, hostname, nics, env, storage))
     first = test_hosts.ssh(host, as_command(script.create, "root"))
     assert first.returncode == 0, first.stdout + first.stderr
     counts = [line for line in first.stdout.splitlines() if line.endswith(" change(s)")]

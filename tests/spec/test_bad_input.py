@@ -325,3 +325,11 @@ def test_any_value_anywhere_in_the_dev_spec_gives_problems_not_a_crash(changes):
                  st.text(alphabet="{}[]&*!|>-:,'\"#%@`?\n\t abc012", max_size=200)))
 def test_any_text_gives_problems_not_a_crash(text):
     _only_spec_errors(text)
+
+
+def test_a_quota_map_with_an_empty_key_and_a_null_quota_gives_problems_not_a_crash(dev_data):
+    """Found by the fuzzer: a count-or-quota value is a model inside Annotated, whose own config must be kept."""
+    dev_data["tenants"][1]["gpu_quota"] = {"": None, "0": 0}
+    found = [m.split(": ", 1)[1] for m in problems_of(dev_data)]
+    assert "tenants[1].gpu_quota.: expected a mapping (key: value), got None" in found
+    assert any(m.startswith("tenants[1].gpu_quota.0: no node pool named '0'") for m in found)

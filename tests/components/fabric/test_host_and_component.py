@@ -11,9 +11,9 @@ import yaml
 
 from components.fabric import Fabric
 from components.fabric.checks import _pairs, link_waves, nccl_floor_gb_per_s, render_link_check, render_nccl_job
-from components.fabric.fabric import fabric_hosts, render_checks
+from components.fabric.fabric import data_plane, fabric_hosts, render_checks
 from components.fabric.host import render_apply, render_fabric_host, render_partitions
-from components.fabric.nccl import nccl_envs, render_nccl_conf
+from components.fabric.nccl import NCCL_CONF, nccl_envs, render_nccl_conf
 from components.spec import parse_spec
 from tests.components.k8s.conftest import infiniband
 from tests.conftest import problems_of, ssh_key
@@ -33,11 +33,11 @@ def spec_for(dev_data, variant):
 
 
 def scripts_of(spec):
-    for hostname, _, nics, env in fabric_hosts(spec):
-        s = render_fabric_host(spec, hostname, nics, env)
+    for hostname, _, nics, env, storage in fabric_hosts(spec):
+        s = render_fabric_host(spec, hostname, nics, env, storage)
         yield f"{hostname}.sh", s.create
         yield f"{hostname}.delete.sh", s.delete
-        yield f"{hostname}.apply.sh", render_apply(spec, hostname, nics, env)   # travels inside the heredoc
+        yield f"{hostname}.apply.sh", render_apply(spec, hostname, nics, env, storage)   # travels inside the heredoc
     for name, text in render_checks(spec).items():
         if name.endswith(".sh"):
             yield name, text
@@ -284,7 +284,7 @@ def test_one_script_per_host_and_managed_switch_keyed_by_name(dev_spec, record):
     run = record(lambda: Fabric("f", dev_spec, ssh_key()))
     fabric = next(r for r in run.records if r.type == Fabric.TYPE)
     children = sorted(short(r.urn) for r in run.records if r.parent == fabric.urn)
-    assert children == ["f-gpu-dev-01", "f-gpu-dev-02", "f-leaf-dev-01"]
+    assert children == ["f-gpu-dev-01", "f-gpu-dev-02", "f-leaf-dev-01", "f-stor-dev-01"]
     switch = next(r for r in run.records if short(r.urn) == "f-leaf-dev-01")
     assert switch.inputs["connection"] is not None and run.duplicates == []
     outputs = run.component_outputs[fabric.urn]
@@ -338,3 +338,29 @@ def test_every_member_port_can_join_the_ipoib_groups(dev_data, server_gbps):
         rate = IBTA_RATE_GBPS[int(line.split("rate=")[1].split(" ")[0].rstrip(","))]
         assert all(rate <= port for port in members), (line, members)
         assert rate == min(members)          # and no slower than it must be
+
+
+def test_storage_rdma_on_roce_puts_the_servers_and_a_hosts_own_storage_nic_in_the_lossless_class(dev_data):
+    """BeeGFS over RDMA on RoCE: the servers' storage NIC gets the RoCE settings; a GPU host's storage NIC
+    outside its rails too; the data plane registers the servers' settings for the QoS policies."""
+    dev_data["storage"]["client_interface"] = "ens9f0np0"
+    spec = parse_spec(yaml.safe_dump(dev_data))
+    hosts = {h.hostname: h for h in fabric_hosts(spec)}
+    assert hosts["stor-dev-01"].storage_interfaces == ["ens1f0np0"] and hosts["stor-dev-01"].nics == []
+    assert hosts["gpu-dev-01"].storage_interfaces == ["ens9f0np0"]
+    apply = render_apply(spec, "stor-dev-01", [], {}, ["ens1f0np0"])
+    assert 'dev=$(rdma_dev ens1f0np0)\nroce_nic "$dev" ens1f0np0\n' in apply and NCCL_CONF not in apply
+    assert data_plane(spec)["storage_servers"] == {"servers": 1, "mtu_bytes": 9000, "priority": 3, "dscp": 26,
+                                                   "pfc_priorities": [3], "data_interfaces": ["ens1f0np0"]}
+
+
+@pytest.mark.parametrize("variant", ["ethernet", "infiniband"])
+def test_storage_off_roce_gets_no_roce_settings(dev_data, variant):
+    """Without RDMA there is no lossless class to join; on InfiniBand the fabric is lossless by design."""
+    if variant == "infiniband":
+        infiniband(dev_data)
+    else:
+        dev_data["fabric"]["kind"] = "ethernet"
+    spec = parse_spec(yaml.safe_dump(dev_data))
+    assert all(not h.storage_interfaces for h in fabric_hosts(spec))
+    assert "storage_servers" not in data_plane(spec)

@@ -56,7 +56,7 @@ def test_system_namespaces_get_the_pod_security_they_need(dev_spec):
     levels = {m.obj["metadata"]["name"]: m.obj["metadata"]["labels"]["pod-security.kubernetes.io/enforce"]
               for m in render_namespaces(dev_spec)}
     assert levels == {"node-feature-discovery": "privileged", "gpu-operator": "privileged",
-                      "network-operator": "privileged", "kueue-system": "baseline"}
+                      "network-operator": "privileged", "kueue-system": "baseline", "mpi-operator": "restricted"}
 
 
 def test_no_network_operator_namespace_on_plain_ethernet(make_spec):
@@ -83,7 +83,8 @@ def test_roce_requires_secondary_networks_and_its_pods_attach_to_their_rails(dev
     _, job = render_nccl_job(dev_spec, dev_spec.node_pools[0])
     assert job["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["metadata"]["annotations"] == networks
     for example in render_example_jobs(dev_spec).values():
-        annotations = example["spec"]["template"]["metadata"]["annotations"]
+        pods = example["spec"]["mpiReplicaSpecs"]["Worker"] if example["kind"] == "MPIJob" else example["spec"]
+        annotations = pods["template"]["metadata"]["annotations"]
         assert annotations["k8s.v1.cni.cncf.io/networks"] == networks["k8s.v1.cni.cncf.io/networks"]
     del dev_data["kubernetes"]["network_operator"]
     (msg,) = problems_of(dev_data)

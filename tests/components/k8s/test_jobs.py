@@ -86,13 +86,20 @@ def test_no_rdma_resource_on_plain_ethernet(dev_data):
 
 def test_example_jobs_fit_each_tenants_guaranteed_gpus_and_are_valid(dev_spec):
     jobs = render_example_jobs(dev_spec)
-    assert sorted(jobs) == ["team-a-h100", "team-b-h100"]
+    assert sorted(jobs) == ["team-a-h100", "team-a-h100-mpi", "team-b-h100", "team-b-h100-mpi"]
     for name, job in jobs.items():
         tenant = next(t for t in dev_spec.tenants if name.startswith(t.name))
-        c = job["spec"]["template"]["spec"]["containers"][0]
-        gpus = job["spec"]["parallelism"] * int(c["resources"]["requests"]["nvidia.com/gpu"])
+        if job["kind"] == "MPIJob":          # its schema is the MPIJob CRD's: the e2e applies it to the real one
+            workers = job["spec"]["mpiReplicaSpecs"]["Worker"]
+            replicas, template = workers["replicas"], workers["template"]
+            launcher = job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
+            assert "nvidia.com/gpu" not in launcher["resources"]["requests"]
+        else:
+            replicas, template = job["spec"]["parallelism"], job["spec"]["template"]
+            kubernetes_validate.validate(job, dev_spec.kubernetes.version, strict=True)
+        c = template["spec"]["containers"][0]
+        gpus = replicas * int(c["resources"]["requests"]["nvidia.com/gpu"])
         assert 0 < gpus <= tenant.gpu_quota["h100"].nominal
-        kubernetes_validate.validate(job, dev_spec.kubernetes.version, strict=True)
 
 
 def test_hugepages_come_off_what_pods_get(dev_data):
@@ -116,3 +123,21 @@ def test_a_time_sliced_pool_gets_one_replica_per_pod(dev_data):
         assert "gives a pod at most one replica; ask for 4 pods of one GPU each" in str(e)
     else:
         raise AssertionError("a 4-replica pod on a time-sliced pool was rendered")
+
+
+def test_an_mpijob_runs_a_rank_per_gpu_and_forwards_the_pools_nccl_settings(dev_spec):
+    """Ranks start through sshd, which does not pass the pod's environment on: mpirun forwards each NCCL setting
+    of the pool's ConfigMap; the launcher waits for every worker's sshd and asks for no GPU."""
+    from components.fabric.nccl import nccl_envs, pod_env
+    from components.k8s.jobs import render_mpijob
+    team_a, pool = dev_spec.tenants[0], dev_spec.node_pools[0]
+    job = render_mpijob(dev_spec, team_a, pool, name="mpi", workers=2, gpus_per_worker=4)
+    spec = job["spec"]
+    assert spec["slotsPerWorker"] == 4 and spec["launcherCreationPolicy"] == "WaitForWorkersReady"
+    assert job["metadata"]["labels"] == {"kueue.x-k8s.io/queue-name": "default"}
+    command = spec["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]["command"]
+    assert command[:3] == ["mpirun", "-np", "8"]
+    assert [command[i + 1] for i, w in enumerate(command) if w == "-x"] == sorted(pod_env(nccl_envs(dev_spec)["h100"]))
+    worker = spec["mpiReplicaSpecs"]["Worker"]["template"]["spec"]
+    assert worker["containers"][0]["command"] == ["/usr/sbin/sshd", "-De", "-f", "/home/mpiuser/.sshd_config"]
+    assert worker["securityContext"]["runAsUser"] == 1000 and "restartPolicy" not in worker

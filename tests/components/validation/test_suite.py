@@ -250,6 +250,9 @@ def test_the_read_check_needs_every_client_and_reads_what_another_client_wrote(d
                                   "  d=$(printf '%s' \"$*\" | sed -n 's/.*--directory=\\([^ ]*\\).*/\\1/p'); : > \"$d/$f.$j\"; done ;;\n"
                                   "*) echo '{\"jobs\": []}' ;; esac\n")
     (tmp_path / "fio").chmod(0o755)
+    (tmp_path / "df").write_text("#!/bin/sh\necho 'Filesystem 1024-blocks Used Available Capacity Mounted'\n"
+                                 "echo 'fs 10737418240 0 10737418240 0% /mnt'\n")       # 10 TiB, all free
+    (tmp_path / "df").chmod(0o755)
     procs = [subprocess.Popen(["sh", "-c", script], env={"PATH": f"{tmp_path}:/usr/bin:/bin", "RUN": "u1",
                                                         "JOB_COMPLETION_INDEX": str(i), "FIO_LOG": str(tmp_path / f"log{i}")},
                               stdout=subprocess.PIPE, text=True) for i in (0, 1)]
@@ -260,3 +263,24 @@ def test_the_read_check_needs_every_client_and_reads_what_another_client_wrote(d
         assert f"--filename_format=c{i}.$jobnum --rw=write" in write and "--size=128g" in write
         assert f"--filename_format=c{other}.$jobnum --rw=read" in read and "--output-format=json" in read
     assert not list((tmp_path / "run-u1").glob("c*"))            # every client's files removed after the read
+
+
+def test_the_read_check_refuses_to_fill_the_filesystem_before_writing_anything(dev_spec, tmp_path):
+    """Its data sits outside every tenant's quota: with less free space than the test writes plus a tenth of the
+    filesystem, a client stops before fio writes a byte, saying how much it needs."""
+    from components.validation.suite import FIO_MOUNT
+    job = by_name(dev_spec)["storage-read"].manifests[-1]
+    script = job["spec"]["template"]["spec"]["containers"][0]["command"][-1].replace(FIO_MOUNT, str(tmp_path / "fs"))
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "df").write_text("#!/bin/sh\necho 'Filesystem 1024-blocks Used Available Capacity Mounted'\n"
+                                "echo 'fs 10737418240 10000000000 524288000 94% /mnt'\n")   # 10 TiB, 500 GiB free
+    (bin_dir / "fio").write_text(f"#!/bin/sh\necho \"$@\" >> {tmp_path}/fio-calls\n")
+    for tool in ("df", "fio"):
+        (bin_dir / tool).chmod(0o755)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "JOB_COMPLETION_INDEX": "0", "RUN": "uid-1"}
+    out = subprocess.run(["sh", "-c", script], env=env, capture_output=True, text=True, timeout=30)
+    assert out.returncode == 1
+    assert out.stderr.startswith("storage-read: the test writes 1024 GiB and keeps a tenth of the filesystem "
+                                 "free, but only 500 GiB are free")
+    assert not (tmp_path / "fio-calls").exists()
