@@ -182,7 +182,7 @@ busbw=$(printf '%s\n' "$out" | LARGEST_BUSBW)
 echo "bus bandwidth at 8 GiB ${busbw:-none} GB/s, floor @FLOOR@ GB/s"
 awk -v b="${busbw:-0}" -v f=@FLOOR@ 'BEGIN { exit !(b >= f) }'
 '''.replace("EXPORTS", exports).replace("LARGEST_BUSBW", LARGEST_BUSBW_AWK), GPUS=gpus, FLOOR=floor, BIN=NCCL_TESTS)
-    limits = {"nvidia.com/gpu": gpus}
+    limits = {pool.gpu_resource_name: gpus}
     if spec.fabric.rdma and pool.nics:
         limits[rdma_resource(spec)] = 1
     image = mirrored(spec.fabric.checks.nccl_tests_image, spec)

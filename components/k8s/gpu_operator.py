@@ -25,7 +25,7 @@ def chart(spec: ClusterSpec) -> Chart:
 def render_time_slicing(pool: NodePool) -> str:
     """One key of the device plugin ConfigMap; nodes pick it with the nvidia.com/device-plugin.config label."""
     return yaml.safe_dump({"version": "v1", "sharing": {"timeSlicing": {
-        "renameByDefault": False, "failRequestsGreaterThanOne": True,
+        "renameByDefault": pool.sharing.rename_shared, "failRequestsGreaterThanOne": True,
         "resources": [{"name": "nvidia.com/gpu", "replicas": pool.sharing.time_slicing_replicas}]}}},
         sort_keys=False)
 

@@ -57,7 +57,7 @@ def render_job(spec: ClusterSpec, tenant: Tenant, pool: NodePool, *, name: str, 
         raise ValueError(f"pool {pool.name} time-slices its GPUs, and the device plugin gives a pod at most one "
                          f"replica; ask for {gpus} pods of one GPU each (one per process) instead")
     cores, mem_gib = per_gpu(pool)
-    extended = {"nvidia.com/gpu": str(gpus)} if gpus else {}      # device plugins: requests equal limits
+    extended = {pool.gpu_resource_name: str(gpus)} if gpus else {}      # device plugins: requests equal limits
     if network_operator_enabled(spec) and pool.nics and gpus:
         extended[rdma_resource(spec)] = "1"
     requests: dict[str, Any] = {"cpu": str(max(1, cores * gpus)), "memory": f"{max(1, mem_gib * gpus)}Gi", **extended}
@@ -122,7 +122,7 @@ def render_mpijob(spec: ClusterSpec, tenant: Tenant, pool: NodePool, *, name: st
     container = worker["spec"]["containers"][0]
     container["name"] = "worker"
     container["readinessProbe"] = {"tcpSocket": {"port": MPI_SSH_PORT}, "periodSeconds": 5}
-    gpus = int(container["resources"]["limits"].get("nvidia.com/gpu", "1"))
+    gpus = int(container["resources"]["limits"][pool.gpu_resource_name])
     # Ranks start through sshd, which does not hand them the pod's environment: mpirun forwards the NCCL settings.
     forward = [a for k in sorted(pod_env(nccl_envs(spec)[pool.name])) for a in ("-x", k)] \
         if pool.name in tenant.gpu_quota else []

@@ -7,6 +7,7 @@ with: its default list (dcp-metrics-included.csv) leaves out the ECC and throttl
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from ..spec import ClusterSpec
@@ -85,9 +86,11 @@ def render_alert_rules(spec: ClusterSpec) -> list[dict[str, Any]]:
             continue
         rules.append(_rule(
             f"GpusMissing{''.join(w.capitalize() for w in pool.name.split('-'))}",
-            f'kube_node_status_capacity{{resource="nvidia_com_gpu"}} * on (node) group_left () '
-            f'max by (node) (kube_node_labels{{{label}="{pool.name}"}}) < {expected}', "10m", "critical",
-            f"node {{{{ $labels.node }}}} of pool {pool.name} advertises {{{{ $value }}}} of {expected} GPUs"))
+            # kube-state-metrics writes the resource name with '_' for '.' and '/'
+            f'kube_node_status_capacity{{resource="{re.sub(r"[./]", "_", pool.gpu_resource_name)}"}} '
+            f'* on (node) group_left () max by (node) (kube_node_labels{{{label}="{pool.name}"}}) < {expected}',
+            "10m", "critical", f"node {{{{ $labels.node }}}} of pool {pool.name} advertises {{{{ $value }}}} of "
+                               f"{expected} {pool.gpu_unit_word}"))
     return rules
 
 

@@ -169,7 +169,8 @@ def render_resource_quota(args: TenantArgs) -> dict[str, Any]:
             "spec": {"hard": hard}}
 
 
-# Resources a tenant's ClusterQueue covers on every flavor, in Kueue's required order within a resource group.
+# Resources a tenant's ClusterQueue covers on every flavor, in Kueue's required order within a resource group
+# (then nvidia.com/gpu.shared too, where a pool's time slices are renamed).
 QUEUE_RESOURCES = ("cpu", "memory", "nvidia.com/gpu")
 
 
@@ -186,10 +187,14 @@ def render_cluster_queue(args: TenantArgs) -> dict[str, Any]:
     """One resource group: each pool's flavor carries the tenant's GPUs with their CPU and memory, so a GPU
     job is admitted whole on one pool (and on its topology); the spec's order is Kueue's preference order."""
     t = args.tenant
+    # Every flavor of a group lists every covered resource: a pool's GPUs under its own name, nothing of the
+    # other, so a job asking for whole GPUs is never admitted onto slices, nor the reverse.
+    gpu_names = sorted({q.gpu_resource for q in args.quotas.values()} | {QUEUE_RESOURCES[2]})
     flavors = [{"name": flavor, "resources": [
         _share("cpu", q.cpu_cores, str), _share("memory", q.memory_gib, lambda n: f"{n}Gi"),
-        _share("nvidia.com/gpu", q.gpus, int)]} for flavor, q in args.quotas.items()]
-    groups = [{"coveredResources": list(QUEUE_RESOURCES), "flavors": flavors}] if flavors else []
+        *(_share(name, q.gpus if name == q.gpu_resource else Share(nominal=0), int) for name in gpu_names)]}
+        for flavor, q in args.quotas.items()]
+    groups = [{"coveredResources": [*QUEUE_RESOURCES[:2], *gpu_names], "flavors": flavors}] if flavors else []
     p = t.preemption
     spec: dict[str, Any] = {
         "cohortName": args.cohort,

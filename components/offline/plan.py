@@ -250,8 +250,10 @@ def render_summary(run: ProgramRun, plan: Plan, clusters: list[ClusterSpec]) -> 
         lines.append(f"Kubernetes: GPU Operator {k.gpu_operator.chart_version}, {network}, Kueue "
                      f"{k.kueue.chart_version}, NFD {k.nfd.chart_version}; RDMA resource "
                      f"{rdma_resource(spec) if network_operator_enabled(spec) else 'none'}")
-        lines += _table(["node pool", "GPU", "hosts", "GPUs"],
-                        [[p.name, f"{p.gpu.count} x {p.gpu.model}", len(p.hosts), p.gpus] for p in spec.node_pools])
+        lines += _table(["node pool", "GPU", "hosts", "GPUs", "pods ask for"],
+                        [[p.name, f"{p.gpu.count} x {p.gpu.model}", len(p.hosts), p.gpus,
+                          f"{p.gpu_resource_name} ({p.gpu_resources if p.gpu_resources is not None else '?'} "
+                          f"{p.gpu_unit_word})"] for p in spec.node_pools])
         lines += ["", "Power at peak (GPUs at TDP plus base power, storage servers, switches) per rack, against "
                       "its PDUs:"]
         lines += _table(["rack", "at peak", "peak kW", "PDU kW", "redundancy", "load"], [
@@ -263,7 +265,8 @@ def render_summary(run: ProgramRun, plan: Plan, clusters: list[ClusterSpec]) -> 
             lines.append("")
             lines += _table(["tenant", "namespace", "guaranteed GPUs", "borrowing limit", "CPU", "memory"], [
                 [t.name, t.namespace_name,
-                 ", ".join(f"{f}: {q.nominal}" for f, q in t.gpu_quota.items()) or "none",
+                 ", ".join(f"{f}: {q.nominal}{'' if spec.pools[f].gpu_unit_word == 'GPUs' else ' slices'}"
+                           for f, q in t.gpu_quota.items() if f in spec.pools) or "none",
                  ", ".join(f"{f}: {'no limit' if q.borrowing_limit is None else q.borrowing_limit}"
                            for f, q in t.gpu_quota.items()) or "-",
                  spec.tenant_cpu_cores(t), f"{spec.tenant_memory_gib(t)}Gi"] for t in spec.tenants])

@@ -92,7 +92,9 @@ def render_report(spec: ClusterSpec, thresholds: Thresholds = Thresholds(),
         lines += _md_table(["tenant", "flavour", "guaranteed", "may borrow", "may lend"], rows)
         lines += _md_table(["flavour", "guaranteed in all", "capacity"], [
             [p.name, sum(t.gpu_quota[p.name].nominal for t in spec.tenants if p.name in t.gpu_quota),
-             p.gpu_resources if p.gpu_resources is not None else p.gpus] for p in spec.node_pools])
+             (p.gpu_resources if p.gpu_resources is not None else p.gpus) if p.gpu_unit_word == "GPUs"
+             else f"{p.gpu_resources if p.gpu_resources is not None else '?'} slices of {p.gpus} GPUs"]
+            for p in spec.node_pools])
 
     lines += ["## Fabric", ""]
     f, roce = spec.fabric, spec.fabric.effective_roce

@@ -97,7 +97,8 @@ class ClusterSpec(SpecModel):
     def pool_capacities(self) -> dict[str, PoolCapacity]:
         """What tenants' quotas are cut from, per pool."""
         return {p.name: PoolCapacity(gpu_units_per_host=p.gpu_units_per_host, cpu_cores_per_host=p.cpu_cores_per_host,
-                                     memory_gib_per_host=p.memory_gib_per_host, gpu_resources=p.gpu_resources)
+                                     memory_gib_per_host=p.memory_gib_per_host, gpu_resources=p.gpu_resources,
+                                     gpu_resource=p.gpu_resource_name)
                 for p in self.node_pools}
 
     def rack_power(self) -> dict[str, RackPower]:
@@ -303,7 +304,7 @@ def _tenant_quotas_fit(spec: ClusterSpec) -> Iterator[Problem]:
             worst = max(asked, key=lambda a: a[1])[0]
             shared = "" if capacity == pool.gpus else f", shared as {pool.gpu_resources_per_host} per host"
             yield Problem(("tenants", worst, "gpu_quota", flavor),
-                          f"tenants are guaranteed {total} {flavor} GPUs in all "
+                          f"tenants are guaranteed {total} {flavor} {pool.gpu_unit_word} in all "
                           f"({', '.join(f'{spec.tenants[i].name}: {n}' for i, n in asked)}) but node pool "
                           f"{flavor!r} holds {capacity} ({len(pool.hosts)} hosts x {pool.gpu.count}{shared}); "
                           "lower the nominal quotas or add hosts")

@@ -43,6 +43,9 @@ GPU_MODELS: dict[str, GpuModelInfo] = {
     "L4-24GB": GpuModelInfo("NVIDIA-L4", 24, 72, (1, 2, 4, 8), False, 0, 10.0, False),
 }
 
+GPU_RESOURCE = "nvidia.com/gpu"
+SHARED_GPU = "nvidia.com/gpu.shared"       # the device plugin's name for time slices with renameByDefault
+
 # Server models whose GPU count is fixed by the board (a pool may name one to have its count checked).
 # Peak power of a host model apart from its GPUs: the system's maximum less its GPUs at TDP (NVIDIA's DGX user
 # guides: DGX A100 6.5 kW, DGX H100 and H200 10.2 kW, DGX B200 14.3 kW). HGX boards vary by vendor: not known here.
@@ -199,6 +202,10 @@ class Sharing(SpecModel):
     """Time-slicing or MIG, never both on one pool (the device plugin can do only one per node)."""
 
     time_slicing_replicas: int | None = Field(None, ge=2, le=64, description="Omitted: no time-slicing.")
+    rename_shared: bool = Field(
+        True, description="Time-sliced GPUs are advertised as nvidia.com/gpu.shared, so a job asking for "
+                          "nvidia.com/gpu (a whole GPU) never lands on a slice, and one that wants a slice says "
+                          "so. Omitted: renamed. false: slices are nvidia.com/gpu like whole GPUs elsewhere.")
     mig_config: str | None = Field(
         None, pattern=r"^[a-z0-9][a-z0-9.-]*$",
         description="MIG layout name from the MIG manager config (e.g. all-1g.10gb). Omitted: MIG off.")
@@ -386,6 +393,18 @@ class NodePool(SpecModel):
             m = re.fullmatch(r"all-([1-7])g\..*", self.sharing.mig_config)
             return self.gpu.count * (7 // int(m.group(1))) if m else None
         return self.gpu.count
+
+    @property
+    def gpu_resource_name(self) -> str:
+        """The extended resource a pod of this pool asks for: whole GPUs and MIG slices are nvidia.com/gpu
+        (MIG strategy single), time slices nvidia.com/gpu.shared unless the spec keeps the plain name."""
+        s = self.sharing
+        return SHARED_GPU if s.time_slicing_replicas and s.rename_shared else GPU_RESOURCE
+
+    @property
+    def gpu_unit_word(self) -> str:
+        """What the pool's GPU resources are, for people: GPUs, or slices on a shared pool."""
+        return "slices" if self.sharing.time_slicing_replicas or self.sharing.mig_config else "GPUs"
 
     @property
     def gpu_units_per_host(self) -> int:

@@ -43,6 +43,8 @@ class FlavorQuota(SpecModel):
     gpus: Share
     cpu_cores: Share
     memory_gib: Share
+    gpu_resource: str = Field("nvidia.com/gpu", description="The pool's GPU resource name. Omitted: "
+                                                            "nvidia.com/gpu.")
 
 
 def _int_is_nominal(value: object) -> object:
@@ -153,6 +155,10 @@ class PoolCapacity(SpecModel):
     cpu_cores_per_host: int = Field(ge=1)
     memory_gib_per_host: int = Field(ge=1)
     gpu_resources: int | None = Field(None, ge=0, description="GPUs (or slices) in the pool. Omitted: unknown.")
+    gpu_resource: str = Field(
+        "nvidia.com/gpu", pattern=r"^nvidia\.com/gpu(\.shared)?$",
+        description="The extended resource its GPUs are (nvidia.com/gpu.shared for renamed time slices). Omitted: "
+                    "nvidia.com/gpu, as platform stacks exported before the name could differ.")
     guaranteed: int = Field(0, ge=0, description="Already guaranteed to tenants elsewhere. Omitted: none.")
 
 
@@ -186,7 +192,8 @@ def quotas_for(tenant: Tenant, pools: dict[str, PoolCapacity]) -> dict[str, Flav
         out[flavor] = FlavorQuota(gpus=Share(nominal=q.nominal, borrowing_limit=q.borrowing_limit,
                                              lending_limit=q.lending_limit),
                                   cpu_cores=share(pool.cpu_cores_per_host, tenant.cpu_cores),
-                                  memory_gib=share(pool.memory_gib_per_host, tenant.memory_gib))
+                                  memory_gib=share(pool.memory_gib_per_host, tenant.memory_gib),
+                                  gpu_resource=pool.gpu_resource)
     return out
 
 

@@ -159,10 +159,12 @@ def _nodes_check(pool: NodePool) -> Check:
     allocatable CPU and memory (below capacity on every real host) and its GPUs as the device plugin gives them."""
     units = pool.gpu_units_per_host
     expect = {"hosts": sorted(h.hostname for h in pool.hosts), "cpu": pool.allocatable_cpu_cores_per_host,
-              "memory_mib": pool.allocatable_memory_mib_per_host, "nvidia.com/gpu": units}
+              "memory_mib": pool.allocatable_memory_mib_per_host, "gpu_resource": pool.gpu_resource_name,
+              "gpus": units}
     return Check(f"nodes-{pool.name}", "nodes",
                  f"every {pool.name} node offers pods {expect['cpu']} cores, {expect['memory_mib'] // 1024} GiB and "
-                 f"{units} nvidia.com/gpu (allocatable), as the job templates assume", len(pool.hosts), "nodes",
+                 f"{units} {pool.gpu_resource_name} (allocatable), as the job templates assume", len(pool.hosts),
+                 "nodes",
                  workload=f"nodes/{pool.name}", expect=expect)
 
 
@@ -266,7 +268,7 @@ def _judge_nodes(check: Check, output: str) -> Result:
     for name in (h for h in e["hosts"] if h in items):
         got = items[name].get("status", {}).get("allocatable", {})
         cpu, memory_mib = parse.quantity(got.get("cpu", "0")), parse.quantity(got.get("memory", "0")) / 2**20
-        gpus = parse.quantity(got.get("nvidia.com/gpu", "0"))
+        gpus = parse.quantity(got.get(e["gpu_resource"], "0"))
         found = []
         if cpu < e["cpu"]:
             found.append(f"{name} offers {cpu:g} cores, the spec assumes {e['cpu']} (cpu_cores_per_host, "
@@ -274,8 +276,8 @@ def _judge_nodes(check: Check, output: str) -> Result:
         if memory_mib < e["memory_mib"]:
             found.append(f"{name} offers {memory_mib / 1024:.1f} GiB, the spec assumes {e['memory_mib'] / 1024:.1f} "
                          "(memory_gib_per_host is the Node's status.capacity.memory)")
-        if gpus != e["nvidia.com/gpu"]:
-            found.append(f"{name} offers {gpus:g} nvidia.com/gpu, the spec {e['nvidia.com/gpu']}")
+        if gpus != e["gpus"]:
+            found.append(f"{name} offers {gpus:g} {e['gpu_resource']}, the spec {e['gpus']}")
         if found:
             problems += found
             bad.add(name)

@@ -6,9 +6,11 @@ alone (`pytest -m e2e`) without the tools, the tests skip and say how to build t
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import pytest
@@ -178,12 +180,18 @@ def _name(job: dict[str, Any]) -> str:
 @pytest.fixture(scope="session", params=STACKS)
 def cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """The stack's plan applied to a fresh control plane: CRDs, then its objects (dry run first), then nodes."""
+    with running_cluster(request.param, tmp_path_factory.mktemp(f"e2e-{request.param}")) as c:
+        yield c
+
+
+@contextlib.contextmanager
+def running_cluster(stack: str | Path, work: Path) -> Iterator[Cluster]:
+    """A stack of stacks/ (by name) or a spec file, planned with the real command line and applied to a fresh
+    control plane; stopped afterwards."""
     missing = missing_tools()
     if missing:
         message = f"control-plane tools missing ({', '.join(missing)}): run `make e2e-tools`"
         pytest.fail(message) if REQUIRED else pytest.skip(message)
-    stack = request.param
-    work = tmp_path_factory.mktemp(f"e2e-{stack}")
     plan = plan_stack(stack, work / "plan")
     cp = ControlPlane(plan.kueue_config(), work / "cp")
     try:
@@ -204,8 +212,10 @@ def cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
     except (ControlPlaneError, AssertionError):
         cp.close()
         raise
-    yield c
-    cp.close()
+    try:
+        yield c
+    finally:
+        cp.close()
 
 
 def apply_plan(cp: ControlPlane, plan: StackPlan) -> list[str]:

@@ -245,7 +245,14 @@ class ControlPlane:
         """The MPIJob CRD of the release the operator is built from (the file the stack's ConfigFile fetches);
         server-side, as upstream says to apply it: client-side apply's annotation would exceed its size limit."""
         self.apply_files(sorted((TOOLS / "mpi-operator-crds").glob("*.yaml")))
-        self.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "mpijobs.kubeflow.org")
+        # Polled: `kubectl wait` on a CRD whose status the apiserver has not written yet fails at once
+        # ("status.conditions accessor error") instead of waiting.
+        deadline = time.monotonic() + 60
+        while not any(c.get("type") == "Established" and c.get("status") == "True" for c in
+                      (self.get("crd", "mpijobs.kubeflow.org").get("status") or {}).get("conditions") or []):
+            if time.monotonic() > deadline:
+                raise ControlPlaneError("the MPIJob CRD is not Established after 60 s")
+            time.sleep(0.5)
 
     def start_mpi_operator(self, lock_namespace: str) -> None:
         """The controller with the arguments of the stack's Deployment; ready once it holds its leader lease."""

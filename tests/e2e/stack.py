@@ -39,13 +39,14 @@ class StackPlan:
         return yaml.safe_load(values["managerConfig"]["controllerManagerConfigYaml"])
 
 
-def plan_stack(stack: str, out: Path) -> StackPlan:
-    """Plan the stack with the real command line, as a user would, and read back what it wrote."""
-    proc = subprocess.run([sys.executable, "-m", "components", "plan", stack, "--out", str(out)], cwd=ROOT,
+def plan_stack(stack: str | Path, out: Path) -> StackPlan:
+    """Plan the stack (a name in stacks/, or a spec file) with the real command line, as a user would, and read
+    back what it wrote."""
+    proc = subprocess.run([sys.executable, "-m", "components", "plan", str(stack), "--out", str(out)], cwd=ROOT,
                           capture_output=True, text=True)
     if proc.returncode != 0:
         raise AssertionError(f"gpucluster plan {stack} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
-    spec = load_spec(ROOT / "stacks" / f"{stack}.yaml")
+    spec = load_spec(stack if isinstance(stack, Path) else ROOT / "stacks" / f"{stack}.yaml")
     objects, patches, skipped = [], [], {}
     for path in sorted((out / "manifests").rglob("*.yaml")):
         obj = yaml.safe_load(path.read_text())
@@ -58,7 +59,7 @@ def plan_stack(stack: str, out: Path) -> StackPlan:
             continue
         objects.append(obj)
     checks = [o for p in sorted((out / "checks").glob("*.yaml")) for o in yaml.safe_load_all(p.read_text()) if o]
-    return StackPlan(stack, spec, out, objects, patches, checks, skipped)
+    return StackPlan(stack if isinstance(stack, str) else stack.stem, spec, out, objects, patches, checks, skipped)
 
 
 def ordered(objects: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
@@ -97,7 +98,7 @@ def kwok_node(spec: ClusterSpec, pool: NodePool, hostname: str, burn_in_failed: 
     verdict = (False, "burn-in failed (e2e)") if burn_in_failed else (True, "passed")
     patch = render_node_patch(NodePoolArgs.from_spec(spec, pool), host, verdict)
     capacity = {"cpu": str(pool.cpu_cores_per_host), "memory": f"{pool.memory_gib_per_host}Gi", "pods": "110",
-                "nvidia.com/gpu": str(pool.gpu_units_per_host)}
+                pool.gpu_resource_name: str(pool.gpu_units_per_host)}
     if network_operator_enabled(spec) and pool.nics:
         capacity[rdma_resource(spec)] = str(spec.kubernetes.network_operator.rdma_hca_max)
     # As a real kubelet reports it (node-allocatable rules, written out here apart from the library's own

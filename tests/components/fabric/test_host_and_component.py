@@ -260,7 +260,7 @@ def test_nccl_job_fits_a_time_sliced_pool_and_skips_a_mig_pool(dev_data):
     _, job = render_nccl_job(spec, spec.node_pools[0])
     workers = job["spec"]["mpiReplicaSpecs"]["Worker"]
     assert job["spec"]["slotsPerWorker"] == 1
-    assert workers["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == 1
+    assert workers["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu.shared"] == 1   # a renamed slice
     launcher = job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]["command"][2]
     assert "-N 1 " in launcher and "f=42.5" in launcher          # one 400G NIC = 50 GB/s, 85%
     dev_data["node_pools"][0]["sharing"] = {"mig_config": "all-1g.10gb"}

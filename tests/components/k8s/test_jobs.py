@@ -115,7 +115,8 @@ def test_a_time_sliced_pool_gets_one_replica_per_pod(dev_data):
     spec = parse_spec(yaml.safe_dump(dev_data))
     job = render_example_jobs(spec)["team-a-h100"]
     [c] = job["spec"]["template"]["spec"]["containers"]
-    assert c["resources"]["limits"]["nvidia.com/gpu"] == "1" and job["spec"]["parallelism"] == 2
+    assert c["resources"]["limits"]["nvidia.com/gpu.shared"] == "1" and job["spec"]["parallelism"] == 2
+    assert "nvidia.com/gpu" not in c["resources"]["limits"]           # a whole GPU is another resource
     assert "--nproc-per-node=1" in c["command"]
     try:
         render_job(spec, spec.tenants[0], spec.pools["h100"], name="t", gpus_per_pod=4)

@@ -107,12 +107,17 @@ def test_each_pool_flavor_carries_the_cpu_and_memory_of_its_gpus(dev_data):
     spec = parse_spec(yaml.safe_dump(dev_data))
     flavors = render_cluster_queue(args_for(spec))["spec"]["resourceGroups"][0]["flavors"]
     assert [f["name"] for f in flavors] == ["h100", "l40s"]
+    # Whole GPUs and renamed slices are two resources: each flavor has quota for its own, none of the other.
     assert flavors[0]["resources"] == [{"name": "cpu", "nominalQuota": "56"}, {"name": "memory", "nominalQuota": "1024Gi"},
-                                       {"name": "nvidia.com/gpu", "nominalQuota": 4}]
+                                       {"name": "nvidia.com/gpu", "nominalQuota": 4},
+                                       {"name": "nvidia.com/gpu.shared", "nominalQuota": 0}]
     # 4 L40S x 2 slices per host: quotas count slices, so 6 slices bring 6/8 of the host, not 6/4.
     assert flavors[1]["resources"] == [{"name": "cpu", "nominalQuota": "48", "borrowingLimit": "16"},
                                        {"name": "memory", "nominalQuota": "384Gi", "borrowingLimit": "128Gi"},
-                                       {"name": "nvidia.com/gpu", "nominalQuota": 6, "borrowingLimit": 2}]
+                                       {"name": "nvidia.com/gpu", "nominalQuota": 0},
+                                       {"name": "nvidia.com/gpu.shared", "nominalQuota": 6, "borrowingLimit": 2}]
+    group = render_cluster_queue(args_for(spec))["spec"]["resourceGroups"][0]
+    assert group["coveredResources"] == ["cpu", "memory", "nvidia.com/gpu", "nvidia.com/gpu.shared"]
     dev_data["tenants"][0]["cpu_cores"] = 100
     spec = parse_spec(yaml.safe_dump(dev_data))
     cpus = [f["resources"][0]["nominalQuota"] for f in render_cluster_queue(args_for(spec))["spec"]["resourceGroups"][0]["flavors"]]

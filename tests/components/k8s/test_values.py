@@ -100,13 +100,17 @@ def test_the_hosts_driver_is_the_default_and_the_operator_leaves_it_alone(dev_sp
         "enabled": False, "kernelModuleType": "auto", "rdma": {"enabled": False, "useHostMofed": False}}
 
 
-def test_time_slicing_config_is_keyed_by_pool(make_spec):
-    spec = make_spec(lambda d: d["node_pools"][0].update(sharing={"time_slicing_replicas": 4}))
+@pytest.mark.parametrize("rename", [True, False])
+def test_time_slicing_config_is_keyed_by_pool(make_spec, rename):
+    """Renamed by default: the device plugin advertises the slices as nvidia.com/gpu.shared."""
+    spec = make_spec(lambda d: d["node_pools"][0].update(sharing={"time_slicing_replicas": 4,
+                                                                  **({} if rename else {"rename_shared": False})}))
     config = gpu_operator.render_gpu_operator_values(spec)["devicePlugin"]["config"]
     assert config["name"] == gpu_operator.DEVICE_PLUGIN_CONFIG and config["default"] == "default"
     assert yaml.safe_load(config["data"]["h100"]) == {"version": "v1", "sharing": {"timeSlicing": {
-        "renameByDefault": False, "failRequestsGreaterThanOne": True,
+        "renameByDefault": rename, "failRequestsGreaterThanOne": True,
         "resources": [{"name": "nvidia.com/gpu", "replicas": 4}]}}}
+    assert spec.node_pools[0].gpu_resource_name == ("nvidia.com/gpu.shared" if rename else "nvidia.com/gpu")
     assert yaml.safe_load(config["data"]["default"]) == {"version": "v1"}
 
 
