@@ -428,6 +428,31 @@ fi
 """
 
 
+# With RDMA, a mounted client is not yet an RDMA client: a module built without OFED's verbs runs with
+# connUseRDMA 0, and a server without libbeegfs-ib answers over TCP. Both show in the module's proc files
+# (client_module/source/filesystem/ProcFsHelper.c: `connUseRDMA = N` in config; per server a line
+# `   Connections: TCP: n (peer); RDMA: n (peer); `, or `<none>`). `df` makes it connect to every storage server.
+BEEGFS_PROC = "/proc/fs/beegfs"
+BEEGFS_RDMA_CHECK = r"""
+# beegfs_rdma PROC_DIR MOUNT: the client runs with RDMA and reaches no server over TCP alone
+beegfs_rdma() {
+  local cfgs=("$1"/*/config) node="" line tcp=()
+  [[ -f "${cfgs[0]}" ]] || fail "no $1/*/config: the BeeGFS client module is not loaded"
+  grep -qx 'connUseRDMA = 1' "${cfgs[@]}" || fail "the BeeGFS client module runs without RDMA (connUseRDMA is not 1 in ${cfgs[0]}): it was built without OFED's verbs; check @AUTOBUILD@, then /etc/init.d/beegfs-client rebuild"
+  timeout 60 df -t beegfs "$2" >/dev/null || fail "df $2 got no answer within 60 s: a BeeGFS server is unreachable"
+  while IFS= read -r line; do
+    case $line in
+      "   Connections:"*) if [[ $line == *TCP:* && $line != *RDMA:* ]]; then tcp+=("$node"); fi ;;
+      "   "*) ;;
+      *) node=${line%% \[*} ;;
+    esac
+  done < <(cat "$1"/*/meta_nodes "$1"/*/storage_nodes)
+  ((${#tcp[@]} == 0)) || fail "the BeeGFS client reaches ${tcp[*]} over TCP, not RDMA: install libbeegfs-ib on those servers and check their RDMA NIC (storage.server_interface)"
+  note "BeeGFS over RDMA to every server it is connected to"
+}
+"""
+
+
 def render_beegfs_client(spec: ClusterSpec, layout: Layout, hostname: str, interface: str) -> Script:
     storage = spec.storage
     conf = "/etc/beegfs/beegfs-client.conf"
@@ -446,7 +471,10 @@ def render_beegfs_client(spec: ClusterSpec, layout: Layout, hostname: str, inter
                    'CONF_CHANGED=$((CONF_CHANGED | FILE_CHANGED))\n', MOUNTS=f"{layout.mount_point} {conf}")
             + "CLIENT_CHANGED=$CONF_CHANGED\n" + helper + 'running beegfs-client "$CLIENT_CHANGED"\n'
             + fill('findmnt -rn @MOUNT@ >/dev/null || fail "beegfs-client runs but @MOUNT@ is not mounted '
-                   '(journalctl -u beegfs-client)"', MOUNT=layout.mount_point))
+                   '(journalctl -u beegfs-client)"\n', MOUNT=layout.mount_point)
+            + (fill(BEEGFS_RDMA_CHECK, AUTOBUILD=BEEGFS_AUTOBUILD) + call("beegfs_rdma", BEEGFS_PROC,
+                                                                         layout.mount_point) + "\n"
+               if spec.fabric.rdma else ""))
     create = script(f"BeeGFS {layout.fs_name} client on {hostname}", hostname, body)
     delete = script(f"Stop the BeeGFS {layout.fs_name} client on {hostname}", hostname,
                     "systemctl disable --now beegfs-client\n")

@@ -255,7 +255,8 @@ class ControlPlane:
             time.sleep(0.5)
 
     def start_mpi_operator(self, lock_namespace: str) -> None:
-        """The controller with the arguments of the stack's Deployment; ready once it holds its leader lease."""
+        """The controller with the arguments of the stack's Deployment; ready once it holds its leader lease.
+        One per machine at a time: its health server listens on port 8080, which no flag changes."""
         self._start("mpi-operator", [f"--kubeConfig={self.kubeconfig}", "-alsologtostderr",
                                      f"--lock-namespace={lock_namespace}"])
         self._wait("mpi-operator", lambda: self.get("leases", namespace=lock_namespace)["items"], timeout_s=60)

@@ -28,6 +28,8 @@ def mixed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
                 hosts=[{"hostname": f"gpu-dev-0{i}", "address": f"10.10.0.1{i}", "rack": "r01"} for i in (3, 4)])
     data["node_pools"].append(pool)
     data["tenants"][0]["gpu_quota"][SHARED] = 8
+    # The MPI operator's health port is fixed (8080), and a stack's cluster may be running beside this one.
+    data["kubernetes"]["mpi_operator"] = {"enabled": False}
     work = tmp_path_factory.mktemp("e2e-sharing")
     path = work / "dev-shared.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))

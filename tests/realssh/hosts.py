@@ -188,6 +188,9 @@ class TestHosts:
             f"mount -t overlay overlay -o lowerdir={top},upperdir={host.root}/{top.strip('/').replace('/', '_')}/up,"
             f"workdir={host.root}/{top.strip('/').replace('/', '_')}/work {top}" for top in OVERLAID)
         mounts += "".join(f"; mount --bind {host.root}/sys_{t.replace('/', '_')} /sys/{t}" for t in FAKE_SYSFS)
+        # /proc/fs, where kernel filesystem modules (BeeGFS's client) publish their state: a tree of the test's
+        (host.root / "proc_fs").mkdir(exist_ok=True)
+        mounts += f"; mount --bind {host.root}/proc_fs /proc/fs"
         boot = f"set -e; {mounts}; mount -t tmpfs -o size=64m tmpfs /dev/shm; exec /usr/sbin/sshd -D -e -f {host.root}/sshd_config"
         log = open(host.root / "sshd.log", "w")
         host.process = subprocess.Popen([*ns, "unshare", "--mount", "--propagation", "private", "bash", "-c", boot],

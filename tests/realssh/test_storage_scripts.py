@@ -44,6 +44,9 @@ mkfs.ext4 -q -F -L "$label" "${*: -1}"
     "mkfs.xfs": _RECORD + 'mkfs.ext4 -q -F -L "${3}" "${*: -1}"\n',     # -f -L LABEL DEVICE
     "mount": _RECORD + 'mkdir -p "$S/mounts"; touch "$S/mounts/${1//\\//_}"\n',
     "umount": _RECORD + 'rm -f "$S/mounts/${1//\\//_}"\n',
+    # `df -t beegfs MOUNT` answers for a mounted BeeGFS (the client's RDMA check calls it); anything else is df's
+    "df": _RECORD + 'if [[ "${1:-}" == -t && "${2:-}" == beegfs ]]; then [[ -e "$S/mounts/${3//\\//_}" ]]; '
+                    'else exec /usr/bin/df "$@"; fi\n',
     "findmnt": _RECORD + '[[ -e "$S/mounts/${*: -1}" || -e "$S/mounts/${2//\\//_}" ]]\n',
     "lnetctl": _RECORD,
     "mount.lustre": _RECORD,
@@ -324,9 +327,16 @@ def test_missing_packages_come_from_the_specs_repository_once(test_hosts, host, 
     # apt drops to its _apt user, which cannot write under the overlay this test host lives in
     host.put("/etc/apt/apt.conf.d/99sandbox", 'APT::Sandbox::User "root";\n')
     host.sh(f"mkdir -p {STATE_DIR}/mounts")
+    # the client module, loaded with RDMA, as its proc files show it (ProcFsHelper.c's format)
+    module = host.root / "proc_fs" / "beegfs" / "5F1E-6A2B-gpu-dev-03"
+    module.mkdir(parents=True, exist_ok=True)
+    (module / "config").write_text("connUseRDMA = 1\n")
+    (module / "meta_nodes").write_text("stor-dev-01 [ID: 1]\n   Root: <yes>\n   Connections: RDMA: 1 (10.22.0.31:8005); \n")
+    (module / "storage_nodes").write_text("stor-dev-01 [ID: 1]\n   Connections: RDMA: 2 (10.22.0.31:8003); \n")
     secret = "Rk9PQkFSc2VjcmV0MTIzNDU2Nzg5MGFiY2RlZmdoaWprbG1ub3BxcnN0dXZ3eHl6"
     first = run(test_hosts, host, script.create, stdin=secret)
     assert first.returncode == 0, first.stderr
+    assert f"{host.name}: BeeGFS over RDMA to every server it is connected to" in first.stdout
     assert host.read("/etc/beegfs/conn.auth") == secret + "\n" and secret not in first.stdout + first.stderr
     assert oct(host.upper("/etc/beegfs/conn.auth").stat().st_mode & 0o777) == "0o400"
     assert f"{host.name}: changed: installed beegfs-client beegfs-helperd beegfs-utils from file://" in first.stdout
@@ -341,6 +351,10 @@ def test_missing_packages_come_from_the_specs_repository_once(test_hosts, host, 
     assert f"{host.name}: changed: restarted beegfs-client" in rotated.stdout
     fed = run(test_hosts, host, script.create)            # fed to bash on its input: no secret to read
     assert fed.returncode == 1 and "reads the connection secret on standard input" in fed.stderr
+    # a storage server without libbeegfs-ib answers over TCP: mounted and working, but not what the spec says
+    (module / "storage_nodes").write_text("stor-dev-01 [ID: 1]\n   Connections: TCP: 2 (10.22.0.31:8003); \n")
+    tcp = run(test_hosts, host, script.create, stdin=secret[::-1])
+    assert tcp.returncode == 1 and "the BeeGFS client reaches stor-dev-01 over TCP, not RDMA" in tcp.stderr
 
 
 def lustre_mgs(host, device: str, tunables: dict):

@@ -122,3 +122,47 @@ def test_quota_tracking_mounts_storage_targets_with_xfs_accounting():
     assert "xfs defaults,noatime,nofail,uqnoenforce,gqnoenforce" in server
     assert "ext4 defaults,noatime,nofail\n" in server          # metadata targets need no accounting
 
+
+
+def _rdma_check(tmp_path, config: str, nodes: str):
+    """The client script's RDMA check, run by bash against a proc tree in the module's format (ProcFsHelper.c)."""
+    import subprocess
+
+    from components.spec import load_spec
+    from components.storage.layout import plan_layout
+    from components.storage.scripts import BEEGFS_PROC, render_beegfs_client
+    from tests.conftest import ROOT
+    spec = load_spec(ROOT / "stacks" / "dev.yaml")                       # BeeGFS over RDMA on RoCE
+    layout = plan_layout(spec)
+    text = render_beegfs_client(spec, layout, "gpu-dev-01", "ens1f0np0").create
+    start = text.index("beegfs_rdma() {")
+    function = text[start:text.index("\n}\n", start) + 3]
+    assert f"beegfs_rdma {BEEGFS_PROC} {layout.mount_point}\n" in text
+    proc = tmp_path / "proc" / "beegfs" / "1A2B-3C4D-gpu-dev-01"
+    proc.mkdir(parents=True)
+    (proc / "config").write_text(f"cfgFile = /etc/beegfs/beegfs-client.conf\nconnUseRDMA = {config}\n")
+    (proc / "meta_nodes").write_text("stor-dev-01 [ID: 1]\n   Root: <yes>\n   Connections: RDMA: 1 (10.22.0.31:8005); \n")
+    (proc / "storage_nodes").write_text(nodes)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "df").write_text("#!/bin/sh\nexit 0\n")
+    (bin_dir / "df").chmod(0o755)
+    harness = ('fail() { echo "$*" >&2; exit 1; }\nnote() { echo "$*"; }\n' + function
+               + f"beegfs_rdma {tmp_path / 'proc' / 'beegfs'} /mnt/devfs\n")
+    return subprocess.run(["bash", "-c", "set -euo pipefail\n" + harness], capture_output=True, text=True,
+                          env={"PATH": f"{bin_dir}:/usr/bin:/bin"}, timeout=30)
+
+
+def test_an_rdma_client_passes_when_every_server_is_reached_over_rdma(tmp_path):
+    out = _rdma_check(tmp_path, "1", "stor-dev-01 [ID: 1]\n   Connections: TCP: 1 (10.22.0.31:8003); RDMA: 4 "
+                                     "(10.22.0.31:8003); \nstor-dev-02 [ID: 2]\n   Connections: <none>\n")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == "BeeGFS over RDMA to every server it is connected to\n"
+
+
+def test_a_client_module_without_rdma_or_a_server_over_tcp_fails_saying_which(tmp_path):
+    out = _rdma_check(tmp_path, "0", "")
+    assert out.returncode == 1 and "the BeeGFS client module runs without RDMA" in out.stderr
+    out = _rdma_check(tmp_path / "b", "1", "stor-dev-01 [ID: 1]\n   Connections: TCP: 2 (10.22.0.31:8003); \n")
+    assert out.returncode == 1
+    assert out.stderr.startswith("the BeeGFS client reaches stor-dev-01 over TCP, not RDMA: install libbeegfs-ib")
