@@ -145,22 +145,13 @@ def _known_hosts(spec: ClusterSpec, pool: NodePool) -> str:
     return "\n".join(out) or "# no host keys pinned in the spec"
 
 
-def ranks_per_host(pool: NodePool) -> int:
-    """GPUs the NCCL check runs on per host: all of them, or one on a time-sliced pool, whose device plugin
-    refuses a pod more than one slice (failRequestsGreaterThanOne) and where NCCL refuses two ranks on one GPU."""
-    return 1 if pool.sharing.time_slicing_replicas else pool.gpu.count
-
-
 def nccl_floor_gb_per_s(spec: ClusterSpec, pool: NodePool) -> float:
     """The pool's floor, the fabric's, or nccl_min_percent (85%) of the slower of NVLink (the model's bus bandwidth)
     and the NICs the ranks use (all of the node's, or the fastest one for a single rank per host)."""
     wanted = pool.nccl_min_busbw_gb_per_s or spec.fabric.checks.nccl_min_busbw_gb_per_s
     if wanted is not None:
         return wanted
-    speeds = [n.speed_gbps for n in pool.nics]
-    nic_gb_per_s = (sum(speeds) if ranks_per_host(pool) > 1 else max(speeds, default=0)) / 8
-    share = spec.fabric.checks.nccl_min_percent / 100
-    return round(share * min(pool.gpu.info.busbw_gb_per_s, nic_gb_per_s or pool.gpu.info.busbw_gb_per_s), 1)
+    return round(spec.fabric.checks.nccl_min_percent / 100 * pool.nccl_line_rate_gb_per_s, 1)
 
 
 def render_nccl_job(spec: ClusterSpec, pool: NodePool) -> list[dict[str, Any]]:
@@ -173,7 +164,7 @@ def render_nccl_job(spec: ClusterSpec, pool: NodePool) -> list[dict[str, Any]]:
     hosts = min(spec.fabric.checks.nccl_hosts or len(pool.hosts), len(pool.hosts))
     if hosts < 2 or pool.sharing.mig_config:
         return []
-    gpus, floor = ranks_per_host(pool), nccl_floor_gb_per_s(spec, pool)
+    gpus, floor = pool.nccl_ranks_per_host, nccl_floor_gb_per_s(spec, pool)
     env = [{"name": k, "value": v} for k, v in pod_env(nccl_envs(spec)[pool.name]).items()]
     exports = " ".join(f"-x {e['name']}" for e in env)
     launcher = fill(r'''set -euo pipefail

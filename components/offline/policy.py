@@ -9,6 +9,7 @@ enforcement levels and settings come from the same config file `pulumi preview -
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import json
 import sys
@@ -58,12 +59,28 @@ def load_policies(project_dir: Path) -> list[Any]:
 def load_config(path: Path, policies: list[Any]) -> dict[str, tuple[int, dict[str, Any]]]:
     """Policy name -> (enforcement level, settings) from a Pulumi policy-pack config file: `{"all": LEVEL,
     "<policy>": LEVEL | {"enforcementLevel": LEVEL, "<setting>": value}}`. Every error is reported at once."""
+    what = "the policy config"
+    repeated: list[str] = []
+
+    def unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        keys = [k for k, _ in pairs]
+        repeated.extend(k for i, k in enumerate(keys) if k in keys[:i])
+        return dict(pairs)
+
+    def no_constant(name: str) -> Any:
+        raise ValueError(f"{name} is not a JSON number; give a finite value")
+
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise SpecError(str(path), [f"{path}: cannot read a JSON policy config: {e}"]) from None
+        raw = json.loads(path.read_text(encoding="utf-8"), object_pairs_hook=unique, parse_constant=no_constant)
+    except (OSError, UnicodeDecodeError, ValueError) as e:     # JSONDecodeError is a ValueError
+        raise SpecError(str(path), [f"{path}: cannot read a JSON policy config: {e}"], what) from None
+    except RecursionError:
+        raise SpecError(str(path), [f"{path}: nested too deeply to be a policy config"], what) from None
+    if repeated:
+        raise SpecError(str(path), [f"{path}: {k!r} is given twice; JSON keeps the last one silently, which can "
+                                    "turn a policy off: keep one" for k in dict.fromkeys(repeated)], what)
     if not isinstance(raw, dict):
-        raise SpecError(str(path), [f"{path}: a policy config is a JSON object of policy names"])
+        raise SpecError(str(path), [f"{path}: a policy config is a JSON object of policy names"], what)
     by_name = {p.name: p for p in policies}
     problems: list[str] = []
 
@@ -80,7 +97,13 @@ def load_config(path: Path, policies: list[Any]) -> dict[str, tuple[int, dict[st
             continue
         policy = by_name.get(name)
         if policy is None:
-            problems.append(f"{path}: {name!r} is not a policy of the pack; known: {', '.join(sorted(by_name))}")
+            close = difflib.get_close_matches(name, by_name, n=1)
+            problems.append(f"{path}: {name!r} is not a policy of the pack"
+                            + (f"; did you mean {close[0]!r}?" if close else f"; known: {', '.join(sorted(by_name))}"))
+            continue
+        if not isinstance(entry, (dict, str)):
+            problems.append(f"{path}: {name}: {type(entry).__name__} where an enforcement level or an object of "
+                            "settings belongs")
             continue
         props = dict(entry) if isinstance(entry, dict) else {}
         chosen = level(name, props.pop("enforcementLevel")) if "enforcementLevel" in props else \
@@ -92,10 +115,14 @@ def load_config(path: Path, policies: list[Any]) -> dict[str, tuple[int, dict[st
                     "additionalProperties": False}
             for error in jsonschema.Draft7Validator(body).iter_errors(props):
                 where = ".".join(str(p) for p in error.absolute_path) or "(settings)"
-                problems.append(f"{path}: {name}.{where}: {error.message}")
+                unknown = [k for k in props if k not in (schema.properties if schema else {})]
+                hint = difflib.get_close_matches(unknown[0], schema.properties if schema else {}, n=1) \
+                    if error.validator == "additionalProperties" and unknown else []
+                problems.append(f"{path}: {name}.{where}: {error.message}"
+                                + (f"; did you mean {hint[0]!r}?" if hint else ""))
         out[name] = (chosen if chosen is not None else -1, props)
     if problems:
-        raise SpecError(str(path), problems)
+        raise SpecError(str(path), problems, what)
     resolved = {}
     for p in policies:
         own = LEVELS[p.enforcement_level.value] if p.enforcement_level else apb.MANDATORY

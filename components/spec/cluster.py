@@ -406,16 +406,68 @@ def _control_plane_apart(spec: ClusterSpec) -> Iterator[Problem]:
                               f"{field} to the management interface")
 
 
-def _ssh_off_the_rails(spec: ClusterSpec) -> Iterator[Problem]:
-    subnets = [ipaddress.ip_network(c) for c in spec.kubernetes.network_operator.rail_subnets]
+def _rail_subnets(spec: ClusterSpec) -> Iterator[Problem]:
+    """The pods' address ranges on the rails (nv-ipam hands each node a block of ips_per_node of its rail's
+    subnet): unicast, apart from each other, large enough for every node's block, and holding no address a host,
+    storage server or switch already has (pods would be given it, or SSH would run over a data NIC)."""
+    n = spec.kubernetes.network_operator
+    subnets = [ipaddress.ip_network(c) for c in n.rail_subnets]
+    loc = ("kubernetes", "network_operator", "rail_subnets")
+    rails = sorted({nic.rail for p in spec.node_pools for nic in p.nics})
+    for k, net in enumerate(subnets):
+        kind = next((what for what, bad in (("multicast", net.is_multicast), ("loopback", net.is_loopback),
+                                            ("link-local", net.is_link_local), ("unspecified", net.is_unspecified),
+                                            ("reserved", net.is_reserved)) if bad), None)
+        if kind:
+            yield Problem((*loc, k), f"{net} is a {kind} range, which no pod can be given; use a private unicast "
+                                     "range (e.g. 10.201.0.0/16)")
+            continue
+        other = next((j for j, o in enumerate(subnets[:k]) if net.overlaps(o)), None)
+        if other is not None:
+            yield Problem((*loc, k), f"{net} overlaps rail_subnets[{other}] {subnets[other]}: two rails would hand "
+                                     "out the same pod addresses; give each rail its own range")
+        if k < len(rails):
+            nodes = sum(len(p.hosts) for p in spec.node_pools if any(nic.rail == rails[k] for nic in p.nics))
+            if nodes * n.ips_per_node > net.num_addresses - 2:
+                yield Problem((*loc, k), f"{net} holds {net.num_addresses - 2} pod addresses but rail {rails[k]}'s "
+                                         f"{nodes} node(s) take a block of {n.ips_per_node} (ips_per_node) each, "
+                                         f"{nodes * n.ips_per_node} in all; use a larger range or fewer ips_per_node")
+    holders: list[tuple[Loc, str, str]] = [
+        (("node_pools", i, "hosts", j, "address"), f"host {h.hostname}'s SSH address", h.address)
+        for i, p in enumerate(spec.node_pools) for j, h in enumerate(p.hosts)]
+    for i, server in enumerate(spec.storage.servers):
+        holders.append((("storage", "servers", i, "address"), f"storage server {server.hostname}'s address",
+                        server.address))
+        if server.data_address:
+            holders.append((("storage", "servers", i, "data_address"),
+                            f"storage server {server.hostname}'s data address", server.data_address))
+    holders += [(("fabric", "switches", i, "address"), f"switch {sw.name}'s address", sw.address)
+                for i, sw in enumerate(spec.fabric.switches)]
+    for k, net in enumerate(subnets):
+        inside = [(where, what, addr) for where, what, addr in holders if ipaddress.ip_address(addr) in net]
+        if inside:
+            yield Problem((*loc, k), f"{net} (rail {rails[k] if k < len(rails) else k}'s pod addresses) holds "
+                                     f"{len(inside)} address(es) already in use: "
+                                     f"{', '.join(f'{what} {addr}' for _, what, addr in inside[:5])}; pods would be "
+                                     "given them, and SSH would run over a data NIC: move the rail subnet to a range "
+                                     "no host uses (or, if that is a data NIC's address, give the management "
+                                     "address instead)")
+
+
+def _nccl_floor_reachable(spec: ClusterSpec) -> Iterator[Problem]:
+    """A check floor above what the pool's GPUs and NICs can carry fails on every healthy cluster; 1.25 times
+    the line rate leaves room for in-network reductions (SHARP, NVLS)."""
+    fabric_floor = spec.fabric.checks.nccl_min_busbw_gb_per_s
     for i, pool in enumerate(spec.node_pools):
-        for j, host in enumerate(pool.hosts):
-            inside = next((n for n in subnets if ipaddress.ip_address(host.address) in n), None)
-            if inside is not None:
-                yield Problem(("node_pools", i, "hosts", j, "address"),
-                              f"{host.hostname}'s SSH address {host.address} is in rail subnet {inside} "
-                              "(kubernetes.network_operator.rail_subnets), so SSH would run over a data NIC; "
-                              "use its management address")
+        ceiling = round(1.25 * pool.nccl_line_rate_gb_per_s, 1)
+        wanted, loc = ((pool.nccl_min_busbw_gb_per_s, ("node_pools", i, "nccl_min_busbw_gb_per_s"))
+                       if pool.nccl_min_busbw_gb_per_s is not None
+                       else (fabric_floor, ("fabric", "checks", "nccl_min_busbw_gb_per_s")))
+        if wanted is not None and wanted > ceiling and len(pool.hosts) >= 2:
+            yield Problem(loc, f"an NCCL floor of {wanted:g} GB/s is more than pool {pool.name} can carry "
+                               f"({pool.nccl_line_rate_gb_per_s:g} GB/s: the slower of its GPUs' NVLink and its NICs), "
+                               f"so the check fails on healthy nodes; use at most {ceiling:g}, or omit it for "
+                               "nccl_min_percent of the line rate")
 
 
 def _kubernetes(spec: ClusterSpec) -> Iterator[Problem]:
@@ -532,6 +584,6 @@ def _tenant_claims_fit(spec: ClusterSpec) -> Iterator[Problem]:
 
 _RULES: tuple[Check, ...] = (_unique_names, _racks_exist, _tenants, _tenant_namespaces_free, _tenant_quotas_fit,
                              _tenant_cpu_memory_fit, _infiniband, _switches, _leaves_reach_spines,
-                             _control_plane_apart, _ssh_off_the_rails, _cabling, _kubernetes, _rack_power,
-                             _storage_reachable, _tenant_claims_fit)
+                             _control_plane_apart, _rail_subnets, _nccl_floor_reachable, _cabling, _kubernetes,
+                             _rack_power, _storage_reachable, _tenant_claims_fit)
 ClusterSpec._checks = _RULES

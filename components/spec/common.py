@@ -145,10 +145,17 @@ class SpecModel(BaseModel):
 
 # --- grammars -----------------------------------------------------------------------------------------
 
+_PORT_RE = re.compile(r"^(?:[a-z]+://)?[^/:@]+:([0-9]+)")
+
+
 def _grammar(rx: re.Pattern[str], what: str, example: str, max_len: int) -> Callable[[str], str]:
     def check(value: str) -> str:
         if len(value) > max_len or not rx.fullmatch(value):
             raise ValueError(f"{shown(value)} is not {what} (e.g. {example!r})")
+        port = _PORT_RE.match(value)
+        if port and not 0 < int(port.group(1)) < 65536:
+            raise ValueError(f"{shown(value)} names port {port.group(1)}, which no server listens on (ports are "
+                             "1 to 65535); fix the port or leave it out for the scheme's default")
         return value
     return check
 
@@ -226,6 +233,10 @@ def _group_name(value: str) -> str:
     if not value.strip() or value != value.strip() or CONTROL_RE.search(value) or len(value) > 256:
         raise ValueError(f"{shown(value)} is not an identity group name: give the group's name as the identity "
                          "provider sends it, without leading or trailing spaces or control characters")
+    if value.startswith("system:"):
+        raise ValueError(f"{shown(value)} is a Kubernetes system group (system:authenticated is every user, "
+                         "system:masters and system:serviceaccounts the cluster's own): binding it hands the role "
+                         "to all of them; name your identity provider's group")
     return value
 
 

@@ -11,7 +11,7 @@ from typing import Annotated, Iterator, Literal, NamedTuple
 from pydantic import AfterValidator, Field
 
 from .common import (AbsPath, DnsLabel, HostName, HostOrIp, InterfaceName, IpAddress, Labels, Problem, SpecModel,
-                     Taint, UserName, Version, shown)
+                     Taint, UserName, Version, shown, valid)
 
 
 class GpuModelInfo(NamedTuple):
@@ -79,6 +79,32 @@ def _host_key(value: str) -> str:
 
 
 HostKey = Annotated[str, AfterValidator(_host_key)]
+
+
+CPU_LIST_RE = re.compile(r"[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*")
+
+
+def _cpu_list(value: str) -> str:
+    """A kubelet CPU list as the kubelet parses it (cpuset: ranges low-high, each CPU once)."""
+    if not CPU_LIST_RE.fullmatch(value) or len(value) > 256:
+        raise ValueError(f"{shown(value)} is not a CPU list: CPU numbers and low-high ranges, comma-separated "
+                         "(e.g. '0-1,64-65')")
+    seen: set[int] = set()
+    for part in value.split(","):
+        low, _, high = part.partition("-")
+        if int(high or low) < int(low):
+            raise ValueError(f"{shown(value)}: the range {part} runs high to low, which the kubelet refuses; "
+                             f"write {high}-{low}")
+        if int(high or low) > 8191:
+            raise ValueError(f"{shown(value)} names CPU {high or low}, beyond any host's (at most 8192 CPUs)")
+        cpus = set(range(int(low), int(high or low) + 1))
+        if cpus & seen:
+            raise ValueError(f"{shown(value)} names CPU {min(cpus & seen)} twice; list each CPU once")
+        seen |= cpus
+    return value
+
+
+CpuList = Annotated[str, AfterValidator(_cpu_list)]
 
 
 class Rack(SpecModel):
@@ -180,8 +206,8 @@ class HostTuning(SpecModel):
                             "NICs and CPUs as closely as the request allows; `single-numa-node` refuses any pod "
                             "whose GPUs span NUMA nodes, so it is accepted only where one NUMA node holds every GPU "
                             "a pod of the pool can ask for.")
-    kubelet_reserved_cpus: str = Field(
-        "0-1", pattern=r"^[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*$",
+    kubelet_reserved_cpus: CpuList = Field(
+        "0-1",
         description="CPUs kept for the system under the static CPU manager (which requires some). Omitted: 0-1.")
 
 
@@ -341,6 +367,17 @@ class NodePool(SpecModel):
             yield Problem(("tuning", "shm_size_gib"),
                           f"/dev/shm of {tuning.shm_size_gib} GiB is larger than the host's {memory_gib} GiB "
                           f"(memory_gib_per_host); use at most {memory_gib}")
+        reserved = tuning.kubelet_reserved_cpus           # checked whole where it entered (CpuList)
+        highest = max(int(p.rpartition("-")[2]) for p in reserved.split(",")) \
+            if valid(reserved) and CPU_LIST_RE.fullmatch(reserved) else -1
+        if tuning.kubelet_cpu_manager_static and highest >= self.cpu_cores_per_host:
+            yield Problem(("tuning", "kubelet_reserved_cpus"),
+                          f"CPU {highest} is reserved but the hosts have CPUs 0-{self.cpu_cores_per_host - 1} "
+                          "(cpu_cores_per_host); the kubelet refuses to start with a CPU it does not have")
+        elif tuning.kubelet_cpu_manager_static and highest >= 0 and cpu_count(reserved) >= self.cpu_cores_per_host:
+            yield Problem(("tuning", "kubelet_reserved_cpus"),
+                          f"{tuning.kubelet_reserved_cpus} reserves every CPU of the host for the system; leave "
+                          "pods some")
         limit = tuning.gpu_power_limit_w
         if limit is not None and limit > self.gpu.power_w:
             yield Problem(("tuning", "gpu_power_limit_w"),
@@ -393,6 +430,21 @@ class NodePool(SpecModel):
             m = re.fullmatch(r"all-([1-7])g\..*", self.sharing.mig_config)
             return self.gpu.count * (7 // int(m.group(1))) if m else None
         return self.gpu.count
+
+    @property
+    def nccl_ranks_per_host(self) -> int:
+        """GPUs the NCCL check runs on per host: all of them, or one on a time-sliced pool, whose device plugin
+        refuses a pod more than one slice (failRequestsGreaterThanOne) and where NCCL refuses two ranks on one
+        GPU."""
+        return 1 if self.sharing.time_slicing_replicas else self.gpu.count
+
+    @property
+    def nccl_line_rate_gb_per_s(self) -> float:
+        """The most all_reduce_perf's bus bandwidth across hosts can be: the slower of NVLink (the model's bus
+        bandwidth) and the NICs the ranks use (all of the host's, or the fastest one for a single rank)."""
+        speeds = [n.speed_gbps for n in self.nics]
+        nic = (sum(speeds) if self.nccl_ranks_per_host > 1 else max(speeds, default=0)) / 8
+        return min(self.gpu.info.busbw_gb_per_s, nic or self.gpu.info.busbw_gb_per_s)
 
     @property
     def gpu_resource_name(self) -> str:

@@ -12,7 +12,7 @@ import re
 import types
 import typing
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import yaml
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
@@ -36,10 +36,10 @@ SECRET_FIX = ("a private key never belongs in the spec, which is committed in pl
 class SpecError(Exception):
     """The spec is invalid; `problems` holds one line per problem, all of them."""
 
-    def __init__(self, source: str, problems: list[str]):
+    def __init__(self, source: str, problems: list[str], what: str = "the cluster spec"):
         self.source = source
         self.problems = problems
-        super().__init__(f"{source}: {len(problems)} problem(s) in the cluster spec:\n"
+        super().__init__(f"{source}: {len(problems)} problem(s) in {what}:\n"
                          + "\n".join(f"  - {p}" for p in problems))
 
 
@@ -226,13 +226,44 @@ def _decode(data: bytes, source: str) -> str:
                                  "save the file as UTF-8 (a spec is text)"]) from None
 
 
-def parse_spec(text: str | bytes, source: str = "<spec>") -> ClusterSpec:
-    """Validate YAML text as a ClusterSpec; raise SpecError listing every problem."""
+def parse_spec(text: str | bytes, source: str = "<spec>", project_dir: Path | None = None) -> ClusterSpec:
+    """Validate YAML text as a ClusterSpec; raise SpecError listing every problem. `project_dir`: the Pulumi
+    project the spec belongs to, where vendored charts and files must exist. Omitted: they are not looked for."""
     data, lines = _read_mapping(text, source, "name, environment, sites, node_pools ...")
     try:
-        return ClusterSpec.model_validate(data)
+        spec = ClusterSpec.model_validate(data)
     except ValidationError as e:
         raise SpecError(source, _describe(e, data, lines, source)) from None
+    missing = [_line(loc, message, lines, source)[1] for loc, message in _vendored_missing(spec, project_dir)]
+    if missing:
+        raise SpecError(source, missing)
+    return spec
+
+
+def _vendored_missing(spec: ClusterSpec, project_dir: Path | None) -> Iterator[tuple[Loc, str]]:
+    """Charts and files the spec says are vendored in the project, which `pulumi up` reads from there."""
+    if project_dir is None:
+        return
+    k = spec.kubernetes
+    for name in ("gpu_operator", "network_operator", "nfd", "kueue"):
+        path = getattr(k, name).chart_path
+        if path is not None and not (project_dir / path / "Chart.yaml").is_file():
+            yield (("kubernetes", name, "chart_path"),
+                   f"{path} has no Chart.yaml in the project ({project_dir}): vendor the chart there "
+                   "(helm pull --untar) or set chart_repository")
+    crd = k.mpi_operator.crd_path
+    if crd is not None and not (project_dir / crd).is_file():
+        yield (("kubernetes", "mpi_operator", "crd_path"),
+               f"{crd} is not a file in the project ({project_dir}): vendor the release's kubeflow.org_mpijobs.yaml "
+               "there or set crd_url")
+
+
+def project_of(path: Path) -> Path | None:
+    """The Pulumi project a spec file belongs to: the nearest directory above it with a Pulumi.yaml."""
+    for parent in path.resolve().parents:
+        if (parent / "Pulumi.yaml").is_file():
+            return parent
+    return None
 
 
 def load_tenants(path: str | Path) -> TenantsSpec:
@@ -320,7 +351,7 @@ def load_spec(path: str | Path) -> ClusterSpec:
     if key not in _LOADED:            # the CLI validates a spec, then the program loads it: parsed once
         if len(_LOADED) >= 4:
             _LOADED.pop(next(iter(_LOADED)))
-        _LOADED[key] = parse_spec(data, str(p))
+        _LOADED[key] = parse_spec(data, str(p), project_of(p))
     return _LOADED[key]
 
 

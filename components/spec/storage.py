@@ -74,6 +74,12 @@ class StorageServer(SpecModel):
         return self.data_address or self.address
 
 
+# Directories a parallel filesystem must never be mounted on (or under, for the trees): the host's own.
+SYSTEM_DIRS = frozenset({"/", "/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib32", "/lib64", "/opt", "/proc",
+                         "/root", "/run", "/sbin", "/srv", "/sys", "/tmp", "/usr", "/var", "/var/lib", "/mnt"})
+SYSTEM_TREES = ("/proc", "/sys", "/dev", "/etc", "/usr", "/boot", "/run")
+
+
 class PackageRepository(SpecModel):
     """The site's repository (or mirror) of the backend's packages for one OS family: the only place missing
     ones come from on hosts of that family."""
@@ -299,4 +305,35 @@ class StorageSpec(SpecModel):
                 yield Problem(("servers", i, "failover"), "BeeGFS has no failover servers (it mirrors with buddy "
                                                           "groups); remove failover")
 
-    _checks = (_roles_match_kind, _settings)
+    def _places(self) -> Iterator[Problem]:
+        """Where the filesystem lands on hosts: one target per device (a second would format the first's), a
+        mount point outside the system's own directories, datasets of unique names (each is a directory, a
+        claim and a Pulumi resource) and, on BeeGFS, chunk sizes its servers accept."""
+        if self.kind == "none":
+            return
+        mount = self.mount_point
+        if mount in SYSTEM_DIRS or mount.startswith(tuple(f"{d}/" for d in SYSTEM_TREES)):
+            yield Problem(("mount_point",), f"{mount} is a system directory: mounting the filesystem there hides "
+                                            "what the host keeps in it (or lands in a kernel filesystem); use a "
+                                            "directory of its own such as /mnt/gpufs")
+        for i, s in enumerate(self.servers):
+            devices: dict[str, int] = {}
+            for j, t in enumerate(s.targets):
+                if t.device in devices:
+                    yield Problem(("servers", i, "targets", j, "device"),
+                                  f"{s.hostname} has two targets on {t.device} (targets {devices[t.device]} and "
+                                  f"{j}): the second would format the first's device; give each its own device")
+                devices.setdefault(t.device, j)
+        names: dict[str, int] = {}
+        for i, d in enumerate(self.datasets):
+            if d.name in names:
+                yield Problem(("datasets", i, "name"), f"dataset {d.name} is listed twice (datasets {names[d.name]} "
+                                                       f"and {i}); give each its own name")
+            names.setdefault(d.name, i)
+            if self.kind == "beegfs" and d.stripe_size_mib & (d.stripe_size_mib - 1):
+                yield Problem(("datasets", i, "stripe_size_mib"),
+                              f"BeeGFS chunk sizes are powers of two (64 KiB and up); {d.stripe_size_mib} MiB is "
+                              f"not: use {1 << (d.stripe_size_mib.bit_length() - 1)} or "
+                              f"{1 << d.stripe_size_mib.bit_length()}")
+
+    _checks = (_roles_match_kind, _settings, _places)

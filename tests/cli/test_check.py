@@ -84,10 +84,27 @@ def test_a_bad_policy_config_exits_2_naming_every_problem(tmp_path):
     out = gpucluster("check", "dev", "--out", str(tmp_path / "o"), "--policy-config", str(config))
     assert out.returncode == 2 and "Traceback" not in out.stderr
     for line in (f"{config}: all: enforcement level 'strict' is not one of advisory, mandatory, remediate, disabled",
-                 f"{config}: 'power-budget' is not a policy of the pack; known: ",
+                 f"{config}: 'power-budget' is not a policy of the pack; did you mean 'power-rack-budget'?",
                  f"{config}: power-rack-budget.derating: 'most' is not of type 'number'",
                  f"{config}: power-rack-budget.(settings): Additional properties are not allowed ('margin' was "
                  "unexpected)",
                  f"{config}: ops-burn-in-enabled: enforcement level 'sometimes' is not one of"):
         assert line in out.stderr, out.stderr
     assert not (tmp_path / "o" / "check.json").exists()
+
+
+@pytest.mark.parametrize("text, line", [
+    ('{"power-rack-budget": "mandatory", "power-rack-budget": "disabled"}',
+     "'power-rack-budget' is given twice; JSON keeps the last one silently, which can turn a policy off: keep one"),
+    ('{"power-rack-budget": {"derating": NaN}}', "cannot read a JSON policy config: NaN is not a JSON number"),
+    ('{"power-rack-budget": ["advisory"]}',
+     "power-rack-budget: list where an enforcement level or an object of settings belongs"),
+    ("[" * 100000 + "]" * 100000, "nested too deeply to be a policy config"),
+    ('{"power-rack-budget": {"deratin": 0.5}}', "did you mean 'derating'?"),
+])
+def test_a_hostile_policy_config_is_named_and_exits_2(tmp_path, text, line):
+    config = tmp_path / "bad.json"
+    config.write_text(text)
+    out = gpucluster("check", "dev", "--out", str(tmp_path / "o"), "--policy-config", str(config))
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    assert f"{config}: 1 problem(s) in the policy config:" in out.stderr and line in out.stderr, out.stderr

@@ -18,7 +18,7 @@ from components.spec.common import Invalid, Tainted
 from components.spec.loader import MAX_VALUE_CHARS, _adapter, _field_type, _unwrap
 from components.spec.kubernetes import PriorityClass
 from components.spec.tenants import Groups
-from tests.conftest import problems_of
+from tests.conftest import ROOT, problems_of
 
 # --- the loader: encodings, YAML bombs, sizes, places -------------------------------------------------
 
@@ -333,3 +333,67 @@ def test_a_quota_map_with_an_empty_key_and_a_null_quota_gives_problems_not_a_cra
     found = [m.split(": ", 1)[1] for m in problems_of(dev_data)]
     assert "tenants[1].gpu_quota.: expected a mapping (key: value), got None" in found
     assert any(m.startswith("tenants[1].gpu_quota.0: no node pool named '0'") for m in found)
+
+
+def _edit(path, value):
+    def change(data):
+        node = data
+        for key in path[:-1]:
+            node = node[key]
+        node[path[-1]] = value(node.get(path[-1]) if isinstance(node, dict) else node[path[-1]]) \
+            if callable(value) else value
+    return change
+
+
+SECOND_ROUND = [   # what reaches a host or the cluster is checked against what the tool it reaches accepts
+    (lambda d: d["storage"]["servers"][0]["targets"].append(dict(d["storage"]["servers"][0]["targets"][-1], index=9)),
+     "storage.servers[0].targets[4].device: stor-dev-01 has two targets on /dev/disk/by-id/nvme-stor102"),
+    (_edit(("storage", "mount_point"), "/"), "storage.mount_point: / is a system directory"),
+    (_edit(("storage", "mount_point"), "/etc/gpufs"), "storage.mount_point: /etc/gpufs is a system directory"),
+    (_edit(("storage", "datasets"), [{"name": "common", "stripe_size_mib": 3}]),
+     "storage.datasets[0].stripe_size_mib: BeeGFS chunk sizes are powers of two (64 KiB and up); 3 MiB is not: "
+     "use 2 or 4"),
+    (_edit(("storage", "datasets"), [{"name": "common"}, {"name": "common"}]),
+     "storage.datasets[1].name: dataset common is listed twice (datasets 0 and 1); give each its own name"),
+    (_edit(("storage", "package_repositories"), [{"os_family": "debian", "url": "https://mirror.example:99999/x"}]),
+     "storage.package_repositories[0].url: 'https://mirror.example:99999/x' names port 99999, which no server "
+     "listens on"),
+    (_edit(("node_pools", 0, "tuning", "kubelet_reserved_cpus"), "7-3"),
+     "node_pools[0].tuning.kubelet_reserved_cpus: '7-3': the range 7-3 runs high to low"),
+    (_edit(("tenants", 0, "groups"), {"edit": ["system:authenticated"]}),
+     "tenants[0].groups.edit[0]: 'system:authenticated' is a Kubernetes system group"),
+    (lambda d: d["fabric"].setdefault("checks", {}).update(nccl_min_busbw_gb_per_s=900),
+     "fabric.checks.nccl_min_busbw_gb_per_s: an NCCL floor of 900 GB/s is more than pool h100 can carry"),
+]
+
+
+@pytest.mark.parametrize("change, message", SECOND_ROUND, ids=[m.split(":")[0] for _, m in SECOND_ROUND])
+def test_what_would_damage_a_host_or_the_cluster_is_refused_by_validate_and_plan_alike(dev_data, change, message,
+                                                                                     tmp_path):
+    change(dev_data)
+    found = [m.split(": ", 1)[1] for m in problems_of(dev_data)]
+    assert any(m.startswith(message) for m in found), found
+    spec_file = tmp_path / "spec.yaml"
+    spec_file.write_text(yaml.safe_dump(dev_data, sort_keys=False))
+    from tests.cli.test_cli import gpucluster
+    for command in ("validate", "plan"):
+        out = gpucluster(command, str(spec_file), *(["--out", str(tmp_path / "o")] if command == "plan" else []))
+        assert out.returncode == 2 and message in out.stderr and "Traceback" not in out.stderr, (command, out.stderr)
+
+
+def test_a_vendored_chart_that_is_not_in_the_project_is_refused_with_its_line(tmp_path):
+    from components.spec.loader import load_spec
+    (tmp_path / "Pulumi.yaml").write_text("name: gpucluster\nruntime: python\n")
+    (tmp_path / "stacks").mkdir()
+    data = yaml.safe_load((ROOT / "stacks" / "dev.yaml").read_text())
+    data["kubernetes"]["kueue"] = {"chart_path": "charts/kueue"}
+    spec_file = tmp_path / "stacks" / "dev.yaml"
+    spec_file.write_text(yaml.safe_dump(data, sort_keys=False))
+    with pytest.raises(SpecError) as e:
+        load_spec(spec_file)
+    [problem] = e.value.problems
+    assert ": kubernetes.kueue.chart_path: charts/kueue has no Chart.yaml in the project" in problem
+    assert problem.startswith(f"{spec_file}:") and problem.split(":")[1].isdigit()
+    (tmp_path / "charts" / "kueue").mkdir(parents=True)
+    (tmp_path / "charts" / "kueue" / "Chart.yaml").write_text("name: kueue\nversion: 0.19.2\n")
+    assert load_spec(spec_file).kubernetes.kueue.chart_path == "charts/kueue"

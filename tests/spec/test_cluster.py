@@ -68,12 +68,31 @@ def test_a_data_nic_cannot_be_the_control_interface(dev_data):
            "of node pool h100" in problem and "set fabric.control_interface to the management interface" in problem
 
 
-def test_ssh_cannot_run_over_a_rail_subnet(dev_data):
+def test_a_rail_subnet_holding_hosts_servers_or_switches_addresses_is_refused_naming_them(dev_data):
     dev_data["kubernetes"]["network_operator"] = {"rail_subnets": ["10.10.0.0/24", "10.202.0.0/16"]}
-    problems = problems_of(dev_data)
-    assert [p.split(": ", 2)[1] for p in problems] == ["node_pools[0].hosts[0].address",
-                                                       "node_pools[0].hosts[1].address"]
-    assert "gpu-dev-01's SSH address 10.10.0.11 is in rail subnet 10.10.0.0/24" in problems[0]
+    [problem] = problems_of(dev_data)
+    assert problem.split(": ", 1)[1] == (
+        "kubernetes.network_operator.rail_subnets[0]: 10.10.0.0/24 (rail 0's pod addresses) holds 4 address(es) "
+        "already in use: host gpu-dev-01's SSH address 10.10.0.11, host gpu-dev-02's SSH address 10.10.0.12, "
+        "storage server stor-dev-01's address 10.10.0.31, switch leaf-dev-01's address 10.10.0.2; pods would be "
+        "given them, and SSH would run over a data NIC: move the rail subnet to a range no host uses (or, if that "
+        "is a data NIC's address, give the management address instead)")
+
+
+@pytest.mark.parametrize("subnets, message", [
+    (["224.1.0.0/16", "10.202.0.0/16"], "rail_subnets[0]: 224.1.0.0/16 is a multicast range, which no pod can be "
+                                        "given; use a private unicast range (e.g. 10.201.0.0/16)"),
+    (["10.201.0.0/16", "10.201.128.0/17"], "rail_subnets[1]: 10.201.128.0/17 overlaps rail_subnets[0] "
+                                           "10.201.0.0/16: two rails would hand out the same pod addresses; give "
+                                           "each rail its own range"),
+    (["10.201.0.0/28", "10.202.0.0/16"], "rail_subnets[0]: 10.201.0.0/28 holds 14 pod addresses but rail 0's 2 "
+                                         "node(s) take a block of 32 (ips_per_node) each, 64 in all; use a larger "
+                                         "range or fewer ips_per_node"),
+])
+def test_rail_subnets_are_unicast_apart_and_large_enough(dev_data, subnets, message):
+    dev_data["kubernetes"]["network_operator"] = {"rail_subnets": subnets}
+    [problem] = problems_of(dev_data)
+    assert problem.split(": ", 1)[1] == "kubernetes.network_operator." + message
 
 
 @pytest.mark.parametrize("model, count, product, nvswitch", [
