@@ -2,10 +2,13 @@
 
 import pulumi
 
-from components import GpuCluster, load_spec
+from components import GpuCluster, SpecError, load_spec
 
 config = pulumi.Config()
-spec = load_spec(config.get("specFile") or f"stacks/{pulumi.get_stack()}.yaml")
+try:
+    spec = load_spec(config.get("specFile") or f"stacks/{pulumi.get_stack()}.yaml")
+except SpecError as e:          # the engine prints a RunError's message alone, anything else with a traceback
+    raise pulumi.RunError(str(e)) from None
 cluster = GpuCluster(spec.name, spec, ssh_private_key=config.require_secret("sshPrivateKey"))
 
 pulumi.export("cluster", spec.name)

@@ -10,22 +10,27 @@ import pulumi
 
 from components.k8s.tenant import Tenant, TenantArgs
 from components.spec import SpecError
-from components.spec.loader import load_tenants
-from components.spec.tenants import Tenancy, tenancy_problems
+from components.spec.loader import load_tenants, read_tenancy
+from components.spec.tenants import tenancy_problems
 
 config = pulumi.Config()
-source = config.get("tenantsFile") or f"stacks/{pulumi.get_stack()}.yaml"
-spec = load_tenants(source)
-platform = pulumi.StackReference(spec.platform_stack)
+try:
+    tenants = load_tenants(config.get("tenantsFile") or f"stacks/{pulumi.get_stack()}.yaml")
+except SpecError as e:          # the engine prints a RunError's message alone, anything else with a traceback
+    raise pulumi.RunError(str(e)) from None
+platform = pulumi.StackReference(tenants.spec.platform_stack)
 
 
-def onboard(exported: dict) -> dict:
-    tenancy = Tenancy.model_validate(exported, strict=False)   # numbers cross the wire as doubles
-    problems = tenancy_problems(tenancy, spec.tenants)
-    if problems:
-        raise SpecError(source, [f"{source}: {p}" for p in problems])
+def onboard(exported: object) -> dict:
+    try:
+        tenancy = read_tenancy(exported, tenants)
+        problems = tenancy_problems(tenancy, tenants.spec.tenants)
+        if problems:
+            raise tenants.error(problems)
+    except SpecError as e:
+        raise pulumi.RunError(str(e)) from None
     return {t.name: Tenant(f"{tenancy.cluster}-{t.name}", TenantArgs.from_tenancy(tenancy, t)).namespace
-            for t in spec.tenants}
+            for t in tenants.spec.tenants}
 
 
-pulumi.export("tenantNamespaces", platform.require_output("tenancy").apply(onboard))
+pulumi.export("tenantNamespaces", platform.get_output("tenancy").apply(onboard))

@@ -40,6 +40,21 @@ def problems_of(data: dict[str, Any] | str) -> list[str]:
     return []
 
 
+def with_changes(doc: Any, changes: list[tuple[tuple, Any]]) -> Any:
+    """A deep copy of `doc` with each (path, value) set; a change whose parent an earlier one replaced is skipped
+    (for generated hostile input)."""
+    out = copy.deepcopy(doc)
+    for path, value in changes:
+        node = out
+        try:
+            for part in path[:-1]:
+                node = node[part]
+            node[path[-1]] = value
+        except (KeyError, IndexError, TypeError):
+            continue
+    return out
+
+
 @pytest.fixture
 def record() -> Callable[[Callable[[], Any]], ProgramRun]:
     """Run a program under the recording mock monitor; unknown invokes fail loudly (EchoMocks.call)."""

@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from ..offline.diff import diff_outputs, diff_plans, load_plan, render_diff
+from ..spec import SpecError
 from .common import EXIT_FAILED, EXIT_OK, report_bad_input
 
 HELP = ("list resources added, removed and changed (field by field), and changed stack exports and component "
@@ -21,7 +22,7 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     try:
         old, new = load_plan(args.old), load_plan(args.new)
-    except (FileNotFoundError, ValueError) as e:
+    except SpecError as e:
         return report_bad_input(e)
     diffs, outputs = diff_plans(old, new), diff_outputs(old, new)
     unchanged = len({r["urn"] for r in new["resources"]} & {r["urn"] for r in old["resources"]}) - sum(

@@ -4,9 +4,14 @@ run the validation suite on the cluster it built and judge it."""
 from __future__ import annotations
 
 import argparse
+import shutil
 import subprocess
+from pathlib import Path
+from typing import Any
 
 from ..spec import SpecError, load_spec
+from ..spec.common import shown
+from ..spec.loader import read_mapping
 from .common import EXIT_FAILED, EXIT_OK, add_project_dir, plain_secrets, report_bad_input, spec_path
 
 HELP = ("validate a stack's cluster spec and list every problem; with --kubeconfig, run the validation suite "
@@ -34,6 +39,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"warning: {w}")
     if not args.kubeconfig:
         return EXIT_OK
+    problems = _cluster_access(args)
+    if problems:             # at once, not after every check has failed to reach the cluster
+        return report_bad_input(SpecError(args.kubeconfig, problems, "the cluster access"))
     from ..validation import plan_suite                        # Kubernetes renderers only for a real run
     from ..validation.runner import Kubectl, render_results, run_suite
     checks = plan_suite(spec)
@@ -45,3 +53,46 @@ def run(args: argparse.Namespace) -> int:
                         timeout)
     print(render_results(results), end="")
     return EXIT_OK if all(r.passed for r in results) else EXIT_FAILED
+
+
+MAX_KUBECONFIG_BYTES = 1 << 20
+
+
+def _cluster_access(args: argparse.Namespace) -> list[str]:
+    """What `--kubeconfig`, `--kubectl` and `--timeout` must be before any check runs: a kubectl that exists, a
+    time that is one, and a kubeconfig that names a cluster other than kubectl's localhost:8080 fallback (which
+    it uses, silently, for a file that holds no cluster)."""
+    out = []
+    if args.timeout is not None and not 0 < args.timeout <= 86400:
+        out.append(f"--timeout: {args.timeout} is not a number of seconds a check may run; give 1 to 86400")
+    if shutil.which(args.kubectl) is None:
+        out.append(f"--kubectl: {args.kubectl!r} is not an executable on PATH; install kubectl or pass its path")
+    path = Path(args.kubeconfig)
+    fix = "give the kubeconfig of the cluster `pulumi up` built"
+    try:
+        if path.stat().st_size > MAX_KUBECONFIG_BYTES:
+            return out + [f"{path}: {path.stat().st_size:,} bytes, not a kubeconfig; {fix}"]
+        doc: Any = read_mapping(path.read_bytes(), str(path), "apiVersion, kind: Config, clusters, contexts")[0]
+    except OSError as e:
+        return out + [f"{path}: cannot be read ({e.strerror}); {fix}"]
+    except SpecError as e:          # the spec loader's guards: not UTF-8, not YAML, aliases, nesting, keys twice
+        return out + [f"{p}; {fix}" for p in e.problems]
+    if not isinstance(doc, dict) or doc.get("kind", "Config") != "Config" or not isinstance(doc.get("clusters"), list):
+        return out + [f"{path}: not a kubeconfig (no kind: Config with a list of clusters); {fix}"]
+
+    def named(entries: Any, body: str) -> dict[str, Any]:
+        return {e["name"]: e.get(body) for e in entries if isinstance(e, dict) and isinstance(e.get("name"), str)} \
+            if isinstance(entries, list) else {}
+
+    contexts, clusters = named(doc.get("contexts"), "context"), named(doc["clusters"], "cluster")
+    current = doc.get("current-context")
+    context = contexts.get(current) if isinstance(current, str) else None
+    cluster = context.get("cluster") if isinstance(context, dict) else None
+    if not isinstance(cluster, str) or cluster not in clusters:
+        return out + [f"{path}: current-context {shown(current)} names no context with a cluster in the file, so "
+                      "kubectl would fall back to localhost:8080; set current-context"]
+    server = clusters[cluster].get("server") if isinstance(clusters[cluster], dict) else None
+    if not isinstance(server, str) or not server.startswith("https://"):
+        return out + [f"{path}: cluster {shown(cluster)} has server {shown(server)}; give the API server's https:// "
+                      "address"]
+    return out

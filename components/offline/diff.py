@@ -7,6 +7,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..spec import SpecError
+from ..spec.loader import read_json
+
 # Fields whose change makes the provider replace the resource rather than update it in place.
 _REPLACING = ("inputs.metadata.name", "inputs.metadata.namespace", "inputs.apiVersion", "inputs.kind")
 
@@ -26,19 +29,18 @@ class ResourceDiff:
 
 
 def load_plan(plan_dir: Path) -> dict[str, Any]:
-    """A plan's resources.json, checked for the shape `diff` reads, so a damaged file is named, not a traceback."""
+    """A plan's resources.json, read with the spec loader's guards and checked for the shape `diff` reads, so a
+    damaged file is named, not a traceback."""
     path = plan_dir / "resources.json"
     fix = f"run `gpucluster plan STACK --out {plan_dir}` again"
-    try:
-        plan = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise FileNotFoundError(f"{path} does not exist; {fix}") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ValueError(f"{path} cannot be read as a plan ({e}); {fix}") from None
+    plan = read_json(path, "a plan", fix, MAX_PLAN_BYTES)
     problem = _shape_problem(plan)
     if problem:
-        raise ValueError(f"{path} is not a plan written by `gpucluster plan`: {problem}; {fix}")
+        raise SpecError(str(path), [f"{path}: not a plan written by `gpucluster plan`: {problem}; {fix}"], "a plan")
     return plan
+
+
+MAX_PLAN_BYTES = 1 << 30        # a 4,096-host plan is far smaller
 
 
 def _shape_problem(plan: Any) -> str | None:
@@ -48,12 +50,18 @@ def _shape_problem(plan: Any) -> str | None:
         return "it has no list of resources"
     if not isinstance(plan.get("outputs", {}), dict):
         return "its outputs are not an object"
+    seen: set[str] = set()
     for i, r in enumerate(plan["resources"]):
         if not isinstance(r, dict) or not isinstance(r.get("urn"), str) or r["urn"].count("::") < 3:
             return f"resource {i} has no urn (urn:pulumi:STACK::PROJECT::TYPE::NAME)"
-        for key in ("inputs", "options", "outputs"):
+        if r["urn"] in seen:         # the engine refuses a URN twice; a diff would compare only one of them
+            return f"{r['urn']} is listed twice"
+        seen.add(r["urn"])
+        for key in ("inputs", "options", "outputs", "propertyDependencies"):
             if not isinstance(r.get(key) if r.get(key) is not None else {}, dict):
                 return f"the {key} of {r['urn']} are not an object"
+        if not isinstance(r.get("dependsOn") if r.get("dependsOn") is not None else [], list):
+            return f"the dependsOn of {r['urn']} is not a list"
     return None
 
 

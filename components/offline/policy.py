@@ -23,6 +23,8 @@ from pulumi.runtime import rpc as _rpc
 from pulumi.runtime.proto import analyzer_pb2 as apb
 
 from ..spec import SpecError
+from ..spec.common import shown
+from ..spec.loader import read_json
 from .recorder import STACK_TYPE, Record
 from .report import Thresholds
 from .runner import ProgramRun
@@ -60,34 +62,16 @@ def load_config(path: Path, policies: list[Any]) -> dict[str, tuple[int, dict[st
     """Policy name -> (enforcement level, settings) from a Pulumi policy-pack config file: `{"all": LEVEL,
     "<policy>": LEVEL | {"enforcementLevel": LEVEL, "<setting>": value}}`. Every error is reported at once."""
     what = "the policy config"
-    repeated: list[str] = []
-
-    def unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-        keys = [k for k, _ in pairs]
-        repeated.extend(k for i, k in enumerate(keys) if k in keys[:i])
-        return dict(pairs)
-
-    def no_constant(name: str) -> Any:
-        raise ValueError(f"{name} is not a JSON number; give a finite value")
-
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"), object_pairs_hook=unique, parse_constant=no_constant)
-    except (OSError, UnicodeDecodeError, ValueError) as e:     # JSONDecodeError is a ValueError
-        raise SpecError(str(path), [f"{path}: cannot read a JSON policy config: {e}"], what) from None
-    except RecursionError:
-        raise SpecError(str(path), [f"{path}: nested too deeply to be a policy config"], what) from None
-    if repeated:
-        raise SpecError(str(path), [f"{path}: {k!r} is given twice; JSON keeps the last one silently, which can "
-                                    "turn a policy off: keep one" for k in dict.fromkeys(repeated)], what)
+    raw = read_json(path, what, "fix the file (a Pulumi policy-pack config: policy names to levels)")
     if not isinstance(raw, dict):
         raise SpecError(str(path), [f"{path}: a policy config is a JSON object of policy names"], what)
     by_name = {p.name: p for p in policies}
     problems: list[str] = []
 
     def level(where: str, value: Any) -> int | None:
-        if value in LEVELS:
+        if isinstance(value, str) and value in LEVELS:
             return LEVELS[value]
-        problems.append(f"{path}: {where}: enforcement level {value!r} is not one of {', '.join(LEVELS)}")
+        problems.append(f"{path}: {where}: enforcement level {shown(value)} is not one of {', '.join(LEVELS)}")
         return None
 
     default_all = level("all", raw["all"]) if "all" in raw else None

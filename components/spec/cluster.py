@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import ipaddress
-from collections import Counter
 from typing import Iterator, Literal, NamedTuple
 
 from pydantic import Field
 
-from .common import Check, DnsLabel, Loc, Problem, SpecModel, valid
+from .common import Check, DnsLabel, Loc, Problem, SpecModel, duplicates, fmt_loc, valid
 from .fabric import FabricSpec
 from .hardware import Host, NodePool, Rack, Site, SshSettings
 from .kubernetes import KubernetesSpec, ValidationSpec
 from .storage import FilesystemClaim, StorageSpec
-from .tenants import FlavorQuota, PoolCapacity, Tenant, quotas_for
+from .tenants import FlavorQuota, PoolCapacity, Tenant, quotas_for, unique_tenants
 from .topology import plan_topology
 from .versions import MPI_OPERATOR_KNOWN, describe_known, find
 
@@ -210,46 +209,27 @@ class ClusterSpec(SpecModel):
 
 # --- cross-field rules: each yields Problems and never stops at the first one ------------------------
 
-def _duplicates(items: list[tuple[Loc, str]], what: str, fix: str) -> Iterator[Problem]:
-    items = [(loc, v) for loc, v in items if valid(v)]
-    counts = Counter(v for _, v in items)
-    first: dict[str, Loc] = {}
-    for loc, v in items:
-        if counts[v] > 1:
-            if v in first:
-                yield Problem(loc, f"{what} {v!r} is already used at {_fmt(first[v])}; {fix}")
-            else:
-                first[v] = loc
-
-
-def _fmt(loc: Loc) -> str:
-    out = ""
-    for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out
-
-
 def _unique_names(spec: ClusterSpec) -> Iterator[Problem]:
-    yield from _duplicates([(("sites", i, "name"), s.name) for i, s in enumerate(spec.sites)],
+    yield from duplicates([(("sites", i, "name"), s.name) for i, s in enumerate(spec.sites)],
                            "site name", "give each site its own name")
-    yield from _duplicates([(("sites", i, "racks", j, "name"), r.name)
+    yield from duplicates([(("sites", i, "racks", j, "name"), r.name)
                             for i, s in enumerate(spec.sites) for j, r in enumerate(s.racks)],
                            "rack name", "rack names must be unique across sites")
-    yield from _duplicates([(("node_pools", i, "name"), p.name) for i, p in enumerate(spec.node_pools)],
+    yield from duplicates([(("node_pools", i, "name"), p.name) for i, p in enumerate(spec.node_pools)],
                            "node pool name", "give each pool its own name")
     machines = [(("node_pools", i, "hosts", j, "hostname"), h.hostname)
                 for i, p in enumerate(spec.node_pools) for j, h in enumerate(p.hosts)]
     machines += [(("storage", "servers", i, "hostname"), s.hostname) for i, s in enumerate(spec.storage.servers)]
     machines += [(("fabric", "switches", i, "name"), s.name) for i, s in enumerate(spec.fabric.switches)]
-    yield from _duplicates(machines, "host name", "every host, storage server and switch needs its own name")
+    yield from duplicates(machines, "host name", "every host, storage server and switch needs its own name")
     addresses = [(("node_pools", i, "hosts", j, "address"), h.address)
                  for i, p in enumerate(spec.node_pools) for j, h in enumerate(p.hosts)]
     addresses += [(("storage", "servers", i, "address"), s.address) for i, s in enumerate(spec.storage.servers)]
     addresses += [(("storage", "servers", i, "data_address"), s.data_address)
                   for i, s in enumerate(spec.storage.servers) if s.data_address is not None]
     addresses += [(("fabric", "switches", i, "address"), s.address) for i, s in enumerate(spec.fabric.switches)]
-    yield from _duplicates(addresses, "address", "every host, storage server and switch needs its own address")
-    yield from _duplicates([(("kubernetes", "kueue", "priority_classes", i, "name"), c.name)
+    yield from duplicates(addresses, "address", "every host, storage server and switch needs its own address")
+    yield from duplicates([(("kubernetes", "kueue", "priority_classes", i, "name"), c.name)
                             for i, c in enumerate(spec.kubernetes.kueue.priority_classes)],
                            "priority class", "give each priority class its own name")
 
@@ -269,13 +249,7 @@ def _racks_exist(spec: ClusterSpec) -> Iterator[Problem]:
 
 
 def _tenants(spec: ClusterSpec) -> Iterator[Problem]:
-    yield from _duplicates([(("tenants", i, "name"), t.name) for i, t in enumerate(spec.tenants)],
-                           "tenant name", "give each tenant its own name")
-    yield from _duplicates([(("tenants", i, "storage", "group_id"), str(g)) for i, t in enumerate(spec.tenants)
-                            if (g := t.storage.group_id) is not None and t.storage.filesystem_gib],
-                           "group ID", "each tenant's directory needs a group of its own")
-    yield from _duplicates([(("tenants", i, "namespace"), t.namespace_name) for i, t in enumerate(spec.tenants)],
-                           "namespace", "each tenant needs its own namespace")
+    return unique_tenants(spec.tenants)
 
 
 def _tenant_namespaces_free(spec: ClusterSpec) -> Iterator[Problem]:
@@ -332,10 +306,10 @@ def _infiniband(spec: ClusterSpec) -> Iterator[Problem]:
                 yield Problem(("fabric", "infiniband", "subnet_managers", i),
                               f"subnet manager host {sm!r} is not a host or storage server of this cluster; "
                               "list one of their host names")
-        yield from _duplicates([(("fabric", "infiniband", "partitions", i, "pkey"), f"{p.pkey:#06x}")
+        yield from duplicates([(("fabric", "infiniband", "partitions", i, "pkey"), f"{p.pkey:#06x}")
                                 for i, p in enumerate(ib.partitions)], "partition key",
                                "each partition needs its own pkey")
-        yield from _duplicates([(("fabric", "infiniband", "partitions", i, "name"), p.name)
+        yield from duplicates([(("fabric", "infiniband", "partitions", i, "name"), p.name)
                                 for i, p in enumerate(ib.partitions)], "partition name",
                                "each partition needs its own name")
 
@@ -470,6 +444,21 @@ def _nccl_floor_reachable(spec: ClusterSpec) -> Iterator[Problem]:
                                "nccl_min_percent of the line rate")
 
 
+def _nccl_hosts_fit(spec: ClusterSpec) -> Iterator[Problem]:
+    """The NCCL check runs on exactly nccl_hosts nodes of each pool it runs on; more than a pool holds would be
+    quietly cut down to the pool."""
+    wanted = spec.fabric.checks.nccl_hosts
+    if wanted is None:
+        return
+    short = [f"{p.name} ({len(p.hosts)})" for p in spec.node_pools
+             if 2 <= len(p.hosts) < wanted and not p.sharing.mig_config]
+    if short:
+        smallest = min(len(p.hosts) for p in spec.node_pools if 2 <= len(p.hosts) < wanted)
+        yield Problem(("fabric", "checks", "nccl_hosts"),
+                      f"{wanted} nodes for the NCCL check, but node pool(s) {', '.join(short)} hold fewer; use at "
+                      f"most {smallest}, or omit it to run the check on every host of each pool")
+
+
 def _kubernetes(spec: ClusterSpec) -> Iterator[Problem]:
     k = spec.kubernetes
     network = k.network_operator.chart_version if network_operator_enabled(spec) else None
@@ -584,6 +573,6 @@ def _tenant_claims_fit(spec: ClusterSpec) -> Iterator[Problem]:
 
 _RULES: tuple[Check, ...] = (_unique_names, _racks_exist, _tenants, _tenant_namespaces_free, _tenant_quotas_fit,
                              _tenant_cpu_memory_fit, _infiniband, _switches, _leaves_reach_spines,
-                             _control_plane_apart, _rail_subnets, _nccl_floor_reachable, _cabling, _kubernetes,
-                             _rack_power, _storage_reachable, _tenant_claims_fit)
+                             _control_plane_apart, _rail_subnets, _nccl_floor_reachable, _nccl_hosts_fit, _cabling,
+                             _kubernetes, _rack_power, _storage_reachable, _tenant_claims_fit)
 ClusterSpec._checks = _RULES

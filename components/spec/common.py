@@ -10,7 +10,8 @@ from __future__ import annotations
 import ipaddress
 import posixpath
 import re
-from typing import Annotated, Any, Callable, ClassVar, Iterable, Literal, NamedTuple
+from collections import Counter
+from typing import Annotated, Any, Callable, ClassVar, Iterable, Iterator, Literal, NamedTuple
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -65,9 +66,16 @@ def field_error(field: str, message: str) -> CrossFieldError:
     return CrossFieldError([Problem((field,), message)])
 
 
+# Bounded scheme and userinfo keep the scan linear on a huge value.
+_CREDENTIALS = re.compile(r"([A-Za-z][A-Za-z0-9+.-]{0,31}://)[^/@\s'\"]{1,512}@")
+
+
 def shown(value: object, limit: int = 60) -> str:
-    """A value as written, cut so that a huge one never floods a message."""
+    """A value as written, cut so that a huge one never floods a message, and with any credentials in a URL
+    (scheme://user:password@host) hidden: messages end up in CI logs."""
     text = repr(value)
+    if "://" in text:
+        text = _CREDENTIALS.sub(r"\1***@", text)
     if len(text) <= limit:
         return text
     size = f"{len(value)} characters" if isinstance(value, str) else type(value).__name__
@@ -124,6 +132,26 @@ def run_checks(model: BaseModel, partial: bool = False) -> list[Problem]:
     return out
 
 
+def duplicates(items: list[tuple[Loc, str]], what: str, fix: str) -> Iterator[Problem]:
+    """Every repeat of a value that must be unique, at its own path, naming where it was first used."""
+    items = [(loc, v) for loc, v in items if valid(v)]
+    counts = Counter(v for _, v in items)
+    first: dict[str, Loc] = {}
+    for loc, v in items:
+        if counts[v] > 1:
+            if v in first:
+                yield Problem(loc, f"{what} {v!r} is already used at {fmt_loc(first[v])}; {fix}")
+            else:
+                first[v] = loc
+
+
+def fmt_loc(loc: Loc) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
 class SpecModel(BaseModel):
     """Base of every spec model: immutable; unknown keys are errors (typos never pass silently); values keep
     their YAML type (`"8"` is not a number, `yes` is not a rail); no NaN or infinity.
@@ -150,6 +178,10 @@ _PORT_RE = re.compile(r"^(?:[a-z]+://)?[^/:@]+:([0-9]+)")
 
 def _grammar(rx: re.Pattern[str], what: str, example: str, max_len: int) -> Callable[[str], str]:
     def check(value: str) -> str:
+        if _CREDENTIALS.search(value):
+            raise ValueError(f"{shown(value)} holds credentials (user:password@), which would land in the plan, "
+                             "the state and CI logs: give the URL without them and log in to the registry or "
+                             "repository on the machine that runs `pulumi up`")
         if len(value) > max_len or not rx.fullmatch(value):
             raise ValueError(f"{shown(value)} is not {what} (e.g. {example!r})")
         port = _PORT_RE.match(value)
@@ -213,6 +245,20 @@ def _label_value(value: str) -> str:
     return value
 
 
+def _not_owned(owners: dict[str, str]) -> Callable[[dict[str, str]], dict[str, str]]:
+    """Labels the spec may add, refusing keys someone else sets (a key ending in '/' is a whole prefix): the owner
+    would silently replace the spec's value, or the spec's would break what selects by it."""
+    def check(labels: dict[str, str]) -> dict[str, str]:
+        taken = [f"{shown(k)} ({who})" for k in labels for key, who in owners.items()
+                 if k == key or (key.endswith("/") and k.startswith(key))]
+        if taken:
+            raise ValueError(f"{', '.join(taken[:5])} {'is' if len(taken) == 1 else 'are'} set by the platform, "
+                             "which would replace the value given here; choose a key under your own prefix "
+                             "(e.g. example.com/team)")
+        return labels
+    return check
+
+
 def _abs_path(value: str) -> str:
     if len(value) > 1024 or not PATH_RE.fullmatch(value) or (value != "/" and value.endswith("/")) \
             or posixpath.normpath(value) != value or ".." in value.split("/"):
@@ -260,6 +306,16 @@ HostOrIp = Annotated[str, AfterValidator(_host_or_ip)]
 LabelKey = Annotated[str, AfterValidator(_label_key)]
 LabelValue = Annotated[str, AfterValidator(_label_value)]
 Labels = dict[LabelKey, LabelValue]
+_LIBRARY = "this library"
+NodeLabels = Annotated[Labels, AfterValidator(_not_owned({
+    "gpucluster.io/": _LIBRARY, "nvidia.com/": "the GPU Operator and the pool's sharing settings",
+    "feature.node.kubernetes.io/": "Node Feature Discovery", "node.kubernetes.io/": "Kubernetes",
+    "beta.kubernetes.io/": "the kubelet", "kubernetes.io/hostname": "the kubelet", "kubernetes.io/os": "the kubelet",
+    "kubernetes.io/arch": "the kubelet", "node-role.kubernetes.io/control-plane": "Kubernetes"}))]
+NamespaceLabels = Annotated[Labels, AfterValidator(_not_owned({
+    "gpucluster.io/": _LIBRARY, "app.kubernetes.io/managed-by": _LIBRARY,
+    "pod-security.kubernetes.io/": "this library: tenants run under restricted pod security",
+    "kubernetes.io/metadata.name": "the API server"}))]
 InterfaceName = Annotated[str, AfterValidator(_grammar(INTERFACE_RE, "a network interface name", "ens1f0np0", 15))]
 PortName = Annotated[str, AfterValidator(_grammar(PORT_NAME_RE, "a switch port name", "swp1", 32))]
 UserName = Annotated[str, AfterValidator(_grammar(USER_RE, "a login name (lowercase letters, digits, '_.-')",

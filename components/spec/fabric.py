@@ -166,7 +166,9 @@ class FabricChecks(SpecModel):
     nccl_min_busbw_gb_per_s: float | None = Field(
         None, gt=0, description="all_reduce_perf bus bandwidth floor across nodes, in GB/s. Omitted: "
                                 "nccl_min_percent of the line rate.")
-    nccl_hosts: int | None = Field(None, ge=2, description="Nodes in the NCCL check. Omitted: every host of the pool.")
+    nccl_hosts: int | None = Field(
+        None, ge=2, description="Nodes in each pool's NCCL check; at most the hosts of the smallest pool of two or "
+                                "more (refused above it). Omitted: every host of each pool.")
     nccl_tests_image: ImageRef = Field(
         "ghcr.io/coreweave/nccl-tests:12.8.1-devel-ubuntu22.04-nccl2.26.2-1-0708d2e",
         description="Image with MPI and nccl-tests at /opt/nccl_tests/build. Omitted: CoreWeave's public build.")

@@ -10,8 +10,8 @@ from typing import Annotated, Iterator, Literal, NamedTuple
 
 from pydantic import AfterValidator, Field
 
-from .common import (AbsPath, DnsLabel, HostName, HostOrIp, InterfaceName, IpAddress, Labels, Problem, SpecModel,
-                     Taint, UserName, Version, shown, valid)
+from .common import (AbsPath, DnsLabel, HostName, HostOrIp, InterfaceName, IpAddress, NodeLabels, Problem,
+                     SpecModel, Taint, UserName, Version, shown, valid)
 
 
 class GpuModelInfo(NamedTuple):
@@ -309,7 +309,7 @@ class NodePool(SpecModel):
         description="Peak power of a host apart from its GPUs (CPUs, memory, NICs, fans, NVSwitches), for the rack "
                     "power check. Omitted: the host_model's figure (DGX systems), else unknown, and the rack's "
                     "power is reported as unknown rather than ok.")
-    labels: Labels = Field(default_factory=dict, max_length=64, description="Extra node labels. Omitted: only the pool's own.")
+    labels: NodeLabels = Field(default_factory=dict, max_length=64, description="Extra node labels. Omitted: only the pool's own.")
     taints: list[Taint] = Field(
         default_factory=_default_taints,
         description="Omitted: nvidia.com/gpu=present:NoSchedule, so only pods that ask for GPUs land here.")

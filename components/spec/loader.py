@@ -8,18 +8,20 @@ runs every rule that can still judge a spec whose fields are partly invalid (see
 from __future__ import annotations
 
 import difflib
+import json
 import re
 import types
 import typing
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, NamedTuple
 
 import yaml
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
-from .cluster import ClusterSpec, _fmt
-from .tenants import TenantsSpec
-from .common import CrossFieldError, Invalid, Loc, Problem, run_checks, shown
+from .changes import change_at, explained
+from .cluster import ClusterSpec
+from .tenants import Tenancy, TenantsSpec
+from .common import CrossFieldError, Invalid, Loc, Problem, fmt_loc, run_checks, shown
 
 MAX_FILE_BYTES = 16 * 1024 * 1024
 MAX_VALUE_CHARS = 64 * 1024         # far above any real value (an SSH public key is under 1 KB)
@@ -164,7 +166,7 @@ def _index_nodes(root: yaml.Node, lines: dict[Loc, int], problems: list[str], so
         lines.setdefault(loc, _line_of(node))
         if isinstance(node, yaml.ScalarNode):
             value = node.value
-            where = f"{source}:{_line_of(node)}: {_fmt(loc) or '(top level)'}"
+            where = f"{source}:{_line_of(node)}: {fmt_loc(loc) or '(top level)'}"
             if len(value) > MAX_VALUE_CHARS:
                 problems.append(f"{where}: a value of {len(value):,} characters ({shown(value, 40)}); spec "
                                 f"values are at most {MAX_VALUE_CHARS:,} characters, so this is not what was meant")
@@ -175,13 +177,13 @@ def _index_nodes(root: yaml.Node, lines: dict[Loc, int], problems: list[str], so
             for key_node, value_node in node.value:
                 line = _line_of(key_node)
                 if not isinstance(key_node, yaml.ScalarNode):
-                    problems.append(f"{source}:{line}: {_fmt(loc) or '(top level)'}: a key is a "
+                    problems.append(f"{source}:{line}: {fmt_loc(loc) or '(top level)'}: a key is a "
                                     f"{'list' if isinstance(key_node, yaml.SequenceNode) else 'mapping'}; keys are "
                                     "plain names or numbers")
                     continue
                 key = key_node.value
                 if key in seen:
-                    problems.append(f"{source}:{line}: {_fmt(loc + (key,)) or key}: key {shown(key)} appears "
+                    problems.append(f"{source}:{line}: {fmt_loc(loc + (key,)) or key}: key {shown(key)} appears "
                                     f"twice (first on line {seen[key]}); YAML would keep only the last one, so "
                                     "remove one")
                 seen[key] = line
@@ -229,7 +231,7 @@ def _decode(data: bytes, source: str) -> str:
 def parse_spec(text: str | bytes, source: str = "<spec>", project_dir: Path | None = None) -> ClusterSpec:
     """Validate YAML text as a ClusterSpec; raise SpecError listing every problem. `project_dir`: the Pulumi
     project the spec belongs to, where vendored charts and files must exist. Omitted: they are not looked for."""
-    data, lines = _read_mapping(text, source, "name, environment, sites, node_pools ...")
+    data, lines = read_mapping(text, source, "name, environment, sites, node_pools ...")
     try:
         spec = ClusterSpec.model_validate(data)
     except ValidationError as e:
@@ -266,18 +268,94 @@ def project_of(path: Path) -> Path | None:
     return None
 
 
-def load_tenants(path: str | Path) -> TenantsSpec:
-    """A tenants-only stack file (see tenants/), read with the same guards as a cluster spec."""
+class TenantsFile(NamedTuple):
+    """A tenants stack file as loaded: the spec, and where each of its values is, for errors found later
+    (against the platform's exported tenancy)."""
+
+    source: str
+    spec: TenantsSpec
+    lines: dict[Loc, int]
+
+    def error(self, problems: list[Problem]) -> SpecError:
+        located = sorted(_line(p.loc, p.message, self.lines, self.source) for p in problems)
+        return SpecError(self.source, [m for _, m in located], "the tenants file")
+
+
+def load_tenants(path: str | Path) -> TenantsFile:
+    """A tenants-only stack file (see tenants/), read with the same guards and messages as a cluster spec."""
     p = Path(path)
     try:
-        data, _ = _read_mapping(p.read_bytes(), str(p), "platform_stack and tenants")
+        data = p.read_bytes()
     except OSError as e:
-        raise SpecError(str(p), [f"{p}: cannot read the tenants file ({e.strerror})"]) from None
+        raise SpecError(str(p), [f"{p}: cannot read the tenants file ({e.strerror}); create it or set the "
+                                 "stack's tenantsFile to its path"], "the tenants file") from None
     try:
-        return TenantsSpec.model_validate(data)
+        data, lines = read_mapping(data, str(p), "platform_stack and tenants")
+        return TenantsFile(str(p), TenantsSpec.model_validate(data), lines)
     except ValidationError as e:
-        raise SpecError(str(p), [f"{p}: {'.'.join(map(str, err['loc'])) or '(file)'}: {err['msg']} "
-                                 f"(got {shown(str(err.get('input')), 60)})" for err in e.errors()]) from None
+        raise SpecError(str(p), _describe(e, data, lines, str(p), TenantsSpec), "the tenants file") from None
+    except SpecError as e:
+        raise SpecError(str(p), e.problems, "the tenants file") from None
+
+
+def read_tenancy(exported: Any, tenants: TenantsFile) -> Tenancy:
+    """The platform stack's exported `tenancy` as this release reads it, or why it cannot be (a platform stack
+    that predates the output, or one built by another release of the library)."""
+    stack = tenants.spec.platform_stack
+    fix = (f"run `pulumi up` on {stack} with the same release of gpucluster as this project first (the tenants "
+           "project reads what that release exports)")
+    if exported is None:
+        raise tenants.error([Problem(("platform_stack",), f"stack {stack!r} exports no `tenancy` output; {fix}")])
+    try:
+        return Tenancy.model_validate(exported, strict=False)     # numbers cross the wire as doubles
+    except ValidationError as e:
+        found = [f"{fmt_loc(tuple(err['loc'])) or '(top level)'}: {err['msg'].lower()}"
+                 for err in e.errors(include_url=False)]
+        raise tenants.error([Problem(("platform_stack",), f"stack {stack!r} exports `tenancy` in a shape this "
+                                                          f"release cannot read ({'; '.join(found[:5])}"
+                                                          f"{'; ...' if len(found) > 5 else ''}); {fix}")]) from None
+
+
+def read_json(path: Path, what: str, fix: str, max_bytes: int = MAX_FILE_BYTES) -> Any:
+    """A JSON file a user hands a command, with the spec loader's guards: a size bound, UTF-8, bounded nesting,
+    no key given twice (JSON keeps the last silently) and no NaN or Infinity. Raises SpecError naming the file,
+    the line where there is one, and `fix`."""
+    def refuse(problem: str) -> SpecError:
+        return SpecError(str(path), [f"{problem}; {fix}"], what)
+
+    try:
+        size = path.stat().st_size
+        if size > max_bytes:
+            raise refuse(f"{path}: {size:,} bytes, more than {what} can be ({max_bytes:,})")
+        text = _decode(path.read_bytes(), str(path))
+    except FileNotFoundError:
+        raise refuse(f"{path}: no such file") from None
+    except OSError as e:
+        raise refuse(f"{path}: cannot be read ({e.strerror})") from None
+    except SpecError as e:
+        raise refuse(e.problems[0]) from None
+    repeated: list[str] = []
+
+    def unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        keys = [k for k, _ in pairs]
+        repeated.extend(k for i, k in enumerate(keys) if k in keys[:i])
+        return dict(pairs)
+
+    def no_constant(name: str) -> Any:
+        raise ValueError(f"{name} is not a JSON number; give a finite value")
+
+    try:
+        data = json.loads(text, object_pairs_hook=unique, parse_constant=no_constant)
+    except json.JSONDecodeError as e:
+        raise refuse(f"{path}:{e.lineno}: not valid JSON: {e.msg} (line {e.lineno}, column {e.colno})") from None
+    except ValueError as e:
+        raise refuse(f"{path}: {str(e)[:200]}") from None
+    except RecursionError:
+        raise refuse(f"{path}: nested too deeply to be {what}") from None
+    if repeated:
+        raise SpecError(str(path), [f"{path}: {shown(k)} is given twice in one object; JSON keeps the last one "
+                                    f"silently, so keep one" for k in dict.fromkeys(repeated)], what)
+    return data
 
 
 class _Unusual(Exception):
@@ -305,8 +383,9 @@ def _construct_tree(node: yaml.Node, constructor: yaml.constructor.SafeConstruct
     raise _Unusual
 
 
-def _read_mapping(text: str | bytes, source: str, wanted: str) -> tuple[dict, dict[Loc, int]]:
-    """YAML text as a mapping, with the line of every value; every guard of the loader applies."""
+def read_mapping(text: str | bytes, source: str, wanted: str) -> tuple[dict, dict[Loc, int]]:
+    """YAML text as a mapping, with the line of every value; every guard of the loader applies (also to the
+    other YAML files users hand the commands: tenants files, kubeconfigs)."""
     if isinstance(text, bytes):
         text = _decode(text, source)
     elif len(text) > MAX_FILE_BYTES:
@@ -333,7 +412,7 @@ def _read_mapping(text: str | bytes, source: str, wanted: str) -> tuple[dict, di
     except (ValueError, TypeError, OverflowError) as e:      # a value PyYAML resolved but cannot build
         raise SpecError(source, [f"{source}: not valid YAML: {shown(str(e), 200)}"]) from None
     if not isinstance(data, dict):
-        raise SpecError(source, [f"{source}: the spec must be a mapping with {wanted} (got {type(data).__name__})"])
+        raise SpecError(source, [f"{source}: not a mapping with {wanted} (got {_yaml_kind(data)})"])
     return data, lines
 
 
@@ -431,7 +510,8 @@ def _partial(tp: Any, value: Any, loc: Loc, touched: set[Loc], problems: list[Pr
 
 # --- turning pydantic's errors into messages a platform engineer can act on ---------------------------
 
-def _describe(exc: ValidationError, data: dict, lines: dict[Loc, int], source: str) -> list[str]:
+def _describe(exc: ValidationError, data: dict, lines: dict[Loc, int], source: str,
+              root: type[BaseModel] = ClusterSpec) -> list[str]:
     out: dict[str, int] = {}
     touched: set[Loc] = set()
     for err in exc.errors(include_url=False):
@@ -442,9 +522,9 @@ def _describe(exc: ValidationError, data: dict, lines: dict[Loc, int], source: s
             for p in ctx_error.problems:
                 out.setdefault(*_line(loc + p.loc, p.message, lines, source)[::-1])
             continue
-        out.setdefault(*_line(*_message(err, loc), lines, source)[::-1])
+        out.setdefault(*_line(*_message(err, loc, root), lines, source)[::-1])
     rules: list[Problem] = []
-    _partial(ClusterSpec, data, (), touched, rules)
+    _partial(root, data, (), touched, rules)
     for p in rules:
         out.setdefault(*_line(p.loc, p.message, lines, source)[::-1])
     return [m for m, _ in sorted(out.items(), key=lambda x: x[1])]
@@ -456,27 +536,31 @@ def _line(loc: Loc, message: str, lines: dict[Loc, int], source: str) -> tuple[i
         probe = probe[:-1]
     line = lines.get(probe, 0)
     where = f"{source}:{line}" if line else source
-    return line, f"{where}: {_fmt(loc) or '(top level)'}: {message}"
+    return line, f"{where}: {fmt_loc(loc) or '(top level)'}: {message}"
 
 
 _NUMBER_TYPES = ("int_type", "int_parsing", "int_from_float", "float_type", "float_parsing")
 
 
-def _message(err: dict, loc: Loc) -> tuple[Loc, str]:
+def _message(err: dict, loc: Loc, root: type[BaseModel]) -> tuple[Loc, str]:
     kind, msg, value = err["type"], err["msg"], err.get("input")
     if loc and loc[-1] == "[key]":          # a bad dict key: point at the key itself
         loc = loc[:-1]
     got = f"got {shown(value)}" if not isinstance(value, (dict, list)) else f"got a {_yaml_kind(value)}"
     if kind == "value_error":
         return loc, msg.removeprefix("Value error, ")
+    if kind == "extra_forbidden" and (change := change_at(loc, ("renamed", "removed"))) is not None:
+        return loc, f"unknown field {shown(str(loc[-1]))}: {explained(change)}"
+    if kind == "missing" and (change := change_at(loc, ("required",))) is not None:
+        return loc, f"required field is missing; {explained(change)}"
     if kind == "extra_forbidden":
         field = str(loc[-1])
-        allowed = _fields_at(loc[:-1])
+        allowed = _fields_at(loc[:-1], root)
         close = difflib.get_close_matches(field, allowed, n=1)
         hint = f"did you mean {close[0]!r}? " if close else ""
         return loc, f"unknown field {shown(field)}; {hint}allowed here: {', '.join(allowed)}"
     if kind == "missing":
-        desc = _description_at(loc)
+        desc = _description_at(loc, root)
         return loc, f"required field is missing; add it{f' ({desc})' if desc else ''}"
     if kind in _NUMBER_TYPES:
         if isinstance(value, bool):
@@ -501,9 +585,9 @@ def _yaml_kind(value: object) -> str:
             type(None): "null"}.get(type(value), type(value).__name__)
 
 
-def _model_at(loc: Loc) -> type[BaseModel] | None:
-    """The model class that owns the field at `loc`, found by walking ClusterSpec's annotations."""
-    tp: Any = ClusterSpec
+def _model_at(loc: Loc, root: type[BaseModel]) -> type[BaseModel] | None:
+    """The model class that owns the field at `loc`, found by walking the root model's annotations."""
+    tp: Any = root
     for part in loc:
         tp = _unwrap(tp)
         if typing.get_origin(tp) in (list, dict):    # an index or a key: step into the element type
@@ -531,13 +615,13 @@ def _unwrap(tp: Any) -> Any:
             return tp
 
 
-def _fields_at(loc: Loc) -> list[str]:
-    model = _model_at(loc)
+def _fields_at(loc: Loc, root: type[BaseModel]) -> list[str]:
+    model = _model_at(loc, root)
     return sorted(model.model_fields) if model else []
 
 
-def _description_at(loc: Loc) -> str:
-    model = _model_at(loc[:-1])
+def _description_at(loc: Loc, root: type[BaseModel]) -> str:
+    model = _model_at(loc[:-1], root)
     if model is None or loc[-1] not in model.model_fields:
         return ""
     return model.model_fields[loc[-1]].description or ""

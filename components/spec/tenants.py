@@ -7,7 +7,7 @@ from typing import Annotated, Iterator, Literal
 
 from pydantic import AfterValidator, BeforeValidator, Field
 
-from .common import DnsLabel, GroupName, Labels, Problem, SpecModel, shown
+from .common import DnsLabel, GroupName, Loc, NamespaceLabels, Problem, SpecModel, duplicates, shown
 
 
 class GpuQuota(SpecModel):
@@ -122,7 +122,7 @@ class Preemption(SpecModel):
 class Tenant(SpecModel):
     name: DnsLabel
     namespace: DnsLabel | None = Field(None, description="Omitted: the tenant's name.")
-    labels: Labels = Field(default_factory=dict, max_length=64, description="Extra namespace labels. Omitted: only the tenant's own.")
+    labels: NamespaceLabels = Field(default_factory=dict, max_length=64, description="Extra namespace labels. Omitted: only the tenant's own.")
     groups: Groups = Field(default_factory=Groups, description="Omitted: no group is bound.")
     gpu_quota: dict[DnsLabel, QuotaOrCount] = Field(
         default_factory=dict, description="GPU quota per flavour (node pool name). Omitted: no GPUs.")
@@ -212,6 +212,17 @@ class Tenancy(SpecModel):
                                         description="System namespaces and the platform's own tenants'.")
 
 
+def unique_tenants(tenants: list[Tenant], at: Loc = ("tenants",)) -> Iterator[Problem]:
+    """Names, namespaces and directory groups each tenant needs for itself (its objects are named by them)."""
+    yield from duplicates([((*at, i, "name"), t.name) for i, t in enumerate(tenants)],
+                          "tenant name", "give each tenant its own name")
+    yield from duplicates([((*at, i, "storage", "group_id"), str(g)) for i, t in enumerate(tenants)
+                           if (g := t.storage.group_id) is not None and t.storage.filesystem_gib],
+                          "group ID", "each tenant's directory needs a group of its own")
+    yield from duplicates([((*at, i, "namespace"), t.namespace_name) for i, t in enumerate(tenants)],
+                          "namespace", "each tenant needs its own namespace")
+
+
 class TenantsSpec(SpecModel):
     """A tenants-only stack: the teams one project onboards onto a platform stack it references."""
 
@@ -219,22 +230,43 @@ class TenantsSpec(SpecModel):
                                 description="The platform stack, as `pulumi stack ls` names it (org/project/stack).")
     tenants: list[Tenant] = Field(min_length=1, max_length=1024)
 
+    def _unique(self) -> Iterator[Problem]:
+        return unique_tenants(self.tenants)
 
-def tenancy_problems(tenancy: Tenancy, tenants: list[Tenant]) -> list[str]:
+    def _no_filesystem_here(self) -> Iterator[Problem]:
+        """The filesystem's directories are made on its servers by the platform stack; this project never
+        reaches them, so a directory asked for here would silently not exist."""
+        for i, t in enumerate(self.tenants):
+            for field in ("filesystem_gib", "group_id"):
+                value = getattr(t.storage, field)
+                if value is not None:
+                    yield Problem(("tenants", i, "storage", field),
+                                  f"{field} {value} asks for a directory on the parallel filesystem, which only the "
+                                  "platform stack creates (this project never reaches the storage servers); move "
+                                  "the tenant to the platform spec's tenants, or remove the field")
+
+    _checks = (_unique, _no_filesystem_here)
+
+
+def tenancy_problems(tenancy: Tenancy, tenants: list[Tenant]) -> list[Problem]:
     """What the platform refuses of these tenants: unknown pools, taken namespaces, guarantees beyond capacity."""
     out = []
-    names = [t.namespace_name for t in tenants]
     for i, t in enumerate(tenants):
-        if t.namespace_name in tenancy.namespaces_taken or names.count(t.namespace_name) > 1:
-            out.append(f"tenants[{i}].namespace: {t.namespace_name!r} is already taken on cluster {tenancy.cluster}; "
-                       "choose another")
+        if t.namespace_name in tenancy.namespaces_taken:
+            out.append(Problem(("tenants", i, "namespace" if t.namespace else "name"),
+                               f"namespace {t.namespace_name!r} is already taken on cluster {tenancy.cluster} (by "
+                               "the platform or its own tenants); choose another"))
         for flavor in t.gpu_quota:
             if flavor not in tenancy.pools:
-                out.append(f"tenants[{i}].gpu_quota.{flavor}: cluster {tenancy.cluster} has no node pool {flavor!r} "
-                           f"(pools: {', '.join(sorted(tenancy.pools))})")
+                out.append(Problem(("tenants", i, "gpu_quota", flavor),
+                                   f"cluster {tenancy.cluster} has no node pool {flavor!r} (pools: "
+                                   f"{', '.join(sorted(tenancy.pools))})"))
     for flavor, pool in sorted(tenancy.pools.items()):
-        asked = sum(t.gpu_quota[flavor].nominal for t in tenants if flavor in t.gpu_quota)
-        if asked and pool.gpu_resources is not None and pool.guaranteed + asked > pool.gpu_resources:
-            out.append(f"tenants: {asked} {flavor} GPUs guaranteed here and {pool.guaranteed} by the platform stack "
-                       f"exceed the pool's {pool.gpu_resources}; lower the nominal quotas")
+        asked = [(i, t.gpu_quota[flavor].nominal) for i, t in enumerate(tenants) if flavor in t.gpu_quota]
+        total = sum(n for _, n in asked)
+        if total and pool.gpu_resources is not None and pool.guaranteed + total > pool.gpu_resources:
+            worst = max(asked, key=lambda x: x[1])[0]
+            out.append(Problem(("tenants", worst, "gpu_quota", flavor),
+                               f"{total} {flavor} GPUs guaranteed here and {pool.guaranteed} by the platform stack "
+                               f"exceed the pool's {pool.gpu_resources}; lower the nominal quotas"))
     return out

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 
 import pytest
+import yaml
 
 from tests.cli.test_cli import gpucluster
 from tests.conftest import ROOT
@@ -44,7 +46,10 @@ def test_a_spec_file_whose_name_is_no_stack_name_is_refused(project):
 
 @pytest.mark.parametrize("content", ["{not json", "[]", '{"resources": {}}', '{"resources": [{"name": "x"}]}',
                                      '{"resources": [{"urn": "u"}]}',
-                                     '{"resources": [{"urn": "urn:pulumi:s::p::t::n", "inputs": []}]}', "\udcff"])
+                                     '{"resources": [{"urn": "urn:pulumi:s::p::t::n", "inputs": []}]}', "\udcff",
+                                     "[" * 100000 + "]" * 100000,
+                                     '{"resources": [{"urn": "urn:pulumi:s::p::t::n"}, {"urn": "urn:pulumi:s::p::t::n"}]}',
+                                     '{"resources": [{"urn": "urn:pulumi:s::p::t::n", "dependsOn": {"a": 1}}]}'])
 def test_diff_of_a_damaged_plan_is_bad_input(tmp_path, content):
     good = tmp_path / "good"
     good.mkdir()
@@ -95,3 +100,36 @@ def test_free_text_reaches_kubernetes_objects_only_never_a_script(project):
     build = project / "build" / "dev"
     holders = {p.relative_to(build).parts[0] for p in build.rglob("*") if p.is_file() and payload in p.read_text()}
     assert holders == {"manifests", "resources.json"}, holders
+
+
+GOOD_KUBECONFIG = {"apiVersion": "v1", "kind": "Config", "current-context": "c",
+                   "clusters": [{"name": "k", "cluster": {"server": "https://10.0.0.1:6443"}}],
+                   "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}], "users": [{"name": "u"}]}
+
+
+@pytest.mark.parametrize("content, args, message", [
+    (None, (), "cannot be read (No such file or directory)"),
+    (b"\x00\xff\x00binary", (), "kubeconfig:1: byte 0xff at column 2 is not UTF-8"),
+    (b"apiVersion: v1\nkind: Config\nkind: Config\n", (), "kubeconfig:3: kind: key 'kind' appears twice"),
+    (b"a: &x [*x]\n", (), "an alias refers to the collection it is in"),
+    (b"just: text\n", (), "not a kubeconfig (no kind: Config with a list of clusters)"),
+    (yaml.safe_dump({**GOOD_KUBECONFIG, "current-context": "gone"}).encode(), (),
+     "current-context 'gone' names no context with a cluster in the file, so kubectl would fall back to "
+     "localhost:8080"),
+    (yaml.safe_dump({**GOOD_KUBECONFIG, "clusters": [{"name": "k", "cluster": {}}]}).encode(), (),
+     "cluster 'k' has server None; give the API server's https:// address"),
+    (yaml.safe_dump(GOOD_KUBECONFIG).encode(), ("--timeout", "-5"),
+     "--timeout: -5 is not a number of seconds a check may run; give 1 to 86400"),
+    (yaml.safe_dump(GOOD_KUBECONFIG).encode(), ("--kubectl", "/nonexistent/kubectl"),
+     "--kubectl: '/nonexistent/kubectl' is not an executable on PATH"),
+])
+def test_validate_refuses_cluster_access_it_cannot_use_at_once(tmp_path, content, args, message):
+    """Exit 2 before any check runs (not every check failing after its SSH and kubectl attempts)."""
+    kubeconfig = tmp_path / "kubeconfig"
+    if content is not None:
+        kubeconfig.write_bytes(content)
+    started = time.monotonic()
+    out = gpucluster("validate", "dev", "--kubeconfig", str(kubeconfig), *args)
+    assert out.returncode == 2 and message in out.stderr and "Traceback" not in out.stderr, out.stderr
+    assert "problem(s) in the cluster access" in out.stderr and "running" not in out.stdout
+    assert time.monotonic() - started < 20

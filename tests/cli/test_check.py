@@ -95,16 +95,18 @@ def test_a_bad_policy_config_exits_2_naming_every_problem(tmp_path):
 
 @pytest.mark.parametrize("text, line", [
     ('{"power-rack-budget": "mandatory", "power-rack-budget": "disabled"}',
-     "'power-rack-budget' is given twice; JSON keeps the last one silently, which can turn a policy off: keep one"),
-    ('{"power-rack-budget": {"derating": NaN}}', "cannot read a JSON policy config: NaN is not a JSON number"),
+     "'power-rack-budget' is given twice in one object; JSON keeps the last one silently, so keep one"),
+    ('{"power-rack-budget": {"derating": NaN}}', "bad.json: NaN is not a JSON number; give a finite value; fix"),
+    ('{"power-rack-budget":\n "mandatory",}', "bad.json:2: not valid JSON: "),
+    ('{"all": "mandatory"}'.encode("utf-16"), "is not UTF-8; save the file as UTF-8"),
     ('{"power-rack-budget": ["advisory"]}',
      "power-rack-budget: list where an enforcement level or an object of settings belongs"),
-    ("[" * 100000 + "]" * 100000, "nested too deeply to be a policy config"),
+    ("[" * 100000 + "]" * 100000, "nested too deeply to be the policy config"),
     ('{"power-rack-budget": {"deratin": 0.5}}', "did you mean 'derating'?"),
 ])
 def test_a_hostile_policy_config_is_named_and_exits_2(tmp_path, text, line):
     config = tmp_path / "bad.json"
-    config.write_text(text)
+    config.write_bytes(text if isinstance(text, bytes) else text.encode())
     out = gpucluster("check", "dev", "--out", str(tmp_path / "o"), "--policy-config", str(config))
     assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
     assert f"{config}: 1 problem(s) in the policy config:" in out.stderr and line in out.stderr, out.stderr

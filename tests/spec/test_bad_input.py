@@ -275,7 +275,7 @@ def test_an_invalid_stand_in_refuses_every_use():
 
 from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
 
-from tests.conftest import _DEV  # noqa: E402
+from tests.conftest import _DEV, with_changes  # noqa: E402
 
 _SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-10**30, 10**30), st.floats(allow_nan=True),
                      st.text(max_size=40), st.sampled_from(["", "0.0.0.0", "/dev/../x", "$(reboot)", "yes", "8"]))
@@ -307,17 +307,7 @@ def _only_spec_errors(text) -> None:
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.tuples(st.sampled_from(_DEV_PATHS), _VALUES), min_size=1, max_size=4))
 def test_any_value_anywhere_in_the_dev_spec_gives_problems_not_a_crash(changes):
-    import copy
-    data = copy.deepcopy(_DEV)
-    for path, value in changes:
-        node = data
-        try:
-            for part in path[:-1]:
-                node = node[part]
-            node[path[-1]] = value
-        except (KeyError, IndexError, TypeError):    # an earlier change replaced the parent
-            continue
-    _only_spec_errors(yaml.safe_dump(data, allow_unicode=True))
+    _only_spec_errors(yaml.safe_dump(with_changes(_DEV, changes), allow_unicode=True))
 
 
 @settings(max_examples=300, deadline=None)
@@ -397,3 +387,38 @@ def test_a_vendored_chart_that_is_not_in_the_project_is_refused_with_its_line(tm
     (tmp_path / "charts" / "kueue").mkdir(parents=True)
     (tmp_path / "charts" / "kueue" / "Chart.yaml").write_text("name: kueue\nversion: 0.19.2\n")
     assert load_spec(spec_file).kubernetes.kueue.chart_path == "charts/kueue"
+
+
+def test_credentials_in_a_url_are_refused_and_never_echoed(dev_data):
+    dev_data["kubernetes"]["kueue"] = {"chart_repository": "oci://robot:hunter2@registry.example/charts"}
+    [problem] = problems_of(dev_data)
+    assert "hunter2" not in problem and "robot" not in problem
+    assert "kubernetes.kueue.chart_repository: 'oci://***@registry.example/charts' holds credentials" in problem
+
+
+# --- class 2: a value the platform would replace or cut down is refused, never silently different ---------
+
+def test_labels_the_platform_sets_are_refused_on_nodes_and_namespaces(dev_data):
+    dev_data["node_pools"][0]["labels"] = {"gpucluster.io/pool": "other", "nvidia.com/gpu.product": "H100",
+                                           "kubernetes.io/hostname": "x", "example.com/team": "ml"}
+    dev_data["tenants"][0]["labels"] = {"pod-security.kubernetes.io/enforce": "privileged",
+                                        "kubernetes.io/metadata.name": "x", "example.com/cost-center": "42"}
+    found = [p.split(": ", 1)[1] for p in problems_of(dev_data)]
+    assert len(found) == 2
+    nodes, namespace = found
+    assert nodes.startswith("node_pools[0].labels: 'gpucluster.io/pool' (this library), 'nvidia.com/gpu.product' "
+                            "(the GPU Operator and the pool's sharing settings), 'kubernetes.io/hostname' (the "
+                            "kubelet) are set by the platform")
+    assert namespace.startswith("tenants[0].labels: 'pod-security.kubernetes.io/enforce' (this library: tenants run "
+                                "under restricted pod security), 'kubernetes.io/metadata.name' (the API server) are "
+                                "set by the platform")
+    assert "cost-center" not in namespace and "example.com/team' (" not in nodes
+
+
+def test_an_nccl_check_wider_than_a_pool_is_refused_not_cut_down(dev_data):
+    dev_data["fabric"].setdefault("checks", {})["nccl_hosts"] = 3
+    [problem] = problems_of(dev_data)
+    assert problem.endswith("fabric.checks.nccl_hosts: 3 nodes for the NCCL check, but node pool(s) h100 (2) hold "
+                            "fewer; use at most 2, or omit it to run the check on every host of each pool")
+    dev_data["fabric"]["checks"]["nccl_hosts"] = 2
+    assert problems_of(dev_data) == []

@@ -229,7 +229,7 @@ def test_fast_construction_gives_what_pyyamls_constructor_gives(text):
     except yaml.YAMLError as e:
         want = type(e)
     try:
-        got, _ = loader._read_mapping(text, "t.yaml", "a mapping")
+        got, _ = loader.read_mapping(text, "t.yaml", "a mapping")
     except SpecError:
         got = yaml.constructor.ConstructorError
     assert got == want
