@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ..spec import SpecError, load_spec
-from ..spec.common import shown
+from ..spec.common import shown, why
 from ..spec.loader import read_mapping
 from .common import EXIT_FAILED, EXIT_OK, add_project_dir, plain_secrets, report_bad_input, spec_path
 
@@ -73,8 +73,8 @@ def _cluster_access(args: argparse.Namespace) -> list[str]:
         if path.stat().st_size > MAX_KUBECONFIG_BYTES:
             return out + [f"{path}: {path.stat().st_size:,} bytes, not a kubeconfig; {fix}"]
         doc: Any = read_mapping(path.read_bytes(), str(path), "apiVersion, kind: Config, clusters, contexts")[0]
-    except OSError as e:
-        return out + [f"{path}: cannot be read ({e.strerror}); {fix}"]
+    except (OSError, ValueError) as e:       # ValueError: a NUL in the path
+        return out + [f"{path}: cannot be read ({why(e)}); {fix}"]
     except SpecError as e:          # the spec loader's guards: not UTF-8, not YAML, aliases, nesting, keys twice
         return out + [f"{p}; {fix}" for p in e.problems]
     if not isinstance(doc, dict) or doc.get("kind", "Config") != "Config" or not isinstance(doc.get("clusters"), list):

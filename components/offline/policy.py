@@ -24,7 +24,7 @@ from pulumi.runtime.proto import analyzer_pb2 as apb
 
 from ..spec import SpecError
 from ..spec.common import shown
-from ..spec.loader import read_json
+from ..spec.loader import lines_of, read_json
 from .recorder import STACK_TYPE, Record
 from .report import Thresholds
 from .runner import ProgramRun
@@ -66,15 +66,20 @@ def load_config(path: Path, policies: list[Any]) -> dict[str, tuple[int, dict[st
     if not isinstance(raw, dict):
         raise SpecError(str(path), [f"{path}: a policy config is a JSON object of policy names"], what)
     by_name = {p.name: p for p in policies}
-    problems: list[str] = []
+    lines = lines_of(path.read_text(encoding="utf-8"))
+    problems: list[tuple[int, str]] = []
 
-    def level(where: str, value: Any) -> int | None:
+    def problem(loc: tuple[str, ...], message: str) -> None:
+        line = lines.get(loc) or lines.get(loc[:1], 0)
+        problems.append((line, f"{path}:{line}: {message}" if line else f"{path}: {message}"))
+
+    def level(loc: tuple[str, ...], value: Any) -> int | None:
         if isinstance(value, str) and value in LEVELS:
             return LEVELS[value]
-        problems.append(f"{path}: {where}: enforcement level {shown(value)} is not one of {', '.join(LEVELS)}")
+        problem(loc, f"{'.'.join(loc)}: enforcement level {shown(value)} is not one of {', '.join(LEVELS)}")
         return None
 
-    default_all = level("all", raw["all"]) if "all" in raw else None
+    default_all = level(("all",), raw["all"]) if "all" in raw else None
     out: dict[str, tuple[int, dict[str, Any]]] = {}
     for name, entry in raw.items():
         if name == "all":
@@ -82,16 +87,16 @@ def load_config(path: Path, policies: list[Any]) -> dict[str, tuple[int, dict[st
         policy = by_name.get(name)
         if policy is None:
             close = difflib.get_close_matches(name, by_name, n=1)
-            problems.append(f"{path}: {name!r} is not a policy of the pack"
-                            + (f"; did you mean {close[0]!r}?" if close else f"; known: {', '.join(sorted(by_name))}"))
+            problem((name,), f"{shown(name)} is not a policy of the pack"
+                    + (f"; did you mean {close[0]!r}?" if close else f"; known: {', '.join(sorted(by_name))}"))
             continue
         if not isinstance(entry, (dict, str)):
-            problems.append(f"{path}: {name}: {type(entry).__name__} where an enforcement level or an object of "
-                            "settings belongs")
+            problem((name,), f"{name}: {type(entry).__name__} where an enforcement level or an object of settings "
+                             "belongs")
             continue
         props = dict(entry) if isinstance(entry, dict) else {}
-        chosen = level(name, props.pop("enforcementLevel")) if "enforcementLevel" in props else \
-            (level(name, entry) if not isinstance(entry, dict) else None)
+        chosen = level((name, "enforcementLevel"), props.pop("enforcementLevel")) if "enforcementLevel" in props \
+            else (level((name,), entry) if not isinstance(entry, dict) else None)
         schema = policy.config_schema
         if props:
             import jsonschema             # only a policy config with settings needs it (a tenth of a second)
@@ -102,11 +107,11 @@ def load_config(path: Path, policies: list[Any]) -> dict[str, tuple[int, dict[st
                 unknown = [k for k in props if k not in (schema.properties if schema else {})]
                 hint = difflib.get_close_matches(unknown[0], schema.properties if schema else {}, n=1) \
                     if error.validator == "additionalProperties" and unknown else []
-                problems.append(f"{path}: {name}.{where}: {error.message}"
-                                + (f"; did you mean {hint[0]!r}?" if hint else ""))
+                problem((name, *map(str, error.absolute_path)), f"{name}.{where}: {error.message}"
+                        + (f"; did you mean {hint[0]!r}?" if hint else ""))
         out[name] = (chosen if chosen is not None else -1, props)
     if problems:
-        raise SpecError(str(path), problems, what)
+        raise SpecError(str(path), [m for _, m in sorted(problems, key=lambda p: p[0])], what)
     resolved = {}
     for p in policies:
         own = LEVELS[p.enforcement_level.value] if p.enforcement_level else apb.MANDATORY

@@ -82,6 +82,11 @@ def shown(value: object, limit: int = 60) -> str:
     return f"{text[:limit]}... ({size})"
 
 
+def why(e: OSError | ValueError) -> str:
+    """Why a path could not be read, in the system's words (a NUL byte in a path is a ValueError, not an OSError)."""
+    return getattr(e, "strerror", None) or "not a valid path"
+
+
 # --- rules that span fields, run even where other parts of the spec failed ---------------------------
 
 class Tainted(Exception):

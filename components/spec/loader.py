@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 from .changes import change_at, explained
 from .cluster import ClusterSpec
 from .tenants import Tenancy, TenantsSpec
-from .common import CrossFieldError, Invalid, Loc, Problem, fmt_loc, run_checks, shown
+from .common import CrossFieldError, Invalid, Loc, Problem, fmt_loc, run_checks, shown, why
 
 MAX_FILE_BYTES = 16 * 1024 * 1024
 MAX_VALUE_CHARS = 64 * 1024         # far above any real value (an SSH public key is under 1 KB)
@@ -286,8 +286,8 @@ def load_tenants(path: str | Path) -> TenantsFile:
     p = Path(path)
     try:
         data = p.read_bytes()
-    except OSError as e:
-        raise SpecError(str(p), [f"{p}: cannot read the tenants file ({e.strerror}); create it or set the "
+    except (OSError, ValueError) as e:       # ValueError: a NUL in the path
+        raise SpecError(str(p), [f"{p}: cannot read the tenants file ({why(e)}); create it or set the "
                                  "stack's tenantsFile to its path"], "the tenants file") from None
     try:
         data, lines = read_mapping(data, str(p), "platform_stack and tenants")
@@ -316,6 +316,28 @@ def read_tenancy(exported: Any, tenants: TenantsFile) -> Tenancy:
                                                           f"{'; ...' if len(found) > 5 else ''}); {fix}")]) from None
 
 
+def lines_of(text: str) -> dict[Loc, int]:
+    """The line of every key and item of a JSON (or YAML) text, for messages about a file already read whole by
+    read_json or read_mapping; {} where it cannot be composed."""
+    try:
+        root, _ = _compose(text)
+    except yaml.YAMLError:
+        return {}
+    lines: dict[Loc, int] = {}
+    work: list[tuple[yaml.Node, Loc]] = [(root, ())] if root is not None else []
+    while work:
+        node, loc = work.pop()
+        lines.setdefault(loc, _line_of(node))
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                if isinstance(key, yaml.ScalarNode):
+                    lines[loc + (key.value,)] = _line_of(key)
+                    work.append((value, loc + (key.value,)))
+        elif isinstance(node, yaml.SequenceNode):
+            work.extend((item, loc + (i,)) for i, item in enumerate(node.value))
+    return lines
+
+
 def read_json(path: Path, what: str, fix: str, max_bytes: int = MAX_FILE_BYTES) -> Any:
     """A JSON file a user hands a command, with the spec loader's guards: a size bound, UTF-8, bounded nesting,
     no key given twice (JSON keeps the last silently) and no NaN or Infinity. Raises SpecError naming the file,
@@ -330,8 +352,8 @@ def read_json(path: Path, what: str, fix: str, max_bytes: int = MAX_FILE_BYTES) 
         text = _decode(path.read_bytes(), str(path))
     except FileNotFoundError:
         raise refuse(f"{path}: no such file") from None
-    except OSError as e:
-        raise refuse(f"{path}: cannot be read ({e.strerror})") from None
+    except (OSError, ValueError) as e:       # ValueError: a NUL in the path
+        raise refuse(f"{path}: cannot be read ({why(e)})") from None
     except SpecError as e:
         raise refuse(e.problems[0]) from None
     repeated: list[str] = []
@@ -423,8 +445,8 @@ def load_spec(path: str | Path) -> ClusterSpec:
             raise SpecError(str(p), [f"{p}: {p.stat().st_size:,} bytes; a spec is at most {MAX_FILE_BYTES:,} "
                                      "bytes (is this the right file?)"])
         data = p.read_bytes()
-    except OSError as e:
-        raise SpecError(str(p), [f"{p}: cannot read the spec ({e.strerror}); create it or pass the right path"]) \
+    except (OSError, ValueError) as e:       # ValueError: a NUL in the path
+        raise SpecError(str(p), [f"{p}: cannot read the spec ({why(e)}); create it or pass the right path"]) \
             from None
     key = (str(p.resolve()), data)
     if key not in _LOADED:            # the CLI validates a spec, then the program loads it: parsed once

@@ -80,16 +80,17 @@ def test_a_bad_policy_config_exits_2_naming_every_problem(tmp_path):
     config = tmp_path / "bad.json"
     config.write_text(json.dumps({"all": "strict", "power-budget": "advisory",
                                   "power-rack-budget": {"derating": "most", "margin": 1},
-                                  "ops-burn-in-enabled": {"enforcementLevel": "sometimes"}}))
+                                  "ops-burn-in-enabled": {"enforcementLevel": "sometimes"}}, indent=2))
     out = gpucluster("check", "dev", "--out", str(tmp_path / "o"), "--policy-config", str(config))
     assert out.returncode == 2 and "Traceback" not in out.stderr
-    for line in (f"{config}: all: enforcement level 'strict' is not one of advisory, mandatory, remediate, disabled",
-                 f"{config}: 'power-budget' is not a policy of the pack; did you mean 'power-rack-budget'?",
-                 f"{config}: power-rack-budget.derating: 'most' is not of type 'number'",
-                 f"{config}: power-rack-budget.(settings): Additional properties are not allowed ('margin' was "
-                 "unexpected)",
-                 f"{config}: ops-burn-in-enabled: enforcement level 'sometimes' is not one of"):
-        assert line in out.stderr, out.stderr
+    expected = [f"{config}:2: all: enforcement level 'strict' is not one of advisory, mandatory, remediate, disabled",
+                f"{config}:3: 'power-budget' is not a policy of the pack; did you mean 'power-rack-budget'?",
+                f"{config}:4: power-rack-budget.(settings): Additional properties are not allowed ('margin' was "
+                "unexpected)",
+                f"{config}:5: power-rack-budget.derating: 'most' is not of type 'number'",
+                f"{config}:9: ops-burn-in-enabled.enforcementLevel: enforcement level 'sometimes' is not one of "
+                "advisory, mandatory, remediate, disabled"]
+    assert [line.removeprefix("  - ") for line in out.stderr.splitlines()[1:]] == expected, out.stderr
     assert not (tmp_path / "o" / "check.json").exists()
 
 

@@ -79,3 +79,26 @@ def test_any_kubeconfig_gives_problems_not_a_crash(tmp_path, text):
     path.write_bytes(text if isinstance(text, bytes) else text.encode())
     problems = _cluster_access(argparse.Namespace(kubeconfig=str(path), kubectl="sh", timeout=None))
     assert all(isinstance(p, str) and len(p) < 2000 for p in problems), problems
+
+
+_WORDS = st.one_of(st.sampled_from(["dev", "stacks/dev.yaml", "../dev", "", "-", "--", "/dev/null", "/", ".",
+                                    "build", "x" * 300, "dev\n", "$(reboot)", "--timeout", "-5", "nan", "1e999",
+                                    "--kubeconfig", "--project-dir", "--out", "--exit-code", "--kubectl"]),
+                   st.text(max_size=12))
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.sampled_from(["validate", "diff", "schema"]), st.lists(_WORDS, max_size=4))
+def test_any_arguments_to_a_command_give_an_exit_status_not_a_crash(tmp_path, capsys, command, words):
+    """Commands that read only files (no program run), fed generated arguments: argparse's usage error (2), a
+    named refusal (2), or a result; never an exception. `schema --out` writes only under the test's folder."""
+    from components.cli import main
+    words = [str(tmp_path / "out.json") if w == "/" and command == "schema" else w for w in words]
+    if command == "schema" and "--out" in words:
+        words = [w for w in words if w != "--out"] + ["--out", str(tmp_path / "schema.json")]
+    try:
+        code = main([command, *words])
+    except SystemExit as e:          # argparse: a usage error
+        code = e.code
+    assert code in (0, 1, 2)
+    assert "Traceback" not in capsys.readouterr().err

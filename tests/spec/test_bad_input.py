@@ -422,3 +422,32 @@ def test_an_nccl_check_wider_than_a_pool_is_refused_not_cut_down(dev_data):
                             "fewer; use at most 2, or omit it to run the check on every host of each pool")
     dev_data["fabric"]["checks"]["nccl_hosts"] = 2
     assert problems_of(dev_data) == []
+
+
+def _named_lists(node, loc=()):
+    """Paths of every list of named things (items with a name or hostname) in a spec."""
+    if isinstance(node, dict):
+        for k, v in node.items():
+            yield from _named_lists(v, loc + (k,))
+    elif isinstance(node, list):
+        if node and isinstance(node[0], dict) and ("name" in node[0] or "hostname" in node[0]):
+            yield loc
+        for i, v in enumerate(node):
+            yield from _named_lists(v, loc + (i,))
+
+
+_STACKS = {s: yaml.safe_load((ROOT / "stacks" / f"{s}.yaml").read_text()) for s in ("dev", "staging", "prod")}
+
+
+@pytest.mark.parametrize("stack, path", [(s, p) for s, d in _STACKS.items() for p in _named_lists(d)],
+                         ids=lambda x: x if isinstance(x, str) else ".".join(map(str, x)))
+def test_an_item_listed_twice_is_refused_by_validation_not_by_the_engine(stack, path):
+    """Class 3: every uniqueness rule lives in the spec's validation, so `validate` refuses what `plan` would
+    fail on with duplicate URNs, for every list of named things in every stack."""
+    import copy
+    data = copy.deepcopy(_STACKS[stack])
+    node = data
+    for part in path:
+        node = node[part]
+    node.append(copy.deepcopy(node[0]))
+    assert problems_of(data), f"{stack}: a second {'.'.join(map(str, path))}[0] passed validation"
