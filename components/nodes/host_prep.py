@@ -108,8 +108,7 @@ pd_user=""
 if id -u nvidia-persistenced >/dev/null 2>&1; then pd_user=" --user nvidia-persistenced"; fi
 put_file @OVERRIDE@ 0644 "[Service]
 ExecStart=
-ExecStart=$(command -v nvidia-persistenced)${pd_user} --verbose"
-override_changed=$FILE_CHANGED
+ExecStart=$(command -v nvidia-persistenced)${pd_user} --verbose" restart-nvidia-persistenced
 case "$(systemctl is-enabled nvidia-persistenced 2>/dev/null || true)" in
   enabled) ;;
   static)
@@ -119,9 +118,10 @@ case "$(systemctl is-enabled nvidia-persistenced 2>/dev/null || true)" in
     fi ;;
   *) systemctl enable nvidia-persistenced >/dev/null; changed "enabled nvidia-persistenced" ;;
 esac
-if (( override_changed )); then
+if owed restart-nvidia-persistenced; then
   systemctl daemon-reload
   systemctl restart nvidia-persistenced
+  paid restart-nvidia-persistenced
   changed "restarted nvidia-persistenced in persistence mode"
 elif ! systemctl is-active --quiet nvidia-persistenced; then
   systemctl start nvidia-persistenced
@@ -223,6 +223,13 @@ refuse_if_busy() {
 }
 """
 
+# Only a restart of what runs interrupts work: containerd, or a kubelet that is up (one that is down is started).
+_REFUSE_IF_DISRUPTIVE = r"""disruptive=()
+for unit in "${restart[@]}"; do
+  if [[ $unit == containerd ]] || systemctl is-active --quiet kubelet; then disruptive+=("$unit"); fi
+done
+if (( ${#disruptive[@]} )); then refuse_if_busy "restarting ${disruptive[*]} @FOR@"; fi"""
+
 # The CPU manager refuses to start on a state file written under another policy: compare with the policy the
 # file records (not with an earlier drop-in, which a replacement or a hand edit may have removed).
 _RESTART_KUBELET = r"""
@@ -263,13 +270,13 @@ fi
 
 _TUNING = r"""
 # --- clocks, power cap, governor: applied now and by a boot unit --------------------------------------
-put_file @SCRIPT@ 0755 "$(cat @SCRIPT_DOC@)"
-script_changed=$FILE_CHANGED
-put_file @UNIT@ 0644 "$(cat @UNIT_DOC@)"
-if (( script_changed || FILE_CHANGED )); then
+put_file @SCRIPT@ 0755 "$(cat @SCRIPT_DOC@)" restart-gpucluster-node-tuning
+put_file @UNIT@ 0644 "$(cat @UNIT_DOC@)" restart-gpucluster-node-tuning
+if owed restart-gpucluster-node-tuning; then
   systemctl daemon-reload
   systemctl enable gpucluster-node-tuning.service >/dev/null
   systemctl restart gpucluster-node-tuning.service
+  paid restart-gpucluster-node-tuning
   changed "applied GPU clocks, power cap and governor"
 fi
 """
@@ -295,31 +302,38 @@ kubelet_env=$(systemctl show kubelet -p EnvironmentFiles --value 2>/dev/null | g
 if [[ -z "$kubelet_env" ]]; then
   if [[ -d /etc/sysconfig ]]; then kubelet_env=/etc/sysconfig/kubelet; else kubelet_env=/etc/default/kubelet; fi
 fi
+# A restart is due for new settings, or still owed by a run cut off before it; a kubelet that should run but
+# does not (a run cut off between stop and start) is started, which interrupts nothing.
 restart=()
 if systemctl is-enabled --quiet kubelet 2>/dev/null; then
-  if ! same_file @DROP_IN@ "$kubelet_config" || ! grep -qF -- "$flag" "$kubelet_env" 2>/dev/null; then
+  if ! same_file @DROP_IN@ "$kubelet_config" || ! grep -qF -- "$flag" "$kubelet_env" 2>/dev/null \
+      || owed restart-kubelet || ! systemctl is-active --quiet kubelet; then
     restart+=(kubelet)
   fi
 fi
-if [[ -n "$memlock_config" ]] && ! same_file @MEMLOCK@ "$memlock_config" && systemctl is-active --quiet containerd; then
+if [[ -n "$memlock_config" ]] && { ! same_file @MEMLOCK@ "$memlock_config" || owed restart-containerd; } \
+    && systemctl is-active --quiet containerd; then
   restart+=(containerd)
 fi
-if (( ${#restart[@]} )); then refuse_if_busy "restarting ${restart[*]} for new settings"; fi
-"""
+@REFUSE_IF_DISRUPTIVE@
+""".replace("@REFUSE_IF_DISRUPTIVE@", _REFUSE_IF_DISRUPTIVE.replace("@FOR@", "for new settings"))
 
 _MEMLOCK = r"""
 # --- RDMA: containers lock memory for the HCAs; restricted pods cannot add IPC_LOCK --------------------
-put_file @MEMLOCK@ 0644 "$memlock_config"
-if (( FILE_CHANGED )); then
+put_file @MEMLOCK@ 0644 "$memlock_config" restart-containerd
+if [[ " ${restart[*]} " == *" containerd "* ]]; then
   systemctl daemon-reload
-  if [[ " ${restart[*]} " == *" containerd "* ]]; then systemctl restart containerd; changed "restarted containerd"; fi
+  systemctl restart containerd
+  changed "restarted containerd"
 fi
+paid restart-containerd     # restarted, or not running: it reads the file when it starts
 """
 
 _KUBELET = r"""
 # --- kubelet: registration taints, CPU and topology managers (a drop-in, so kubeadm upgrades keep it) --
-put_file @DROP_IN@ 0644 "$kubelet_config"
+put_file @DROP_IN@ 0644 "$kubelet_config" restart-kubelet
 if ! grep -qF -- "$flag" "$kubelet_env" 2>/dev/null; then
+  owe restart-kubelet
   if grep -q '^KUBELET_EXTRA_ARGS=' "$kubelet_env" 2>/dev/null; then
     sed -i -E "s|^KUBELET_EXTRA_ARGS=\"?([^\"]*)\"?\$|KUBELET_EXTRA_ARGS=\"\\1 $flag\"|" "$kubelet_env"
   else
@@ -331,23 +345,33 @@ fi
 if [[ " ${restart[*]} " == *" kubelet "* ]]; then
 @RESTART_KUBELET@
 fi
+paid restart-kubelet     # restarted, or not enabled: it reads the drop-in when it starts
 """
 
 _UNDO = r"""
 need systemctl "this host does not run systemd"
 restart=()
-if [[ -e @DROP_IN@ ]] && systemctl is-enabled --quiet kubelet 2>/dev/null; then restart+=(kubelet); fi
-if [[ -e @MEMLOCK@ ]] && systemctl is-active --quiet containerd; then restart+=(containerd); fi
-if (( ${#restart[@]} )); then refuse_if_busy "restarting ${restart[*]} without the gpucluster settings"; fi
+if { [[ -e @DROP_IN@ ]] || owed restart-kubelet || ! systemctl is-active --quiet kubelet; } \
+    && systemctl is-enabled --quiet kubelet 2>/dev/null; then
+  restart+=(kubelet)
+fi
+if { [[ -e @MEMLOCK@ ]] || owed restart-containerd; } && systemctl is-active --quiet containerd; then
+  restart+=(containerd)
+fi
+@REFUSE_IF_DISRUPTIVE@
 if [[ -e @UNIT@ ]]; then systemctl disable --now gpucluster-node-tuning.service >/dev/null 2>&1 || true; fi
-for f in @UNIT@ @SCRIPT@ @DROP_IN@ @HUGEPAGES@ @MEMLOCK@ @PERSISTENCE@ @PEERMEM@; do drop_file "$f"; done
+drop_file @DROP_IN@ restart-kubelet
+drop_file @MEMLOCK@ restart-containerd
+for f in @UNIT@ @SCRIPT@ @HUGEPAGES@ @PERSISTENCE@ @PEERMEM@; do drop_file "$f"; done
 systemctl daemon-reload
 if [[ " ${restart[*]} " == *" containerd "* ]]; then systemctl restart containerd; changed "restarted containerd"; fi
+paid restart-containerd
 if [[ " ${restart[*]} " == *" kubelet "* ]]; then
 @RESTART_KUBELET@
 fi
+paid restart-kubelet
 note "left in place: drivers, services it enabled and /dev/shm in /etc/fstab (they are harmless without it)"
-"""
+""".replace("@REFUSE_IF_DISRUPTIVE@", _REFUSE_IF_DISRUPTIVE.replace("@FOR@", "without the gpucluster settings"))
 
 
 @dataclass(frozen=True)

@@ -60,6 +60,15 @@ case "$verb" in
   disable) rm -f "$S/enabled/$unit"; if (( now )); then rm -f "$S/active/$unit"; fi ;;
   start|restart)
     touch "$S/active/$unit"
+    # what the daemon reads at start, recorded as loaded (tests compare it with the files on disk)
+    case "$unit" in
+      kubelet) reads="/etc/kubernetes/kubelet.conf.d/* /etc/default/kubelet /etc/sysconfig/kubelet" ;;
+      gpucluster-node-tuning) reads="/etc/systemd/system/$unit.service /usr/local/sbin/$unit" ;;
+      *) reads="/etc/systemd/system/$unit.service.d/*" ;;
+    esac
+    mkdir -p "$S/loaded"
+    # shellcheck disable=SC2086  # the globs expand here
+    cat $reads 2>/dev/null | md5sum > "$S/loaded/$unit" || true
     # run the unit's command, as systemd would: a oneshot unit's failure fails the start; a Type=simple
     # daemon's start succeeds at once and the unit fails when the daemon exits (its output goes to the journal)
     exec_start=$(sed -n 's/^ExecStart=//p' "/etc/systemd/system/$unit.service" 2>/dev/null || true)

@@ -10,11 +10,20 @@ fail() { printf '%s: error: %s\n' "$HOST" "$*" >&2; exit 1; }
 need() { command -v "$1" >/dev/null 2>&1 || fail "$1 is missing ($2)"; }
 # same_file PATH CONTENT: the file exists and holds exactly CONTENT (what put_file would leave alone).
 same_file() { [[ -f "$1" ]] && printf '%s\n' "$2" | cmp -s - "$1"; }
-# put_file PATH MODE CONTENT: write only when the content differs; FILE_CHANGED tells the caller.
+# Owed actions. What makes a written file take effect (a restart, an import) is owed from before the file is
+# written until it has been done, in a marker that outlives the run: a run killed between the two still acts
+# next time, when the file is already right. `owe` before the change, `owed` to decide, `paid` once done.
+OWED_DIR=/var/lib/gpucluster/owed
+owe() { (( $# )) || return 0; mkdir -p "$OWED_DIR"; local a; for a in "$@"; do : > "$OWED_DIR/$a"; done; }
+owed() { [[ -e "$OWED_DIR/$1" ]]; }
+paid() { rm -f "$OWED_DIR/$1"; }
+# put_file PATH MODE CONTENT [ACTION...]: write only when the content differs, owing each ACTION first;
+# FILE_CHANGED tells the caller.
 FILE_CHANGED=0
 put_file() {
   FILE_CHANGED=0
   if same_file "$1" "$3"; then return 0; fi
+  owe "${@:4}"
   mkdir -p "$(dirname "$1")"
   printf '%s\n' "$3" > "$1.gpucluster-new"
   chmod "$2" "$1.gpucluster-new"
@@ -22,11 +31,11 @@ put_file() {
   FILE_CHANGED=1
   changed "wrote $1"
 }
-# drop_file PATH: remove a file this tool wrote before, if it is there.
+# drop_file PATH [ACTION...]: remove a file this tool wrote before, if it is there, owing each ACTION first.
 # shellcheck disable=SC2034  # FILE_CHANGED is read by the script body, as after put_file
 drop_file() {
   FILE_CHANGED=0
-  if [[ -e "$1" ]]; then rm -f "$1"; FILE_CHANGED=1; changed "removed $1"; fi
+  if [[ -e "$1" ]]; then owe "${@:2}"; rm -f "$1"; FILE_CHANGED=1; changed "removed $1"; fi
 }
 finish() { note "$CHANGES change(s)"; }
 
