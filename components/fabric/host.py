@@ -190,12 +190,9 @@ fi
 conf=$(cat @CONF_DOC@)
 gid0=$(cat /sys/class/infiniband/@DEV@/ports/1/gids/0 2>/dev/null || true)
 if [[ -n "$gid0" ]]; then conf+=$'\n'"guid 0x$(printf '%s' "$gid0" | cut -d: -f5-8 | tr -d :)"; fi
-put_file @CONF@ 0644 "$conf"
-sm_changed=$FILE_CHANGED
-put_file @PARTITIONS@ 0644 "$(cat @PARTITIONS_DOC@)"
-sm_changed=$(( sm_changed + FILE_CHANGED ))
-put_file @UNIT@ 0644 "$(cat @UNIT_DOC@)"
-if (( FILE_CHANGED )); then systemctl daemon-reload; fi
+put_file @CONF@ 0644 "$conf" restart-gpucluster-opensm
+put_file @PARTITIONS@ 0644 "$(cat @PARTITIONS_DOC@)" restart-gpucluster-opensm
+put_file @UNIT@ 0644 "$(cat @UNIT_DOC@)" restart-gpucluster-opensm
 for other in opensm opensmd; do
   if systemctl is-enabled --quiet "$other" 2>/dev/null; then
     systemctl disable --now "$other" >/dev/null
@@ -206,18 +203,24 @@ if [[ "$(systemctl is-enabled gpucluster-opensm 2>/dev/null || true)" != enabled
   systemctl enable gpucluster-opensm >/dev/null
   changed "enabled gpucluster-opensm"
 fi
-if (( sm_changed || FILE_CHANGED )) || ! systemctl is-active --quiet gpucluster-opensm; then
+# restarted while owed (files changed since it started, in this run or in one cut off), started when stopped
+if owed restart-gpucluster-opensm || ! systemctl is-active --quiet gpucluster-opensm; then
+  systemctl daemon-reload
   systemctl restart gpucluster-opensm
+  paid restart-gpucluster-opensm
   changed "started the subnet manager (priority @PRIORITY@)"
 fi
 '''
 
 # A host that is no longer a subnet manager stops the one this tool set up (its unit is ours by name).
 _NO_OPENSM = r'''
-if [[ -e @UNIT@ ]]; then
+if [[ -e @UNIT@ ]] || owed stop-gpucluster-opensm; then
+  owe stop-gpucluster-opensm
   systemctl disable --now gpucluster-opensm >/dev/null 2>&1 || true
-  for f in @UNIT@ @CONF@ @PARTITIONS@; do drop_file "$f"; done
+  paid restart-gpucluster-opensm
+  for f in @CONF@ @PARTITIONS@ @UNIT@; do drop_file "$f"; done
   systemctl daemon-reload
+  paid stop-gpucluster-opensm
   changed "stopped the subnet manager: this host is not one of fabric.infiniband.subnet_managers"
 fi
 '''
@@ -227,8 +230,8 @@ need systemctl "this host does not run systemd"
 @SM@
 # --- the settings, applied now and by a boot unit (none of them persist on their own) ------------------
 put_file @APPLY@ 0755 "$(cat @APPLY_DOC@)"
-put_file @UNIT@ 0644 "$(cat @UNIT_DOC@)"
-if (( FILE_CHANGED )); then systemctl daemon-reload; fi
+put_file @UNIT@ 0644 "$(cat @UNIT_DOC@)" reload-units
+if owed reload-units; then systemctl daemon-reload; paid reload-units; fi
 if [[ "$(systemctl is-enabled gpucluster-fabric 2>/dev/null || true)" != enabled ]]; then
   systemctl enable gpucluster-fabric >/dev/null
   changed "enabled gpucluster-fabric at boot"

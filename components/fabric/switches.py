@@ -83,10 +83,11 @@ need nv "this switch does not run NVUE (Cumulus Linux 5.x)"
 pending=$(nv config diff)
 if [[ -n "$pending" && "$pending" != "{}" ]]; then
   printf '%s\n' "$pending"
+  owe save-config
   nv config apply -y >/dev/null
-  nv config save >/dev/null
   changed @WHAT@
 fi
+if owed save-config; then nv config save >/dev/null; paid save-config; fi
 '''.replace("@COMMANDS@", "\n".join(self.commands(roce, mtu_bytes, ports))),
                     WHAT=f"applied lossless RoCE: priority {roce.priority}, DSCP {roce.dscp}, MTU {mtu_bytes}")
 
@@ -111,7 +112,7 @@ class Sonic:
         maps = "\n".join(f"dscp_tc {d} {p}" for d, p in sorted(roce.dscp_priorities.items()))
         watchdog = r'''
   if [[ -z "$(sonic-db-cli CONFIG_DB hget "PFC_WD|$1" action)" ]]; then
-    config pfcwd start --action drop "$1" 200 --restoration-time 200
+    saving config pfcwd start --action drop "$1" 200 --restoration-time 200
     changed "$1: PFC watchdog (drop)"
   fi''' if roce.pfc_watchdog else ""
         if set(ports) == {self.FROM_PORT_TABLE}:
@@ -130,9 +131,11 @@ mapfile -t table < <(sonic-db-cli CONFIG_DB keys 'PORT|*' | sed 's/^PORT|//' | s
 for port in "${ports[@]}"; do
   [[ " ${table[*]} " == *" $port "* ]] || fail "port $port is not in this switch's PORT table (${table[*]:0:4} ...): correct port_names"
 done
+# saving COMMAND...: a change to the running configuration, which owes a save to config_db.json
+saving() { owe save-config; "$@"; }
 dscp_tc() {
   if [[ "$(sonic-db-cli CONFIG_DB hget 'DSCP_TO_TC_MAP|AZURE' "$1")" != "$2" ]]; then
-    sonic-db-cli CONFIG_DB hset 'DSCP_TO_TC_MAP|AZURE' "$1" "$2" >/dev/null
+    saving sonic-db-cli CONFIG_DB hset 'DSCP_TO_TC_MAP|AZURE' "$1" "$2" >/dev/null
     changed "DSCP $1 -> traffic class $2"
   fi
 }
@@ -141,24 +144,25 @@ roce_port() {
   pfc=$(sonic-db-cli CONFIG_DB hget "PORT_QOS_MAP|$1" pfc_enable)
   if [[ "$pfc" != @PRIO@ ]]; then
     for prio in ${pfc//,/ }; do
-      if [[ "$prio" != @PRIO@ ]]; then config interface pfc priority "$1" "$prio" off; fi
+      if [[ "$prio" != @PRIO@ ]]; then saving config interface pfc priority "$1" "$prio" off; fi
     done
-    if [[ ",$pfc," != *,@PRIO@,* ]]; then config interface pfc priority "$1" @PRIO@ on; fi
+    if [[ ",$pfc," != *,@PRIO@,* ]]; then saving config interface pfc priority "$1" @PRIO@ on; fi
     changed "$1: PFC on priority @PRIO@ only (was ${pfc:-none})"
   fi
   if [[ "$(sonic-db-cli CONFIG_DB hget "PORT|$1" mtu)" != @MTU@ ]]; then
-    config interface mtu "$1" @MTU@
+    saving config interface mtu "$1" @MTU@
     changed "$1: MTU @MTU@"
   fi@WATCHDOG@
 }
 @MAPS@
 wred=$(sonic-db-cli CONFIG_DB hget 'WRED_PROFILE|AZURE_LOSSLESS' green_min_threshold),$(sonic-db-cli CONFIG_DB hget 'WRED_PROFILE|AZURE_LOSSLESS' green_max_threshold),$(sonic-db-cli CONFIG_DB hget 'WRED_PROFILE|AZURE_LOSSLESS' green_drop_probability)
 if [[ "$wred" != @WRED@ ]]; then
-  config ecn -profile AZURE_LOSSLESS -gmin @GMIN@ -gmax @GMAX@ -gdrop @GDROP@
+  saving config ecn -profile AZURE_LOSSLESS -gmin @GMIN@ -gmax @GMAX@ -gdrop @GDROP@
   changed "ECN thresholds @GMIN@/@GMAX@ bytes, @GDROP@% (was $wred)"
 fi
 for port in "${ports[@]}"; do roce_port "$port"; done
-if (( CHANGES > 0 )); then config save -y >/dev/null; note "saved to /etc/sonic/config_db.json"; fi
+# saved while owed: a run cut off between a change and the save saves on the next run
+if owed save-config; then config save -y >/dev/null; paid save-config; note "saved to /etc/sonic/config_db.json"; fi
 '''.replace("@MAPS@", maps).replace("@WATCHDOG@", watchdog).replace("@PICK@", pick),
                     PRIO=roce.priority, MTU=mtu_bytes, GMIN=ecn.min_threshold_kb * 1000,
                     GMAX=ecn.max_threshold_kb * 1000, GDROP=ecn.probability_percent,
@@ -205,12 +209,13 @@ show session-config diffs
 abort")
 if grep -Eq '^[+-][^+-]' <<<"$diffs"; then
   printf '%s\n' "$diffs"
+  owe save-config
   FastCli -p 15 -c "configure session gpucluster-roce
 $config
 commit" >/dev/null
-  FastCli -p 15 -c "copy running-config startup-config" >/dev/null
   changed @WHAT@
 fi
+if owed save-config; then FastCli -p 15 -c "copy running-config startup-config" >/dev/null; paid save-config; fi
 ''', {"CONFIG_DOC": self.config(roce, mtu_bytes, ports)},
                     WHAT=f"committed lossless RoCE: priority {roce.priority}, DSCP {roce.dscp}, MTU {mtu_bytes}")
 

@@ -20,6 +20,7 @@ from .layout import DATA_ROLES, Layout, Target
 from .packages import provide
 
 LNET_CONF = "/etc/lnet.conf"
+LNET_RUNNING = "/var/lib/gpucluster/lnet.conf.imported"   # what LNet was last configured from, by this tool
 BEEGFS_AUTH = "/etc/beegfs/conn.auth"
 BEEGFS_INTERFACES = "/etc/beegfs/gpucluster-interfaces"
 STATE_DIR = "/etc/gpucluster"
@@ -101,16 +102,23 @@ _BASE = 'need blkid "install util-linux"\nneed findmnt "install util-linux"\n'
 _BEEGFS_PATH = f'export PATH="{packages.BEEGFS_SBIN}:$PATH"     # the setup tools and daemons live there\n'
 
 _LNET = r'''
-# LNet from /etc/lnet.conf, which lnet.service imports at boot; this host's NID must come up.
-@VERBS@put_file @LNET_CONF@ 0644 "$(cat @LNET_DOC@)"
-lnet_changed=$FILE_CHANGED
+# LNet from /etc/lnet.conf, which lnet.service imports at start; this host's NID must come up. A changed file
+# owes its import, which swaps the NI LNet runs (kept in @RUNNING@) for the file's.
+@VERBS@put_file @LNET_CONF@ 0644 "$(cat @LNET_DOC@)" lnet-import
 systemctl enable lnet --quiet
 if ! systemctl is-active --quiet lnet; then
   systemctl start lnet
   changed "started lnet"
-elif (( lnet_changed )); then
+elif owed lnet-import; then
+  if [[ -f @RUNNING@ ]]; then lnetctl import --del < @RUNNING@ >/dev/null 2>&1 || true; fi
+  lnetctl import --del < @LNET_CONF@ >/dev/null 2>&1 || true     # a run cut off after its import
   lnetctl import < @LNET_CONF@
   changed "imported @LNET_CONF@"
+fi
+if owed lnet-import || ! same_file @RUNNING@ "$(cat @LNET_CONF@)"; then
+  mkdir -p "$(dirname @RUNNING@)"
+  cp @LNET_CONF@ @RUNNING@
+  paid lnet-import
 fi
 lctl list_nids | grep @NID_MATCH@ || fail "LNet has no @NET@ NID on @IFACE@ (lctl list_nids: $(lctl list_nids | tr '\n' ' ')); check the interface's address and link"
 '''
@@ -122,7 +130,7 @@ def _lnet(layout: Layout, net: str, interface: str, nid: str | None) -> str:
     match = call("-qxF", nid) if nid else call("-q", f"@{net}$")
     verbs = fill(_VERBS_LND, OFED=packages.OFED_SOURCE) if net == "o2ib" else ""
     return fill(_LNET.replace("@NID_MATCH@", match).replace("@VERBS@", verbs), {"LNET_DOC": doc},
-                LNET_CONF=LNET_CONF, NET=net, IFACE=interface)
+                LNET_CONF=LNET_CONF, NET=net, IFACE=interface, RUNNING=LNET_RUNNING)
 
 
 # o2ib needs the verbs LND, built for the kernel and RDMA stack the host runs: loaded first, so a mismatch is
@@ -245,33 +253,34 @@ def render_lustre_client(spec: ClusterSpec, layout: Layout, hostname: str, inter
 # --- BeeGFS ---------------------------------------------------------------------------------------------
 
 _BEEGFS_CONF = r"""
-# set_conf FILE KEY VALUE: one "KEY = VALUE" line in a BeeGFS conf file; CONF_CHANGED tells the caller.
+# set_conf FILE KEY VALUE ACTION...: one "KEY = VALUE" line in a BeeGFS conf file, owing each ACTION first.
 set_conf() {
   [[ -f "$1" ]] || fail "$1 is missing; install the BeeGFS @VERSION@ packages"
   if ! grep -qxF "$2 = $3" "$1"; then
+    owe "${@:4}"
     sed -i "/^[[:space:]]*$2[[:space:]]*=/d" "$1"
     printf '%s = %s\n' "$2" "$3" >> "$1"
-    CONF_CHANGED=1
     changed "$1: $2 = $3"
   fi
 }
-# drop_conf FILE KEY: a key this tool's earlier releases wrote where the daemon refuses it.
+# drop_conf FILE KEY ACTION...: a key this tool's earlier releases wrote where the daemon refuses it.
 drop_conf() {
   if grep -q "^[[:space:]]*$2[[:space:]]*=" "$1"; then
+    owe "${@:3}"
     sed -i "/^[[:space:]]*$2[[:space:]]*=/d" "$1"
-    CONF_CHANGED=1
     changed "$1: removed $2, which this daemon refuses"
   fi
 }
-# running SERVICE RESTART: enabled, and running (restarted when its configuration changed). BeeGFS units are
-# Type=simple, so systemctl reports success before the daemon has read its configuration: one that rejects it
-# exits a moment later, and is caught here with its log instead of being reported as running.
+# running SERVICE: enabled, and running: started when it is not, restarted while a restart is owed (its
+# configuration changed since it started, in this run or in one cut off). BeeGFS units are Type=simple, so
+# systemctl reports success before the daemon has read its configuration: one that rejects it exits a moment
+# later, and is caught here with its log instead of being reported as running (the restart stays owed).
 running() {
   systemctl enable "$1" --quiet
   if ! systemctl is-active --quiet "$1"; then
     systemctl start "$1"
     changed "started $1"
-  elif (( $2 )); then
+  elif owed "restart-$1"; then
     systemctl restart "$1"
     changed "restarted $1"
   else
@@ -282,13 +291,14 @@ running() {
     sleep 1
     systemctl is-active --quiet "$1" || fail "$1 stopped right after it started: $(journalctl -u "$1" -n 8 --no-pager -o cat 2>/dev/null | tr '\n' ' ')(journalctl -u $1)"
   done
+  paid "restart-$1"
 }
 """
 
 
 # The shared connection secret comes on the session's standard input (the command's secret `stdin`), so it is
-# in no script, argument, environment or output; written only when it differs, and a new one restarts every
-# daemon of the host (they read it once, at start).
+# in no script, argument, environment or output; written only when it differs, and a new one owes a restart of
+# every daemon of the host (they read it once, at start).
 _AUTH_FROM_STDIN = r"""
 # --- the shared connection secret, from standard input (never printed) ---
 # Run as `bash -c SCRIPT gpucluster` (push() does): fed to bash on its input, reading it would eat the script.
@@ -296,9 +306,8 @@ _AUTH_FROM_STDIN = r"""
 secret=$(cat)
 [[ -n "$secret" ]] || fail "no connection secret on standard input (the command's stdin carries it)"
 mkdir -p /etc/beegfs
-put_file @AUTH@ 0400 "$secret"
+put_file @AUTH@ 0400 "$secret" @OWES@
 unset secret
-BASE_CHANGED=$FILE_CHANGED
 """
 
 # Settings each BeeGFS daemon reads from its conf file. Every daemon refuses a key its parser does not know
@@ -322,11 +331,17 @@ def beegfs_settings(role: str, storage: StorageSpec, rdma: bool, manager: str) -
     return tuple(out)
 
 
-def _beegfs_common(layout: Layout, auth: bool, interface: str) -> str:
-    auth_part = fill(_AUTH_FROM_STDIN, AUTH=BEEGFS_AUTH) if auth else "BASE_CHANGED=0\n"
-    return fill(_BEEGFS_CONF, VERSION=layout.version, SETTLE_S=BEEGFS_SETTLE_S) + auth_part + fill(
-        'put_file @IFS@ 0644 @IFACE@\nBASE_CHANGED=$((BASE_CHANGED | FILE_CHANGED))\n', IFS=BEEGFS_INTERFACES,
-        IFACE=interface)
+def _restart(role: str) -> str:
+    """The owed action that makes `role`'s daemon read its files again (`running` pays it)."""
+    return f"restart-beegfs-{role}"
+
+
+def _beegfs_common(layout: Layout, auth: bool, interface: str, roles: list[str]) -> str:
+    """Files every daemon of the host reads at start: a change owes each of them a restart."""
+    owes = call(*(_restart(r) for r in roles))
+    auth_part = fill(_AUTH_FROM_STDIN.replace("@OWES@", owes), AUTH=BEEGFS_AUTH) if auth else ""
+    return fill(_BEEGFS_CONF, VERSION=layout.version, SETTLE_S=BEEGFS_SETTLE_S) + auth_part + \
+        call("put_file", BEEGFS_INTERFACES, "0644", interface, *(_restart(r) for r in roles)) + "\n"
 
 
 # Keys earlier releases of this tool wrote into daemons' confs that refuse them (servers exited at start).
@@ -335,9 +350,9 @@ STALE_KEYS = {"mgmtd": ("quotaEnabled",), "meta": ("quotaEnabled",), "storage": 
 
 def _beegfs_conf(role: str, settings: tuple[tuple[str, str], ...]) -> str:
     conf = f"/etc/beegfs/beegfs-{role}.conf"
-    lines = [call("drop_conf", conf, k) for k in STALE_KEYS.get(role, ())]
-    lines += [call("set_conf", conf, k, v) for k, v in settings]
-    return "CONF_CHANGED=$BASE_CHANGED\n" + "".join(line + "\n" for line in lines)
+    lines = [call("drop_conf", conf, k, _restart(role)) for k in STALE_KEYS.get(role, ())]
+    lines += [call("set_conf", conf, k, v, _restart(role)) for k, v in settings]
+    return "".join(line + "\n" for line in lines)
 
 
 def render_beegfs_server(spec: ClusterSpec, layout: Layout, hostname: str) -> Script:
@@ -354,7 +369,8 @@ def render_beegfs_server(spec: ClusterSpec, layout: Layout, hostname: str) -> Sc
                        LIC=storage.license_file)
     body = [_BASE + _BEEGFS_PATH + _DEVICES + "# --- every device first ---\n" + _checks(targets) + licence
             + provide(layout, storage.package_repositories, f"the BeeGFS {layout.version} server", needs)
-            + _beegfs_common(layout, storage.auth, storage.server_interface or "")]
+            + _beegfs_common(layout, storage.auth, storage.server_interface or "",
+                             list(dict.fromkeys(t.role for t in targets)))]
     services: dict[str, list[str]] = {}
     for t in targets:
         mkfs = ["mkfs.xfs", "-f", "-L", t.label] if t.role == "storage" else ["mkfs.ext4", "-q", "-F", "-L", t.label]
@@ -380,12 +396,12 @@ def render_beegfs_server(spec: ClusterSpec, layout: Layout, hostname: str) -> Sc
         services.setdefault(t.role, []).append(t.mount)
     for role in services:
         if role == "mgmtd" and v8:
-            body.append(fill('put_file /etc/beegfs/beegfs-mgmtd.toml 0644 "$(cat @TOML@)"\n'
-                             'running beegfs-mgmtd $((FILE_CHANGED | BASE_CHANGED))',
-                             {"TOML": beegfs8_mgmtd_toml(storage, services[role][0])}))
+            body.append(fill('put_file /etc/beegfs/beegfs-mgmtd.toml 0644 "$(cat @TOML@)" @OWES@\n'
+                             'running beegfs-mgmtd', {"TOML": beegfs8_mgmtd_toml(storage, services[role][0])},
+                             OWES=_restart(role)))
             continue
         body.append(_beegfs_conf(role, beegfs_settings(role, storage, spec.fabric.rdma, layout.manager))
-                    + f'running beegfs-{role} "$CONF_CHANGED"')
+                    + f'running beegfs-{role}')
     roles = ", ".join(f"{t.role} {t.index}" for t in targets)
     create = script(f"BeeGFS {layout.fs_name} server {hostname}: {roles}", hostname, "\n".join(body))
     stop = "".join(call("systemctl", "disable", "--now", f"beegfs-{role}") + "\n" for role in services)
@@ -421,8 +437,8 @@ _CLIENT_OFED = r"""
 if [[ -d @OFED@ ]] && ! grep -qxF @WANT@ @AUTOBUILD@; then
   [[ -f @AUTOBUILD@ ]] || fail "@AUTOBUILD@ is missing; install the BeeGFS client package"
   sed -i '/^buildArgs=/d' @AUTOBUILD@
+  owe restart-beegfs-client
   printf '%s\n' @WANT@ >> @AUTOBUILD@
-  CONF_CHANGED=1
   changed "@AUTOBUILD@: the client module is built against DOCA-OFED (@OFED@)"
 fi
 """
@@ -457,19 +473,19 @@ def render_beegfs_client(spec: ClusterSpec, layout: Layout, hostname: str, inter
     storage = spec.storage
     conf = "/etc/beegfs/beegfs-client.conf"
     # 7.4's helper daemon (logging, DNS for the kernel module) takes the connection secret too; 8 has none.
+    daemons = ["client"] if layout.version == "8" else ["helperd", "client"]
     helper = "" if layout.version == "8" else _beegfs_conf(
-        "helperd", beegfs_settings("helperd", storage, False, layout.manager)) \
-        + 'running beegfs-helperd "$CONF_CHANGED"\n'
+        "helperd", beegfs_settings("helperd", storage, False, layout.manager)) + "running beegfs-helperd\n"
     needs = packages.beegfs_client(layout.version)
     body = (_BASE + _BEEGFS_PATH
             + provide(layout, storage.package_repositories, f"the BeeGFS {layout.version} client", needs)
-            + _beegfs_common(layout, storage.auth, interface)
+            + _beegfs_common(layout, storage.auth, interface, daemons)
             + _beegfs_conf("client", beegfs_settings("client", storage, spec.fabric.rdma, layout.manager))
             + (fill(_CLIENT_OFED, AUTOBUILD=BEEGFS_AUTOBUILD, OFED=OFED_INCLUDE,
                     WANT=f"buildArgs=-j8 OFED_INCLUDE_PATH={OFED_INCLUDE}") if spec.fabric.rdma else "")
-            + fill('put_file /etc/beegfs/beegfs-mounts.conf 0644 @MOUNTS@\n'
-                   'CONF_CHANGED=$((CONF_CHANGED | FILE_CHANGED))\n', MOUNTS=f"{layout.mount_point} {conf}")
-            + "CLIENT_CHANGED=$CONF_CHANGED\n" + helper + 'running beegfs-client "$CLIENT_CHANGED"\n'
+            + call("put_file", "/etc/beegfs/beegfs-mounts.conf", "0644", f"{layout.mount_point} {conf}",
+                   _restart("client")) + "\n"
+            + helper + 'running beegfs-client\n'
             + fill('findmnt -rn @MOUNT@ >/dev/null || fail "beegfs-client runs but @MOUNT@ is not mounted '
                    '(journalctl -u beegfs-client)"\n', MOUNT=layout.mount_point)
             + (fill(BEEGFS_RDMA_CHECK, AUTOBUILD=BEEGFS_AUTOBUILD) + call("beegfs_rdma", BEEGFS_PROC,

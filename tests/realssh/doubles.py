@@ -64,6 +64,10 @@ case "$verb" in
     case "$unit" in
       kubelet) reads="/etc/kubernetes/kubelet.conf.d/* /etc/default/kubelet /etc/sysconfig/kubelet" ;;
       gpucluster-node-tuning) reads="/etc/systemd/system/$unit.service /usr/local/sbin/$unit" ;;
+      beegfs-client) reads="/etc/beegfs/beegfs-client.conf /etc/beegfs/beegfs-mounts.conf /etc/beegfs/beegfs-client-autobuild.conf /etc/beegfs/conn.auth /etc/beegfs/gpucluster-interfaces" ;;
+      beegfs-helperd) reads="/etc/beegfs/beegfs-helperd.conf /etc/beegfs/conn.auth" ;;
+      beegfs-mgmtd) reads="/etc/beegfs/beegfs-mgmtd.conf /etc/beegfs/beegfs-mgmtd.toml /etc/beegfs/conn.auth /etc/beegfs/gpucluster-interfaces" ;;
+      beegfs-*) reads="/etc/beegfs/$unit.conf /etc/beegfs/conn.auth /etc/beegfs/gpucluster-interfaces" ;;
       *) reads="/etc/systemd/system/$unit.service.d/*" ;;
     esac
     mkdir -p "$S/loaded"

@@ -5,37 +5,27 @@ and no action is left owed."""
 
 from __future__ import annotations
 
-import re
-
 import pytest
+import yaml
 
+from components.spec import parse_spec
 from components.ssh import as_command
+from components.storage import scripts as storage_scripts
+from components.storage.layout import plan_layout
+from components.storage.scripts import render_beegfs_client
+from tests.conftest import _DEV
+from tests.cutting import cut_points as points_of, killed_at
 from tests.realssh.doubles import STATE_DIR
 from tests.realssh.test_node_scripts import preparation
-
-_TRAP = ('set -o functrace; __steps=0\n'
-         "trap '__steps=$((__steps + 1)); if (( __steps == @K@ )); then kill -9 $$; fi; "
-         "if (( @K@ < 0 )); then printf \"step %s: %s\\\\n\" \"$__steps\" \"$BASH_COMMAND\" >&2; fi' DEBUG\n")
-# Where a cut hurts: right after a file changes or a daemon is stopped or restarted (a cut before one is a cut
-# after the step before it).
-_RISKY = re.compile(r"^(mv -f|rm -f|sed -i|systemctl (stop|start|restart|daemon-reload)|lnetctl import|owe |paid )")
-
-
-def killed_at(script: str, k: int) -> str:
-    """The script with a DEBUG trap that SIGKILLs its shell before its k-th command (functions included); with
-    k < 0, it traces every command instead."""
-    head, sep, body = script.partition("set -euo pipefail\n")
-    return head + sep + _TRAP.replace("@K@", str(k)) + body
+from tests.realssh.test_storage_scripts import (SECRET, beegfs_server, host, loop, lustre_client,  # noqa: F401
+                                                rdma_client_module, run as storage_run)
 
 
 def cut_points(hosts, host, script: str) -> list[int]:
     """Steps to kill at: around every step that changes a file or a daemon, and a few evenly spread."""
     traced = run(hosts, host, killed_at(script, -1))
     assert traced.returncode == 0, traced.stderr
-    steps = [(int(n), cmd) for n, cmd in re.findall(r"^step (\d+): (.*)$", traced.stderr, re.M)]
-    last = steps[-1][0] - 8          # the closing report and change count: nothing left to cut
-    after_risky = {n + 1 for n, cmd in steps if _RISKY.match(cmd) and n < last}
-    return sorted(after_risky | {1 + i * (last - 1) // 5 for i in range(6)})
+    return points_of(traced.stderr)
 
 
 def run(hosts, host, script: str):
@@ -66,15 +56,172 @@ def test_host_preparation_killed_anywhere_converges_on_the_next_run(test_hosts):
             assert cut.returncode != 0, f"step {k}: the kill did not happen"
             again = run(test_hosts, host, target)
             assert again.returncode == 0, (k, again.stderr)
-            assert host.exists(f"{STATE_DIR}/active/kubelet"), f"step {k}: kubelet left stopped"
-            owed = host.upper("/var/lib/gpucluster/owed")
-            assert not owed.exists() or not any(owed.iterdir()), (k, sorted(p.name for p in owed.iterdir()))
-            assert loaded_matches_disk(host, "kubelet",
-                                       "/etc/kubernetes/kubelet.conf.d/* /etc/default/kubelet /etc/sysconfig/kubelet"), \
-                f"step {k}: kubelet runs an older configuration than the one on disk"
-            if target is to_b:
-                assert loaded_matches_disk(host, "gpucluster-node-tuning",
-                                           "/etc/systemd/system/gpucluster-node-tuning.service "
-                                           "/usr/local/sbin/gpucluster-node-tuning"), \
-                    f"step {k}: the power cap on disk was never applied"
+            prepared_as_on_disk(host, k, power_cap=target is to_b)
             assert run(test_hosts, host, other).returncode == 0       # back, for the next cut
+
+
+def prepared_as_on_disk(host, k, power_cap: bool) -> None:
+    assert host.exists(f"{STATE_DIR}/active/kubelet"), f"step {k}: kubelet left stopped"
+    no_action_owed(host, k)
+    assert loaded_matches_disk(host, "kubelet",
+                               "/etc/kubernetes/kubelet.conf.d/* /etc/default/kubelet /etc/sysconfig/kubelet"), \
+        f"step {k}: kubelet runs an older configuration than the one on disk"
+    if power_cap:
+        assert loaded_matches_disk(host, "gpucluster-node-tuning",
+                                   "/etc/systemd/system/gpucluster-node-tuning.service "
+                                   "/usr/local/sbin/gpucluster-node-tuning"), \
+            f"step {k}: the power cap on disk was never applied"
+
+
+def test_host_preparation_destroyed_with_a_cut_then_created_again_converges(test_hosts):
+    """The other path Pulumi takes: the host's preparation destroyed (its delete cut and run again, as the
+    engine retries a failed delete), then created again."""
+    host = test_hosts.hosts["gpu-dev-03"]
+    prep = preparation(host.name, **B)
+    assert run(test_hosts, host, prep.create).returncode == 0
+    traced = run(test_hosts, host, killed_at(prep.delete, -1))
+    assert traced.returncode == 0, traced.stderr
+    for k in points_of(traced.stderr, spread=4):
+        assert run(test_hosts, host, prep.create).returncode == 0
+        assert run(test_hosts, host, killed_at(prep.delete, k)).returncode != 0, f"step {k}: the kill did not happen"
+        deleted = run(test_hosts, host, prep.delete)
+        assert deleted.returncode == 0, (k, deleted.stderr)
+        assert not host.exists("/etc/systemd/system/gpucluster-node-tuning.service"), f"step {k}: delete left files"
+        created = run(test_hosts, host, prep.create)
+        assert created.returncode == 0, (k, created.stderr)
+        prepared_as_on_disk(host, k, power_cap=True)
+
+
+# --- storage: LNet imports and BeeGFS restarts ------------------------------------------------------------
+
+def no_action_owed(host, k) -> None:
+    owed = host.upper("/var/lib/gpucluster/owed")
+    assert not owed.exists() or not any(owed.iterdir()), (k, sorted(p.name for p in owed.iterdir()))
+
+
+def each_cut(hosts, host, old, new, check, stdin=None, replaced=False):
+    """`new` cut at every risky step while moving from `old`, then run again; `check(k)` judges the host.
+    `replaced`: the command is replaced, as Pulumi replaces it (old delete, then new create): the old delete is
+    cut too, and run again before the new create."""
+    def go(text):
+        out = storage_run(hosts, host, text, stdin=None if text == old.delete else stdin)
+        assert out.returncode == 0, (text.split("\n", 2)[1], out.stdout, out.stderr)
+
+    def from_old():
+        go(old.create)
+        if replaced:
+            go(old.delete)
+    from_old()
+    traced = storage_run(hosts, host, killed_at(new.create, -1), stdin=stdin)
+    assert traced.returncode == 0, traced.stderr
+    for k in points_of(traced.stderr):
+        from_old()
+        cut = storage_run(hosts, host, killed_at(new.create, k), stdin=stdin)
+        assert cut.returncode != 0, f"step {k}: the kill did not happen"
+        go(new.create)
+        check(k)
+        no_action_owed(host, k)
+    if replaced:
+        go(old.create)
+        traced = storage_run(hosts, host, killed_at(old.delete, -1))
+        for k in points_of(traced.stderr, spread=3):
+            go(old.create)
+            assert storage_run(hosts, host, killed_at(old.delete, k)).returncode != 0
+            go(old.delete)
+            go(new.create)
+            check(k)
+
+
+def test_a_lustre_client_killed_anywhere_runs_lnet_on_the_files_interface(test_hosts, host):
+    """The client's interface moves (an import owed by the new /etc/lnet.conf), both ways, in place and as
+    Pulumi replaces the command (its delete only unmounts: LNet is left to the new create)."""
+    clients = {iface: lustre_client(host, interface=iface) for iface in ("eth0", "eth1")}
+
+    def lnet_runs(iface):
+        def check(k):
+            assert host.read(f"{STATE_DIR}/lnet-nis").split("\n")[:-1] == [f"tcp {iface}"], \
+                f"step {k}: LNet runs {host.read(f'{STATE_DIR}/lnet-nis')!r}, the file says tcp {iface}"
+            assert host.exists(f"{STATE_DIR}/mounts/_mnt_gpufs"), f"step {k}: not mounted"
+        return check
+    for old, new, replaced in (("eth0", "eth1", False), ("eth1", "eth0", True)):
+        each_cut(test_hosts, host, clients[old], clients[new], lnet_runs(new), replaced=replaced)
+    storage_run(test_hosts, host, clients["eth0"].delete)
+
+
+def beegfs_client(host, address: str, quotas: bool):
+    """The dev stack's BeeGFS 7.4 client; `address` moves the management host (its server's data address)."""
+    data = yaml.safe_load(yaml.safe_dump(_DEV))
+    data["storage"]["servers"][0]["data_address"] = address
+    data["storage"]["quotas"] = quotas
+    spec = parse_spec(yaml.safe_dump(data))
+    return render_beegfs_client(spec, plan_layout(spec), host.name, "eth0")
+
+
+@pytest.fixture
+def no_settle(monkeypatch):
+    """The daemons' doubles never stop after their start: nothing to wait for (the settle check has its own test)."""
+    monkeypatch.setattr(storage_scripts, "BEEGFS_SETTLE_S", 0)
+
+
+@pytest.fixture
+def beegfs_client_host(host, no_settle):
+    """The client's packages as doubles: its setup tools, conf files as packaged, and a unit that mounts."""
+    for tool in ("beegfs-setup-client", "beegfs-helperd", "beegfs-ctl"):
+        host.put(f"/usr/local/bin/{tool}", "#!/bin/sh\n")
+        host.sh(f"chmod +x /usr/local/bin/{tool}")
+    host.sh("mkdir -p /etc/beegfs && touch /etc/beegfs/beegfs-client.conf /etc/beegfs/beegfs-helperd.conf")
+    host.put("/etc/systemd/system/beegfs-client.service",
+             f"[Service]\nExecStart=/usr/bin/touch {STATE_DIR}/mounts/_mnt_devfs\n")
+    host.sh(f"mkdir -p {STATE_DIR}/mounts")
+    rdma_client_module(host)
+    return host
+
+
+def daemons_run_what_is_on_disk(host, units, k) -> None:
+    for unit in units:
+        assert host.exists(f"{STATE_DIR}/active/{unit}"), f"step {k}: {unit} left stopped"
+        assert loaded_matches_disk(host, unit, DAEMON_READS[unit]), \
+            f"step {k}: {unit} runs an older configuration than the one on disk"
+
+
+DAEMON_READS = {
+    "beegfs-client": "/etc/beegfs/beegfs-client.conf /etc/beegfs/beegfs-mounts.conf "
+                     "/etc/beegfs/beegfs-client-autobuild.conf /etc/beegfs/conn.auth /etc/beegfs/gpucluster-interfaces",
+    "beegfs-helperd": "/etc/beegfs/beegfs-helperd.conf /etc/beegfs/conn.auth",
+    **{f"beegfs-{r}": f"/etc/beegfs/beegfs-{r}.conf /etc/beegfs/conn.auth /etc/beegfs/gpucluster-interfaces"
+       for r in ("mgmtd", "meta", "storage")}}
+
+
+def test_a_new_management_host_alone_restarts_the_beegfs_client(test_hosts, beegfs_client_host):
+    host = beegfs_client_host
+    a, b = beegfs_client(host, "10.10.1.31", True), beegfs_client(host, "10.10.1.32", True)
+    assert storage_run(test_hosts, host, a.create, stdin=SECRET).returncode == 0
+    moved = storage_run(test_hosts, host, b.create, stdin=SECRET)
+    assert moved.returncode == 0, moved.stderr
+    assert f"{host.name}: changed: restarted beegfs-client" in moved.stdout
+    daemons_run_what_is_on_disk(host, ["beegfs-client"], "-")
+
+
+def test_a_beegfs_client_killed_anywhere_runs_its_configuration(test_hosts, beegfs_client_host):
+    """The management host and quotas change (the client's conf); both ways, in place and replaced."""
+    host = beegfs_client_host
+    a, b = beegfs_client(host, "10.10.1.31", True), beegfs_client(host, "10.10.1.32", False)
+
+    def check(k):
+        daemons_run_what_is_on_disk(host, ["beegfs-client", "beegfs-helperd"], k)
+    each_cut(test_hosts, host, a, b, check, stdin=SECRET)
+    each_cut(test_hosts, host, b, a, check, stdin=SECRET, replaced=True)
+    storage_run(test_hosts, host, a.delete)
+
+
+def test_a_beegfs_server_killed_anywhere_runs_its_configuration(test_hosts, host, loop, no_settle):
+    """Quotas and the server interface change (every daemon's restart is owed); in place, as Pulumi updates a
+    server whose targets stay."""
+    devices = [loop(), loop(), loop()]
+    host.sh(f"touch {STATE_DIR}/lustre-modules; mkdir -p /opt/beegfs/lib; touch /opt/beegfs/lib/libbeegfs_ib.so")
+    a = beegfs_server(host, devices, quotas=False, interface="eth0")
+    b = beegfs_server(host, devices, quotas=True, interface="eth1")
+    units = ["beegfs-mgmtd", "beegfs-meta", "beegfs-storage"]
+    each_cut(test_hosts, host, a, b, lambda k: daemons_run_what_is_on_disk(host, units, k))
+    each_cut(test_hosts, host, b, a, lambda k: daemons_run_what_is_on_disk(host, units, k))
+    storage_run(test_hosts, host, a.delete)

@@ -48,7 +48,28 @@ mkfs.ext4 -q -F -L "$label" "${*: -1}"
     "df": _RECORD + 'if [[ "${1:-}" == -t && "${2:-}" == beegfs ]]; then [[ -e "$S/mounts/${3//\\//_}" ]]; '
                     'else exec /usr/bin/df "$@"; fi\n',
     "findmnt": _RECORD + '[[ -e "$S/mounts/${*: -1}" || -e "$S/mounts/${2//\\//_}" ]]\n',
-    "lnetctl": _RECORD,
+    # LNet's configured NIs ("NET INTERFACE" lines), as `lnetctl import [--del]` of lnet.conf's YAML leaves them;
+    # adding an NI it has, or deleting one it lacks, fails as lnetctl does (EEXIST, ENOENT)
+    "lnetctl": _RECORD + r'''
+nis=$S/lnet-nis
+touch "$nis"
+case "$1" in
+  lnet) if [[ "$2" == unconfigure ]]; then : > "$nis"; fi ;;
+  import)
+    del=0
+    if [[ "${2:-}" == --del ]]; then del=1; shift; fi
+    conf=$(cat "${2:-/dev/stdin}")
+    ni="$(sed -n 's/.*net type: //p' <<<"$conf") $(sed -n 's/^ *0: //p' <<<"$conf")"
+    if (( del )); then
+      grep -qxF "$ni" "$nis" || { echo "del: errno -2: cannot delete network $ni" >&2; exit 1; }
+      grep -vxF "$ni" "$nis" > "$nis.new" || true
+      mv "$nis.new" "$nis"
+    else
+      if grep -qxF "$ni" "$nis"; then echo "add: errno -17: cannot add network $ni: File exists" >&2; exit 1; fi
+      printf '%s\n' "$ni" >> "$nis"
+    fi ;;
+esac
+''',
     "mount.lustre": _RECORD,
     "lctl": _RECORD + 'if [[ "$1" == list_nids ]]; then cat "$S/nids"; fi\n',
     # the Lustre kernel modules are built for Lustre's kernels, not this one: the servers' are "there"
@@ -81,6 +102,10 @@ def host(test_hosts):
         h.sh(f"printf '%s' {shlex.quote(text)} > /usr/local/bin/{tool} && chmod +x /usr/local/bin/{tool}")
     h.sh(f"printf '%s@tcp\\n' {h.address} > {STATE_DIR}/nids")
     h.sh(f"touch {STATE_DIR}/lustre-modules")
+    # lnet.service: `lnetctl lnet configure`, then `lnetctl import /etc/lnet.conf` (reference 5; unconfigured first)
+    h.put("/usr/local/sbin/lnet-up", "#!/bin/sh\nlnetctl lnet unconfigure && lnetctl import /etc/lnet.conf\n")
+    h.sh("chmod +x /usr/local/sbin/lnet-up")
+    h.put("/etc/systemd/system/lnet.service", "[Service]\nType=oneshot\nExecStart=/usr/local/sbin/lnet-up\n")
     h.sh("mkdir -p /etc/beegfs && for s in meta storage mgmtd; do : > /etc/beegfs/beegfs-$s.conf; done")
     for role in ("mgmtd", "meta", "storage"):      # Type=simple units, as BeeGFS 7.4 ships them
         h.put(f"/usr/local/bin/beegfs-daemon-{role}", _beegfs_daemon(CONF_KEYS[("7.4", role)]))
@@ -181,9 +206,9 @@ def test_deleting_a_server_unmounts_and_keeps_the_data(test_hosts, host, loop):
     assert probe.stdout.strip() == "labfs:OST0003"
 
 
-def beegfs_server(host, devices, quotas: bool = False):
+def beegfs_server(host, devices, quotas: bool = False, interface: str = "eth0"):
     data = yaml.safe_load(yaml.safe_dump(_DEV))
-    data["storage"] = {"kind": "beegfs", "fs_name": "labfs", "server_interface": "eth0", "auth": False,
+    data["storage"] = {"kind": "beegfs", "fs_name": "labfs", "server_interface": interface, "auth": False,
                        "quotas": quotas,
                        "servers": [{"hostname": host.name, "address": host.address, "rack": "r01", "targets": [
                            {"role": "mgmtd", "device": devices[0], "raid_level": "raid1", "size_tib": 1},
@@ -252,7 +277,7 @@ def test_a_daemon_that_refuses_its_configuration_fails_the_step_with_its_log(tes
 
 # --- packages: named when missing, installed only from the spec's repository ------------------------------
 
-def lustre_client(host, repository=None, lnet="tcp"):
+def lustre_client(host, repository=None, lnet="tcp", interface="eth0"):
     data = yaml.safe_load(yaml.safe_dump(_DEV))
     data["sites"][0]["racks"].append({"name": "r02", "pdu_capacity_kw": 20})
     data["storage"] = {"kind": "lustre", "lnet": lnet, "fs_name": "labfs", "server_interface": "eth0",
@@ -263,7 +288,7 @@ def lustre_client(host, repository=None, lnet="tcp"):
                            {"role": "ost", "index": 0, "device": "/dev/nvme1n1", "raid_level": "raid6",
                             "size_tib": 1}]}]}
     spec = parse_spec(yaml.safe_dump(data))
-    return render_lustre_client(spec, plan_layout(spec), host.name, "eth0")
+    return render_lustre_client(spec, plan_layout(spec), host.name, interface)
 
 
 def test_a_host_lacking_its_packages_stops_before_any_change_naming_them(test_hosts, host):
@@ -306,6 +331,19 @@ def _deb(tmp, name: str, files: dict[str, str]) -> None:
                    check=True, capture_output=True)
 
 
+SECRET = "Rk9PQkFSc2VjcmV0MTIzNDU2Nzg5MGFiY2RlZmdoaWprbG1ub3BxcnN0dXZ3eHl6"
+
+
+def rdma_client_module(host):
+    """The BeeGFS client module, loaded with RDMA, as its proc files show it (ProcFsHelper.c's format)."""
+    module = host.root / "proc_fs" / "beegfs" / "5F1E-6A2B-gpu-dev-03"
+    module.mkdir(parents=True, exist_ok=True)
+    (module / "config").write_text("connUseRDMA = 1\n")
+    (module / "meta_nodes").write_text("stor-dev-01 [ID: 1]\n   Root: <yes>\n   Connections: RDMA: 1 (10.22.0.31:8005); \n")
+    (module / "storage_nodes").write_text("stor-dev-01 [ID: 1]\n   Connections: RDMA: 2 (10.22.0.31:8003); \n")
+    return module
+
+
 def test_missing_packages_come_from_the_specs_repository_once(test_hosts, host, tmp_path, quick_settle):
     """A flat apt repository of real packages (file://, as a site mirror would serve them): the BeeGFS client
     installs what it lacks from there, and the second run installs nothing."""
@@ -327,13 +365,8 @@ def test_missing_packages_come_from_the_specs_repository_once(test_hosts, host, 
     # apt drops to its _apt user, which cannot write under the overlay this test host lives in
     host.put("/etc/apt/apt.conf.d/99sandbox", 'APT::Sandbox::User "root";\n')
     host.sh(f"mkdir -p {STATE_DIR}/mounts")
-    # the client module, loaded with RDMA, as its proc files show it (ProcFsHelper.c's format)
-    module = host.root / "proc_fs" / "beegfs" / "5F1E-6A2B-gpu-dev-03"
-    module.mkdir(parents=True, exist_ok=True)
-    (module / "config").write_text("connUseRDMA = 1\n")
-    (module / "meta_nodes").write_text("stor-dev-01 [ID: 1]\n   Root: <yes>\n   Connections: RDMA: 1 (10.22.0.31:8005); \n")
-    (module / "storage_nodes").write_text("stor-dev-01 [ID: 1]\n   Connections: RDMA: 2 (10.22.0.31:8003); \n")
-    secret = "Rk9PQkFSc2VjcmV0MTIzNDU2Nzg5MGFiY2RlZmdoaWprbG1ub3BxcnN0dXZ3eHl6"
+    module = rdma_client_module(host)
+    secret = SECRET
     first = run(test_hosts, host, script.create, stdin=secret)
     assert first.returncode == 0, first.stderr
     assert f"{host.name}: BeeGFS over RDMA to every server it is connected to" in first.stdout

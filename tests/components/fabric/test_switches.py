@@ -111,6 +111,7 @@ def sonic_run(script: str, tmp_path, table: list[str]):
     (tmp_path / "config").write_text("#!/usr/bin/env bash\necho \"config $*\" >> " + str(log) + "\n")
     for tool in ("sonic-db-cli", "config"):
         (tmp_path / tool).chmod(0o755)
+    script = script.replace("OWED_DIR=/var/lib/gpucluster/owed", f"OWED_DIR={tmp_path / 'owed'}")
     out = subprocess.run(["bash", "-c", script], capture_output=True, text=True,
                          env={"PATH": f"{tmp_path}:/usr/bin:/bin"})
     changes = [c for c in (log.read_text().splitlines() if log.exists() else []) if " hset " in c or

@@ -15,7 +15,7 @@ from components.storage.scripts import render_beegfs_client, render_beegfs_serve
 from tests.components.storage.beegfs_upstream import CONF_KEYS, MGMTD8_TOML_KEYS
 from tests.conftest import _DEV, problems_of
 
-_SET_CONF = re.compile(r"^set_conf /etc/beegfs/beegfs-(\w+)\.conf (\w+) ?(.*)$", re.M)
+_SET_CONF = re.compile(r"^set_conf /etc/beegfs/beegfs-(\w+)\.conf (\w+) ?(.*?) restart-beegfs-\1$", re.M)
 
 
 def beegfs(version: str, quotas: bool, auth: bool = True, fabric: str | None = None) -> dict:

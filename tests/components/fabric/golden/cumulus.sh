@@ -56,8 +56,9 @@ nv set interface swp1-4 qos pfc-watchdog state enable
 pending=$(nv config diff)
 if [[ -n "$pending" && "$pending" != "{}" ]]; then
   printf '%s\n' "$pending"
+  owe save-config
   nv config apply -y >/dev/null
-  nv config save >/dev/null
   changed 'applied lossless RoCE: priority 5, DSCP 46, MTU 9216'
 fi
+if owed save-config; then nv config save >/dev/null; paid save-config; fi
 finish

@@ -64,10 +64,11 @@ show session-config diffs
 abort")
 if grep -Eq '^[+-][^+-]' <<<"$diffs"; then
   printf '%s\n' "$diffs"
+  owe save-config
   FastCli -p 15 -c "configure session gpucluster-roce
 $config
 commit" >/dev/null
-  FastCli -p 15 -c "copy running-config startup-config" >/dev/null
   changed 'committed lossless RoCE: priority 5, DSCP 46, MTU 9214'
 fi
+if owed save-config; then FastCli -p 15 -c "copy running-config startup-config" >/dev/null; paid save-config; fi
 finish

@@ -49,9 +49,11 @@ ports=("${table[@]}")
 for port in "${ports[@]}"; do
   [[ " ${table[*]} " == *" $port "* ]] || fail "port $port is not in this switch's PORT table (${table[*]:0:4} ...): correct port_names"
 done
+# saving COMMAND...: a change to the running configuration, which owes a save to config_db.json
+saving() { owe save-config; "$@"; }
 dscp_tc() {
   if [[ "$(sonic-db-cli CONFIG_DB hget 'DSCP_TO_TC_MAP|AZURE' "$1")" != "$2" ]]; then
-    sonic-db-cli CONFIG_DB hset 'DSCP_TO_TC_MAP|AZURE' "$1" "$2" >/dev/null
+    saving sonic-db-cli CONFIG_DB hset 'DSCP_TO_TC_MAP|AZURE' "$1" "$2" >/dev/null
     changed "DSCP $1 -> traffic class $2"
   fi
 }
@@ -60,17 +62,17 @@ roce_port() {
   pfc=$(sonic-db-cli CONFIG_DB hget "PORT_QOS_MAP|$1" pfc_enable)
   if [[ "$pfc" != 4 ]]; then
     for prio in ${pfc//,/ }; do
-      if [[ "$prio" != 4 ]]; then config interface pfc priority "$1" "$prio" off; fi
+      if [[ "$prio" != 4 ]]; then saving config interface pfc priority "$1" "$prio" off; fi
     done
-    if [[ ",$pfc," != *,4,* ]]; then config interface pfc priority "$1" 4 on; fi
+    if [[ ",$pfc," != *,4,* ]]; then saving config interface pfc priority "$1" 4 on; fi
     changed "$1: PFC on priority 4 only (was ${pfc:-none})"
   fi
   if [[ "$(sonic-db-cli CONFIG_DB hget "PORT|$1" mtu)" != 9100 ]]; then
-    config interface mtu "$1" 9100
+    saving config interface mtu "$1" 9100
     changed "$1: MTU 9100"
   fi
   if [[ -z "$(sonic-db-cli CONFIG_DB hget "PFC_WD|$1" action)" ]]; then
-    config pfcwd start --action drop "$1" 200 --restoration-time 200
+    saving config pfcwd start --action drop "$1" 200 --restoration-time 200
     changed "$1: PFC watchdog (drop)"
   fi
 }
@@ -78,9 +80,10 @@ dscp_tc 46 4
 dscp_tc 56 7
 wred=$(sonic-db-cli CONFIG_DB hget 'WRED_PROFILE|AZURE_LOSSLESS' green_min_threshold),$(sonic-db-cli CONFIG_DB hget 'WRED_PROFILE|AZURE_LOSSLESS' green_max_threshold),$(sonic-db-cli CONFIG_DB hget 'WRED_PROFILE|AZURE_LOSSLESS' green_drop_probability)
 if [[ "$wred" != 200000,2000000,50 ]]; then
-  config ecn -profile AZURE_LOSSLESS -gmin 200000 -gmax 2000000 -gdrop 50
+  saving config ecn -profile AZURE_LOSSLESS -gmin 200000 -gmax 2000000 -gdrop 50
   changed "ECN thresholds 200000/2000000 bytes, 50% (was $wred)"
 fi
 for port in "${ports[@]}"; do roce_port "$port"; done
-if (( CHANGES > 0 )); then config save -y >/dev/null; note "saved to /etc/sonic/config_db.json"; fi
+# saved while owed: a run cut off between a change and the save saves on the next run
+if owed save-config; then config save -y >/dev/null; paid save-config; note "saved to /etc/sonic/config_db.json"; fi
 finish

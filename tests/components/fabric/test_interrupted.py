@@ -1,0 +1,225 @@
+"""Fabric scripts cut short (issue 28). The subnet manager host's OpenSM runs the files on disk after any cut.
+Switch scripts: each network OS's script, killed at every step that changes the switch
+while moving it from one RoCE class to another, converges on the next run: the running configuration is the
+new class and the one the switch boots from (saved, startup) is the running one. The switches are simulated by
+doubles that keep a running and a saved configuration, as the real CLIs do (SONiC's CONFIG_DB and `config
+save`, NVUE's pending/applied revisions and `nv config save`, EOS sessions and `copy running-config
+startup-config`)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from components.fabric.host import OPENSM_CONF, OPENSM_UNIT, PARTITIONS_CONF, render_fabric_host
+from components.fabric.switches import render_switch
+from tests.components.fabric.test_host_and_component import spec_for
+from tests.components.fabric.test_switches import spec_with
+from tests.cutting import cut_points, killed_at
+
+_OWED = "OWED_DIR=/var/lib/gpucluster/owed"
+_HEAD = f"#!{sys.executable} -IS\nimport json, os, sys\nS = os.environ['SWITCH_STATE']\n" \
+        "st = json.load(open(S))\nargs = sys.argv[1:]\n"
+_TAIL = "json.dump(st, open(S, 'w'))\n"
+
+DOUBLES = {
+    # SONiC: CONFIG_DB as files KEY/FIELD under running/ (bash: the script calls it for every port and setting);
+    # `config` changes it as SONiC's CLI does; `config save` persists it.
+    "sonic-db-cli": r'''#!/bin/bash
+set -eu
+db=$SWITCH_STATE.d/running
+case $2 in
+  keys) ls "$db" | grep '^PORT|' || true ;;
+  hget) cat "$db/$3/$4" 2>/dev/null || echo ;;
+  hset) mkdir -p "$db/$3"; printf '%s' "$5" > "$db/$3/$4" ;;
+esac
+''',
+    "config": r'''#!/bin/bash
+set -eu
+db=$SWITCH_STATE.d/running
+put() { mkdir -p "$db/$1"; printf '%s' "$3" > "$db/$1/$2"; }
+case "$1 $2" in
+  "interface pfc")
+    have=$(cat "$db/PORT_QOS_MAP|$4/pfc_enable" 2>/dev/null || true)
+    list=$(tr , '\n' <<<"$have" | sed '/^$/d' | grep -vx "$5" || true)
+    if [[ $6 == on ]]; then list=$(printf '%s\n%s\n' "$list" "$5" | sed '/^$/d' | sort -u); fi
+    put "PORT_QOS_MAP|$4" pfc_enable "$(paste -sd, <<<"$list")" ;;
+  "interface mtu") put "PORT|$3" mtu "$4" ;;
+  "ecn -profile") put "WRED_PROFILE|$3" green_min_threshold "$5"; put "WRED_PROFILE|$3" green_max_threshold "$7"
+                  put "WRED_PROFILE|$3" green_drop_probability "$9" ;;
+  "pfcwd start") put "PFC_WD|$5" action "$4" ;;
+  "save -y") rm -rf "$SWITCH_STATE.d/saved"; cp -r "$db" "$SWITCH_STATE.d/saved" ;;
+  *) echo "config double: $*" >&2; exit 2 ;;
+esac
+''',
+    # NVUE: `nv set`/`unset` edit the pending revision, `config apply` makes it the applied one, `config save`
+    # the startup one. A path (every word but the value) holds one value.
+    "nv": _HEAD + r'''
+pending = st.setdefault("pending", list(st["running"]))
+if args[0] == "set":
+    path = " ".join(args[1:-1])
+    st["pending"] = [e for e in pending if e.rsplit(" ", 1)[0] != path] + [" ".join(args[1:])]
+elif args[0] == "unset":
+    st["pending"] = [e for e in pending if not e.startswith(" ".join(args[1:]))]
+elif args[:2] == ["config", "diff"]:
+    added = sorted(set(pending) - set(st["running"]))
+    removed = sorted(set(st["running"]) - set(pending))
+    print("\n".join([f"+ {e}" for e in added] + [f"- {e}" for e in removed]) or "{}")
+elif args[:2] == ["config", "apply"]:
+    st["running"] = list(pending)
+elif args[:2] == ["config", "save"]:
+    st["saved"] = list(st["running"])
+else:
+    sys.exit(f"nv double: {args}")
+''' + _TAIL,
+    # EOS: a session's lines against the running configuration; `commit` makes them running.
+    "FastCli": _HEAD + r'''
+lines = args[args.index("-c") + 1].split("\n")
+if lines[0] == "copy running-config startup-config":
+    st["saved"] = list(st["running"])
+elif lines[-1] == "abort":
+    want = lines[1:-2]
+    print("\n".join([f"+{e}" for e in want if e not in st["running"]] +
+                    [f"-{e}" for e in st["running"] if e not in want]))
+elif lines[-1] == "commit":
+    st["running"] = lines[1:-1]
+''' + _TAIL,
+}
+
+
+@pytest.fixture
+def switch(tmp_path):
+    for tool, text in DOUBLES.items():
+        (tmp_path / tool).write_text(text)
+        (tmp_path / tool).chmod(0o755)
+    state = tmp_path / "state.json"
+
+    def run(script: str) -> subprocess.CompletedProcess:
+        assert _OWED in script, "the shared prelude keeps owed actions elsewhere now"
+        text = script.replace(_OWED, f"OWED_DIR={tmp_path / 'owed'}")      # not this machine's /var/lib
+        return subprocess.run(["bash", "-c", text], capture_output=True, text=True,
+                              env={"PATH": f"{tmp_path}:/usr/bin:/bin", "SWITCH_STATE": str(state)})
+
+    def reset(ports: int) -> None:
+        shutil.rmtree(f"{state}.d", ignore_errors=True)
+        for where in ("running", "saved"):
+            for i in range(ports):
+                (tmp_path / "state.json.d" / where / f"PORT|Ethernet{4 * i}").mkdir(parents=True)
+                (tmp_path / "state.json.d" / where / f"PORT|Ethernet{4 * i}" / "mtu").write_text("1500")
+        state.write_text(json.dumps({"running": [], "saved": []}))
+
+    def read() -> dict:
+        if run.vendor != "sonic":
+            return json.loads(state.read_text())
+        return {where: {k.name: {f.name: f.read_text() for f in k.iterdir()}
+                        for k in (tmp_path / "state.json.d" / where).iterdir()} for where in ("running", "saved")}
+    run.reset, run.state = reset, read
+    return run
+
+
+A = {"priority": 3, "pfc_priorities": [3], "dscp": 26, "cnp_dscp": 48, "cnp_priority": 6}
+B = {"priority": 4, "pfc_priorities": [4], "dscp": 24, "cnp_dscp": 48, "cnp_priority": 6,
+     "ecn": {"min_threshold_kb": 300, "max_threshold_kb": 3000, "probability_percent": 20}}
+
+
+@pytest.mark.parametrize("vendor", ["sonic", "cumulus", "eos"])
+def test_a_switch_script_killed_anywhere_converges_and_boots_into_what_runs(vendor, dev_data, switch):
+    switch.vendor = vendor
+    scripts = []
+    for roce in (A, B):
+        spec = spec_with(json.loads(json.dumps(dev_data)), vendor, roce)
+        scripts.append(render_switch(spec.fabric.switches[0], spec.fabric).create)
+    to_a, to_b = scripts
+    switch.reset(4)
+    assert switch(to_a).returncode == 0
+    at_a = switch.state()
+    assert switch(to_b).returncode == 0
+    at_b = switch.state()
+    assert at_b["running"] != at_a["running"] and at_b["saved"] == at_b["running"]
+    for target, other in ((to_b, to_a), (to_a, to_b)):
+        assert switch(other).returncode == 0
+        traced = switch(killed_at(target, -1))
+        assert traced.returncode == 0, traced.stderr
+        want = switch.state()["running"]
+        points = cut_points(traced.stderr)
+        assert len(points) > 6, points
+        for k in points:
+            assert switch(other).returncode == 0
+            cut = switch(killed_at(target, k))
+            assert cut.returncode != 0, f"step {k}: the kill did not happen"
+            again = switch(target)
+            assert again.returncode == 0, (k, again.stderr)
+            now = switch.state()
+            assert now["running"] == want, f"step {k}: the running configuration is not the spec's"
+            assert now["saved"] == now["running"], f"step {k}: the switch would boot into an older configuration"
+
+
+# systemd and OpenSM for the subnet manager's section: a restart records what the daemon runs (its conf and
+# partitions, and the unit as systemd last loaded it at daemon-reload).
+SM_DOUBLES = {
+    "systemctl": r'''#!/bin/bash
+set -eu
+D=$SM_STATE
+args=(); for a in "$@"; do case $a in --*) ;; *) args+=("$a") ;; esac; done
+case ${args[0]} in
+  daemon-reload) md5sum < "$D/etc/gpucluster-opensm.service" > "$D/reloaded" 2>/dev/null || rm -f "$D/reloaded" ;;
+  is-active) [[ -e "$D/active-${args[1]}" ]] ;;
+  is-enabled) if [[ -e "$D/enabled-${args[1]}" ]]; then echo enabled; else echo disabled; exit 1; fi ;;
+  enable) touch "$D/enabled-${args[1]}" ;;
+  disable) rm -f "$D/enabled-${args[1]}" "$D/active-${args[1]}" ;;
+  restart|start) touch "$D/active-${args[1]}"
+    { cat "$D/etc/opensm.conf" "$D/etc/partitions.conf" | md5sum; cat "$D/reloaded"; } > "$D/loaded" ;;
+  *) echo "systemctl double: $*" >&2; exit 2 ;;
+esac
+''',
+    "opensm": "#!/bin/sh\n", "sminfo": "#!/bin/sh\nexit 1\n",      # no other subnet manager answers
+}
+
+
+def sm_section(spec, where) -> str:
+    """The primary subnet manager host's script, its OpenSM section alone, with its files under `where`."""
+    text = render_fabric_host(spec, "gpu-dev-01", spec.node_pools[0].nics, {}).create
+    head, rest = text.split("# --- subnet manager", 1)
+    text = head + "# --- subnet manager" + rest.split("# --- the settings", 1)[0] + "finish\n"
+    for path, name in ((OPENSM_CONF, "opensm.conf"), (PARTITIONS_CONF, "partitions.conf"),
+                       (OPENSM_UNIT, "gpucluster-opensm.service"), ("/var/lib/gpucluster/owed", "owed")):
+        assert path in text
+        text = text.replace(path, f"{where}/etc/{name}" if name != "owed" else f"{where}/owed")
+    return text
+
+
+def test_opensm_killed_anywhere_runs_the_partitions_on_disk(dev_data, tmp_path):
+    """From no partitions to one and back: OpenSM restarted (after a daemon-reload) whenever a cut left it
+    running older files, and started when a cut left it stopped."""
+    for tool, text in SM_DOUBLES.items():
+        (tmp_path / tool).write_text(text)
+        (tmp_path / tool).chmod(0o755)
+    (tmp_path / "etc").mkdir()
+    scripts = [sm_section(spec_for(json.loads(json.dumps(dev_data)), variant), tmp_path)
+               for variant in ("infiniband", "infiniband-partitions")]
+
+    def run(text):
+        return subprocess.run(["bash", "-c", text], capture_output=True, text=True,
+                              env={"PATH": f"{tmp_path}:/usr/bin:/bin", "SM_STATE": str(tmp_path)})
+
+    def runs_the_disk() -> bool:
+        files = [tmp_path / "etc" / n for n in ("opensm.conf", "partitions.conf", "gpucluster-opensm.service")]
+        disk = subprocess.run("cat etc/opensm.conf etc/partitions.conf | md5sum; md5sum < etc/gpucluster-opensm.service",
+                              shell=True, cwd=tmp_path, capture_output=True, text=True).stdout
+        return all(f.exists() for f in files) and (tmp_path / "loaded").read_text() == disk
+    for target, other in ((scripts[1], scripts[0]), (scripts[0], scripts[1])):
+        assert run(other).returncode == 0
+        traced = run(killed_at(target, -1))
+        assert traced.returncode == 0, traced.stderr
+        for k in cut_points(traced.stderr):
+            assert run(other).returncode == 0
+            assert run(killed_at(target, k)).returncode != 0, f"step {k}: the kill did not happen"
+            again = run(target)
+            assert again.returncode == 0, (k, again.stderr)
+            assert (tmp_path / "active-gpucluster-opensm").exists(), f"step {k}: OpenSM left stopped"
+            assert runs_the_disk(), f"step {k}: OpenSM runs older files than those on disk"
+            assert not (tmp_path / "owed").exists() or not any((tmp_path / "owed").iterdir()), k
