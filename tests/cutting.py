@@ -4,6 +4,8 @@ session, a killed runner or Ctrl-C leaves it, and the steps worth cutting at."""
 from __future__ import annotations
 
 import re
+import subprocess
+from typing import Callable
 
 _TRAP = ('set -o functrace; __steps=0\n'
          "trap '__steps=$((__steps + 1)); if (( __steps == @K@ )); then kill -9 $$; fi; "
@@ -29,3 +31,20 @@ def cut_points(trace: str, spread: int = 6) -> list[int]:
     last = steps[-1][0] - 8          # the closing report and change count: nothing left to cut
     after_risky = {n + 1 for n, cmd in steps if RISKY.match(cmd) and n < last}
     return sorted(after_risky | {1 + i * (last - 1) // (spread - 1) for i in range(spread)})
+
+
+def cut_everywhere(run: Callable[[str], subprocess.CompletedProcess], new: str, back: Callable[[], None],
+                   check: Callable[[int], None], spread: int = 6) -> list[int]:
+    """`new` cut at every risky step on its way from where `back` puts the host, then run whole again, and
+    `check(k)` judges what the run after cut k left. `run` runs a script's text on the host. Returns the cuts."""
+    back()
+    traced = run(killed_at(new, -1))
+    assert traced.returncode == 0, traced.stderr
+    points = cut_points(traced.stderr, spread)
+    for k in points:
+        back()
+        assert run(killed_at(new, k)).returncode != 0, f"step {k}: the kill did not happen"
+        again = run(new)
+        assert again.returncode == 0, (k, again.stdout, again.stderr)
+        check(k)
+    return points

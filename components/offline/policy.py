@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import difflib
 import importlib
-import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +23,7 @@ from pulumi.runtime.proto import analyzer_pb2 as apb
 
 from ..spec import SpecError
 from ..spec.common import shown
-from ..spec.loader import lines_of, read_json
+from ..spec.loader import json_of, lines_of, read_text
 from .recorder import STACK_TYPE, Record
 from .report import Thresholds
 from .runner import ProgramRun
@@ -58,15 +57,19 @@ def load_policies(project_dir: Path) -> list[Any]:
     return list(importlib.import_module(PACKAGE).POLICIES)
 
 
+FIX_CONFIG = "fix the file (a Pulumi policy-pack config: policy names to levels)"
+
+
 def load_config(path: Path, policies: list[Any]) -> dict[str, tuple[int, dict[str, Any]]]:
     """Policy name -> (enforcement level, settings) from a Pulumi policy-pack config file: `{"all": LEVEL,
     "<policy>": LEVEL | {"enforcementLevel": LEVEL, "<setting>": value}}`. Every error is reported at once."""
     what = "the policy config"
-    raw = read_json(path, what, "fix the file (a Pulumi policy-pack config: policy names to levels)")
+    text = read_text(path, what, FIX_CONFIG)
+    raw = json_of(text, path, what, FIX_CONFIG)
     if not isinstance(raw, dict):
         raise SpecError(str(path), [f"{path}: a policy config is a JSON object of policy names"], what)
     by_name = {p.name: p for p in policies}
-    lines = lines_of(path.read_text(encoding="utf-8"))
+    lines = lines_of(text)
     problems: list[tuple[int, str]] = []
 
     def problem(loc: tuple[str, ...], message: str) -> None:

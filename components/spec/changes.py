@@ -10,6 +10,7 @@ from typing import Literal, NamedTuple
 
 from .common import Loc
 
+
 class SpecChange(NamedTuple):
     release: str
     field: str                    # dotted, `[]` for any list item: storage.servers[].targets[].raid_level

@@ -7,7 +7,7 @@ from typing import Iterator, Literal, NamedTuple
 
 from pydantic import Field
 
-from .common import Check, DnsLabel, Loc, Problem, SpecModel, duplicates, fmt_loc, valid
+from .common import Check, DnsLabel, Loc, Problem, SpecModel, duplicates, valid
 from .fabric import FabricSpec
 from .hardware import Host, NodePool, Rack, Site, SshSettings
 from .kubernetes import KubernetesSpec, ValidationSpec

@@ -12,6 +12,7 @@ import json
 import re
 import types
 import typing
+from functools import partial
 from pathlib import Path
 from typing import Any, Iterator, NamedTuple
 
@@ -342,20 +343,32 @@ def read_json(path: Path, what: str, fix: str, max_bytes: int = MAX_FILE_BYTES) 
     """A JSON file a user hands a command, with the spec loader's guards: a size bound, UTF-8, bounded nesting,
     no key given twice (JSON keeps the last silently) and no NaN or Infinity. Raises SpecError naming the file,
     the line where there is one, and `fix`."""
-    def refuse(problem: str) -> SpecError:
-        return SpecError(str(path), [f"{problem}; {fix}"], what)
+    return json_of(read_text(path, what, fix, max_bytes), path, what, fix)
 
+
+def _refused(path: Path, what: str, fix: str, problem: str) -> SpecError:
+    return SpecError(str(path), [f"{problem}; {fix}"], what)
+
+
+def read_text(path: Path, what: str, fix: str, max_bytes: int = MAX_FILE_BYTES) -> str:
+    """A file's text, at most `max_bytes` and UTF-8, or a SpecError naming the file and `fix`."""
+    refuse = partial(_refused, path, what, fix)
     try:
         size = path.stat().st_size
         if size > max_bytes:
             raise refuse(f"{path}: {size:,} bytes, more than {what} can be ({max_bytes:,})")
-        text = _decode(path.read_bytes(), str(path))
+        return _decode(path.read_bytes(), str(path))
     except FileNotFoundError:
         raise refuse(f"{path}: no such file") from None
     except (OSError, ValueError) as e:       # ValueError: a NUL in the path
         raise refuse(f"{path}: cannot be read ({why(e)})") from None
     except SpecError as e:
         raise refuse(e.problems[0]) from None
+
+
+def json_of(text: str, path: Path, what: str, fix: str) -> Any:
+    """`text`, read from `path`, as JSON with read_json's guards (a caller that also wants its lines)."""
+    refuse = partial(_refused, path, what, fix)
     repeated: list[str] = []
 
     def unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

@@ -9,27 +9,51 @@ import pytest
 import yaml
 
 from components.spec import parse_spec
-from components.ssh import as_command
 from components.storage import scripts as storage_scripts
 from components.storage.layout import plan_layout
 from components.storage.scripts import render_beegfs_client
 from tests.conftest import _DEV
-from tests.cutting import cut_points as points_of, killed_at
+from tests.cutting import cut_everywhere
 from tests.realssh.doubles import STATE_DIR
 from tests.realssh.test_node_scripts import preparation
 from tests.realssh.test_storage_scripts import (SECRET, beegfs_server, host, loop, lustre_client,  # noqa: F401
-                                                rdma_client_module, run as storage_run)
+                                                rdma_client_module, run)
 
 
-def cut_points(hosts, host, script: str) -> list[int]:
-    """Steps to kill at: around every step that changes a file or a daemon, and a few evenly spread."""
-    traced = run(hosts, host, killed_at(script, -1))
-    assert traced.returncode == 0, traced.stderr
-    return points_of(traced.stderr)
+def ok(out) -> None:
+    assert out.returncode == 0, (out.stdout, out.stderr)
 
 
-def run(hosts, host, script: str):
-    return hosts.ssh(host, as_command(script, "root"))
+def no_action_owed(host, k) -> None:
+    owed = host.upper("/var/lib/gpucluster/owed")
+    assert not owed.exists() or not any(owed.iterdir()), (k, sorted(p.name for p in owed.iterdir()))
+
+
+def each_cut(hosts, host, old, new, check, stdin=None, replaced=False):
+    """`new` cut at every risky step while moving from `old`, then run again; `check(k)` judges the host and no
+    action may stay owed. `replaced`: the command is replaced, as Pulumi replaces it (old delete, then new
+    create): the old delete is cut too, and run again before the new create."""
+    def creating(text):
+        return run(hosts, host, text, stdin=stdin)
+
+    def deleting(text):
+        return run(hosts, host, text)
+
+    def from_old():
+        ok(creating(old.create))
+        if replaced:
+            ok(deleting(old.delete))
+
+    def judged(k):
+        check(k)
+        no_action_owed(host, k)
+    cut_everywhere(creating, new.create, from_old, judged)
+    if replaced:
+        def recreated(k):
+            ok(deleting(old.delete))
+            ok(creating(new.create))
+            judged(k)
+        cut_everywhere(deleting, old.delete, lambda: ok(creating(old.create)), recreated, spread=3)
 
 
 def loaded_matches_disk(host, unit: str, files: str) -> bool:
@@ -46,23 +70,13 @@ def test_host_preparation_killed_anywhere_converges_on_the_next_run(test_hosts):
     """Both ways between two specs that change the kubelet drop-in (a kubelet restart) and the power cap (the
     tuning unit's restart); every cut around a change, then a full run."""
     host = test_hosts.hosts["gpu-dev-03"]
-    to_a, to_b = preparation(host.name, **A).create, preparation(host.name, **B).create
-    for target, other in ((to_b, to_a), (to_a, to_b)):
-        assert run(test_hosts, host, other).returncode == 0
-        points = cut_points(test_hosts, host, target)
-        assert run(test_hosts, host, other).returncode == 0
-        for k in points:
-            cut = run(test_hosts, host, killed_at(target, k))
-            assert cut.returncode != 0, f"step {k}: the kill did not happen"
-            again = run(test_hosts, host, target)
-            assert again.returncode == 0, (k, again.stderr)
-            prepared_as_on_disk(host, k, power_cap=target is to_b)
-            assert run(test_hosts, host, other).returncode == 0       # back, for the next cut
+    prep_a, prep_b = preparation(host.name, **A), preparation(host.name, **B)
+    each_cut(test_hosts, host, prep_a, prep_b, lambda k: prepared_as_on_disk(host, k, power_cap=True))
+    each_cut(test_hosts, host, prep_b, prep_a, lambda k: prepared_as_on_disk(host, k, power_cap=False))
 
 
 def prepared_as_on_disk(host, k, power_cap: bool) -> None:
     assert host.exists(f"{STATE_DIR}/active/kubelet"), f"step {k}: kubelet left stopped"
-    no_action_owed(host, k)
     assert loaded_matches_disk(host, "kubelet",
                                "/etc/kubernetes/kubelet.conf.d/* /etc/default/kubelet /etc/sysconfig/kubelet"), \
         f"step {k}: kubelet runs an older configuration than the one on disk"
@@ -78,59 +92,18 @@ def test_host_preparation_destroyed_with_a_cut_then_created_again_converges(test
     engine retries a failed delete), then created again."""
     host = test_hosts.hosts["gpu-dev-03"]
     prep = preparation(host.name, **B)
-    assert run(test_hosts, host, prep.create).returncode == 0
-    traced = run(test_hosts, host, killed_at(prep.delete, -1))
-    assert traced.returncode == 0, traced.stderr
-    for k in points_of(traced.stderr, spread=4):
-        assert run(test_hosts, host, prep.create).returncode == 0
-        assert run(test_hosts, host, killed_at(prep.delete, k)).returncode != 0, f"step {k}: the kill did not happen"
-        deleted = run(test_hosts, host, prep.delete)
-        assert deleted.returncode == 0, (k, deleted.stderr)
+
+    def recreated(k):
+        ok(run(test_hosts, host, prep.delete))
         assert not host.exists("/etc/systemd/system/gpucluster-node-tuning.service"), f"step {k}: delete left files"
-        created = run(test_hosts, host, prep.create)
-        assert created.returncode == 0, (k, created.stderr)
+        ok(run(test_hosts, host, prep.create))
         prepared_as_on_disk(host, k, power_cap=True)
+        no_action_owed(host, k)
+    cut_everywhere(lambda text: run(test_hosts, host, text), prep.delete,
+                   lambda: ok(run(test_hosts, host, prep.create)), recreated, spread=4)
 
 
 # --- storage: LNet imports and BeeGFS restarts ------------------------------------------------------------
-
-def no_action_owed(host, k) -> None:
-    owed = host.upper("/var/lib/gpucluster/owed")
-    assert not owed.exists() or not any(owed.iterdir()), (k, sorted(p.name for p in owed.iterdir()))
-
-
-def each_cut(hosts, host, old, new, check, stdin=None, replaced=False):
-    """`new` cut at every risky step while moving from `old`, then run again; `check(k)` judges the host.
-    `replaced`: the command is replaced, as Pulumi replaces it (old delete, then new create): the old delete is
-    cut too, and run again before the new create."""
-    def go(text):
-        out = storage_run(hosts, host, text, stdin=None if text == old.delete else stdin)
-        assert out.returncode == 0, (text.split("\n", 2)[1], out.stdout, out.stderr)
-
-    def from_old():
-        go(old.create)
-        if replaced:
-            go(old.delete)
-    from_old()
-    traced = storage_run(hosts, host, killed_at(new.create, -1), stdin=stdin)
-    assert traced.returncode == 0, traced.stderr
-    for k in points_of(traced.stderr):
-        from_old()
-        cut = storage_run(hosts, host, killed_at(new.create, k), stdin=stdin)
-        assert cut.returncode != 0, f"step {k}: the kill did not happen"
-        go(new.create)
-        check(k)
-        no_action_owed(host, k)
-    if replaced:
-        go(old.create)
-        traced = storage_run(hosts, host, killed_at(old.delete, -1))
-        for k in points_of(traced.stderr, spread=3):
-            go(old.create)
-            assert storage_run(hosts, host, killed_at(old.delete, k)).returncode != 0
-            go(old.delete)
-            go(new.create)
-            check(k)
-
 
 def test_a_lustre_client_killed_anywhere_runs_lnet_on_the_files_interface(test_hosts, host):
     """The client's interface moves (an import owed by the new /etc/lnet.conf), both ways, in place and as
@@ -145,7 +118,7 @@ def test_a_lustre_client_killed_anywhere_runs_lnet_on_the_files_interface(test_h
         return check
     for old, new, replaced in (("eth0", "eth1", False), ("eth1", "eth0", True)):
         each_cut(test_hosts, host, clients[old], clients[new], lnet_runs(new), replaced=replaced)
-    storage_run(test_hosts, host, clients["eth0"].delete)
+    run(test_hosts, host, clients["eth0"].delete)
 
 
 def beegfs_client(host, address: str, quotas: bool):
@@ -195,8 +168,8 @@ DAEMON_READS = {
 def test_a_new_management_host_alone_restarts_the_beegfs_client(test_hosts, beegfs_client_host):
     host = beegfs_client_host
     a, b = beegfs_client(host, "10.10.1.31", True), beegfs_client(host, "10.10.1.32", True)
-    assert storage_run(test_hosts, host, a.create, stdin=SECRET).returncode == 0
-    moved = storage_run(test_hosts, host, b.create, stdin=SECRET)
+    assert run(test_hosts, host, a.create, stdin=SECRET).returncode == 0
+    moved = run(test_hosts, host, b.create, stdin=SECRET)
     assert moved.returncode == 0, moved.stderr
     assert f"{host.name}: changed: restarted beegfs-client" in moved.stdout
     daemons_run_what_is_on_disk(host, ["beegfs-client"], "-")
@@ -211,7 +184,7 @@ def test_a_beegfs_client_killed_anywhere_runs_its_configuration(test_hosts, beeg
         daemons_run_what_is_on_disk(host, ["beegfs-client", "beegfs-helperd"], k)
     each_cut(test_hosts, host, a, b, check, stdin=SECRET)
     each_cut(test_hosts, host, b, a, check, stdin=SECRET, replaced=True)
-    storage_run(test_hosts, host, a.delete)
+    run(test_hosts, host, a.delete)
 
 
 def test_a_beegfs_server_killed_anywhere_runs_its_configuration(test_hosts, host, loop, no_settle):
@@ -224,4 +197,4 @@ def test_a_beegfs_server_killed_anywhere_runs_its_configuration(test_hosts, host
     units = ["beegfs-mgmtd", "beegfs-meta", "beegfs-storage"]
     each_cut(test_hosts, host, a, b, lambda k: daemons_run_what_is_on_disk(host, units, k))
     each_cut(test_hosts, host, b, a, lambda k: daemons_run_what_is_on_disk(host, units, k))
-    storage_run(test_hosts, host, a.delete)
+    run(test_hosts, host, a.delete)

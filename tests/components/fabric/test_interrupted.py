@@ -19,7 +19,7 @@ from components.fabric.host import OPENSM_CONF, OPENSM_UNIT, PARTITIONS_CONF, re
 from components.fabric.switches import render_switch
 from tests.components.fabric.test_host_and_component import spec_for
 from tests.components.fabric.test_switches import spec_with
-from tests.cutting import cut_points, killed_at
+from tests.cutting import cut_everywhere
 
 _OWED = "OWED_DIR=/var/lib/gpucluster/owed"
 _HEAD = f"#!{sys.executable} -IS\nimport json, os, sys\nS = os.environ['SWITCH_STATE']\n" \
@@ -141,21 +141,16 @@ def test_a_switch_script_killed_anywhere_converges_and_boots_into_what_runs(vend
     at_b = switch.state()
     assert at_b["running"] != at_a["running"] and at_b["saved"] == at_b["running"]
     for target, other in ((to_b, to_a), (to_a, to_b)):
-        assert switch(other).returncode == 0
-        traced = switch(killed_at(target, -1))
-        assert traced.returncode == 0, traced.stderr
-        want = switch.state()["running"]
-        points = cut_points(traced.stderr)
-        assert len(points) > 6, points
-        for k in points:
-            assert switch(other).returncode == 0
-            cut = switch(killed_at(target, k))
-            assert cut.returncode != 0, f"step {k}: the kill did not happen"
-            again = switch(target)
-            assert again.returncode == 0, (k, again.stderr)
+        ok(switch(other))
+        ok(switch(target))
+        want = switch.state()["running"]        # what an uncut run leaves, on this path
+
+        def check(k, want=want):
             now = switch.state()
             assert now["running"] == want, f"step {k}: the running configuration is not the spec's"
             assert now["saved"] == now["running"], f"step {k}: the switch would boot into an older configuration"
+        points = cut_everywhere(switch, target, lambda other=other: ok(switch(other)), check)
+        assert len(points) > 6, points
 
 
 # systemd and OpenSM for the subnet manager's section: a restart records what the daemon runs (its conf and
@@ -211,15 +206,13 @@ def test_opensm_killed_anywhere_runs_the_partitions_on_disk(dev_data, tmp_path):
         disk = subprocess.run("cat etc/opensm.conf etc/partitions.conf | md5sum; md5sum < etc/gpucluster-opensm.service",
                               shell=True, cwd=tmp_path, capture_output=True, text=True).stdout
         return all(f.exists() for f in files) and (tmp_path / "loaded").read_text() == disk
+    def check(k):
+        assert (tmp_path / "active-gpucluster-opensm").exists(), f"step {k}: OpenSM left stopped"
+        assert runs_the_disk(), f"step {k}: OpenSM runs older files than those on disk"
+        assert not (tmp_path / "owed").exists() or not any((tmp_path / "owed").iterdir()), k
     for target, other in ((scripts[1], scripts[0]), (scripts[0], scripts[1])):
-        assert run(other).returncode == 0
-        traced = run(killed_at(target, -1))
-        assert traced.returncode == 0, traced.stderr
-        for k in cut_points(traced.stderr):
-            assert run(other).returncode == 0
-            assert run(killed_at(target, k)).returncode != 0, f"step {k}: the kill did not happen"
-            again = run(target)
-            assert again.returncode == 0, (k, again.stderr)
-            assert (tmp_path / "active-gpucluster-opensm").exists(), f"step {k}: OpenSM left stopped"
-            assert runs_the_disk(), f"step {k}: OpenSM runs older files than those on disk"
-            assert not (tmp_path / "owed").exists() or not any((tmp_path / "owed").iterdir()), k
+        cut_everywhere(run, target, lambda other=other: ok(run(other)), check)
+
+
+def ok(out: subprocess.CompletedProcess) -> None:
+    assert out.returncode == 0, (out.stdout, out.stderr)
