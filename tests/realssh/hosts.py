@@ -251,9 +251,16 @@ class TestHosts:
             input=stdin if stdin is not None else "")
 
     def stop(self) -> None:
-        for host in self.hosts.values():
+        """Everything gone before the next module starts hosts under the same names: a process a killed script
+        left in a namespace (the interruption tests make them) would keep the namespace, and with it the veth
+        pair, alive after `ip netns del`, so what is still in it is killed and the pair is deleted by name."""
+        for i, host in enumerate(self.hosts.values()):
             if host.process and host.process.poll() is None:
                 os.killpg(host.process.pid, signal.SIGTERM)
                 host.process.wait(timeout=10)
+            left = subprocess.run(["ip", "netns", "pids", host.netns], capture_output=True, text=True).stdout.split()
+            for pid in left:
+                subprocess.run(["kill", "-9", pid], capture_output=True)
             subprocess.run(["ip", "netns", "del", host.netns], capture_output=True)
+            subprocess.run(["ip", "link", "del", f"gcv{self.tag}{i}"], capture_output=True)
         subprocess.run(["ip", "link", "del", self.bridge], capture_output=True)
