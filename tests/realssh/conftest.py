@@ -12,8 +12,8 @@ def test_hosts(tmp_path_factory):
     why = unavailable()
     if why:
         pytest.skip(why)
-    hosts = TestHosts(tmp_path_factory.mktemp("sshhosts"), ["gpu-dev-01", "gpu-dev-02", "gpu-dev-03"]).start()
-    try:
-        yield hosts
+    hosts = TestHosts(tmp_path_factory.mktemp("sshhosts"), ["gpu-dev-01", "gpu-dev-02", "gpu-dev-03"])
+    try:                     # a start that fails half-way is undone too, or the next module's hosts clash with it
+        yield hosts.start()
     finally:
         hosts.stop()

@@ -134,6 +134,9 @@ class TestHosts:
         self.bridge = f"gcb{self.tag}"
         self.client_key = self.work / "client_ed25519"
 
+    def _netns(self, i: int) -> str:
+        return f"gc{self.tag}h{i}"
+
     def start(self) -> TestHosts:
         _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(self.client_key))
         Path("/run/sshd").mkdir(parents=True, exist_ok=True)       # sshd's privilege separation directory
@@ -147,7 +150,7 @@ class TestHosts:
         return self
 
     def _start_host(self, i: int, name: str) -> TestHost:
-        host = TestHost(name, f"198.18.{self.octet}.{10 + i}", self.work / name, f"gc{self.tag}h{i}",
+        host = TestHost(name, f"198.18.{self.octet}.{10 + i}", self.work / name, self._netns(i),
                         shell=lambda h, command: self.ssh(h, command))
         for top in OVERLAID:
             for part in ("up", "work"):
@@ -254,13 +257,15 @@ class TestHosts:
         """Everything gone before the next module starts hosts under the same names: a process a killed script
         left in a namespace (the interruption tests make them) would keep the namespace, and with it the veth
         pair, alive after `ip netns del`, so what is still in it is killed and the pair is deleted by name."""
-        for i, host in enumerate(self.hosts.values()):
-            if host.process and host.process.poll() is None:
+        for i, name in enumerate(self.names):            # every host's, also one whose start failed half-way
+            host = self.hosts.get(name)
+            if host and host.process and host.process.poll() is None:
                 os.killpg(host.process.pid, signal.SIGTERM)
                 host.process.wait(timeout=10)
-            left = subprocess.run(["ip", "netns", "pids", host.netns], capture_output=True, text=True).stdout.split()
+            netns = self._netns(i)
+            left = subprocess.run(["ip", "netns", "pids", netns], capture_output=True, text=True).stdout.split()
             for pid in left:
                 subprocess.run(["kill", "-9", pid], capture_output=True)
-            subprocess.run(["ip", "netns", "del", host.netns], capture_output=True)
+            subprocess.run(["ip", "netns", "del", netns], capture_output=True)
             subprocess.run(["ip", "link", "del", f"gcv{self.tag}{i}"], capture_output=True)
         subprocess.run(["ip", "link", "del", self.bridge], capture_output=True)
