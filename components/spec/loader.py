@@ -54,6 +54,7 @@ _Resolver.yaml_implicit_resolvers = {
     k: [(tag, rx) for tag, rx in v if tag != "tag:yaml.org,2002:timestamp"]
     for k, v in yaml.resolver.Resolver.yaml_implicit_resolvers.items()
 }
+TOO_DEEP = f"nested more than {MAX_DEPTH} levels deep; a spec needs far fewer"
 # libyaml's parser (a state machine, fast) when PyYAML has it; its composer is not used: it recurses in C and
 # crashes the process on deeply nested input, so nodes are composed here, iteratively and within budgets.
 _EVENTS_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -104,7 +105,7 @@ def _compose(text: str) -> tuple[yaml.Node | None, int]:
             add(yaml.ScalarNode(tag, event.value, event.start_mark, event.end_mark, style=event.style), event)
         elif isinstance(event, (yaml.SequenceStartEvent, yaml.MappingStartEvent)):
             if len(open_nodes) >= MAX_DEPTH:
-                refuse(f"nested more than {MAX_DEPTH} levels deep; a spec needs far fewer", event)
+                refuse(TOO_DEEP, event)
             if event.tag not in (None, "!"):
                 refuse(f"explicit tag {event.tag} (a spec uses plain lists and mappings)", event)
             kind = yaml.SequenceNode if isinstance(event, yaml.SequenceStartEvent) else yaml.MappingNode
@@ -204,6 +205,8 @@ def _yaml_problem(e: yaml.YAMLError, text: str, source: str) -> str:
                 "remove it (a control character or a file that is not text)")
     context, context_mark = getattr(e, "context", None), getattr(e, "context_mark", None)
     problem, problem_mark = getattr(e, "problem", None) or str(e), getattr(e, "problem_mark", None)
+    if "maximum nesting depth" in problem:      # libyaml >= 0.2.6 (PyYAML 6.0.4) scans ahead and stops at 1000
+        return f"{source}:{problem_mark.line + 1 if problem_mark else 1}: not valid YAML: {TOO_DEEP}"
     opened = bool(context and context_mark and re.search(r"flow|quoted|simple key|block scalar", context))
     mark = context_mark if opened else problem_mark or context_mark
     where = f"{source}:{mark.line + 1}" if mark else source
