@@ -9,7 +9,10 @@ try:
     spec = load_spec(config.get("specFile") or f"stacks/{pulumi.get_stack()}.yaml")
 except SpecError as e:          # the engine prints a RunError's message alone, anything else with a traceback
     raise pulumi.RunError(str(e)) from None
-cluster = GpuCluster(spec.name, spec, ssh_private_key=config.require_secret("sshPrivateKey"))
+# kubectl, which drains nodes in a rollout, reaches the cluster as the default Kubernetes provider does.
+kubernetes = pulumi.Config("kubernetes")
+cluster = GpuCluster(spec.name, spec, ssh_private_key=config.require_secret("sshPrivateKey"),
+                     kubeconfig=kubernetes.get_secret("kubeconfig"), kube_context=kubernetes.get("context"))
 
 pulumi.export("cluster", spec.name)
 pulumi.export("gpus", spec.gpus)

@@ -23,7 +23,9 @@ class GpuCluster(pulumi.ComponentResource):
     intent across layers (the engine gives stack policies components' outputs) while a change shows only where
     its slice is; the whole spec is this component's output `spec_json`, from which the offline plan reads it.
     Providers (a Kubernetes provider for another cluster, say) come in through `opts.providers`; the SSH
-    private key for hosts and switches is a Pulumi secret.
+    private key for hosts and switches is a Pulumi secret. `kubeconfig` (a secret, the content or a path) and
+    `kube_context` are for kubectl where pulumi runs, which drains nodes in a rollout: give what the Kubernetes
+    provider is given. Omitted: kubectl's own configuration (KUBECONFIG or ~/.kube/config).
     """
 
     TYPE: ClassVar[str] = "gpucluster:index:GpuCluster"
@@ -42,7 +44,8 @@ class GpuCluster(pulumi.ComponentResource):
     """What tenants managed from another project need (export it; see tenants/)."""
 
     def __init__(self, name: str, spec: ClusterSpec, ssh_private_key: pulumi.Input[str],
-                 opts: pulumi.ResourceOptions | None = None):
+                 opts: pulumi.ResourceOptions | None = None, *, kubeconfig: pulumi.Input[str] | None = None,
+                 kube_context: str | None = None):
         super().__init__(self.TYPE, name, {"name": spec.name, "environment": spec.environment}, opts)
         child = pulumi.ResourceOptions(parent=self)
         self.fabric = Fabric(f"{name}-fabric", spec, ssh_private_key, opts=child, gpu_hosts=False)
@@ -60,7 +63,8 @@ class GpuCluster(pulumi.ComponentResource):
                                fabric={h.hostname: self.fabric.host_scripts[h.hostname] for h in p.hosts
                                        if h.hostname in self.fabric.host_scripts},
                                after=after, subnet_managers=sms,
-                               host_ready={h.hostname: [mounted[h.hostname]] for h in p.hosts})
+                               host_ready={h.hostname: [mounted[h.hostname]] for h in p.hosts},
+                               kubeconfig=kubeconfig, kube_context=kube_context)
             after = after + pool.subnet_managers
             self.node_pools[p.name] = pool
         self.node_pools = {p.name: self.node_pools[p.name] for p in spec.node_pools}

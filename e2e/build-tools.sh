@@ -9,6 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 out=$(realpath -m "${1:-.e2e}")
 tools=$PWD/e2e/tools
+own_stages=$PWD/e2e/kwok-stages      # KWOK stages of our own, beside those KWOK ships
 mkdir -p "$out/bin"
 [[ -x /usr/local/go/bin/go ]] && PATH=$PATH:/usr/local/go/bin
 command -v go >/dev/null 2>&1 || { echo "build-tools: no 'go' on PATH; install Go 1.21 or later (it fetches the" \
@@ -71,10 +72,11 @@ mpi_dir=$(module_dir mpi-operator "github.com/kubeflow/mpi-operator@$mpi_version
 rm -rf "$out/kwok-stages" "$out/kueue-crds" "$out/kueue-webhooks" "$out/mpi-operator-crds"
 mkdir -p "$out/kwok-stages" "$out/kueue-crds" "$out/kueue-webhooks" "$out/mpi-operator-crds"
 # Pods become Running and stay so until deleted (no pod-complete stage): admitted jobs keep holding their quota.
-for stage in node/fast/node-initialize node/heartbeat-with-lease/node-heartbeat-with-lease pod/fast/pod-ready \
-             pod/fast/pod-delete; do
+# A deleted pod turns terminal first, as a kubelet makes it (e2e/kwok-stages: ours), then goes.
+for stage in node/fast/node-initialize node/heartbeat-with-lease/node-heartbeat-with-lease pod/fast/pod-ready; do
   cp "$kwok_dir/kustomize/stage/$stage.yaml" "$out/kwok-stages/"
 done
+cp "$own_stages"/*.yaml "$out/kwok-stages/"
 cp "$kueue_dir"/config/components/crd/bases/*.yaml "$out/kueue-crds/"
 cp "$kueue_dir"/config/components/webhook/manifests.yaml "$out/kueue-webhooks/"
 # The MPIJob CRD at the path the stack's ConfigFile fetches from the same release.

@@ -11,9 +11,10 @@ _TRAP = ('set -o functrace; __steps=0\n'
          "trap '__steps=$((__steps + 1)); if (( __steps == @K@ )); then kill -9 $$; fi; "
          "if (( @K@ < 0 )); then printf \"step %s: %s\\\\n\" \"$__steps\" \"$BASH_COMMAND\" >&2; fi' DEBUG\n")
 # Where a cut hurts: right after a file changes, a daemon is stopped or restarted, a running configuration
-# changes or is saved (a cut before one is a cut after the step before it).
+# changes or is saved, or an object changes in the apiserver (a cut before one is a cut after the step before it).
 RISKY = re.compile(r"^(mv -f|rm -f|sed -i|cp |systemctl (stop|start|restart|daemon-reload|disable)|lnetctl import|"
-                   r"owe |paid |saving |nv config|FastCli|config (save|interface|ecn|pfcwd)|sonic-db-cli CONFIG_DB hset)")
+                   r"owe |paid |saving |nv config|FastCli|config (save|interface|ecn|pfcwd)|sonic-db-cli CONFIG_DB hset|"
+                   r"\"\$\{kc\[@\]\}\" (annotate|taint|cordon|uncordon|drain))")
 
 
 def killed_at(script: str, k: int) -> str:

@@ -30,6 +30,17 @@ def render_time_slicing(pool: NodePool) -> str:
         sort_keys=False)
 
 
+def render_driver_upgrade_policy(spec: ClusterSpec) -> dict[str, Any]:
+    """The operator's own rollout of a driver it manages, bounded as the pools' rollouts are: one policy for
+    every node, so the strictest pool's batch size and drain timeout (chart keys: driver.upgradePolicy)."""
+    pools = spec.node_pools
+    batch = min(p.rollout.batch_size(len(p.hosts)) for p in pools)
+    timeout_s = min(p.rollout.drain_timeout_s for p in pools)
+    return {"autoUpgrade": True, "maxParallelUpgrades": batch, "maxUnavailable": batch,
+            "gpuPodDeletion": {"force": False, "timeoutSeconds": timeout_s, "deleteEmptyDir": True},
+            "drain": {"enable": True, "force": False, "timeoutSeconds": timeout_s, "deleteEmptyDir": True}}
+
+
 def render_gpu_operator_values(spec: ClusterSpec) -> dict[str, Any]:
     g, monitoring = spec.kubernetes.gpu_operator, spec.kubernetes.monitoring
     # The driver container loads nvidia-peermem only for a driver it manages; host preparation does it otherwise.
@@ -48,6 +59,8 @@ def render_gpu_operator_values(spec: ClusterSpec) -> dict[str, Any]:
             "enabled": monitoring.enabled, "interval": "15s", "honorLabels": False,
             "additionalLabels": dict(monitoring.rule_labels) if monitoring.enabled else {}}},
     }
+    if g.driver_managed and spec.node_pools:
+        values["driver"]["upgradePolicy"] = render_driver_upgrade_policy(spec)
     if monitoring.enabled:
         values["dcgmExporter"]["config"] = {"name": DCGM_METRICS_CONFIG, "create": True,
                                             "data": render_dcgm_metrics_csv()}

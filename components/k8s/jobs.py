@@ -92,6 +92,11 @@ def render_job(spec: ClusterSpec, tenant: Tenant, pool: NodePool, *, name: str, 
         "metadata": {"name": name, "namespace": tenant.namespace_name, **({"labels": labels} if labels else {})},
         "spec": {
             "parallelism": pods, "completions": pods, "completionMode": "Indexed", "backoffLimit": 0,
+            # A pod evicted by a drain (a pool's rollout, a node's maintenance) is not the job's failure: the
+            # Job controller starts it again where it fits, and Kueue keeps the job admitted. Any other failure
+            # still ends the job at once (backoffLimit 0).
+            "podFailurePolicy": {"rules": [{"action": "Ignore",
+                                            "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}]},
             "template": {
                 "metadata": template_meta,
                 "spec": {

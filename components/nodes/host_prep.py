@@ -200,8 +200,9 @@ else
 fi
 """
 
-# Restarting kubelet or containerd under running pods is what a drain is for: the script decides what it
-# will restart before it changes anything and refuses while work runs on the node (system namespaces aside).
+# Restarting kubelet or containerd under running pods is what a drain is for: preparation decides what it
+# will restart before it changes anything, and on a node where work runs (system namespaces aside) leaves
+# that restart owed to the pool's rollout, which drains the node first. Undoing refuses there instead.
 _BUSY = r"""
 system_namespaces=@SYSTEM@
 # tenant_pods: the ready pods on this node outside the system namespaces, namespace/name one a line (the
@@ -224,11 +225,27 @@ refuse_if_busy() {
 """
 
 # Only a restart of what runs interrupts work: containerd, or a kubelet that is up (one that is down is started).
-_REFUSE_IF_DISRUPTIVE = r"""disruptive=()
+_DISRUPTIVE = r"""disruptive=()
 for unit in "${restart[@]}"; do
   if [[ $unit == containerd ]] || systemctl is-active --quiet kubelet; then disruptive+=("$unit"); fi
-done
+done"""
+_REFUSE_IF_DISRUPTIVE = _DISRUPTIVE + r"""
 if (( ${#disruptive[@]} )); then refuse_if_busy "restarting ${disruptive[*]} @FOR@"; fi"""
+# On a busy node the disruptive restarts stay owed (put_file owes them) and are left out of this run: the
+# rollout drains the node and pays them. The line ROLLOUT_OWED prints is what the rollout reads.
+_DEFER_IF_BUSY = _DISRUPTIVE + r"""
+deferred=()
+if (( ${#disruptive[@]} )); then
+  need crictl "it lists the pods on this node before kubelet or containerd restart; install cri-tools"
+  mapfile -t busy_pods < <(tenant_pods)
+  if (( ${#busy_pods[@]} )); then
+    deferred=("${disruptive[@]}")
+    kept=()
+    for unit in "${restart[@]}"; do [[ " ${deferred[*]} " == *" $unit "* ]] || kept+=("$unit"); done
+    restart=("${kept[@]}")
+    for unit in "${deferred[@]}"; do owe "restart-$unit"; done
+  fi
+fi"""
 
 # The CPU manager refuses to start on a state file written under another policy: compare with the policy the
 # file records (not with an earlier drop-in, which a replacement or a hand edit may have removed).
@@ -290,7 +307,7 @@ if [[ -e @UNIT@ ]]; then
 fi
 """
 
-# What this run restarts is decided here, before anything changes, so a busy node is refused untouched.
+# What this run restarts is decided here, before anything changes; on a busy node the restarts are owed.
 _RESTARTS = r"""
 # --- kubelet and containerd: decided first, never restarted under running work -----------------------
 kubelet_config="$(cat @CONFIG_DOC@)"
@@ -315,8 +332,8 @@ if [[ -n "$memlock_config" ]] && { ! same_file @MEMLOCK@ "$memlock_config" || ow
     && systemctl is-active --quiet containerd; then
   restart+=(containerd)
 fi
-@REFUSE_IF_DISRUPTIVE@
-""".replace("@REFUSE_IF_DISRUPTIVE@", _REFUSE_IF_DISRUPTIVE.replace("@FOR@", "for new settings"))
+@DEFER_IF_BUSY@
+""".replace("@DEFER_IF_BUSY@", _DEFER_IF_BUSY)
 
 _MEMLOCK = r"""
 # --- RDMA: containers lock memory for the HCAs; restricted pods cannot add IPC_LOCK --------------------
@@ -326,7 +343,9 @@ if [[ " ${restart[*]} " == *" containerd "* ]]; then
   systemctl restart containerd
   changed "restarted containerd"
 fi
-paid restart-containerd     # restarted, or not running: it reads the file when it starts
+if [[ " ${deferred[*]} " != *" containerd "* ]]; then
+  paid restart-containerd   # restarted, or not running: it reads the file when it starts
+fi
 """
 
 _KUBELET = r"""
@@ -345,7 +364,13 @@ fi
 if [[ " ${restart[*]} " == *" kubelet "* ]]; then
 @RESTART_KUBELET@
 fi
-paid restart-kubelet     # restarted, or not enabled: it reads the drop-in when it starts
+if [[ " ${deferred[*]} " != *" kubelet "* ]]; then
+  paid restart-kubelet      # restarted, or not enabled: it reads the drop-in when it starts
+fi
+if (( ${#deferred[@]} )); then
+  note @OWED@"${deferred[*]}"
+  note "${#busy_pods[@]} tenant pod(s) run here (${busy_pods[*]:0:3}): restarting ${deferred[*]} is left to the pool's rollout, which drains the node first"
+fi
 """
 
 _UNDO = r"""
@@ -374,6 +399,51 @@ note "left in place: drivers, services it enabled and /dev/shm in /etc/fstab (th
 """.replace("@REFUSE_IF_DISRUPTIVE@", _REFUSE_IF_DISRUPTIVE.replace("@FOR@", "without the gpucluster settings"))
 
 
+ROLLOUT_OWED = "rollout owed: "     # preparation's line naming the restarts it left to the rollout
+
+# The rollout's step on a host, after the node is drained: the restarts preparation left owed, then a short
+# burn-in; a failure leaves the node cordoned and tainted (the uncordon waits on this step).
+_ROLL = r"""
+# --- the restarts preparation left owed, on the drained node ------------------------------------------
+need systemctl "this host does not run systemd"
+due=()
+for unit in containerd kubelet; do if owed "restart-$unit"; then due+=("$unit"); fi; done
+if (( ${#due[@]} == 0 )); then
+  note "no restart is owed here: nothing to roll"
+  finish
+  exit 0
+fi
+need crictl "it lists the pods on this node before kubelet or containerd restart; install cri-tools"
+mapfile -t pods < <(tenant_pods)
+if (( ${#pods[@]} )); then
+  fail "${#pods[@]} tenant pod(s) still run here after the drain (${pods[*]:0:5}); restarting ${due[*]} would stop them: find what keeps them (kubectl get pods -A --field-selector spec.nodeName=$HOST) and run pulumi up again"
+fi
+if owed restart-containerd; then
+  systemctl daemon-reload
+  systemctl restart containerd
+  paid restart-containerd
+  changed "restarted containerd"
+fi
+if owed restart-kubelet; then
+  if systemctl is-enabled --quiet kubelet 2>/dev/null; then
+@RESTART_KUBELET@
+  fi
+  paid restart-kubelet
+fi
+# --- a short burn-in before the node takes work again -------------------------------------------------
+for _ in $(seq 60); do systemctl is-active --quiet kubelet && break; sleep 1; done
+systemctl is-active --quiet kubelet || fail "kubelet is not running after its restart; see journalctl -u kubelet"
+"""
+
+_ROLL_DCGM = r"""
+need dcgmi "install NVIDIA DCGM (datacenter-gpu-manager) and start nvidia-dcgm"
+if ! diag=$(timeout 900 dcgmi diag -r 1 2>&1); then
+  fail "dcgmi diag -r 1 failed after the restart: $(printf '%s\n' "$diag" | grep -iE 'fail|error' | sed -n 1,3p | tr '\n' ' ')"
+fi
+note "dcgmi diag -r 1 passed"
+"""
+
+
 @dataclass(frozen=True)
 class PoolPrep:
     """A pool's host preparation, rendered once for the pool: host to host, only the name differs."""
@@ -381,10 +451,17 @@ class PoolPrep:
     title: str          # "<pool>: <count> x <model>"
     create: str         # the scripts' bodies, without the per-host prelude
     delete: str
+    roll: str           # the rollout's step on a drained host
 
     def for_host(self, host: Host) -> Script:
         return Script(script(f"Prepare {host.hostname} ({self.title})", host.hostname, self.create),
                       script(f"Undo the preparation of {host.hostname}", host.hostname, self.delete))
+
+    def roll_for_host(self, host: Host, preparation: str) -> Script:
+        """`preparation`: the digest of the host's preparation, whose owed restarts this rolls; a new one
+        changes the script, so the step runs again."""
+        return Script(script(f"Roll {host.hostname} after its preparation {preparation[:16]}: owed restarts, "
+                             "then a short burn-in", host.hostname, self.roll))
 
 
 def render_busy(system_namespaces: Sequence[str]) -> str:
@@ -405,8 +482,9 @@ def render_pool_prep(pool: NodePool, *, rdma: bool, gpudirect: bool = False, hos
     if not host_driver:
         parts.append(fill(_PREFLIGHT_OPERATOR_DRIVER, GPUS=pool.gpu.count, MODEL=pool.gpu.model))
     else:
-        parts.append(fill(_PREFLIGHT.replace("(XIDS)", "(" + "|".join(map(str, HARDWARE_XIDS)) + ")"),
-                          GPUS=pool.gpu.count, MODEL=pool.gpu.model, PRODUCT=info.product))
+        preflight = fill(_PREFLIGHT.replace("(XIDS)", "(" + "|".join(map(str, HARDWARE_XIDS)) + ")"),
+                         GPUS=pool.gpu.count, MODEL=pool.gpu.model, PRODUCT=info.product)
+        parts.append(preflight)
         if pool.software.driver_version:
             parts.append(fill(_DRIVER_VERSION, VERSION=pool.software.driver_version))
         if t.gpu_power_limit_w:
@@ -441,9 +519,14 @@ def render_pool_prep(pool: NodePool, *, rdma: bool, gpudirect: bool = False, hos
         parts.append(fill(_NO_TUNING, SCRIPT=TUNING_SCRIPT, UNIT=TUNING_UNIT))
     parts.append(fill(_MEMLOCK if rdma else "\ndrop_file @MEMLOCK@\n", MEMLOCK=MEMLOCK_DROP_IN))
     parts.append(fill(_KUBELET.replace("@RESTART_KUBELET@", restart_kubelet), DROP_IN=KUBELET_DROP_IN,
-                      DIR=KUBELET_DROP_IN_DIR))
+                      DIR=KUBELET_DROP_IN_DIR, OWED=ROLLOUT_OWED))
     undo = _UNDO.replace("@RESTART_KUBELET@", fill(_RESTART_KUBELET, STATE=CPU_MANAGER_STATE, POLICY="none")
                          .strip("\n"))
+    roll = [busy, _ROLL.replace("@RESTART_KUBELET@", restart_kubelet)]
+    if host_driver:
+        roll.append(preflight)
+        if pool.burn_in.enabled:
+            roll.append(_ROLL_DCGM)
     return PoolPrep(f"{pool.name}: {pool.gpu.count} x {pool.gpu.model}", "".join(parts), busy + fill(
         undo, UNIT=TUNING_UNIT, SCRIPT=TUNING_SCRIPT, DROP_IN=KUBELET_DROP_IN, HUGEPAGES=HUGEPAGES_SYSCTL,
-        MEMLOCK=MEMLOCK_DROP_IN, PERSISTENCE=PERSISTENCE_OVERRIDE, PEERMEM=PEERMEM_MODULES_LOAD))
+        MEMLOCK=MEMLOCK_DROP_IN, PERSISTENCE=PERSISTENCE_OVERRIDE, PEERMEM=PEERMEM_MODULES_LOAD), "".join(roll))

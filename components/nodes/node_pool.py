@@ -8,6 +8,8 @@ registerWithTaints, set by the preparation), and the patch sets the pool's taint
 burn-in failed. The taint list is atomic under server-side apply (whoever applies it owns all of it), so the
 patch carries the node's live taints of every key the library does not manage, read (`<name>-<host>-live`) after
 the burn-in, right before the patch: a person's or a health operator's taint survives a re-apply.
+Then the pool's rollout (rollout.py): per host `<name>-<host>-drain`, `-roll` and `-uncordon`, batch after
+batch, which pay the kubelet and containerd restarts preparation left owed on hosts where work runs.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any, ClassVar, Collection, Mapping, Sequence
 
 import pulumi
 import pulumi_kubernetes as k8s
+from pulumi_command import local, remote
 from pydantic import Field
 
 from ..k8s.labels import BLOCK_LABEL, BURN_IN_TAINT, LEAF_LABEL, RACK_LABEL, pool_labels
@@ -24,9 +27,10 @@ from ..spec.common import SpecModel
 from ..spec.hardware import SshSettings
 from ..spec.topology import plan_topology
 from ..bash import in_sequence
-from ..ssh import Script, SshTarget, push
+from ..ssh import Script, SshTarget, digest, push
 from .burn_in import burn_in_identity, parse_result, render_burn_in
 from .host_prep import PoolPrep, render_pool_prep
+from .rollout import owed_restarts, render_rollout, rollout_batches
 
 BURN_IN_ANNOTATION = "gpucluster.io/burn-in"
 # The taint keys the last apply managed, so a key dropped from the spec is removed, not kept as someone else's.
@@ -159,18 +163,23 @@ class GpuNodePool(pulumi.ComponentResource):
                  opts: pulumi.ResourceOptions | None = None, *,
                  host_ready: Mapping[str, Sequence[pulumi.Input[pulumi.Resource]]] | None = None,
                  fabric: Mapping[str, Script] | None = None, after: Sequence[pulumi.Resource] = (),
-                 subnet_managers: Collection[str] = ()):
+                 subnet_managers: Collection[str] = (), kubeconfig: pulumi.Input[str] | None = None,
+                 kube_context: str | None = None):
         """`host_ready`: per host name, what must be done before its Node is opened to work. `fabric`: per host
         name, its fabric script (Fabric.host_scripts), run first in its preparation's session. `after`: what
         every preparation waits for (subnet managers set up elsewhere). `subnet_managers`: host names whose
         preparation starts a subnet manager: prepared first, and the pool's other hosts wait for them.
-        Omitted: no fabric settings, nothing to wait for."""
+        `kubeconfig` (a secret: the content or a path, as the Kubernetes provider takes it) and `kube_context`:
+        how kubectl, where pulumi runs, reaches the cluster to drain and uncordon nodes; give what the
+        Kubernetes provider is given. Omitted: no fabric settings, nothing to wait for, kubectl's own
+        configuration (KUBECONFIG or ~/.kube/config)."""
         intent = {"spec": args.model_dump(mode="json")}
         super().__init__(self.TYPE, name, intent, opts)
         pool = args.pool
         fabric = fabric or {}
         pool_prep = render_pool_preparation(args)
         self.burn_in, self.prepared, self.subnet_managers = {}, {}, []
+        rolls: dict[str, tuple[remote.Command, Script, pulumi.Resource]] = {}
         for host in sorted(pool.hosts, key=lambda h: h.hostname not in subnet_managers):
             key = f"{name}-{host.hostname}"
             target = args.target(host)
@@ -202,7 +211,38 @@ class GpuNodePool(pulumi.ComponentResource):
                 lambda v, h=host: render_node_patch(args, h, v)["metadata"]["annotations"])}
             taints = pulumi.Output.all(verdict, live.spec, live.metadata).apply(
                 lambda a: node_taints(pool, a[0], live_taints(a[1]), managed_before(a[2])))
-            k8s.core.v1.NodePatch(f"{key}-node", metadata=meta, spec={"taints": taints},
-                                  opts=pulumi.ResourceOptions(parent=self, depends_on=[*deps, live]))
+            patch = k8s.core.v1.NodePatch(f"{key}-node", metadata=meta, spec={"taints": taints},
+                                          opts=pulumi.ResourceOptions(parent=self, depends_on=[*deps, live]))
+            rolls[host.hostname] = (prepare, script, patch)
+        previous: list[pulumi.Resource] = []
+        for batch in rollout_batches(pool):
+            previous = [self._roll(f"{name}-{h.hostname}", args, h, pool_prep, *rolls[h.hostname], ssh_private_key,
+                                   after=previous, kubeconfig=kubeconfig, kube_context=kube_context)
+                        for h in batch]
         self.register_outputs({**intent, "burn_in": self.burn_in, "gpus": pool.gpus,
                                "peak_power_w_per_host": pool.peak_power_w_per_host})
+
+    def _roll(self, key: str, args: NodePoolArgs, host: Host, pool_prep: PoolPrep, prepare: remote.Command,
+              script: Script, patch: pulumi.Resource, ssh_private_key: pulumi.Input[str], *,
+              after: Sequence[pulumi.Resource], kubeconfig: pulumi.Input[str] | None,
+              kube_context: str | None) -> pulumi.Resource:
+        """The host's drain, roll and uncordon, after its Node patch and the previous batch; returns the last.
+        All three run again whenever the preparation changes (its digest is in each); each does nothing where
+        nothing is owed."""
+        prepared = digest(script)
+        env: dict[str, pulumi.Input[str]] = {"GPUCLUSTER_OWED": prepare.stdout.apply(owed_restarts),
+            "GPUCLUSTER_ROLL": prepared}
+        if kube_context:
+            env["GPUCLUSTER_CONTEXT"] = kube_context
+        scripts = render_rollout(args.pool, host)
+
+        def kubectl(role: str, text: str, deps: Sequence[pulumi.Resource]) -> local.Command:
+            return local.Command(
+                f"{key}-{role}", create=text, update=text, interpreter=["/bin/bash", "-c"], environment=env,
+                stdin=None if kubeconfig is None else pulumi.Output.secret(kubeconfig),
+                add_previous_output_in_env=False, opts=pulumi.ResourceOptions(parent=self, depends_on=list(deps)))
+
+        drain = kubectl("drain", scripts.drain, [patch, *after])
+        roll = push(f"{key}-roll", args.target(host), pool_prep.roll_for_host(host, prepared), ssh_private_key,
+                    parent=self, converge=True, depends_on=[drain])
+        return kubectl("uncordon", scripts.uncordon, [roll])

@@ -33,6 +33,8 @@ HONESTY = ("Offline plan: what the program registers under Pulumi's mock runtime
            "Values known only after a real apply show as <computed>; secrets show as [secret].")
 HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
 REMOTE_COMMAND = "command:remote:Command"
+LOCAL_COMMAND = "command:local:Command"
+LOCAL_SCRIPTS = "_local"      # where pulumi runs; no host is named so (a hostname has no underscore)
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
@@ -84,12 +86,16 @@ def _release_files(r: Record) -> tuple[str, str]:
 
 
 def _script_files(r: Record, names: dict[str, str]) -> dict[str, str]:
-    """One file per script of a remote command, under the host it runs on (only the host is revealed),
-    named as the spec names it when the address is known; `.update.sh` only where an update runs another
-    script than `create` (a converging script, such as a host's preparation, runs its create script again)."""
-    conn = r.inputs.get("connection") or {}
-    host = str(redact((_rpc.unwrap_rpc_secret(conn) if _rpc.is_rpc_secret(conn) else conn).get("host", "unknown")))
-    host = _SAFE.sub("_", names.get(host, host))
+    """One file per script of a command, under the host it runs on (only the host is revealed), named as the
+    spec names it when the address is known, or under _local/ for a local command (it runs where pulumi runs);
+    `.update.sh` only where an update runs another script than `create` (a converging script, such as a host's
+    preparation, runs its create script again)."""
+    if r.type == LOCAL_COMMAND:
+        host = LOCAL_SCRIPTS
+    else:
+        conn = r.inputs.get("connection") or {}
+        host = str(redact((_rpc.unwrap_rpc_secret(conn) if _rpc.is_rpc_secret(conn) else conn).get("host", "unknown")))
+        host = _SAFE.sub("_", names.get(host, host))
     out = {}
     for step in ("create", "update", "delete"):
         script = redact(r.inputs.get(step))
@@ -150,7 +156,7 @@ def build_plan(run: ProgramRun, thresholds: Thresholds = Thresholds()) -> Plan:
         elif r.type == HELM_RELEASE:
             path, text = _release_files(r)
             files[path] = text
-        elif r.type == REMOTE_COMMAND:
+        elif r.type in (REMOTE_COMMAND, LOCAL_COMMAND):
             files.update(_script_files(r, names))
         elif r.type == Fabric.TYPE:
             checks = run.component_outputs.get(r.urn, {}).get("checks") or {}

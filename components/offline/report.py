@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from html import escape
 from typing import Any, Sequence
 
+from ..nodes.rollout import rollout_batches
 from ..spec import ClusterSpec
 from ..spec.topology import Topology, plan_topology
 from ..storage.filesystem import filesystem_outputs
@@ -50,6 +51,18 @@ def render_report(spec: ClusterSpec, thresholds: Thresholds = Thresholds(),
     lines += _md_table(["pool", "workload", "GPU", "hosts", "GPUs", "data NICs"], [
         [p.name, p.workload, f"{p.gpu.count} x {p.gpu.model} ({p.gpu.power_w} W)", len(p.hosts), p.gpus,
          f"{len(p.nics)} x {p.nics[0].speed_gbps} Gb/s" if p.nics else "-"] for p in spec.node_pools])
+
+    lines += ["## Rollout per pool", "",
+              "A change that restarts kubelet or containerd reaches hosts where tenants' pods run a batch at a time "
+              "(rack by rack): each is cordoned, drained (PodDisruptionBudgets honoured), changed, checked and "
+              "given back before the next batch starts; hosts without tenants' pods take it at once. A drain "
+              "that does not finish in time stops the pool's rollout and leaves that host cordoned and tainted "
+              "`gpucluster.io/rollout=failed`.", ""]
+    lines += _md_table(["pool", "hosts", "max unavailable", "hosts a batch", "batches", "drain timeout",
+                        "draining at most"], [
+        [p.name, len(p.hosts), p.rollout.max_unavailable, len(batches[0]), len(batches),
+         f"{p.rollout.drain_timeout_s // 60} min", f"{len(batches) * p.rollout.drain_timeout_s / 3600:g} h"]
+        for p in spec.node_pools for batches in [rollout_batches(p)]])
 
     lines += ["## Power per rack", "",
               "Peak = each host's GPUs at TDP plus its base power (`host_base_power_w`, or its DGX model's), "

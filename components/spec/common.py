@@ -13,7 +13,7 @@ import re
 from collections import Counter
 from typing import Annotated, Any, Callable, ClassVar, Iterable, Iterator, Literal, NamedTuple
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
 DNS_LABEL_RE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 # RFC 1123 subdomain: what Kubernetes accepts for node names and most object names.
@@ -340,6 +340,22 @@ Registry = Annotated[str, AfterValidator(_grammar(REGISTRY_RE, "a registry host[
                                                   "registry.example.internal/mirror", 255))]
 RelPath = Annotated[str, AfterValidator(_grammar(RELPATH_RE, "a path inside the project (no leading /, no ..)",
                                                  "charts/gpu-operator", 255))]
+
+
+PERCENT_RE = re.compile(r"(100|[1-9][0-9]?)%")
+
+
+def _count_or_percent(value: Any) -> Any:
+    """Checked before the union so a bad value gets one error, not one per member."""
+    if (type(value) is int and 1 <= value <= 4096) or (type(value) is str and PERCENT_RE.fullmatch(value)):
+        return value
+    raise ValueError(f"{shown(value)} is neither a count of hosts from 1 to 4096 nor a percentage from 1% to 100% "
+                     "(e.g. 2 or '10%')")
+
+
+CountOrPercent = Annotated[
+    int | Annotated[str, AfterValidator(_grammar(PERCENT_RE, "a percentage from 1% to 100%", "10%", 4))],
+    BeforeValidator(_count_or_percent)]
 AptWord = Annotated[str, AfterValidator(_grammar(APT_WORD_RE, "an apt suite or component", "jammy", 64))]
 
 

@@ -10,8 +10,8 @@ from typing import Annotated, Iterator, Literal, NamedTuple
 
 from pydantic import AfterValidator, Field
 
-from .common import (AbsPath, DnsLabel, HostName, HostOrIp, InterfaceName, IpAddress, NodeLabels, Problem,
-                     SpecModel, Taint, UserName, Version, shown, valid)
+from .common import (AbsPath, DnsLabel, HostName, HostOrIp, InterfaceName, IpAddress, NodeLabels, CountOrPercent,
+                     Problem, SpecModel, Taint, UserName, Version, shown, valid)
 
 
 class GpuModelInfo(NamedTuple):
@@ -224,6 +224,27 @@ class BurnIn(SpecModel):
                                 description="Where all_reduce_perf is on the hosts. Omitted: /opt/nccl-tests/build.")
 
 
+class Rollout(SpecModel):
+    """How a change that disrupts running work (a kubelet or containerd restart) reaches a pool's busy hosts:
+    a bounded batch at a time, each cordoned, drained, changed, checked and uncordoned before the next. Hosts
+    without tenants' pods take every change at once, without a drain."""
+
+    max_unavailable: CountOrPercent = Field(
+        "10%", description="Hosts out of service at once: a count (at least 1) or a percentage of the pool's hosts, "
+                           "rounded up to at least one host. Omitted: 10%. Also the GPU Operator's "
+                           "driver upgrade policy where it manages the driver (the smallest over its pools).")
+    drain_timeout_s: int = Field(
+        3600, ge=60, le=86400,
+        description="How long evicting a host's pods (PodDisruptionBudgets honoured) may take; past it the rollout "
+                    "stops and the host stays cordoned and tainted gpucluster.io/rollout=failed. Omitted: one hour.")
+
+    def batch_size(self, hosts: int) -> int:
+        """Hosts per batch for a pool of `hosts` (a percentage rounds up, as Kubernetes' maxUnavailable does)."""
+        m = self.max_unavailable
+        size = m if isinstance(m, int) else -(-hosts * int(m[:-1]) // 100)
+        return max(1, min(size, hosts))
+
+
 class Sharing(SpecModel):
     """Time-slicing or MIG, never both on one pool (the device plugin can do only one per node)."""
 
@@ -317,6 +338,7 @@ class NodePool(SpecModel):
     tuning: HostTuning = Field(default_factory=HostTuning, description="Omitted: the defaults of each field.")
     burn_in: BurnIn = Field(default_factory=BurnIn, description="Omitted: the defaults of each field.")
     software: Software = Field(default_factory=Software, description="Omitted: versions are not stated.")
+    rollout: Rollout = Field(default_factory=Rollout, description="Omitted: the defaults of each field.")
 
     def _matches_host_model(self) -> Iterator[Problem]:
         if self.host_model is not None:

@@ -20,7 +20,7 @@ EXPECTED = {
     "prod-hot-alert": {("ops-gpu-temperature-alert", "prod-k8s-gpu-alerts", "mandatory")},
     "prod-rack-power": {("power-rack-budget", "prod", "mandatory")},
     "prod-unpinned": {("ssh-host-key-pinned", name, "mandatory") for name in (
-        "prod-h100-gpu-prod-08-burn-in", "prod-h100-gpu-prod-08-prepare",
+        "prod-h100-gpu-prod-08-burn-in", "prod-h100-gpu-prod-08-prepare", "prod-h100-gpu-prod-08-roll",
         "prod-storage-gpu-prod-08")},
 }
 

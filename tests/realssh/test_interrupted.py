@@ -15,7 +15,8 @@ from components.storage.scripts import render_beegfs_client
 from tests.conftest import _DEV
 from tests.cutting import cut_everywhere
 from tests.realssh.doubles import STATE_DIR
-from tests.realssh.test_node_scripts import preparation
+from components.nodes.rollout import owed_restarts
+from tests.realssh.test_node_scripts import DRAINED, TENANTS, preparation, roll_script
 from tests.realssh.test_storage_scripts import (SECRET, beegfs_server, host, loop, lustre_client,  # noqa: F401
                                                 rdma_client_module, run)
 
@@ -73,6 +74,26 @@ def test_host_preparation_killed_anywhere_converges_on_the_next_run(test_hosts):
     prep_a, prep_b = preparation(host.name, **A), preparation(host.name, **B)
     each_cut(test_hosts, host, prep_a, prep_b, lambda k: prepared_as_on_disk(host, k, power_cap=True))
     each_cut(test_hosts, host, prep_b, prep_a, lambda k: prepared_as_on_disk(host, k, power_cap=False))
+
+
+def test_the_rollouts_step_killed_anywhere_converges_on_the_next_run(test_hosts):
+    """A busy host whose kubelet restart preparation left owed, drained, then its roll step cut anywhere."""
+    host = test_hosts.hosts["gpu-dev-03"]
+
+    def owed():
+        host.set_hardware()
+        ok(run(test_hosts, host, preparation(host.name, **A).create))
+        host.set_hardware(PODS=TENANTS)
+        out = run(test_hosts, host, preparation(host.name, **B).create)
+        ok(out)
+        assert owed_restarts(out.stdout) == "kubelet", out.stdout
+        host.set_hardware(PODS=DRAINED)
+
+    try:
+        cut_everywhere(lambda text: run(test_hosts, host, text), roll_script(host.name, **B).create, owed,
+                       lambda k: (prepared_as_on_disk(host, k, power_cap=True), no_action_owed(host, k)))
+    finally:
+        host.set_hardware()
 
 
 def prepared_as_on_disk(host, k, power_cap: bool) -> None:

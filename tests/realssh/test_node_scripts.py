@@ -7,9 +7,10 @@ import yaml
 from components.nodes import NodePoolArgs
 from components.nodes.burn_in import parse_result, render_burn_in
 from components.nodes.host_prep import CPU_MANAGER_STATE, KUBELET_DROP_IN, PERSISTENCE_OVERRIDE, TUNING_UNIT
-from components.nodes.node_pool import render_preparation
+from components.nodes.node_pool import render_pool_preparation, render_preparation
+from components.nodes.rollout import owed_restarts
 from components.spec import parse_spec
-from components.ssh import as_command
+from components.ssh import as_command, digest
 from tests.conftest import _DEV
 from tests.realssh.doubles import STATE_DIR
 
@@ -22,13 +23,23 @@ def spec_of(software=None, **tuning):
     return parse_spec(yaml.safe_dump(data))
 
 
-def preparation(name, software=None, **tuning):
-    """The dev pool's preparation of host `name` (gpu-dev-03 stands in for a third dev host)."""
+def pool_host(name, software=None, **tuning):
+    """The dev pool's args and host `name` (gpu-dev-03 stands in for a third dev host)."""
     spec = spec_of(software, **tuning)
     pool = spec.node_pools[0]
     host = next((h for h in pool.hosts if h.hostname == name), None) or \
         pool.hosts[0].model_copy(update={"hostname": name})
-    return render_preparation(NodePoolArgs.from_spec(spec, pool), host)
+    return NodePoolArgs.from_spec(spec, pool), host
+
+
+def preparation(name, software=None, **tuning):
+    return render_preparation(*pool_host(name, software, **tuning))
+
+
+def roll_script(name, **tuning):
+    """The rollout's step on host `name` after its drain, for the preparation with `tuning`."""
+    args, host = pool_host(name, **tuning)
+    return render_pool_preparation(args).roll_for_host(host, digest(render_preparation(args, host)))
 
 
 def prepare(hosts, host, user="root", **tuning):
@@ -145,25 +156,68 @@ def test_undo_removes_what_preparation_wrote_and_restarts_kubelet_clean(test_hos
     assert "gpu-dev-02: changed: restarted kubelet" in out.stdout
 
 
-def test_a_busy_node_is_refused_before_anything_changes(test_hosts):
+def roll(hosts, host, **tuning):
+    return hosts.ssh(host, as_command(roll_script(host.name, **tuning).create, "root"))
+
+
+OWED_DIR = "/var/lib/gpucluster/owed"      # the prelude's (components/bash.py)
+TENANTS = "kube-system/kube-proxy-7x gpu-operator/dcgm-exporter-2 team-a/train-0 team-b/eval-1"
+DRAINED = "kube-system/kube-proxy-7x gpu-operator/dcgm-exporter-2"
+
+
+def test_a_busy_node_takes_what_keeps_work_running_and_owes_the_restart_to_the_rollout(test_hosts):
     host = test_hosts.hosts["gpu-dev-01"]
     assert prepare(test_hosts, host).returncode == 0
-    fstab = host.read("/etc/fstab")
-    with host.hardware(PODS="kube-system/kube-proxy-7x gpu-operator/dcgm-exporter-2 team-a/train-0 team-b/eval-1"):
-        out = prepare(test_hosts, host, kubelet_cpu_manager_static=False, shm_size_gib=256)
-        assert out.returncode == 1
-        assert ("gpu-dev-01: error: restarting kubelet for new settings would disrupt 2 running pod(s): team-a/train-0 "
-                "team-b/eval-1; drain the node first (kubectl drain gpu-dev-01 --ignore-daemonsets "
-                "--delete-emptydir-data), run again, then kubectl uncordon gpu-dev-01") in out.stderr
-        assert "changed:" not in out.stdout and host.read("/etc/fstab") == fstab
-        assert yaml.safe_load(host.read(KUBELET_DROP_IN))["cpuManagerPolicy"] == "static"
-        out = undo(test_hosts, host)
+    new = {"kubelet_cpu_manager_static": False, "shm_size_gib": 256}
+    with host.hardware(PODS=TENANTS):
+        out = prepare(test_hosts, host, **new)
+        assert out.returncode == 0, out.stderr
+        assert "gpu-dev-01: rollout owed: kubelet\n" in out.stdout and owed_restarts(out.stdout) == "kubelet"
+        assert ("2 tenant pod(s) run here (team-a/train-0 team-b/eval-1): restarting kubelet is left to the pool's "
+                "rollout, which drains the node first") in out.stdout
+        assert "restarted kubelet" not in out.stdout and "CPU manager state" not in out.stdout
+        assert "size=256G" in host.read("/etc/fstab")          # what does not stop work is done now
+        assert "cpuManagerPolicy" not in yaml.safe_load(host.read(KUBELET_DROP_IN))     # kubelet's default: none
+        assert host.exists(f"{OWED_DIR}/restart-kubelet")
+        again = prepare(test_hosts, host, **new)          # still owed, still not restarted, nothing else to do
+        assert again.returncode == 0 and owed_restarts(again.stdout) == "kubelet"
+        assert again.stdout.endswith("gpu-dev-01: 0 change(s)\n"), again.stdout
+        out = undo(test_hosts, host)          # undoing is refused outright: it has no rollout behind it
         assert out.returncode == 1 and "restarting kubelet without the gpucluster settings would disrupt 2" in out.stderr
         assert host.exists(KUBELET_DROP_IN)
-    with host.hardware(PODS="kube-system/kube-proxy-7x gpu-operator/dcgm-exporter-2"):    # drained
-        out = prepare(test_hosts, host, kubelet_cpu_manager_static=False, shm_size_gib=256)
-    assert out.returncode == 0, out.stderr
-    assert "gpu-dev-01: changed: restarted kubelet" in out.stdout
+        out = roll(test_hosts, host, **new)       # a drain that left tenants' pods: the roll stops untouched
+        assert out.returncode == 1
+        assert "2 tenant pod(s) still run here after the drain (team-a/train-0 team-b/eval-1)" in out.stderr
+        assert "changed:" not in out.stdout and host.exists(f"{OWED_DIR}/restart-kubelet")
+    host.put(CPU_MANAGER_STATE, STATIC_STATE)
+    with host.hardware(PODS=DRAINED):
+        out = roll(test_hosts, host, **new)
+        assert out.returncode == 0, out.stderr
+        assert "gpu-dev-01: changed: removed the CPU manager state of policy static (kubelet now runs none)" in out.stdout
+        assert "gpu-dev-01: changed: restarted kubelet" in out.stdout and "dcgmi diag -r 1 passed" in out.stdout
+        assert not host.exists(f"{OWED_DIR}/restart-kubelet") and not host.exists(CPU_MANAGER_STATE)
+        again = roll(test_hosts, host, **new)
+        assert again.returncode == 0 and "no restart is owed here: nothing to roll" in again.stdout
+        assert again.stdout.endswith("gpu-dev-01: 0 change(s)\n")
+        out = prepare(test_hosts, host, **new)            # the next preparation finds nothing owed
+        assert out.returncode == 0 and owed_restarts(out.stdout) == "" and "0 change(s)" in out.stdout
+
+
+def test_a_busy_node_owes_a_containerd_restart_too(test_hosts):
+    """RDMA's memlock drop-in takes effect when containerd restarts, which stops every container."""
+    host = test_hosts.hosts["gpu-dev-02"]
+    host.sh(f"touch {STATE_DIR}/active/containerd")
+    assert prepare(test_hosts, host).returncode == 0
+    host.sh("rm -f /etc/systemd/system/containerd.service.d/50-gpucluster-memlock.conf")
+    with host.hardware(PODS=TENANTS):
+        out = prepare(test_hosts, host)
+        assert out.returncode == 0, out.stderr
+        assert owed_restarts(out.stdout) == "containerd" and "restarted containerd" not in out.stdout, out.stdout
+    with host.hardware(PODS=DRAINED):
+        out = roll(test_hosts, host)
+        assert out.returncode == 0, out.stderr
+        assert "gpu-dev-02: changed: restarted containerd" in out.stdout
+        assert not host.exists(f"{OWED_DIR}/restart-containerd")
 
 
 def test_cpu_manager_state_is_reset_only_when_its_recorded_policy_differs(test_hosts):

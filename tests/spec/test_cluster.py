@@ -61,6 +61,21 @@ def test_guaranteed_gpus_fit_the_pool_exactly_when_their_sum_does(nominals):
         assert len(found) == 1 and f"tenants are guaranteed {sum(nominals)} h100 GPUs" in found[0]
 
 
+@pytest.mark.parametrize("value", [0, 4097, "0%", "101%", "10", "ten percent", 2.5, True, None])
+def test_a_rollout_takes_a_count_of_hosts_or_a_percentage_and_says_which_when_neither(dev_data, value):
+    dev_data["node_pools"][0]["rollout"] = {"max_unavailable": value, "drain_timeout_s": 30}
+    first, second = problems_of(dev_data)
+    assert first.endswith(f"node_pools[0].rollout.max_unavailable: {value!r} is neither a count of hosts from 1 to "
+                          "4096 nor a percentage from 1% to 100% (e.g. 2 or '10%')")
+    assert "node_pools[0].rollout.drain_timeout_s: Input should be greater than or equal to 60 (got 30)" in second
+
+
+@pytest.mark.parametrize("value", [1, 4096, "1%", "100%", "25%"])
+def test_a_rollout_count_or_percentage_in_range_is_taken(dev_data, value):
+    dev_data["node_pools"][0]["rollout"] = {"max_unavailable": value}
+    assert problems_of(dev_data) == []
+
+
 def test_a_data_nic_cannot_be_the_control_interface(dev_data):
     dev_data["fabric"]["control_interface"] = "ens2f0np0"
     [problem] = problems_of(dev_data)

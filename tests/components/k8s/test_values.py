@@ -38,7 +38,8 @@ def chart_defaults(shared: Path, chart: str, version: str) -> dict[str, Any]:
     return yaml.safe_load(path.read_text())
 
 
-@pytest.mark.parametrize("variant", ["dev", "infiniband", "time-sliced", "mig", "sriov", "no-monitoring"])
+@pytest.mark.parametrize("variant", ["dev", "infiniband", "time-sliced", "mig", "sriov", "no-monitoring",
+                                     "operator-driver"])
 def test_every_values_key_exists_in_the_chart(variant, make_spec, shared_dir):
     edits = {
         "dev": lambda d: None, "infiniband": infiniband,
@@ -46,6 +47,7 @@ def test_every_values_key_exists_in_the_chart(variant, make_spec, shared_dir):
         "mig": lambda d: d["node_pools"][0].update(sharing={"mig_config": "all-1g.10gb"}),
         "sriov": lambda d: d["kubernetes"]["network_operator"].update(rdma_device_plugin="sriov"),
         "no-monitoring": lambda d: d["kubernetes"].update(monitoring={"enabled": False}),
+        "operator-driver": lambda d: operator_driver(d),
     }
     spec = make_spec(edits[variant])
     for module, render in ((gpu_operator, gpu_operator.render_gpu_operator_values),
@@ -76,6 +78,21 @@ def operator_driver(d):
     """An operator-managed driver, with the pool's host-level GPU work (which needs a host driver) off."""
     d["kubernetes"].update(gpu_operator=OPERATOR_DRIVER)
     d["node_pools"][0].update(tuning={"persistence": False}, burn_in={"enabled": False})
+
+
+def test_the_operators_driver_upgrades_are_bounded_as_the_strictest_pools_rollout(make_spec):
+    def two_pools(d):
+        operator_driver(d)
+        d["node_pools"][0]["rollout"] = {"max_unavailable": "50%", "drain_timeout_s": 900}
+        second = {**d["node_pools"][0], "name": "h100b", "rollout": {"max_unavailable": 1, "drain_timeout_s": 7200}}
+        second["hosts"] = [{**h, "hostname": h["hostname"] + "b", "address": h["address"][:-1] + "9"}
+                           for h in d["node_pools"][0]["hosts"][:1]]
+        d["node_pools"].append(second)
+    policy = gpu_operator.render_gpu_operator_values(make_spec(two_pools))["driver"]["upgradePolicy"]
+    assert policy["autoUpgrade"] is True
+    assert policy["maxParallelUpgrades"] == policy["maxUnavailable"] == 1
+    assert policy["drain"] == {"enable": True, "force": False, "timeoutSeconds": 900, "deleteEmptyDir": True}
+    assert policy["gpuPodDeletion"]["timeoutSeconds"] == 900 and policy["gpuPodDeletion"]["force"] is False
 
 
 def test_gpudirect_rdma_on_roce_uses_the_host_ofed(make_spec):

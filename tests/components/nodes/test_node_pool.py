@@ -24,12 +24,12 @@ def pool_run(record, spec):
     return record(lambda: GpuNodePool("dev-h100", NodePoolArgs.from_spec(spec, spec.node_pools[0]), ssh_key()))
 
 
-def test_three_resources_per_host_keyed_by_hostname(dev_spec, record):
+def test_each_hosts_resources_are_keyed_by_hostname(dev_spec, record):
     run = pool_run(record, dev_spec)
     pool = next(r for r in run.records if r.type == GpuNodePool.TYPE)
     children = sorted(short(r.urn) for r in run.records if r.parent == pool.urn)
     assert children == sorted(f"dev-h100-{h}-{role}" for h in ("gpu-dev-01", "gpu-dev-02")
-                              for role in ("prepare", "burn-in", "node", "live"))
+                              for role in ("prepare", "burn-in", "node", "live", "drain", "roll", "uncordon"))
     assert {r.kind for r in run.records if short(r.urn).endswith("-live")} == {"read"}
 
 
@@ -99,10 +99,10 @@ def test_a_changed_preparation_or_burn_in_is_an_update_never_a_replacement(dev_d
     assert diff_plans(before, plan(dev_data)) == []
     dev_data["node_pools"][0]["tuning"]["shm_size_gib"] = 256
     dev_data["node_pools"][0]["burn_in"] = {"dcgm_level": 3}
-    actions = {d.urn.split("::")[-1]: d.action for d in diff_plans(before, plan(dev_data))
-               if "command:remote:Command" in d.urn}
-    assert actions == {"dev-h100-gpu-dev-01-prepare": "update", "dev-h100-gpu-dev-02-prepare": "update",
-                       "dev-h100-gpu-dev-01-burn-in": "update", "dev-h100-gpu-dev-02-burn-in": "update"}
+    actions = {d.urn.split("::")[-1]: d.action for d in diff_plans(before, plan(dev_data)) if "command:" in d.urn}
+    # the rollout's steps run again for the new preparation (each does nothing where no restart is owed)
+    assert actions == {f"dev-h100-{h}-{role}": "update" for h in ("gpu-dev-01", "gpu-dev-02")
+                       for role in ("prepare", "burn-in", "drain", "roll", "uncordon")}
     prepare = next(r for r in before["resources"] if r["urn"].endswith("gpu-dev-01-prepare"))
     assert prepare["inputs"]["update"] == prepare["inputs"]["create"] and "triggers" not in prepare["inputs"]
 
@@ -117,7 +117,8 @@ def test_adding_a_host_changes_nothing_for_the_others(dev_data, record):
     dev_data["node_pools"][0]["hosts"].append({"hostname": "gpu-dev-03", "address": "10.10.0.13", "rack": "r01"})
     after = plan(dev_data)
     assert {u for u in before if before[u] != after.get(u)} == set()
-    assert len(after) - len(before) == 4           # prepare, burn-in, the node's patch and its live read
+    # prepare, burn-in, the node's patch and its live read, and the rollout's drain, roll and uncordon
+    assert len(after) - len(before) == 7
 
 
 def test_a_failed_burn_in_quarantines_the_node_and_says_why(dev_spec):

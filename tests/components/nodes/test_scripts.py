@@ -15,7 +15,9 @@ from components.nodes.burn_in import min_busbw, parse_result, render_burn_in
 from components.k8s.gpu_operator import render_gpu_operator_values
 from components.nodes import NodePoolArgs
 from components.nodes.host_prep import render_kubelet_config
-from components.nodes.node_pool import render_preparation
+from components.nodes.node_pool import render_pool_preparation, render_preparation
+from components.nodes.rollout import render_rollout
+from components.ssh import digest
 from components.spec import parse_spec
 from tests.conftest import ROOT, problems_of
 
@@ -40,8 +42,12 @@ def spec_for(dev_data, variant):
 def scripts_of(spec):
     pool = spec.node_pools[0]
     host = pool.hosts[0]
-    prep = render_preparation(NodePoolArgs.from_spec(spec, pool), host)
-    return {"prepare": prep.create, "undo": prep.delete, "burn-in": render_burn_in(pool, host).create}
+    args = NodePoolArgs.from_spec(spec, pool)
+    prep = render_preparation(args, host)
+    rollout = render_rollout(pool, host)
+    return {"prepare": prep.create, "undo": prep.delete, "burn-in": render_burn_in(pool, host).create,
+            "roll": render_pool_preparation(args).roll_for_host(host, digest(prep)).create,
+            "drain": rollout.drain, "uncordon": rollout.uncordon}
 
 
 @pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck is not installed (.ci/run installs it)")

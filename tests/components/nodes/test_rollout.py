@@ -1,0 +1,106 @@
+"""The pool's rollout: batches, what preparation owes it, and the order the engine runs the steps in."""
+
+from __future__ import annotations
+
+import pulumi
+import pytest
+
+from components.nodes import GpuNodePool, NodePoolArgs
+from components.nodes.host_prep import ROLLOUT_OWED
+from components.nodes.rollout import owed_restarts, render_rollout, rollout_batches
+from components.spec.hardware import Rollout
+from tests.conftest import ssh_key
+
+
+def pool_of(dev_spec, racks: dict[str, list[str]], **rollout):
+    """The dev pool with hosts named per rack (built directly: the batches need no valid cabling or power)."""
+    pool = dev_spec.node_pools[0]
+    template = pool.hosts[0]
+    hosts = [template.model_copy(update={"hostname": name, "rack": rack, "address": f"10.10.0.{10 + i}"})
+             for i, (rack, name) in enumerate((r, n) for r, names in racks.items() for n in names)]
+    return pool.model_copy(update={"hosts": hosts, "rollout": Rollout(**rollout)})
+
+
+@pytest.mark.parametrize("max_unavailable, hosts, size", [
+    ("10%", 2, 1), ("10%", 10, 1), ("10%", 11, 2), ("25%", 8, 2), ("100%", 5, 5), (3, 2, 2), (1, 64, 1),
+    ("1%", 4096, 41)])
+def test_a_batch_is_the_count_or_the_percentage_rounded_up_and_never_empty(max_unavailable, hosts, size):
+    assert Rollout(max_unavailable=max_unavailable).batch_size(hosts) == size
+
+
+def test_batches_take_a_rack_at_a_time_then_hostnames_in_order(dev_spec):
+    pool = pool_of(dev_spec, {"r02": ["gpu-b", "gpu-a"], "r01": ["gpu-z", "gpu-y", "gpu-x"]}, max_unavailable=2)
+    assert [[h.hostname for h in b] for b in rollout_batches(pool)] == [
+        ["gpu-x", "gpu-y"], ["gpu-z", "gpu-a"], ["gpu-b"]]
+
+
+@pytest.mark.parametrize("stdout, owed", [
+    (None, ""), ("", ""), ("gpu-1: 0 change(s)\n", ""),
+    (f"gpu-1: changed: wrote x\ngpu-1: {ROLLOUT_OWED}kubelet\ngpu-1: 1 change(s)\n", "kubelet"),
+    (f"gpu-1: {ROLLOUT_OWED}kubelet containerd\n", "containerd kubelet"),
+    (f"gpu-1: {ROLLOUT_OWED}kubelet reboot;rm\n", "kubelet"),          # only the units the roll step pays
+    (f"a fabric part: {ROLLOUT_OWED}containerd\ngpu-1: {ROLLOUT_OWED}kubelet\n", "kubelet"),   # the last says
+])
+def test_the_owed_restarts_are_read_from_the_preparations_output(stdout, owed):
+    assert owed_restarts(stdout) == owed
+
+
+def run_pool(record, dev_spec, pool, kubeconfig=None, kube_context=None):
+    """`kubeconfig`: given as a secret, as a stack's `kubernetes:kubeconfig` is (made inside the program)."""
+    return record(lambda: GpuNodePool("p", NodePoolArgs(pool=pool, ssh=dev_spec.ssh), ssh_key(),
+                                      kubeconfig=None if kubeconfig is None else pulumi.Output.secret(kubeconfig),
+                                      kube_context=kube_context))
+
+
+def by_name(run):
+    return {r.name: r for r in run.records}
+
+
+def test_each_batch_waits_for_the_last_to_be_given_back(record, dev_spec):
+    pool = pool_of(dev_spec, {"r01": ["gpu-1", "gpu-2", "gpu-3"], "r02": ["gpu-4", "gpu-5"]}, max_unavailable=2)
+    r = by_name(run_pool(record, dev_spec, pool))
+    urn = {name: rec.urn for name, rec in r.items()}
+
+    def deps(name):       # the preparation is one too: its output says what is owed
+        assert urn[f"{name.rsplit('-', 1)[0]}-prepare"] in r[name].dependencies or name.endswith("-roll")
+        return set(r[name].dependencies) - {u for u in urn.values() if u.endswith("-prepare")}
+    assert deps("p-gpu-1-drain") == {urn["p-gpu-1-node"]}
+    assert deps("p-gpu-2-drain") == {urn["p-gpu-2-node"]}
+    for h in ("gpu-3", "gpu-4"):
+        assert deps(f"p-{h}-drain") == {urn[f"p-{h}-node"], urn["p-gpu-1-uncordon"], urn["p-gpu-2-uncordon"]}
+    assert deps("p-gpu-5-drain") == {urn["p-gpu-5-node"], urn["p-gpu-3-uncordon"], urn["p-gpu-4-uncordon"]}
+    for h in ("gpu-1", "gpu-5"):
+        assert deps(f"p-{h}-roll") == {urn[f"p-{h}-drain"]}
+        assert deps(f"p-{h}-uncordon") == {urn[f"p-{h}-roll"]}
+
+
+def test_the_kubectl_steps_run_bash_with_the_kubeconfig_kept_secret(record, dev_spec):
+    pool = pool_of(dev_spec, {"r01": ["gpu-1"]})
+    r = by_name(run_pool(record, dev_spec, pool, kubeconfig="apiVersion: v1\n",
+                         kube_context="prod-admin"))
+    drain, uncordon = r["p-gpu-1-drain"], r["p-gpu-1-uncordon"]
+    for step, script in ((drain, render_rollout(pool, pool.hosts[0]).drain),
+                         (uncordon, render_rollout(pool, pool.hosts[0]).uncordon)):
+        assert step.type == "command:local:Command"
+        assert step.inputs["interpreter"] == ["/bin/bash", "-c"]
+        assert step.inputs["create"] == step.inputs["update"] == script and "triggers" not in step.inputs
+        assert pulumi.runtime.rpc.is_rpc_secret(step.inputs["stdin"])
+        assert "apiVersion" not in step.inputs["create"]
+        env = step.inputs["environment"]
+        assert env["GPUCLUSTER_CONTEXT"] == "prod-admin" and len(env["GPUCLUSTER_ROLL"]) == 64
+    known = lambda env: {k: v for k, v in env.items() if k != "GPUCLUSTER_OWED"}  # noqa: E731 (OWED: after apply)
+    assert known(drain.inputs["environment"]) == known(uncordon.inputs["environment"])
+    assert r["p-gpu-1-roll"].inputs["create"] == r["p-gpu-1-roll"].inputs["update"]
+
+
+def test_without_a_kubeconfig_kubectl_uses_its_own(record, dev_spec):
+    r = by_name(run_pool(record, dev_spec, pool_of(dev_spec, {"r01": ["gpu-1"]})))
+    assert "stdin" not in r["p-gpu-1-drain"].inputs
+    assert set(r["p-gpu-1-drain"].inputs["environment"]) == {"GPUCLUSTER_OWED", "GPUCLUSTER_ROLL"}
+
+
+def test_the_drain_honours_disruption_budgets_and_the_pools_timeout(dev_spec):
+    pool = pool_of(dev_spec, {"r01": ["gpu-1"]}, drain_timeout_s=900)
+    drain = render_rollout(pool, pool.hosts[0]).drain
+    assert "drain \"$HOST\" --ignore-daemonsets --delete-emptydir-data --timeout=900s" in drain
+    assert "--force" not in drain and "--disable-eviction" not in drain

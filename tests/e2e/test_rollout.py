@@ -1,0 +1,297 @@
+"""The rollout's drain and uncordon steps, as pulumi runs them (bash, kubectl), against the real apiserver and
+controllers with tenants' jobs on KWOK nodes: evictions honour PodDisruptionBudgets, a drain that cannot finish
+leaves the node cordoned and tainted failed, and the node goes back to work exactly as it was."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import threading
+import time
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import pytest
+
+from components.nodes.rollout import (CORDONED_BEFORE_ANNOTATION, ROLLOUT_ANNOTATION, ROLLOUT_TAINT,
+                                      render_rollout, rollout_batches)
+from components.spec import Host, NodePool
+
+from tests.cutting import cut_everywhere
+
+from .conftest import Cluster, wait_for
+from .scenarios import Grant, grants
+
+pytestmark = pytest.mark.e2e
+
+
+def run_step(c: Cluster, script: str, home: Path, *, owed: str = "kubelet", kubeconfig: str | None = None,
+             timeout_s: float = 180) -> subprocess.CompletedProcess[str]:
+    """As pulumi-command runs a local command: bash -c, the component's environment, the kubeconfig (content
+    or path) on standard input. Omitted `kubeconfig`: the control plane's, as content."""
+    env = {"PATH": f"{c.cp.bin}:/usr/bin:/bin", "HOME": str(home), "GPUCLUSTER_OWED": owed,
+           "GPUCLUSTER_ROLL": "e2e-preparation"}
+    stdin = c.cp.kubeconfig.read_text() if kubeconfig is None else kubeconfig
+    return subprocess.run(["/bin/bash", "-c", script], env=env, input=stdin, capture_output=True, text=True,
+                          timeout=timeout_s)
+
+
+def node(c: Cluster, host: str) -> dict[str, Any]:
+    return c.cp.get("node", host)
+
+
+def rollout_taint(n: dict[str, Any]) -> str | None:
+    return next((t["value"] for t in n["spec"].get("taints") or [] if t["key"] == ROLLOUT_TAINT), None)
+
+
+def restore(c: Cluster, host: str) -> None:
+    """Whatever a failed assertion left: the node uncordoned, untainted, unmarked."""
+    c.cp.kubectl("uncordon", host)
+    c.cp.kubectl("taint", "node", host, f"{ROLLOUT_TAINT}-", check=False)
+    c.cp.kubectl("annotate", "node", host, f"{ROLLOUT_ANNOTATION}-", f"{CORDONED_BEFORE_ANNOTATION}-")
+
+
+def a_grant(c: Cluster) -> Grant:
+    return next(g for g in grants(c.spec) if g.nominal)
+
+
+@pytest.fixture
+def busy(clean: Cluster, tmp_path: Path) -> Iterator[tuple[Cluster, NodePool, Host, dict[str, Any], Path]]:
+    """A tenant's one-GPU job running; its pod's node, the pool and the job."""
+    g = a_grant(clean)
+    job = clean.submit(clean.job(g.tenant, g.pool, "rolled", pods=1, gpus_per_pod=1))
+    clean.wait_admitted(job)
+    (pod,) = clean.wait_running(job)
+    host = next(h for h in g.pool.hosts if h.hostname == pod["spec"]["nodeName"])
+    try:
+        yield clean, g.pool, host, job, tmp_path
+    finally:
+        restore(clean, host.hostname)
+
+
+def test_a_busy_node_is_drained_then_given_back_as_it_was(busy):
+    c, pool, host, job, home = busy
+    taints_before = node(c, host.hostname)["spec"].get("taints") or []
+    scripts = render_rollout(pool, host)
+    out = run_step(c, scripts.drain, home)
+    assert out.returncode == 0, out.stderr
+    assert f"{host.hostname}: changed: drained: 1 pod(s) evicted" in out.stdout
+    n = node(c, host.hostname)
+    assert n["spec"].get("unschedulable") is True and rollout_taint(n) == "in-progress"
+    assert n["metadata"]["annotations"][CORDONED_BEFORE_ANNOTATION] == "false"
+    assert n["metadata"]["annotations"][ROLLOUT_ANNOTATION] == "e2e-preparation"
+    assert not [p for p in c.pods(job) if p["spec"].get("nodeName") == host.hostname
+                and not p["metadata"].get("deletionTimestamp")], "the tenant's pod is still on the drained node"
+
+    out = run_step(c, scripts.uncordon, home)
+    assert out.returncode == 0, out.stderr
+    assert f"{host.hostname}: changed: rollout done: back in service" in out.stdout
+    n = node(c, host.hostname)
+    assert not n["spec"].get("unschedulable") and (n["spec"].get("taints") or []) == taints_before
+    assert not {ROLLOUT_ANNOTATION, CORDONED_BEFORE_ANNOTATION} & set(n["metadata"].get("annotations") or {})
+    again = run_step(c, scripts.uncordon, home)
+    assert again.returncode == 0 and again.stdout.endswith(f"{host.hostname}: 0 change(s)\n"), again.stdout
+
+
+def test_nothing_owed_means_no_drain_even_on_a_busy_node(busy):
+    c, pool, host, job, home = busy
+    out = run_step(c, render_rollout(pool, host).drain, home, owed="")
+    assert out.returncode == 0 and "no restart is owed here: not drained" in out.stdout, out.stderr
+    assert not node(c, host.hostname)["spec"].get("unschedulable")
+    assert [p for p in c.pods(job) if p["spec"].get("nodeName") == host.hostname]
+
+
+def test_a_drain_a_disruption_budget_blocks_stops_the_rollout_with_the_node_cordoned_and_failed(busy):
+    c, pool, host, job, home = busy
+    ns = job["metadata"]["namespace"]
+    pdb = {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "rolled", "namespace": ns},
+           "spec": {"minAvailable": 1, "selector": {"matchLabels": {
+               "batch.kubernetes.io/job-name": job["metadata"]["name"]}}}}
+    c.cp.apply_objects([pdb])
+    try:
+        wait_for(lambda: c.cp.get("pdb", "rolled", namespace=ns).get("status", {}).get("expectedPods") == 1, 30,
+                 lambda: "the budget does not count the job's pod")
+        drain = render_rollout(pool, host).drain.replace(f"--timeout={pool.rollout.drain_timeout_s}s", "--timeout=5s")
+        for attempt in (1, 2):          # a failed step is run again by the next pulumi up
+            out = run_step(c, drain, home)
+            assert out.returncode == 1, (attempt, out.stdout)
+            assert "the drain did not finish" in out.stderr
+            assert f"{host.hostname} stays cordoned and tainted {ROLLOUT_TAINT}=failed" in out.stderr
+            n = node(c, host.hostname)
+            assert n["spec"].get("unschedulable") is True and rollout_taint(n) == "failed"
+            # what the node was before the first attempt, not the cordon the first attempt left
+            assert n["metadata"]["annotations"][CORDONED_BEFORE_ANNOTATION] == "false", attempt
+        running = [p for p in c.pods(job) if p["spec"].get("nodeName") == host.hostname
+                   and p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")]
+        assert running, "the budget's pod was evicted"
+    finally:
+        c.cp.kubectl("delete", "pdb", "rolled", "-n", ns, "--ignore-not-found")
+    out = run_step(c, drain, home)              # the budget lifted: the rollout goes on
+    assert out.returncode == 0, out.stderr
+    assert rollout_taint(node(c, host.hostname)) == "in-progress"
+    out = run_step(c, render_rollout(pool, host).uncordon, home)
+    assert out.returncode == 0, out.stderr
+    n = node(c, host.hostname)
+    assert not n["spec"].get("unschedulable") and rollout_taint(n) is None
+
+
+def test_a_node_a_person_cordoned_stays_cordoned_after_the_rollout(clean: Cluster, tmp_path: Path):
+    g = a_grant(clean)
+    host = g.pool.hosts[0]
+    clean.cp.kubectl("cordon", host.hostname)
+    try:
+        scripts = render_rollout(g.pool, host)
+        # the kubeconfig given as a path, as the Kubernetes provider's `kubeconfig` may be
+        out = run_step(clean, scripts.drain, tmp_path, kubeconfig=str(clean.cp.kubeconfig))
+        assert out.returncode == 0, out.stderr
+        assert "marked for the rollout (cordoned before: true)" in out.stdout and "changed: cordoned" not in out.stdout
+        out = run_step(clean, scripts.uncordon, tmp_path, kubeconfig=str(clean.cp.kubeconfig))
+        assert out.returncode == 0, out.stderr
+        assert "rollout done (it stays cordoned, as it was before)" in out.stdout
+        n = node(clean, host.hostname)
+        assert n["spec"].get("unschedulable") is True and rollout_taint(n) is None
+        assert CORDONED_BEFORE_ANNOTATION not in (n["metadata"].get("annotations") or {})
+    finally:
+        restore(clean, host.hostname)
+
+
+def test_a_host_that_is_not_a_node_is_not_drained_and_an_unreachable_cluster_is_named(clean: Cluster,
+                                                                                       tmp_path: Path):
+    pool = a_grant(clean).pool
+    absent = pool.hosts[0].model_copy(update={"hostname": "gpu-not-joined"})
+    out = run_step(clean, render_rollout(pool, absent).drain, tmp_path)
+    assert out.returncode == 0 and "no Node gpu-not-joined in the cluster: nothing to drain" in out.stdout, out.stderr
+    unreachable = clean.cp.kubeconfig.read_text().replace(
+        next(line.split()[-1] for line in clean.cp.kubeconfig.read_text().splitlines() if "server:" in line),
+        "https://127.0.0.1:9")
+    out = run_step(clean, render_rollout(pool, pool.hosts[0]).drain, tmp_path, kubeconfig=unreachable, timeout_s=90)
+    assert out.returncode == 1 and f"{pool.hosts[0].hostname}: error: kubectl cannot read node" in out.stderr
+    assert "apiVersion" not in out.stdout + out.stderr          # the kubeconfig is never printed
+
+
+def test_drain_and_uncordon_killed_anywhere_converge_on_the_next_run(clean: Cluster, tmp_path: Path):
+    """Each step cut (SIGKILL of its shell) at every risky point and spread between, then run whole again, as the
+    next pulumi up runs a step whose last run failed; judged on the Node the apiserver holds."""
+    pool = a_grant(clean).pool
+    host = pool.hosts[0]
+    scripts = render_rollout(pool, host)
+    taints_before = node(clean, host.hostname)["spec"].get("taints") or []
+
+    def run(text: str) -> subprocess.CompletedProcess[str]:
+        return run_step(clean, text, tmp_path)
+
+    def drained(k: int) -> None:
+        n = node(clean, host.hostname)
+        assert n["spec"].get("unschedulable") is True and rollout_taint(n) == "in-progress", k
+        assert n["metadata"]["annotations"][CORDONED_BEFORE_ANNOTATION] == "false", k
+
+    def given_back(k: int) -> None:
+        n = node(clean, host.hostname)
+        assert not n["spec"].get("unschedulable") and (n["spec"].get("taints") or []) == taints_before, k
+        assert not {ROLLOUT_ANNOTATION, CORDONED_BEFORE_ANNOTATION} & set(n["metadata"].get("annotations") or {}), k
+
+    try:
+        cut_everywhere(run, scripts.drain, lambda: restore(clean, host.hostname), drained)
+        cut_everywhere(run, scripts.uncordon, lambda: (restore(clean, host.hostname), run(scripts.drain)),
+                       given_back)
+    finally:
+        restore(clean, host.hostname)
+
+
+def rollout_steps(c: Cluster) -> tuple[dict[str, dict[str, Any]], dict[str, list[str]]]:
+    """The plan's drain, roll and uncordon resources by URN, and each one's dependencies among them."""
+    plan = json.loads((c.plan.dir / "resources.json").read_text())
+    steps = {r["urn"]: r for r in plan["resources"] if r["name"].endswith(("-drain", "-roll", "-uncordon"))}
+    return steps, {u: [d for d in r["dependsOn"] if d in steps] for u, r in steps.items()}
+
+
+def run_graph(steps: dict[str, Any], deps: dict[str, list[str]], act: Callable[[str], bool]) -> dict[str, bool | None]:
+    """As the engine runs a graph: each step once its dependencies succeeded, side by side where they allow;
+    a step whose dependency failed is not run (None)."""
+    results: dict[str, bool | None] = {}
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        running: dict[Any, str] = {}
+        while len(results) < len(steps):
+            for u in steps:
+                if u in results or u in running.values():
+                    continue
+                if any(results.get(d) in (False, None) and d in results for d in deps[u]):
+                    results[u] = None
+                elif all(results.get(d) is True for d in deps[u]):
+                    running[pool.submit(act, u)] = u
+            if running:
+                done, _ = wait(list(running), return_when=FIRST_COMPLETED)
+                for f in done:
+                    results[running.pop(f)] = f.result()
+    return results
+
+
+def test_the_plans_rollout_never_has_more_of_a_pools_hosts_out_than_a_batch(clean: Cluster, tmp_path: Path):
+    """Every host owes a kubelet restart: the plan's own drain and uncordon scripts run in the plan's dependency
+    order (the roll over SSH stands in: it is tested on the SSH hosts), while the Nodes are watched. A roll that
+    fails stops its pool there: that host stays cordoned and tainted, no later batch is drained."""
+    steps, deps = rollout_steps(clean)
+    pools = {p.name: p for p in clean.spec.node_pools}
+    pool_of = {h.hostname: p.name for p in clean.spec.node_pools for h in p.hosts}
+    g = a_grant(clean)
+    job = clean.submit(clean.job(g.tenant, g.pool, "fleet", pods=min(g.nominal, len(g.pool.hosts)), gpus_per_pod=1))
+    clean.wait_admitted(job)
+    clean.wait_running(job)
+    batches = {p.name: rollout_batches(p) for p in clean.spec.node_pools}
+    failing = {p: b[1][0].hostname for p, b in batches.items() if len(b) > 2}    # the first host of batch 2
+
+    def host_of(urn: str) -> str:
+        return next(h for h in pool_of if urn.endswith(f"-{h}-drain") or urn.endswith(f"-{h}-roll")
+                    or urn.endswith(f"-{h}-uncordon"))
+
+    def act(urn: str) -> bool:
+        name, host = steps[urn]["name"], host_of(urn)
+        if name.endswith("-roll"):
+            assert node(clean, host)["spec"].get("unschedulable") is True, f"{host} rolled while schedulable"
+            time.sleep(0.5)
+            return host not in failing.values()
+        out = run_step(clean, (clean.plan.dir / "scripts" / "_local" / f"{name}.sh").read_text(), tmp_path)
+        assert out.returncode == 0, out.stderr
+        return True
+
+    most: dict[str, int] = {p: 0 for p in pools}
+    watching = threading.Event()
+
+    def watch() -> None:
+        while not watching.is_set():
+            out: dict[str, int] = {p: 0 for p in pools}
+            for name, n in clean.nodes().items():
+                if n["spec"].get("unschedulable"):
+                    out[pool_of[name]] += 1
+            for p in pools:
+                most[p] = max(most[p], out[p])
+            time.sleep(0.1)
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        results = run_graph(steps, deps, act)
+        watching.set()
+        for p, h in failing.items():
+            n = node(clean, h)
+            assert n["spec"].get("unschedulable") is True and rollout_taint(n) == "in-progress", (p, h)
+    finally:
+        watching.set()
+        watcher.join()
+        for h in pool_of:
+            restore(clean, h)
+    for p, pool in pools.items():
+        size = pool.rollout.batch_size(len(pool.hosts))
+        assert 1 <= most[p] <= size, f"pool {p}: {most[p]} hosts out at once, the policy allows {size}"
+        for i, batch in enumerate(batches[p]):
+            for h in batch:
+                drained = results[next(u for u in steps if u.endswith(f"-{h.hostname}-drain"))]
+                given_back = results[next(u for u in steps if u.endswith(f"-{h.hostname}-uncordon"))]
+                if p not in failing or i == 0:
+                    assert drained and given_back, (p, h.hostname)
+                elif i == 1:
+                    assert drained and (given_back is None) == (h.hostname == failing[p]), (p, h.hostname)
+                else:
+                    assert drained is None, f"{h.hostname} of batch {i + 1} was drained after batch 2 failed"
+    assert clean.wait_admitted(job).admitted      # Kueue keeps the job admitted; its pods run again
+    clean.wait_running(job, timeout_s=90)
