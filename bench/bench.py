@@ -177,16 +177,17 @@ def radius(b: dict) -> str:
 
 
 def verdicts(rows: list[dict]) -> list[tuple[str, bool, str]]:
-    """Each target of issue 15, met or not, with the figures that decide it."""
+    """Each target of issues 15 and 29, met or not, with the figures that decide it."""
     by = {r["nodes"]: r for r in rows}
     out = [("plan time <= 1.25x the floor", all(r["time_x_floor"] <= 1.25 for r in rows),
             ", ".join(f"{r['nodes']}: {r['time_x_floor']}x" for r in rows)),
            ("peak memory <= 1.25x the floor", all(r["memory_x_floor"] <= 1.25 for r in rows),
             ", ".join(f"{r['nodes']}: {r['memory_x_floor']}x" for r in rows)),
-           ("<= 4 resources per GPU node", all(r["resources_per_added_node"] <= 4 for r in rows),
+           # issue 15's 4 and 3, plus what issue 29's rollout needs: a drain, a roll (over SSH) and an uncordon
+           ("<= 7 resources per GPU node", all(r["resources_per_added_node"] <= 7 for r in rows),
             ", ".join(f"{r['nodes']}: {r['resources_per_added_node']} (+ {r['reads_per_added_node']} read)"
                       for r in rows)),
-           ("<= 3 SSH sessions per host", all(r["commands_per_host"] <= 3 for r in rows),
+           ("<= 4 SSH sessions per host", all(r["commands_per_host"] <= 4 for r in rows),
             ", ".join(f"{r['nodes']}: {r['commands_per_host']}" for r in rows)),
            ("blast radius exact", all(
                not r["blast_radius"]["add a node"]["resources"]

@@ -10,6 +10,7 @@ from typing import Any
 from ..spec import SpecError
 from ..spec.loader import read_json
 
+_ORDER_ONLY = ("dependsOn", "propertyDependencies")
 # Fields whose change makes the provider replace the resource rather than update it in place.
 _REPLACING = ("inputs.metadata.name", "inputs.metadata.namespace", "inputs.apiVersion", "inputs.kind")
 
@@ -100,7 +101,8 @@ def diff_plans(old: dict[str, Any], new: dict[str, Any]) -> list[ResourceDiff]:
             continue
         a, b = _flatten(_comparable(before[urn]), "", {}), _flatten(_comparable(after[urn]), "", {})
         changes = tuple(Change(p, a.get(p), b.get(p)) for p in sorted(a.keys() | b.keys()) if a.get(p) != b.get(p))
-        if changes:
+        # Dependencies alone (the order things run in) are a same step: the engine records them, runs nothing.
+        if any(not c.path.startswith(_ORDER_ONLY) for c in changes):
             action = "replace" if any(_replaces(after[urn], c.path) for c in changes) else "update"
             out.append(ResourceDiff(urn, action, changes))
     order = {"delete": 0, "discard": 0, "replace": 1, "update": 2, "create": 3, "read": 4}

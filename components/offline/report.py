@@ -57,12 +57,19 @@ def render_report(spec: ClusterSpec, thresholds: Thresholds = Thresholds(),
               "(rack by rack): each is cordoned, drained (PodDisruptionBudgets honoured), changed, checked and "
               "given back before the next batch starts; hosts without tenants' pods take it at once. A drain "
               "that does not finish in time stops the pool's rollout and leaves that host cordoned and tainted "
-              "`gpucluster.io/rollout=failed`.", ""]
+              "`gpucluster.io/rollout=failed`; a host that fails its checks after the change stays cordoned and "
+              "tainted `gpucluster.io/rollout=in-progress`. 'Draining at most' adds up the drain timeouts of the "
+              "batches, the longest the drains can take.", ""]
     lines += _md_table(["pool", "hosts", "max unavailable", "hosts a batch", "batches", "drain timeout",
                         "draining at most"], [
         [p.name, len(p.hosts), p.rollout.max_unavailable, len(batches[0]), len(batches),
          f"{p.rollout.drain_timeout_s // 60} min", f"{len(batches) * p.rollout.drain_timeout_s / 3600:g} h"]
         for p in spec.node_pools for batches in [rollout_batches(p)]])
+    lines += ["In order (a batch's first and last host, by rack then name):", ""]
+    lines += [f"- {p.name}: " + "; ".join(
+        f"{i}) {b[0].hostname}" + (f" .. {b[-1].hostname} ({len(b)})" if len(b) > 1 else "")
+        for i, b in enumerate(rollout_batches(p), 1)) for p in spec.node_pools]
+    lines.append("")
 
     lines += ["## Power per rack", "",
               "Peak = each host's GPUs at TDP plus its base power (`host_base_power_w`, or its DGX model's), "

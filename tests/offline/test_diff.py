@@ -116,3 +116,18 @@ def test_a_read_of_a_live_object_is_read_or_discarded_never_created_or_deleted(r
     assert {d.urn.rsplit("::", 1)[-1]: d.action for d in shrunk}["dev-h100-gpu-dev-03-live"] == "discard"
     text = render_diff(shrunk, 0)
     assert "<  discard kubernetes:core/v1:Node dev-h100-gpu-dev-03-live" in text
+
+
+def test_a_host_added_mid_pool_moves_later_hosts_to_later_batches_and_changes_no_resource(record, dev_data):
+    """The rollout's batches follow rack and hostname; a host sorted before another moves its drain a batch on.
+    Only their dependencies change: the engine records them in a same step and runs nothing (as for any edge)."""
+    before = plan_of(record, dev_data)
+    dev_data["sites"][0]["racks"][0]["pdu_capacity_kw"] = 60
+    dev_data["node_pools"][0]["hosts"].insert(1, {"hostname": "gpu-dev-01a", "address": "10.10.0.10", "rack": "r01"})
+    after = plan_of(record, dev_data)
+    old = {r["urn"]: r for r in before["resources"]}
+    new = {r["urn"]: r for r in after["resources"]}
+    drain = next(u for u in old if u.endswith("::dev-h100-gpu-dev-02-drain"))
+    assert old[drain]["dependsOn"] != new[drain]["dependsOn"]          # it now waits for gpu-dev-01a's batch
+    touched = {d.urn.rsplit("::", 1)[-1] for d in diff_plans(before, after) if d.action not in ("create", "read")}
+    assert touched <= {"dev-h100", "dev-fabric", "dev"}, touched       # components' intent; no resource

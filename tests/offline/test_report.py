@@ -81,3 +81,10 @@ def test_plan_and_check_write_the_report_beside_the_plan(tmp_path):
     assert "| r01 | 4 x 10.2 kW (h100 host) | 40.8 | 45 | a+b | 36 | 91% | **over budget** |" in report
     assert (tmp_path / "topology.svg").read_text().startswith("<svg ")
     assert Path(tmp_path / "summary.txt").exists()
+
+
+def test_the_report_shows_each_pools_rollout_batches_in_order():
+    report = render_report(load_spec(ROOT / "stacks" / "prod.yaml"))
+    assert "| h100 | 8 | 2 | 2 | 4 | 60 min | 4 h |" in report
+    assert ("- h100: 1) gpu-prod-01 .. gpu-prod-02 (2); 2) gpu-prod-03 .. gpu-prod-04 (2); "
+            "3) gpu-prod-05 .. gpu-prod-06 (2); 4) gpu-prod-07 .. gpu-prod-08 (2)") in report
