@@ -91,10 +91,13 @@ def render_job(spec: ClusterSpec, tenant: Tenant, pool: NodePool, *, name: str, 
         "apiVersion": "batch/v1", "kind": "Job",
         "metadata": {"name": name, "namespace": tenant.namespace_name, **({"labels": labels} if labels else {})},
         "spec": {
-            "parallelism": pods, "completions": pods, "completionMode": "Indexed", "backoffLimit": 0,
+            "parallelism": pods, "completions": pods, "completionMode": "Indexed",
             # A pod evicted by a drain (a pool's rollout, a node's maintenance) is not the job's failure: the
             # Job controller starts it again where it fits, and Kueue keeps the job admitted. Any other failure
-            # still ends the job at once (backoffLimit 0).
+            # still ends the job at once (no index may fail). Back-off per index: the controller delays a
+            # replacement 10 s doubling per failure, ignored ones included, counted per index here but over
+            # the whole job with a job-wide backoffLimit (a rollout's evictions of 8 pods: 10 min).
+            "backoffLimitPerIndex": 0, "maxFailedIndexes": 0,
             "podFailurePolicy": {"rules": [{"action": "Ignore",
                                             "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}]},
             "template": {

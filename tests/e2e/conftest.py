@@ -153,7 +153,17 @@ class Cluster:
 
     def _pods_state(self, job: dict[str, Any]) -> str:
         return ", ".join(f"{p['metadata']['name']}@{p['spec'].get('nodeName')}:{p['status'].get('phase')}"
-                         for p in self.pods(job)) or "no pods"
+                         for p in self.pods(job)) or f"no pods; {_name(job)} status {self._job_status(job)}"
+
+    def _job_status(self, job: dict[str, Any]) -> str:
+        m = job["metadata"]
+        out = self.cp.kubectl("get", job["kind"].lower(), m["name"], "-n", m["namespace"], "-o",
+                              "jsonpath={.spec.suspend} {.status}", check=False)
+        events = self.cp.kubectl("get", "events", "-n", m["namespace"], "--field-selector",
+                                 f"involvedObject.name={m['name']}", "-o",
+                                 "jsonpath={range .items[*]}{.lastTimestamp} {.reason}: {.message}{'\\n'}{end}",
+                                 check=False)
+        return f"{(out.stdout or out.stderr).strip()}; events:\n{events.stdout.strip()}"
 
 
 def wait_for(probe: Callable[[], Any], timeout_s: float, describe: Callable[[], str]) -> Any:

@@ -36,6 +36,18 @@ def test_the_template_meets_pod_security_restricted(dev_spec):
         assert c["securityContext"] == {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
 
 
+def test_an_evicted_pod_comes_back_after_its_own_back_off_and_any_other_failure_ends_the_job(dev_spec):
+    """A drain's eviction (DisruptionTarget) is ignored; the Job controller's back-off (10 s doubling per failure,
+    ignored ones included: kubernetes pkg/controller/job/backoff_utils.go) counts per index, so a rollout that
+    evicts every pod of an 8-pod job delays each by 10 s, not the whole job by 2^7 x 10 s (capped at 10 min).
+    No index may fail: a real failure still ends the job at once, as backoffLimit 0 did."""
+    spec = render_job(dev_spec, dev_spec.tenants[0], dev_spec.pools["h100"], name="t", pods=8)["spec"]
+    assert spec["completionMode"] == "Indexed"
+    assert (spec["backoffLimitPerIndex"], spec["maxFailedIndexes"]) == (0, 0) and "backoffLimit" not in spec
+    assert spec["podFailurePolicy"]["rules"] == [
+        {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}]
+
+
 def test_shm_is_memory_backed_and_sized_from_the_pod_memory(dev_spec):
     pod = render_job(dev_spec, dev_spec.tenants[0], dev_spec.pools["h100"], name="t", gpus_per_pod=2,
                      filesystem=False)
