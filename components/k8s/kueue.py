@@ -7,7 +7,7 @@ from typing import Any
 import yaml
 
 from ..spec import ClusterSpec
-from ..spec.cluster import network_operator_enabled
+from ..spec.cluster import OPERATOR_NAMESPACES, network_operator_enabled
 from .helm import Chart
 from .images import KUEUE_REPOSITORIES, chart_from, with_mirror
 from .labels import POOL_LABEL, pool_tolerations
@@ -15,7 +15,7 @@ from .network_operator import rdma_resource
 from .objects import Manifest
 from .tenant import KUEUE_API, TENANT_LABEL
 
-NAMESPACE = "kueue-system"
+NAMESPACE = OPERATOR_NAMESPACES["kueue"]
 TOPOLOGY = "gpu-topology"
 FRAMEWORKS = ["batch/job", "kubeflow.org/mpijob", "kubeflow.org/pytorchjob", "trainer.kubeflow.org/trainjob",
               "jobset.x-k8s.io/jobset", "ray.io/rayjob", "ray.io/raycluster", "leaderworkerset.x-k8s.io/leaderworkerset",

@@ -13,10 +13,11 @@ from __future__ import annotations
 from typing import Any
 
 from ..spec import ClusterSpec
+from ..spec.cluster import OPERATOR_NAMESPACES
 from .images import mirrored
 from .objects import Manifest
 
-NAMESPACE = "mpi-operator"
+NAMESPACE = OPERATOR_NAMESPACES["mpi_operator"]
 IMAGE = "docker.io/mpioperator/mpi-operator"
 CRD = "kubeflow.org_mpijobs.yaml"
 NAME = "mpi-operator"

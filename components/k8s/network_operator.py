@@ -7,6 +7,7 @@ import re
 from typing import Any
 
 from ..spec import ClusterSpec, NodePool
+from ..spec.cluster import OPERATOR_NAMESPACES
 from ..spec.versions import StackVersions
 from .helm import NVIDIA_REPO, Chart
 from .images import (NETWORK_OPERATOR_REPOSITORIES, NETWORK_OPERATOR_SRIOV_IMAGES, chart_from, mirrored,
@@ -14,7 +15,7 @@ from .images import (NETWORK_OPERATOR_REPOSITORIES, NETWORK_OPERATOR_SRIOV_IMAGE
 from .labels import POOL_LABEL, system_tolerations
 from .objects import Manifest
 
-NAMESPACE = "network-operator"
+NAMESPACE = OPERATOR_NAMESPACES["network_operator"]
 POLICY_NAME = "nic-cluster-policy"      # the operator ignores a NicClusterPolicy of any other name
 NETWORK_NAMESPACE = "default"           # where the NetworkAttachmentDefinitions live; pods refer to default/rail-N
 IMAGE_REPOSITORY = "nvcr.io/nvidia/mellanox"

@@ -69,7 +69,7 @@ def tenancy_of(spec: ClusterSpec) -> Tenancy:
                    dns_namespace=spec.kubernetes.dns_namespace,
                    monitoring_namespace=monitoring.namespace if monitoring.enabled else None,
                    pools=pools, nccl={pool: pod_env(env) for pool, env in envs.items()},
-                   namespaces_taken=sorted(spec.system_namespaces | {t.namespace_name for t in spec.tenants}))
+                   namespaces_taken=sorted(spec.reserved_namespaces | {t.namespace_name for t in spec.tenants}))
 
 
 # --- pure rendering ---------------------------------------------------------------------------------

@@ -23,11 +23,12 @@ SWITCH_VENDORS = ("cumulus", "sonic", "eos")
 # Cumulus (NVUE) and EOS (`no-drop`) size the buffers for whichever priority gets PFC.
 LOSSLESS_PRIORITIES = {"sonic": (3, 4)}
 
-# Namespaces the platform itself owns; a tenant there would share the operators' privileges.
-SYSTEM_NAMESPACES = frozenset({
-    "default", "kube-system", "kube-public", "kube-node-lease",
-    "gpu-operator", "network-operator", "kueue-system", "node-feature-discovery",
-})
+# Where each operator of the GPU stack runs (components/k8s take their namespace from here).
+OPERATOR_NAMESPACES = {"gpu_operator": "gpu-operator", "network_operator": "network-operator",
+                       "kueue": "kueue-system", "nfd": "node-feature-discovery", "mpi_operator": "mpi-operator"}
+# Namespaces no tenant may take: Kubernetes' own and the operators'; a tenant there would share their privileges.
+SYSTEM_NAMESPACES = frozenset({"default", "kube-system", "kube-public", "kube-node-lease",
+                               *OPERATOR_NAMESPACES.values()})
 
 
 class PowerPart(NamedTuple):
@@ -153,7 +154,19 @@ class ClusterSpec(SpecModel):
 
     @property
     def system_namespaces(self) -> frozenset[str]:
-        """Namespaces of the platform's own agents and operators."""
+        """Where the platform's own agents and operators run, as this spec installs them: the only namespaces
+        whose pods may have host access, and whose pods on a GPU node are not tenants' work. Not `default`,
+        kube-public or kube-node-lease: nothing of the platform's runs there."""
+        k = self.kubernetes
+        installed = {"gpu_operator": k.gpu_operator.enabled, "network_operator": network_operator_enabled(self),
+                     "kueue": True, "nfd": True, "mpi_operator": k.mpi_operator.enabled}
+        return frozenset({"kube-system", k.dns_namespace,
+                          *(OPERATOR_NAMESPACES[o] for o, on in installed.items() if on),
+                          *([k.monitoring.namespace] if k.monitoring.enabled else [])})
+
+    @property
+    def reserved_namespaces(self) -> frozenset[str]:
+        """Names no tenant namespace may have."""
         return SYSTEM_NAMESPACES | {self.kubernetes.monitoring.namespace, self.kubernetes.dns_namespace}
 
     def tenant_cpu_cores(self, tenant: Tenant) -> int:
@@ -253,7 +266,7 @@ def _tenants(spec: ClusterSpec) -> Iterator[Problem]:
 
 
 def _tenant_namespaces_free(spec: ClusterSpec) -> Iterator[Problem]:
-    reserved = spec.system_namespaces
+    reserved = spec.reserved_namespaces
     for i, t in enumerate(spec.tenants):
         if t.namespace_name in reserved:
             field = "namespace" if t.namespace else "name"

@@ -7,11 +7,14 @@ the pack runs in its own environment, beside any program that uses the component
 
 from __future__ import annotations
 
+import fnmatch
+import functools
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, NamedTuple
 
 from pulumi_policy import PolicyConfigSchema
+from pulumi_policy.proxy import UnknownValueError
 
 NAMESPACE = "kubernetes:core/v1:Namespace"
 CONFIG_MAP = "kubernetes:core/v1:ConfigMap"
@@ -36,19 +39,119 @@ FILESYSTEM = "gpucluster:storage:ParallelFilesystem"
 TENANT_LABEL = "gpucluster.io/tenant"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 GPU = "nvidia.com/gpu"
-# Used when no GpuCluster says which namespaces the platform's own agents run in.
-SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease", "gpu-operator",
-                     "network-operator", "kueue-system", "node-feature-discovery", "monitoring")
+# Where the library's operators run when no GpuCluster says (Kubernetes' own kube-system among them; `default`,
+# kube-public and kube-node-lease hold nothing of the platform's).
+SYSTEM_NAMESPACES = ("kube-system", "gpu-operator", "network-operator", "kueue-system", "node-feature-discovery",
+                     "mpi-operator", "monitoring")
 
-_WORKLOAD = re.compile(r"kubernetes:(?:core|apps|batch)/v1:(Pod|Job|CronJob|Deployment|StatefulSet|DaemonSet|"
-                       r"ReplicaSet|ReplicationController)$")
-# Training operators' jobs (MPIJob, PyTorchJob, ...) keep a pod template per replica type.
-_REPLICATED = re.compile(r"kubernetes:kubeflow\.org/[a-z0-9]+:([A-Za-z]+Job)$")
+_TYPE = re.compile(r"kubernetes:([^:/]+)/([^:/]+):([A-Za-z0-9]+)$")
+
+
+def kind_of(resource_type: str) -> tuple[str, str] | None:
+    """(API group, kind) of a Kubernetes resource type at any version ('core' for the core group)."""
+    m = _TYPE.match(resource_type)
+    return (m.group(1), m.group(3)) if m else None
+
+
+def is_kind(resource_type: str, group: str, kind: str) -> bool:
+    """Kubernetes objects are matched by group and kind: an API server serves older versions of a type (Kueue's
+    v1beta1 beside v1beta2) and a program may register any of them."""
+    return kind_of(resource_type) == (group, kind)
+
+
+class Workload(NamedTuple):
+    """Where a workload kind keeps its pod templates (role, path) and the labels Kueue reads its queue from.
+    A path is dotted keys; `[]` takes each list item (its role: the item's name), `{}` each map value (its role:
+    the key), and a key with `*` each matching key."""
+    pods: tuple[tuple[str, str], ...]
+    queue_labels: str = "metadata.labels"
+
+
+_TEMPLATE = (("", "spec.template.spec"),)
+_JOBSET = "spec.replicatedJobs[].template.spec.template.spec"
+_RAY = "{}.headGroupSpec.template.spec", "{}.workerGroupSpecs[].template.spec"
+# Every kind a tenant can submit that runs pods, and where those pods are described: one table for every
+# workload policy. Kueue's integrations (batch/Job, JobSet, LeaderWorkerSet, RayJob, RayCluster, Kubeflow jobs,
+# TrainJob, Pod, Deployment, StatefulSet) read the queue from the object's own labels, a CronJob's from its jobs'.
+WORKLOADS: dict[tuple[str, str], Workload] = {
+    ("core", "Pod"): Workload((("", "spec"),)),
+    ("core", "ReplicationController"): Workload(_TEMPLATE),
+    **{("apps", kind): Workload(_TEMPLATE) for kind in ("Deployment", "StatefulSet", "DaemonSet", "ReplicaSet")},
+    ("batch", "Job"): Workload(_TEMPLATE),
+    ("batch", "CronJob"): Workload((("", "spec.jobTemplate.spec.template.spec"),), "spec.jobTemplate.metadata.labels"),
+    ("jobset.x-k8s.io", "JobSet"): Workload((("", _JOBSET),)),
+    ("leaderworkerset.x-k8s.io", "LeaderWorkerSet"): Workload((
+        ("leader", "spec.leaderWorkerTemplate.leaderTemplate.spec"),
+        ("worker", "spec.leaderWorkerTemplate.workerTemplate.spec"))),
+    ("ray.io", "RayCluster"): Workload((("head", _RAY[0].format("spec")), ("", _RAY[1].format("spec")))),
+    ("ray.io", "RayJob"): Workload((("head", _RAY[0].format("spec.rayClusterSpec")),
+                                    ("", _RAY[1].format("spec.rayClusterSpec")),
+                                    ("submitter", "spec.submitterPodTemplate.spec"))),
+    ("ray.io", "RayService"): Workload((("head", _RAY[0].format("spec.rayClusterConfig")),
+                                        ("", _RAY[1].format("spec.rayClusterConfig")))),
+    **{("kubeflow.org", kind): Workload((("", "spec.*ReplicaSpecs.{}.template.spec"),))
+       for kind in ("MPIJob", "PyTorchJob", "TFJob", "XGBoostJob", "PaddleJob", "JAXJob")},
+    ("trainer.kubeflow.org", "TrainJob"): Workload((
+        ("", "spec.podTemplateOverrides[].spec"),
+        ("", "spec.runtimePatches[].trainingRuntimeSpec.template.spec.replicatedJobs[].template.spec.template.spec"))),
+    **{("trainer.kubeflow.org", kind): Workload((("", "spec.template." + _JOBSET),))
+       for kind in ("TrainingRuntime", "ClusterTrainingRuntime")},
+}
+
+
+def guarded(validate: Callable[[Any, Any], None]) -> Callable[[Any, Any], None]:
+    """A policy that meets a value it cannot read reports that, under its own name and level, instead of raising:
+    an exception in a policy fails the engine's whole preview with a Python traceback. Unknown values still
+    reach the SDK, which turns them into its advisory 'can't run during preview' note."""
+    @functools.wraps(validate)
+    def run(args: Any, report: Any) -> None:
+        try:
+            validate(args, report)
+        except UnknownValueError:
+            raise
+        except Exception as e:                      # noqa: BLE001 - any defect of ours, reported not raised
+            where = f"resource {args.name}" if hasattr(args, "name") else "the stack"
+            report(f"could not check {where}: {type(e).__name__}: {e}. The policy pack cannot read a value it was "
+                   "given; nothing was checked by this policy there: report it with the resource's inputs")
+    return run
+
+
+# Readers of registered values. A program can register any JSON where a policy expects a number or an object
+# (another program, an older component, a typo in a manifest): a value of the wrong type reads as absent.
+
+def mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def items(value: Any) -> Sequence[Any]:
+    """A list's items (the SDK hands lists over as Sequence proxies); nothing for any other value."""
+    return value if isinstance(value, Sequence) and not isinstance(value, (str, bytes)) else ()
+
+
+def maps(value: Any) -> list[Mapping[str, Any]]:
+    """The objects of a list of objects."""
+    return [v for v in items(value) if isinstance(v, Mapping)]
+
+
+def strings(value: Any) -> list[str]:
+    return [v for v in items(value) if isinstance(v, str)]
+
+
+def dig(value: Any, *keys: str) -> Any:
+    for key in keys:
+        value = value.get(key) if isinstance(value, Mapping) else None
+    return value
+
+
+def number(value: Any) -> float | None:
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 def shown(value: Any) -> str:
     """A value as written in a spec or manifest: numbers crossed the wire as doubles (8.0 is 8)."""
-    return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
+    if isinstance(value, float):
+        return str(int(value)) if value.is_integer() else format(value, ".10g")
+    return str(value)
 
 
 def schema(**properties: dict[str, Any]) -> PolicyConfigSchema:
@@ -68,52 +171,85 @@ def of_type(resources: Iterable[Any], *types: str) -> list[Any]:
 
 
 def metadata(props: Mapping[str, Any]) -> Mapping[str, Any]:
-    return props.get("metadata") or {}
+    return mapping(dig(props, "metadata"))
 
 
 def labels(props: Mapping[str, Any]) -> Mapping[str, Any]:
-    return metadata(props).get("labels") or {}
+    return mapping(metadata(props).get("labels"))
+
+
+def name_of(props: Mapping[str, Any]) -> str | None:
+    return text(metadata(props).get("name"))
+
+
+def namespace_of(props: Mapping[str, Any]) -> str | None:
+    return text(metadata(props).get("namespace"))
+
+
+def text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
 
 
 def tenant_namespaces(resources: Iterable[Any]) -> dict[str, Any]:
     """Tenant namespace name -> its Namespace resource."""
-    return {metadata(r.props).get("name"): r for r in of_type(resources, NAMESPACE) if TENANT_LABEL in labels(r.props)}
+    return {name_of(r.props): r for r in of_type(resources, NAMESPACE)
+            if TENANT_LABEL in labels(r.props) and name_of(r.props)}
+
+
+def _walk(value: Any, keys: list[str], role: str) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    if not keys:
+        if isinstance(value, Mapping):
+            yield role, value
+        return
+    key, rest = keys[0], keys[1:]
+    if key == "[]":
+        for item in items(value):
+            name = item.get("name") or item.get("groupName") if isinstance(item, Mapping) else None
+            yield from _walk(item, rest, " ".join(str(p) for p in (role, name) if p))
+    elif key == "{}":
+        for k, item in sorted(value.items()) if isinstance(value, Mapping) else ():
+            yield from _walk(item, rest, " ".join(p for p in (role, str(k)) if p))
+    elif isinstance(value, Mapping):
+        for k in (sorted(k for k in value if fnmatch.fnmatchcase(str(k), key)) if "*" in key else [key]):
+            if k in value:
+                yield from _walk(value[k], rest, role)
+
+
+def _path(path: str) -> list[str]:
+    return [k for part in path.split(".") for k in re.split(r"(\[\]|\{\})", part) if k]
 
 
 def pod_specs(resource_type: str, props: Mapping[str, Any]) -> Iterator[tuple[str, Mapping[str, Any]]]:
-    """(kind, pod spec) of a workload object; nothing for other objects."""
-    m = _WORKLOAD.match(resource_type)
-    if m is None:
-        replicated = _REPLICATED.match(resource_type)
-        if replicated is not None:
-            for key, replicas in (props.get("spec") or {}).items():
-                if key.endswith("ReplicaSpecs"):
-                    for role in sorted(replicas):
-                        yield f"{replicated.group(1)} {role}", (replicas[role].get("template") or {}).get("spec") or {}
-        return
-    kind, spec = m.group(1), props.get("spec") or {}
-    if kind == "Pod":
-        yield kind, spec
-    elif kind == "CronJob":
-        yield kind, (((spec.get("jobTemplate") or {}).get("spec") or {}).get("template") or {}).get("spec") or {}
-    else:
-        yield kind, (spec.get("template") or {}).get("spec") or {}
+    """(kind and role, pod spec) of each pod template of a workload object; nothing for other objects."""
+    kind = kind_of(resource_type)
+    workload = WORKLOADS.get(kind) if kind else None
+    for role, path in workload.pods if workload else ():
+        for found, spec in _walk(props, _path(path), role):
+            yield " ".join(p for p in (kind[1], found) if p), spec
+
+
+def queue_label(resource_type: str, props: Mapping[str, Any]) -> Any:
+    """The Kueue queue a workload object names (None: none), from where Kueue reads it for that kind."""
+    kind = kind_of(resource_type)
+    workload = WORKLOADS.get(kind) if kind else None
+    labels_ = next((v for _, v in _walk(props, _path(workload.queue_labels), "")), {}) if workload else {}
+    return mapping(labels_).get(QUEUE_LABEL)
 
 
 def containers(pod_spec: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    return [*(pod_spec.get("initContainers") or []), *(pod_spec.get("containers") or [])]
+    return [*maps(pod_spec.get("initContainers")), *maps(pod_spec.get("containers"))]
 
 
 def intent(resource: Any) -> Mapping[str, Any]:
     """A component's slice of the spec, as it registered it."""
-    return resource.props.get("spec") or {}
+    return mapping(resource.props.get("spec"))
 
 
 def environment(resources: Sequence[Any]) -> str | None:
     clusters = of_type(resources, CLUSTER)
-    return clusters[0].props.get("environment") if clusters else None
+    return text(clusters[0].props.get("environment")) if clusters else None
 
 
 def system_namespaces(resources: Sequence[Any]) -> set[str]:
     clusters = of_type(resources, CLUSTER)
-    return set(clusters[0].props.get("system_namespaces") or ()) if clusters else set(SYSTEM_NAMESPACES)
+    return set(strings(clusters[0].props.get("system_namespaces"))) if clusters else set(SYSTEM_NAMESPACES)

@@ -7,45 +7,64 @@ of them, including objects written by other components or programs.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 from pulumi_policy import EnforcementLevel, ReportViolation, StackValidationArgs, StackValidationPolicy
 
-from .common import CONFIG_MAP, FABRIC, NODE_POOL, intent, metadata, of_type, schema, settings
+from .common import (CONFIG_MAP, FABRIC, NODE_POOL, dig, guarded, items, mapping, name_of, namespace_of, number,
+                     of_type, schema, settings, shown, strings, text)
 
 
 def _ends(fabric: Any) -> Iterator[tuple[str, Mapping[str, Any]]]:
     """(what, settings) of each pool's hosts, the storage servers (when their RDMA rides RoCE) and each managed
     switch."""
-    plane = fabric.props.get("data_plane") or {}
-    for pool, s in sorted((plane.get("pools") or {}).items()):
-        yield f"pool {pool}'s hosts", s
-    if plane.get("storage_servers"):
-        yield "the storage servers", plane["storage_servers"]
-    for switch, s in sorted((plane.get("switches") or {}).items()):
-        yield f"switch {switch}", s
+    plane = mapping(fabric.props.get("data_plane"))
+    for pool, s in sorted(mapping(plane.get("pools")).items()):
+        yield f"pool {pool}'s hosts", mapping(s)
+    if mapping(plane.get("storage_servers")):
+        yield "the storage servers", mapping(plane["storage_servers"])
+    for switch, s in sorted(mapping(plane.get("switches")).items()):
+        yield f"switch {switch}", mapping(s)
 
 
 def _nccl_settings(resources) -> Iterator[tuple[str, Any, Mapping[str, Any]]]:
     """(where, resource, NCCL settings) from the fabric's outputs and from ConfigMaps that carry them."""
     for fabric in of_type(resources, FABRIC):
-        for pool, env in sorted((fabric.props.get("nccl_env") or {}).items()):
-            yield f"the fabric's NCCL settings of pool {pool}", fabric, env
+        for pool, env in sorted(mapping(fabric.props.get("nccl_env")).items()):
+            yield f"the fabric's NCCL settings of pool {pool}", fabric, mapping(env)
     for cm in of_type(resources, CONFIG_MAP):
-        data = cm.props.get("data") or {}
-        if any(k.startswith("NCCL_") for k in data):
-            yield f"ConfigMap {metadata(cm.props).get('namespace')}/{metadata(cm.props).get('name')}", cm, data
+        data = mapping(cm.props.get("data"))
+        if any(str(k).startswith("NCCL_") for k in data):
+            yield f"ConfigMap {namespace_of(cm.props)}/{name_of(cm.props)}", cm, data
+
+
+def nccl_integer(value: Any) -> int | None:
+    """An integer setting as NCCL reads it (src/misc/param.cc: strtoll(value, NULL, 0)): decimal, 0x hex or
+    0-led octal, leading blanks and a sign allowed, reading stops at the first other character (none: 0).
+    None: unset or empty (NCCL keeps its default)."""
+    if number(value) is not None:
+        return int(value)
+    if not isinstance(value, str) or not value:
+        return None
+    m = _C_INTEGER.match(value)
+    sign, digits = m.group(1), m.group(2) or "0"
+    magnitude = (int(digits[2:], 16) if digits[:2].lower() == "0x" and len(digits) > 2
+                 else int(digits, 8) if digits.startswith("0") else int(digits))
+    return -magnitude if sign == "-" else magnitude
+
+
+_C_INTEGER = re.compile(r"\s*([+-]?)(0[xX][0-9a-fA-F]+|0[0-7]*|[1-9][0-9]*)?")
 
 
 def _pfc_single_priority(args: StackValidationArgs, report: ReportViolation) -> None:
     for fabric in of_type(args.resources, FABRIC):
         for what, s in _ends(fabric):
-            pfc = list(s.get("pfc_priorities") or [])
+            pfc = list(items(s.get("pfc_priorities")))
             if "priority" in s and pfc != [s["priority"]]:
-                report(f"{what} have PFC on priorities {', '.join(f'{p:g}' for p in pfc) or 'none'} but RoCE uses "
-                       f"priority {s['priority']:g}; "
-                       f"enable PFC on exactly that one priority", fabric.urn)
+                report(f"{what} have PFC on priorities {', '.join(shown(p) for p in pfc) or 'none'} but RoCE uses "
+                       f"priority {shown(s['priority'])}; enable PFC on exactly that one priority", fabric.urn)
 
 
 def _qos_consistent(args: StackValidationArgs, report: ReportViolation) -> None:
@@ -57,41 +76,57 @@ def _qos_consistent(args: StackValidationArgs, report: ReportViolation) -> None:
         for what, s in ends[1:]:
             for key in ("priority", "dscp"):
                 if s.get(key) != first.get(key):
-                    report(f"{what} use RoCE {key} {s.get(key):g} but {first_what} use {first.get(key):g}; one "
-                           f"{key} on every host and switch", fabric.urn)
-        dscp = int(first.get("dscp"))
+                    report(f"{what} use RoCE {key} {shown(s.get(key))} but {first_what} use {shown(first.get(key))}; "
+                           f"one {key} on every host and switch", fabric.urn)
+        dscp = number(first.get("dscp"))
+        if dscp is None:
+            continue
+        dscp = int(dscp)
         for where, resource, env in _nccl_settings(args.resources):
-            tc = env.get("NCCL_IB_TC")
-            if tc is not None and (int(tc) >> 2) != dscp:
-                report(f"{where} set NCCL_IB_TC={tc} (DSCP {int(tc) >> 2}) but hosts and switches carry RoCE on "
-                       f"DSCP {dscp}; set NCCL_IB_TC={dscp << 2 | 2}", resource.urn)
+            given = env.get("NCCL_IB_TC")
+            tc = nccl_integer(given)
+            if tc is None or (tc & 0xFF) >> 2 == dscp:
+                continue
+            read = f"={shown(given)}" if given == str(tc) or number(given) is not None else \
+                f"={given!r}, which NCCL reads as {tc}"
+            meaning = " (DSCP 0, best effort)" if (tc & 0xFF) >> 2 == 0 else f" (DSCP {(tc & 0xFF) >> 2})"
+            report(f"{where} set NCCL_IB_TC{read}{meaning} but hosts and switches carry RoCE on DSCP {dscp}; set "
+                   f"NCCL_IB_TC={dscp << 2 | 2}", resource.urn)
 
 
 def _mtu_consistent(args: StackValidationArgs, report: ReportViolation) -> None:
     for fabric in of_type(args.resources, FABRIC):
-        plane = fabric.props.get("data_plane") or {}
-        pools = sorted((plane.get("pools") or {}).items())
-        if plane.get("storage_servers"):
-            pools.append(("storage servers", plane["storage_servers"]))
-        if not pools:
+        plane = mapping(fabric.props.get("data_plane"))
+        pools = sorted((p, mapping(s)) for p, s in mapping(plane.get("pools")).items())
+        if mapping(plane.get("storage_servers")):
+            pools.append(("storage servers", mapping(plane["storage_servers"])))
+        mtus = {p: number(s.get("mtu_bytes")) for p, s in pools}
+        if not [m for m in mtus.values() if m is not None]:
             continue
-        mtus = {p: s.get("mtu_bytes") for p, s in pools}
-        host_mtu = pools[0][1].get("mtu_bytes")
         if len(set(mtus.values())) > 1:
             report("hosts of the data plane use different MTUs ("
-                   + ", ".join(f"{p}: {m:g}" for p, m in mtus.items()) + "); use one MTU on every host", fabric.urn)
-        for switch, s in sorted((plane.get("switches") or {}).items()):
-            if (s.get("mtu_bytes") or 0) < max(m or 0 for m in mtus.values()):
-                report(f"switch {switch} has MTU {s.get('mtu_bytes') or 0:g}, below the hosts' {host_mtu:g}: it drops "
-                       "their largest frames; give every switch at least the hosts' MTU", fabric.urn)
+                   + ", ".join(f"{p}: {shown(m)}" for p, m in mtus.items()) + "); use one MTU on every host",
+                   fabric.urn)
+        host_mtu = max(m for m in mtus.values() if m is not None)
+        for switch, s in sorted(mapping(plane.get("switches")).items()):
+            mtu = number(mapping(s).get("mtu_bytes")) or 0
+            if mtu < host_mtu:
+                report(f"switch {switch} has MTU {shown(mtu)}, below the hosts' {shown(host_mtu)}: it drops their "
+                       "largest frames; give every switch at least the hosts' MTU", fabric.urn)
 
 
 def _nccl_hca_exact(args: StackValidationArgs, report: ReportViolation) -> None:
+    """NCCL_IB_HCA (src/misc/utils.cc parseStringList): a leading '^' excludes the list, then a leading '='
+    matches names exactly; without '=' each name is a prefix. '^=mlx5_2' is the exact exclude form."""
     for where, resource, env in _nccl_settings(args.resources):
         hca = env.get("NCCL_IB_HCA")
-        if hca is not None and not str(hca).startswith("="):
-            report(f"{where} set NCCL_IB_HCA={hca}, a prefix match (mlx5_1 also matches mlx5_10 and up); prefix "
-                   f"it with '=' for exact names: NCCL_IB_HCA={'=' + str(hca).lstrip('^')}", resource.urn)
+        if not isinstance(hca, str) or not hca:
+            continue
+        exclude = "^" if hca.startswith("^") else ""
+        names = hca[len(exclude):]
+        if not names.startswith("="):
+            report(f"{where} set NCCL_IB_HCA={hca}, a prefix match (mlx5_1 also matches mlx5_10 and up); put '=' "
+                   f"before the names for exact matches: NCCL_IB_HCA={exclude}={names}", resource.urn)
 
 
 def _oversubscription(max_default: float, advice: str):
@@ -100,15 +135,16 @@ def _oversubscription(max_default: float, advice: str):
 
     def validate(args: StackValidationArgs, report: ReportViolation) -> None:
         limit = settings(args, config_schema)["maxRatio"]
-        training = {intent(p).get("pool", {}).get("name") for p in of_type(args.resources, NODE_POOL)
-                    if (intent(p).get("pool") or {}).get("workload", "training") == "training"}
+        training = {text(dig(p.props, "spec", "pool", "name")) for p in of_type(args.resources, NODE_POOL)
+                    if mapping(dig(p.props, "spec", "pool")).get("workload", "training") == "training"}
         for fabric in of_type(args.resources, FABRIC):
-            for leaf, s in sorted(((fabric.props.get("topology") or {}).get("leaves") or {}).items()):
-                ratio = s.get("oversubscription")
-                pools = sorted(set(s.get("pools") or []) & training)
+            for leaf, s in sorted(mapping(dig(fabric.props, "topology", "leaves")).items()):
+                s = mapping(s)
+                ratio = number(s.get("oversubscription"))
+                pools = sorted(set(strings(s.get("pools"))) & training)
                 if ratio is not None and pools and ratio > limit:
-                    report(f"leaf {leaf} is oversubscribed {ratio:g}:1 ({s.get('down_gbps'):g} Gb/s down, "
-                           f"{s.get('up_gbps'):g} Gb/s up) and serves training pool(s) {', '.join(pools)}; "
+                    report(f"leaf {leaf} is oversubscribed {shown(ratio)}:1 ({shown(s.get('down_gbps'))} Gb/s down, "
+                           f"{shown(s.get('up_gbps'))} Gb/s up) and serves training pool(s) {', '.join(pools)}; "
                            f"{advice} at most {limit:g}:1", fabric.urn)
     return validate, config_schema
 
@@ -120,25 +156,25 @@ FABRIC_POLICIES = [
     StackValidationPolicy(
         name="fabric-pfc-single-priority",
         description="Checks that hosts and switches enable PFC on exactly the one RoCE priority.",
-        enforcement_level=EnforcementLevel.MANDATORY, validate=_pfc_single_priority),
+        enforcement_level=EnforcementLevel.MANDATORY, validate=guarded(_pfc_single_priority)),
     StackValidationPolicy(
         name="fabric-qos-consistent",
         description="Checks that hosts, switches and NCCL_IB_TC use the same RoCE priority and DSCP.",
-        enforcement_level=EnforcementLevel.MANDATORY, validate=_qos_consistent),
+        enforcement_level=EnforcementLevel.MANDATORY, validate=guarded(_qos_consistent)),
     StackValidationPolicy(
         name="fabric-mtu-consistent",
         description="Checks that every host of the data plane has the same MTU and no switch has a smaller one.",
-        enforcement_level=EnforcementLevel.MANDATORY, validate=_mtu_consistent),
+        enforcement_level=EnforcementLevel.MANDATORY, validate=guarded(_mtu_consistent)),
     StackValidationPolicy(
         name="fabric-nccl-hca-exact",
         description="Checks that NCCL_IB_HCA names devices exactly ('=' prefix).",
-        enforcement_level=EnforcementLevel.MANDATORY, validate=_nccl_hca_exact),
+        enforcement_level=EnforcementLevel.MANDATORY, validate=guarded(_nccl_hca_exact)),
     StackValidationPolicy(
         name="fabric-leaf-oversubscription",
         description="Checks that leaves serving training pools are oversubscribed at most 2:1.",
-        enforcement_level=EnforcementLevel.MANDATORY, validate=_OVER, config_schema=_OVER_SCHEMA),
+        enforcement_level=EnforcementLevel.MANDATORY, validate=guarded(_OVER), config_schema=_OVER_SCHEMA),
     StackValidationPolicy(
         name="fabric-leaf-nonblocking",
         description="Checks that leaves serving training pools are non-blocking (1:1).",
-        enforcement_level=EnforcementLevel.ADVISORY, validate=_BLOCKING, config_schema=_BLOCKING_SCHEMA),
+        enforcement_level=EnforcementLevel.ADVISORY, validate=guarded(_BLOCKING), config_schema=_BLOCKING_SCHEMA),
 ]

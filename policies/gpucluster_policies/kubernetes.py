@@ -8,17 +8,21 @@ import yaml
 from pulumi_policy import (EnforcementLevel, ReportViolation, ResourceValidationArgs, ResourceValidationPolicy,
                            StackValidationArgs, StackValidationPolicy)
 
-from .common import (FABRIC, GPU, HELM_RELEASE, K8S_STACK, LOCAL_QUEUE, QUEUE_LABEL, containers, intent, labels,
-                     metadata, of_type, pod_specs, schema, settings, shown, system_namespaces, tenant_namespaces)
+from .common import (FABRIC, GPU, HELM_RELEASE, K8S_STACK, QUEUE_LABEL, WORKLOADS, containers, dig, guarded, intent,
+                     is_kind, kind_of, mapping, maps, name_of, namespace_of, of_type, pod_specs, queue_label, schema,
+                     settings, shown, strings, system_namespaces, tenant_namespaces, text)
 
+# Pod Security restricted: containers drop ALL and may add only NET_BIND_SERVICE (kubernetes.io/docs/concepts/
+# security/pod-security-standards, "Capabilities (v1.22+)").
+RESTRICTED_CAPABILITIES = frozenset({"NET_BIND_SERVICE"})
+KUEUE = "kueue.x-k8s.io"
 _EXACT_VERSION = re.compile(r"v?\d+\.\d+\.\d+(?:-[0-9A-Za-z.-]+)?(?:\+[0-9A-Za-z.-]+)?")
 
 
 def _gpu_limit_problems(what: str, pod_spec) -> list[str]:
     out = []
     for c in containers(pod_spec):
-        resources = c.get("resources") or {}
-        requests, limits = resources.get("requests") or {}, resources.get("limits") or {}
+        requests, limits = mapping(dig(c, "resources", "requests")), mapping(dig(c, "resources", "limits"))
         if GPU in requests and GPU not in limits:
             out.append(f"{what}: container {c.get('name')} requests {GPU} without a limit; GPUs are allocated by "
                        f"limit: set resources.limits['{GPU}']")
@@ -30,43 +34,48 @@ def _gpu_limit_problems(what: str, pod_spec) -> list[str]:
 
 def _gpu_limits(args: ResourceValidationArgs, report: ReportViolation) -> None:
     for kind, pod_spec in pod_specs(args.resource_type, args.props):
-        for message in _gpu_limit_problems(f"{kind} {metadata(args.props).get('name')}", pod_spec):
+        for message in _gpu_limit_problems(f"{kind} {name_of(args.props)}", pod_spec):
             report(message)
 
 
 def _job_templates_gpu_limits(args: StackValidationArgs, report: ReportViolation) -> None:
     """Job templates the components hand to users (the fabric's after-apply NCCL jobs) are held to the same rule."""
     for fabric in of_type(args.resources, FABRIC):
-        for file, text in sorted((fabric.props.get("checks") or {}).items()):
-            if not file.endswith(".yaml"):
+        for file, body in sorted(mapping(fabric.props.get("checks")).items()):
+            if not file.endswith(".yaml") or not isinstance(body, str):
                 continue
-            for doc in yaml.safe_load_all(text):
+            try:
+                docs = list(yaml.safe_load_all(body))
+            except yaml.YAMLError as e:
+                report(f"job template {file} is not YAML ({str(e).splitlines()[0]}); nothing in it was checked",
+                       fabric.urn)
+                continue
+            for doc in docs:
                 if not isinstance(doc, dict):
                     continue
                 api, kind = str(doc.get("apiVersion", "")), doc.get("kind")
                 for k, pod_spec in pod_specs(f"kubernetes:{api if '/' in api else 'core/' + api}:{kind}", doc):
-                    for message in _gpu_limit_problems(f"job template {file} ({k} "
-                                                       f"{metadata(doc).get('name')})", pod_spec):
+                    for message in _gpu_limit_problems(f"job template {file} ({k} {name_of(doc)})", pod_spec):
                         report(message, fabric.urn)
 
 
 def _tenant_queue_name(args: StackValidationArgs, report: ReportViolation) -> None:
     tenants = tenant_namespaces(args.resources)
-    queues = {(metadata(r.props).get("namespace"), metadata(r.props).get("name"))
-              for r in of_type(args.resources, LOCAL_QUEUE)}
+    queues = {(namespace_of(r.props), name_of(r.props)) for r in args.resources
+              if is_kind(r.resource_type, KUEUE, "LocalQueue")}
     for r in args.resources:
-        ns = metadata(r.props).get("namespace") if r.resource_type.startswith("kubernetes:") else None
-        if ns not in tenants:
+        ns = namespace_of(r.props) if r.resource_type.startswith("kubernetes:") else None
+        kind = kind_of(r.resource_type)
+        if ns not in tenants or kind not in WORKLOADS:
             continue
-        for kind, _ in pod_specs(r.resource_type, r.props):
-            queue = labels(r.props).get(QUEUE_LABEL)
-            name = metadata(r.props).get("name")
-            if queue is None:
-                report(f"{kind} {ns}/{name} has no {QUEUE_LABEL} label, so Kueue neither admits nor counts it "
-                       "against the tenant's quota; label it with the tenant's LocalQueue", r.urn)
-            elif (ns, queue) not in queues:
-                report(f"{kind} {ns}/{name} names LocalQueue {queue!r}, which this stack does not create in {ns}; "
-                       "use the tenant's LocalQueue", r.urn)
+        queue, what = queue_label(r.resource_type, r.props), f"{kind[1]} {ns}/{name_of(r.props)}"
+        where = "its jobs' template" if kind == ("batch", "CronJob") else "it"
+        if queue is None:
+            report(f"{what} has no {QUEUE_LABEL} label, so Kueue neither admits nor counts it against the "
+                   f"tenant's quota; label {where} with the tenant's LocalQueue", r.urn)
+        elif (ns, queue) not in queues:
+            report(f"{what} names LocalQueue {queue!r}, which this stack does not create in {ns}; use the "
+                   "tenant's LocalQueue", r.urn)
 
 
 _HOST_ACCESS_SCHEMA = schema(allowedNamespaces={
@@ -78,23 +87,30 @@ def _host_access(args: StackValidationArgs, report: ReportViolation) -> None:
     allowed = system_namespaces(args.resources) | set(settings(args, _HOST_ACCESS_SCHEMA)["allowedNamespaces"])
     for r in args.resources:
         for kind, pod_spec in pod_specs(r.resource_type, r.props):
-            ns = metadata(r.props).get("namespace") or "default"
+            ns = namespace_of(r.props) or "default"
             if ns in allowed:
                 continue
-            what = f"{kind} {ns}/{metadata(r.props).get('name')}"
-            found = [f"{flag}: true" for flag in ("hostNetwork", "hostPID", "hostIPC") if pod_spec.get(flag)]
-            found += [f"hostPath volume {v.get('name')}" for v in pod_spec.get("volumes") or [] if v.get("hostPath")]
-            found += [f"privileged container {c.get('name')}" for c in containers(pod_spec)
-                      if (c.get("securityContext") or {}).get("privileged")]
+            what = f"{kind} {ns}/{name_of(r.props)}"
+            found = [f"{flag}: true" for flag in ("hostNetwork", "hostPID", "hostIPC") if pod_spec.get(flag) is True]
+            found += [f"hostPath volume {v.get('name')}" for v in maps(pod_spec.get("volumes")) if v.get("hostPath")]
+            for c in containers(pod_spec):
+                context = mapping(c.get("securityContext"))
+                if context.get("privileged") is True:
+                    found.append(f"privileged container {c.get('name')}")
+                added = [a for a in strings(dig(context, "capabilities", "add"))
+                         if a.upper().removeprefix("CAP_") not in RESTRICTED_CAPABILITIES]
+                if added:
+                    found.append(f"container {c.get('name')} adding capabilities {', '.join(added)}")
             if found:
                 report(f"{what} has {', '.join(found)} outside the system namespaces; only the platform's agents "
-                       "get host access (mount storage through a PersistentVolumeClaim)", r.urn)
+                       "get host access (mount storage through a PersistentVolumeClaim; Pod Security restricted "
+                       "lets a container add NET_BIND_SERVICE alone)", r.urn)
 
 
 def _chart_pinned(args: ResourceValidationArgs, report: ReportViolation) -> None:
     if args.resource_type != HELM_RELEASE:
         return
-    chart, version = str(args.props.get("chart") or ""), args.props.get("version")
+    chart, version = text(args.props.get("chart")) or "", args.props.get("version")
     if chart.startswith(("/", "./", "../")):
         return                 # a chart directory in the repository is pinned by its content
     if not version:
@@ -109,7 +125,7 @@ def _known_good_versions(args: StackValidationArgs, report: ReportViolation) -> 
     for r in of_type(args.resources, K8S_STACK):
         if r.props.get("known_good_versions") is False:
             k = intent(r)
-            versions = ", ".join(f"{part} {(k.get(part) or {}).get('chart_version')}"
+            versions = ", ".join(f"{part} {dig(k, part, 'chart_version')}"
                                  for part in ("gpu_operator", "network_operator", "kueue", "nfd"))
             report(f"{r.name} installs {versions}, which are not a known-good combination (allowed by "
                    "kubernetes.allow_unknown_versions); use a known-good combination", r.urn)
@@ -119,26 +135,27 @@ KUBERNETES_POLICIES = [
     ResourceValidationPolicy(
         name="k8s-gpu-limits",
         description="Checks that workloads asking for GPUs set nvidia.com/gpu limits.",
-        enforcement_level=EnforcementLevel.MANDATORY, validate=_gpu_limits),
+        enforcement_level=EnforcementLevel.MANDATORY, validate=guarded(_gpu_limits)),
     StackValidationPolicy(
         name="k8s-job-templates-gpu-limits",
         description="Checks that the job templates components hand out set nvidia.com/gpu limits.",
-        enforcement_level=EnforcementLevel.MANDATORY, validate=_job_templates_gpu_limits),
+        enforcement_level=EnforcementLevel.MANDATORY, validate=guarded(_job_templates_gpu_limits)),
     StackValidationPolicy(
         name="k8s-tenant-queue-name",
         description="Checks that workloads in tenant namespaces name one of the tenant's Kueue LocalQueues.",
-        enforcement_level=EnforcementLevel.MANDATORY, validate=_tenant_queue_name),
+        enforcement_level=EnforcementLevel.MANDATORY, validate=guarded(_tenant_queue_name)),
     StackValidationPolicy(
         name="k8s-no-host-access",
-        description="Checks that nothing outside the system namespaces is privileged or uses the host's network, "
-                    "PID or IPC namespace or a hostPath volume.",
-        enforcement_level=EnforcementLevel.MANDATORY, validate=_host_access, config_schema=_HOST_ACCESS_SCHEMA),
+        description="Checks that nothing outside the system namespaces is privileged, adds capabilities beyond "
+                    "Pod Security restricted or uses the host's network, PID or IPC namespace or a hostPath volume.",
+        enforcement_level=EnforcementLevel.MANDATORY, validate=guarded(_host_access),
+        config_schema=_HOST_ACCESS_SCHEMA),
     ResourceValidationPolicy(
         name="k8s-helm-chart-pinned",
         description="Checks that every Helm release pins an exact chart version.",
-        enforcement_level=EnforcementLevel.MANDATORY, validate=_chart_pinned),
+        enforcement_level=EnforcementLevel.MANDATORY, validate=guarded(_chart_pinned)),
     StackValidationPolicy(
         name="k8s-known-good-versions",
         description="Checks that the operators' versions are a known-good combination.",
-        enforcement_level=EnforcementLevel.MANDATORY, validate=_known_good_versions),
+        enforcement_level=EnforcementLevel.MANDATORY, validate=guarded(_known_good_versions)),
 ]

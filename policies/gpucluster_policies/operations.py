@@ -7,7 +7,8 @@ from collections import defaultdict
 
 from pulumi_policy import EnforcementLevel, ReportViolation, StackValidationArgs, StackValidationPolicy
 
-from .common import CLUSTER, NODE_POOL, PROMETHEUS_RULE, environment, intent, of_type, schema, settings
+from .common import (CLUSTER, NODE_POOL, PROMETHEUS_RULE, dig, environment, guarded, intent, items, mapping, maps,
+                     number, of_type, schema, settings, shown, text)
 
 _POWER_SCHEMA = schema(derating={
     "type": "number", "exclusiveMinimum": 0, "maximum": 1, "default": 0.8,
@@ -21,24 +22,27 @@ def _rack_power(args: StackValidationArgs, report: ReportViolation) -> None:
     stated, since neither can be called within budget."""
     derating = settings(args, _POWER_SCHEMA)["derating"]
     for cluster in of_type(args.resources, CLUSTER):
-        for rack, r in sorted((cluster.props.get("racks") or {}).items()):
-            capacity = r.get("pdu_capacity_kw") or 0
+        for rack, r in sorted(mapping(cluster.props.get("racks")).items()):
+            r = mapping(r)
+            capacity = number(r.get("pdu_capacity_kw")) or 0
             budget = capacity * derating
-            total = r.get("peak_kw") or 0
+            total = number(r.get("peak_kw")) or 0
+            unknown = [shown(u) for u in items(r.get("unknown"))] or ([] if not r.get("unknown") else ["a device"])
             if total > budget + 1e-9:
-                report(f"rack {rack} draws up to {r.get('peak')} = {total:g} kW at peak (GPUs at TDP plus base "
-                       f"power, storage servers, switches), over its budget of {capacity:g} kW x {derating:.0%} = "
-                       f"{budget:g} kW; move hosts to another rack or add PDU capacity", cluster.urn)
-            elif r.get("unknown"):
-                report(f"rack {rack}'s power cannot be checked: no power figure for {', '.join(r['unknown'])} "
+                report(f"rack {rack} draws up to {shown(r.get('peak'))} = {shown(total)} kW at peak (GPUs at TDP plus "
+                       f"base power, storage servers, switches), over its budget of {shown(capacity)} kW x "
+                       f"{derating:.0%} = {shown(budget)} kW; move hosts to another rack or add PDU capacity",
+                       cluster.urn)
+            elif unknown:
+                report(f"rack {rack}'s power cannot be checked: no power figure for {', '.join(unknown)} "
                        "(host_base_power_w or host_model, power_w); its known load is "
-                       f"{total:g} kW of a {budget:g} kW budget", cluster.urn)
+                       f"{shown(total)} kW of a {shown(budget)} kW budget", cluster.urn)
             elif "pdu_redundancy" in r and not r.get("pdu_redundancy"):
-                report(f"rack {rack}'s pdu_redundancy is not stated: is its {capacity:g} kW one feed of an A+B pair "
-                       "or all its PDUs? Set pdu_redundancy (a+b or none)", cluster.urn)
+                report(f"rack {rack}'s pdu_redundancy is not stated: is its {shown(capacity)} kW one feed of an A+B "
+                       "pair or all its PDUs? Set pdu_redundancy (a+b or none)", cluster.urn)
 
 
-_TEMP = re.compile(r"DCGM_FI_DEV_GPU_TEMP\b[^<>]*>=?\s*([0-9.]+)")
+_TEMP = re.compile(r"DCGM_FI_DEV_GPU_TEMP\b[^<>]*>=?\s*([0-9]+(?:\.[0-9]+)?)")
 _TEMP_SCHEMA = schema(maxCelsius={"type": "number", "default": 85,
                                   "description": "Highest GPU temperature the alert may fire at."})
 
@@ -47,8 +51,8 @@ def _temperature_alert(args: StackValidationArgs, report: ReportViolation) -> No
     limit = settings(args, _TEMP_SCHEMA)["maxCelsius"]
     alerts = []
     for rule_set in of_type(args.resources, PROMETHEUS_RULE):
-        for group in (rule_set.props.get("spec") or {}).get("groups") or []:
-            for rule in group.get("rules") or []:
+        for group in maps(dig(rule_set.props, "spec", "groups")):
+            for rule in maps(group.get("rules")):
                 m = _TEMP.search(str(rule.get("expr") or ""))
                 if rule.get("alert") and m:
                     alerts.append((rule_set, rule.get("alert"), float(m.group(1))))
@@ -71,8 +75,8 @@ def _burn_in(args: StackValidationArgs, report: ReportViolation) -> None:
     if env not in settings(args, _BURN_IN_SCHEMA)["requiredEnvironments"]:
         return
     for pool in of_type(args.resources, NODE_POOL):
-        spec = intent(pool).get("pool") or {}
-        if not (spec.get("burn_in") or {}).get("enabled", True):
+        spec = mapping(intent(pool).get("pool"))
+        if mapping(spec.get("burn_in")).get("enabled", True) is False:
             report(f"node pool {spec.get('name')} skips burn-in in {env}, so a node with a bad GPU, NIC or cable "
                    "takes production work; set burn_in.enabled: true", pool.urn)
 
@@ -80,38 +84,58 @@ def _burn_in(args: StackValidationArgs, report: ReportViolation) -> None:
 _SOFTWARE = (("driver_version", "driver"), ("cuda_version", "CUDA"), ("nccl_version", "NCCL"))
 
 
-def _uniform_software(args: StackValidationArgs, report: ReportViolation) -> None:
-    versions: dict[str, dict[str, list[str]]] = {key: defaultdict(list) for key, _ in _SOFTWARE}
-    for pool in of_type(args.resources, NODE_POOL):
-        spec = intent(pool).get("pool") or {}
-        software = spec.get("software") or {}
-        if software.get("allow_version_skew"):
-            continue
-        for key, _ in _SOFTWARE:
-            if software.get(key):
-                versions[key][software[key]].append(spec.get("name"))
+def _skew(args: StackValidationArgs, report: ReportViolation, training_only: bool) -> None:
+    """Pools whose jobs can meet (training pools: Kueue may admit a job's pod sets on several, and NCCL runs
+    across them) must match; an inference pool never shares a job with a training pool, so a skew there is
+    only advice."""
+    pools = [mapping(intent(p).get("pool")) for p in of_type(args.resources, NODE_POOL)]
+    pools = [p for p in pools if not mapping(p.get("software")).get("allow_version_skew")
+             and (not training_only or p.get("workload", "training") == "training")]
     for key, label in _SOFTWARE:
-        if len(versions[key]) > 1:
-            found = "; ".join(f"{v} on {', '.join(sorted(p))}" for v, p in sorted(versions[key].items()))
-            report(f"node pools run different {label} versions ({found}); jobs spanning pools fail or slow down "
-                   f"on mismatched {label}: use one version, or set software.allow_version_skew on a canary pool")
+        versions: dict[str, list[str]] = defaultdict(list)
+        for p in pools:
+            version = text(mapping(p.get("software")).get(key))
+            if version:
+                versions[version].append(str(p.get("name")))
+        if len(versions) > 1:
+            found = "; ".join(f"{v} on {', '.join(sorted(names))}" for v, names in sorted(versions.items()))
+            if training_only:
+                report(f"training pools run different {label} versions ({found}); jobs spanning pools fail or slow "
+                       f"down on mismatched {label}: use one version, or set software.allow_version_skew on a "
+                       "canary pool")
+            else:
+                report(f"node pools run different {label} versions ({found}); pools that never share a job may, "
+                       "but one version is one set of known issues: align them when you can")
+
+
+def _uniform_training_software(args: StackValidationArgs, report: ReportViolation) -> None:
+    _skew(args, report, training_only=True)
+
+
+def _uniform_software(args: StackValidationArgs, report: ReportViolation) -> None:
+    _skew(args, report, training_only=False)
 
 
 OPERATIONS_POLICIES = [
     StackValidationPolicy(
         name="power-rack-budget",
         description="Checks that each rack's peak power stays within its PDU capacity times the derating.",
-        enforcement_level=EnforcementLevel.MANDATORY, validate=_rack_power, config_schema=_POWER_SCHEMA),
+        enforcement_level=EnforcementLevel.MANDATORY, validate=guarded(_rack_power), config_schema=_POWER_SCHEMA),
     StackValidationPolicy(
         name="ops-gpu-temperature-alert",
         description="Checks that an alert fires when a GPU runs hotter than the stack's limit (85 C by default).",
-        enforcement_level=EnforcementLevel.MANDATORY, validate=_temperature_alert, config_schema=_TEMP_SCHEMA),
+        enforcement_level=EnforcementLevel.MANDATORY, validate=guarded(_temperature_alert), config_schema=_TEMP_SCHEMA),
     StackValidationPolicy(
         name="ops-burn-in-enabled",
         description="Checks that every node pool of a production environment burns in its nodes.",
-        enforcement_level=EnforcementLevel.MANDATORY, validate=_burn_in, config_schema=_BURN_IN_SCHEMA),
+        enforcement_level=EnforcementLevel.MANDATORY, validate=guarded(_burn_in), config_schema=_BURN_IN_SCHEMA),
     StackValidationPolicy(
         name="ops-uniform-software",
-        description="Checks that node pools run the same driver, CUDA and NCCL versions unless a pool opts out.",
-        enforcement_level=EnforcementLevel.MANDATORY, validate=_uniform_software),
+        description="Checks that training pools run the same driver, CUDA and NCCL versions unless a pool opts out.",
+        enforcement_level=EnforcementLevel.MANDATORY, validate=guarded(_uniform_training_software)),
+    StackValidationPolicy(
+        name="ops-uniform-software-all-pools",
+        description="Checks that all node pools, inference pools included, run the same driver, CUDA and NCCL "
+                    "versions.",
+        enforcement_level=EnforcementLevel.ADVISORY, validate=guarded(_uniform_software)),
 ]

@@ -9,7 +9,7 @@ from typing import Any
 from pulumi_policy import EnforcementLevel, ReportViolation, ResourceValidationArgs, ResourceValidationPolicy
 from pulumi_policy.proxy import UnknownValueError
 
-from .common import REMOTE_COMMAND
+from .common import REMOTE_COMMAND, guarded, mapping
 
 _KEY_BLOCK = re.compile(r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----")
 
@@ -17,11 +17,11 @@ _KEY_BLOCK = re.compile(r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----")
 def _host_key_pinned(args: ResourceValidationArgs, report: ReportViolation) -> None:
     if args.resource_type != REMOTE_COMMAND:
         return
-    conn = args.props.get("connection") or {}
+    conn = mapping(args.props.get("connection"))
     if not conn.get("hostKey"):
         report(f"connects to {conn.get('host')} without a pinned host key, so anyone answering on that address gets "
                "the script (and sudo); set host_key for that host or switch in the spec")
-    proxy = conn.get("proxy") or {}
+    proxy = mapping(conn.get("proxy"))
     if proxy and not proxy.get("hostKey"):
         report(f"goes through bastion {proxy.get('host')} without a pinned host key; set ssh.bastion.host_key")
 
@@ -57,9 +57,9 @@ SSH_POLICIES = [
     ResourceValidationPolicy(
         name="ssh-host-key-pinned",
         description="Checks that every SSH connection (and bastion) pins the host key.",
-        enforcement_level=EnforcementLevel.MANDATORY, validate=_host_key_pinned),
+        enforcement_level=EnforcementLevel.MANDATORY, validate=guarded(_host_key_pinned)),
     ResourceValidationPolicy(
         name="secrets-no-key-material",
         description="Checks that no private key appears anywhere but an SSH connection's privateKey.",
-        enforcement_level=EnforcementLevel.MANDATORY, validate=_no_key_material),
+        enforcement_level=EnforcementLevel.MANDATORY, validate=guarded(_no_key_material)),
 ]

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pulumi_policy import EnforcementLevel, ReportViolation, StackValidationArgs, StackValidationPolicy
 
-from .common import FILESYSTEM, REMOTE_COMMAND, environment, intent, of_type, schema, settings
+from .common import (FILESYSTEM, REMOTE_COMMAND, dig, environment, guarded, intent, maps, number, of_type, schema,
+                     settings, shown, text)
 
 _REFORMAT_SCHEMA = schema(allowedEnvironments={
     "type": "array", "items": {"type": "string"}, "default": ["dev"],
@@ -12,8 +13,8 @@ _REFORMAT_SCHEMA = schema(allowedEnvironments={
 
 
 def _targets(fs):
-    for server in intent(fs).get("servers") or []:
-        for target in server.get("targets") or []:
+    for server in maps(intent(fs).get("servers")):
+        for target in maps(server.get("targets")):
             yield server, target
 
 
@@ -32,10 +33,10 @@ def _no_reformat(args: StackValidationArgs, report: ReportViolation) -> None:
 
 def _servers_protected(args: StackValidationArgs, report: ReportViolation) -> None:
     for fs in of_type(args.resources, FILESYSTEM):
-        servers = {s.get("address"): s.get("hostname") for s in intent(fs).get("servers") or []}
+        servers = {text(s.get("address")): s.get("hostname") for s in maps(intent(fs).get("servers"))}
         for r in of_type(args.resources, REMOTE_COMMAND):
             parent = r.parent.urn if r.parent is not None else None
-            host = (r.props.get("connection") or {}).get("host")
+            host = text(dig(r.props, "connection", "host"))
             if parent == fs.urn and host in servers and not r.opts.protect:
                 report(f"{r.name} sets up storage server {servers[host]} but is not protected, so a destroy or a "
                        "replacement runs its delete; protect it", r.urn)
@@ -50,7 +51,7 @@ def _raid(args: StackValidationArgs, report: ReportViolation) -> None:
     allowed = settings(args, _RAID_SCHEMA)["allowedRaidLevels"]
     for fs in of_type(args.resources, FILESYSTEM):
         for server, target in _targets(fs):
-            if target.get("raid_level") not in allowed:
+            if text(target.get("raid_level")) not in allowed:
                 report(f"{server.get('hostname')} {target.get('role')} target {target.get('device')} is on "
                        f"{target.get('raid_level')}; use {' or '.join(allowed)} (RAID-6 survives two failed disks, "
                        "and a rebuild of a large RAID-5 often meets a second)", fs.urn)
@@ -65,27 +66,27 @@ _BANDWIDTH_SCHEMA = schema(minReadGbPerSecondPerGpu={
 def _bandwidth(args: StackValidationArgs, report: ReportViolation) -> None:
     floor = settings(args, _BANDWIDTH_SCHEMA)["minReadGbPerSecondPerGpu"]
     for fs in of_type(args.resources, FILESYSTEM):
-        per_gpu, total, gpus = (fs.props.get(k) for k in ("read_gb_per_s_per_gpu", "read_gb_per_s", "gpus"))
+        per_gpu, total, gpus = (number(fs.props.get(k)) for k in ("read_gb_per_s_per_gpu", "read_gb_per_s", "gpus"))
         if per_gpu is not None and per_gpu < floor:
-            report(f"{fs.name} reads {total:g} GB/s for {gpus:g} GPUs, {per_gpu:g} GB/s per GPU, below the "
-                   f"target {floor:g}; add storage servers (or correct read_gb_per_s_per_server)", fs.urn)
+            report(f"{fs.name} reads {shown(total)} GB/s for {shown(gpus)} GPUs, {shown(per_gpu)} GB/s per GPU, below "
+                   f"the target {shown(floor)}; add storage servers (or correct read_gb_per_s_per_server)", fs.urn)
 
 
 STORAGE_POLICIES = [
     StackValidationPolicy(
         name="storage-no-reformat",
         description="Checks that no storage target sets reformat outside the environments that allow it.",
-        enforcement_level=EnforcementLevel.MANDATORY, validate=_no_reformat, config_schema=_REFORMAT_SCHEMA),
+        enforcement_level=EnforcementLevel.MANDATORY, validate=guarded(_no_reformat), config_schema=_REFORMAT_SCHEMA),
     StackValidationPolicy(
         name="storage-servers-protected",
         description="Checks that the commands that set up storage servers are protected.",
-        enforcement_level=EnforcementLevel.MANDATORY, validate=_servers_protected),
+        enforcement_level=EnforcementLevel.MANDATORY, validate=guarded(_servers_protected)),
     StackValidationPolicy(
         name="storage-raid-redundancy",
         description="Checks that every storage target sits on RAID-6 or another redundant level.",
-        enforcement_level=EnforcementLevel.MANDATORY, validate=_raid, config_schema=_RAID_SCHEMA),
+        enforcement_level=EnforcementLevel.MANDATORY, validate=guarded(_raid), config_schema=_RAID_SCHEMA),
     StackValidationPolicy(
         name="storage-bandwidth-per-gpu",
         description="Checks that the filesystem's aggregate read bandwidth per GPU reaches the stack's target.",
-        enforcement_level=EnforcementLevel.ADVISORY, validate=_bandwidth, config_schema=_BANDWIDTH_SCHEMA),
+        enforcement_level=EnforcementLevel.ADVISORY, validate=guarded(_bandwidth), config_schema=_BANDWIDTH_SCHEMA),
 ]

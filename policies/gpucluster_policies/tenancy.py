@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+
 from pulumi_policy import (
     EnforcementLevel,
     ReportViolation,
@@ -11,16 +14,23 @@ from pulumi_policy import (
     StackValidationPolicy,
 )
 
-from .common import (CLUSTER_QUEUE, CLUSTER_ROLE, CLUSTER_ROLE_BINDING, LOCAL_QUEUE, NAMESPACE, NETWORK_POLICY,
-                     ROLE, ROLE_BINDING, TENANT_LABEL, labels, metadata, of_type, tenant_namespaces)
+from .common import (CLUSTER_ROLE, CLUSTER_ROLE_BINDING, NAMESPACE, NETWORK_POLICY, ROLE, ROLE_BINDING, TENANT_LABEL,
+                     guarded, is_kind, labels, mapping, maps, name_of, namespace_of, of_type, strings,
+                     system_namespaces, tenant_namespaces, text)
+
+KUEUE = "kueue.x-k8s.io"
+# Verbs that hand out more than the role holds: granting any role (bind), editing roles beyond one's own rights
+# (escalate), acting as another user or service account (impersonate). kubernetes.io/docs/concepts/security/
+# rbac-good-practices, "Privilege escalation risks".
+ESCALATING_VERBS = ("bind", "escalate", "impersonate")
 
 
 def _no_cluster_admin(args: ResourceValidationArgs, report: ReportViolation) -> None:
     if args.resource_type not in (ROLE_BINDING, CLUSTER_ROLE_BINDING):
         return
-    ref = args.props.get("roleRef") or {}
+    ref = mapping(args.props.get("roleRef"))
     if ref.get("kind") == "ClusterRole" and ref.get("name") == "cluster-admin":
-        subjects = ", ".join(s.get("name", "?") for s in args.props.get("subjects") or [])
+        subjects = ", ".join(str(s.get("name", "?")) for s in maps(args.props.get("subjects")))
         report(f"{args.name} binds cluster-admin to {subjects or 'nobody'}; bind admin, edit or view instead")
 
 
@@ -29,40 +39,37 @@ def _tenant_namespace_restricted(args: ResourceValidationArgs, report: ReportVio
         return
     level = labels(args.props).get("pod-security.kubernetes.io/enforce")
     if level != "restricted":
-        report(f"tenant namespace {(args.props.get('metadata') or {}).get('name')} enforces Pod Security "
-               f"level {level or '(none)'}; tenant namespaces enforce restricted")
+        report(f"tenant namespace {name_of(args.props)} enforces Pod Security level {level or '(none)'}; tenant "
+               "namespaces enforce restricted")
 
 
 def _cluster_queue_selects_namespaces(args: ResourceValidationArgs, report: ReportViolation) -> None:
-    if args.resource_type != CLUSTER_QUEUE:
+    if not is_kind(args.resource_type, KUEUE, "ClusterQueue"):
         return
-    selector = (args.props.get("spec") or {}).get("namespaceSelector")
+    selector = mapping(args.props.get("spec")).get("namespaceSelector")
     if selector is None:
         report(f"{args.name} has no namespaceSelector, so Kueue admits nothing through it; select the "
                "tenant's namespace")
-    elif not (selector.get("matchLabels") or selector.get("matchExpressions")):
+    elif not (mapping(selector).get("matchLabels") or mapping(selector).get("matchExpressions")):
         report(f"{args.name} selects every namespace, so any tenant can use its quota; select the tenant's "
                "namespace")
 
 
 def _tenant_default_deny(args: StackValidationArgs, report: ReportViolation) -> None:
     denied = set()
-    for r in args.resources:
-        if r.resource_type == NETWORK_POLICY:
-            spec = r.props.get("spec") or {}
-            if spec.get("podSelector") == {} and set(spec.get("policyTypes") or []) == {"Ingress", "Egress"} \
-                    and not spec.get("ingress") and not spec.get("egress"):
-                denied.add((r.props.get("metadata") or {}).get("namespace"))
-    for r in args.resources:
-        if r.resource_type == NAMESPACE and TENANT_LABEL in labels(r.props):
-            name = (r.props.get("metadata") or {}).get("name")
-            if name not in denied:
-                report(f"tenant namespace {name} has no default-deny NetworkPolicy (empty podSelector, Ingress and "
-                       "Egress, no rules); add one so only explicit allows pass", r.urn)
+    for r in of_type(args.resources, NETWORK_POLICY):
+        spec = mapping(r.props.get("spec"))
+        if spec.get("podSelector") == {} and set(strings(spec.get("policyTypes"))) == {"Ingress", "Egress"} \
+                and not spec.get("ingress") and not spec.get("egress"):
+            denied.add(namespace_of(r.props))
+    for name, ns in sorted(tenant_namespaces(args.resources).items()):
+        if name not in denied:
+            report(f"tenant namespace {name} has no default-deny NetworkPolicy (empty podSelector, Ingress and "
+                   "Egress, no rules); add one so only explicit allows pass", ns.urn)
 
 
 def _tenant_local_queue(args: StackValidationArgs, report: ReportViolation) -> None:
-    queued = {metadata(r.props).get("namespace") for r in of_type(args.resources, LOCAL_QUEUE)}
+    queued = {namespace_of(r.props) for r in args.resources if is_kind(r.resource_type, KUEUE, "LocalQueue")}
     for name, ns in sorted(tenant_namespaces(args.resources).items()):
         if name not in queued:
             report(f"tenant namespace {name} has no Kueue LocalQueue, so its jobs cannot be admitted; create one "
@@ -70,56 +77,109 @@ def _tenant_local_queue(args: StackValidationArgs, report: ReportViolation) -> N
 
 
 def _wildcards(rules) -> list[str]:
-    found = []
-    for rule in rules or []:
-        for field in ("verbs", "resources", "apiGroups"):
-            if "*" in (rule.get(field) or []):
-                found.append(field)
-    return sorted(set(found))
+    return sorted({field for rule in maps(rules) for field in ("verbs", "resources", "apiGroups")
+                   if "*" in strings(rule.get(field))})
+
+
+def _escalating(rules) -> list[str]:
+    verbs = {v for rule in maps(rules) for v in strings(rule.get("verbs"))}
+    return [v for v in ESCALATING_VERBS if v in verbs]
+
+
+class _Grant(NamedTuple):
+    binding: Any
+    where: str            # "in tenant namespace team-a" or "cluster-wide"
+    ref: Mapping[str, Any]
+    role: Any             # the Role or ClusterRole this stack registers, None for one it does not
+
+
+def _tenant_grants(resources) -> list[_Grant]:
+    """Bindings that grant tenants something: RoleBindings in tenant namespaces, and ClusterRoleBindings to
+    anyone but the platform's own service accounts. Roles are read from what the stack registers (built-in
+    admin, edit and view have no wildcards and no escalating verbs)."""
+    roles = {("Role", namespace_of(r.props), name_of(r.props)): r for r in of_type(resources, ROLE)}
+    roles.update({("ClusterRole", None, name_of(r.props)): r for r in of_type(resources, CLUSTER_ROLE)})
+    tenants, system = tenant_namespaces(resources), system_namespaces(resources)
+    out = []
+    for b in of_type(resources, ROLE_BINDING, CLUSTER_ROLE_BINDING):
+        ref = mapping(b.props.get("roleRef"))
+        ns = namespace_of(b.props) if b.resource_type == ROLE_BINDING else None
+        if b.resource_type == ROLE_BINDING and ns not in tenants:
+            continue
+        if b.resource_type == CLUSTER_ROLE_BINDING and all(
+                s.get("kind") == "ServiceAccount" and text(s.get("namespace")) in system
+                for s in maps(b.props.get("subjects"))):
+            continue
+        role = roles.get((text(ref.get("kind")), ns if ref.get("kind") == "Role" else None, text(ref.get("name"))))
+        out.append(_Grant(b, f"in tenant namespace {ns}" if ns else "cluster-wide", ref, role))
+    return out
 
 
 def _no_wildcard_verbs(args: StackValidationArgs, report: ReportViolation) -> None:
-    """Built-in admin, edit and view have no wildcards; a role the stack defines is read from what it registers."""
-    roles = {("Role", metadata(r.props).get("namespace"), metadata(r.props).get("name")): r
-             for r in of_type(args.resources, ROLE)}
-    roles.update({("ClusterRole", None, metadata(r.props).get("name")): r
-                  for r in of_type(args.resources, CLUSTER_ROLE)})
-    tenants = tenant_namespaces(args.resources)
-    for b in of_type(args.resources, ROLE_BINDING):
-        ns = metadata(b.props).get("namespace")
-        if ns not in tenants:
-            continue
-        ref = b.props.get("roleRef") or {}
-        role = roles.get((ref.get("kind"), ns if ref.get("kind") == "Role" else None, ref.get("name")))
-        wild = _wildcards(role.props.get("rules")) if role is not None else []
+    for g in _tenant_grants(args.resources):
+        wild = _wildcards(g.role.props.get("rules")) if g.role is not None else []
         if wild:
-            report(f"{b.name} grants {ref.get('kind')} {ref.get('name')} in tenant namespace {ns}, whose rules use "
-                   f"'*' in {', '.join(wild)}; list the verbs and resources the tenant needs", b.urn)
+            report(f"{g.binding.name} grants {g.ref.get('kind')} {g.ref.get('name')} {g.where}, whose rules use '*' "
+                   f"in {', '.join(wild)}; list the verbs and resources the tenant needs", g.binding.urn)
+
+
+def _no_escalating_verbs(args: StackValidationArgs, report: ReportViolation) -> None:
+    for g in _tenant_grants(args.resources):
+        verbs = _escalating(g.role.props.get("rules")) if g.role is not None else []
+        if verbs:
+            report(f"{g.binding.name} grants {g.ref.get('kind')} {g.ref.get('name')} {g.where}, which allows "
+                   f"{', '.join(verbs)}: whoever holds it can grant themselves more than it; drop those verbs",
+                   g.binding.urn)
+
+
+def _tenants_bound_cluster_wide(args: StackValidationArgs, report: ReportViolation) -> None:
+    """A tenant's identity (a subject the stack binds in a tenant namespace) bound by a ClusterRoleBinding holds
+    that role in every namespace, other tenants' included."""
+    tenants = tenant_namespaces(args.resources)
+    identities = {(text(s.get("kind")), text(s.get("name"))) for b in of_type(args.resources, ROLE_BINDING)
+                  if namespace_of(b.props) in tenants for s in maps(b.props.get("subjects"))
+                  if s.get("kind") in ("Group", "User")}
+    for b in of_type(args.resources, CLUSTER_ROLE_BINDING):
+        found = [f"{s.get('kind')} {s.get('name')}" for s in maps(b.props.get("subjects"))
+                 if (text(s.get("kind")), text(s.get("name"))) in identities]
+        if found:
+            ref = mapping(b.props.get("roleRef"))
+            report(f"{b.name} binds {', '.join(found)}, a tenant's identity, to ClusterRole {text(ref.get('name'))} "
+                   "in every namespace, other tenants' included; bind it with a RoleBinding in the tenant's "
+                   "namespace", b.urn)
 
 
 TENANCY_POLICIES = [
     ResourceValidationPolicy(
         name="tenancy-no-cluster-admin",
         description="Checks that no RoleBinding or ClusterRoleBinding grants cluster-admin.",
-        enforcement_level=EnforcementLevel.MANDATORY, validate=_no_cluster_admin),
+        enforcement_level=EnforcementLevel.MANDATORY, validate=guarded(_no_cluster_admin)),
     ResourceValidationPolicy(
         name="tenancy-namespace-restricted",
         description="Checks that tenant namespaces enforce the restricted Pod Security level.",
-        enforcement_level=EnforcementLevel.MANDATORY, validate=_tenant_namespace_restricted),
+        enforcement_level=EnforcementLevel.MANDATORY, validate=guarded(_tenant_namespace_restricted)),
     ResourceValidationPolicy(
         name="tenancy-clusterqueue-namespace-selector",
         description="Checks that each Kueue ClusterQueue selects specific namespaces, not none or all.",
-        enforcement_level=EnforcementLevel.MANDATORY, validate=_cluster_queue_selects_namespaces),
+        enforcement_level=EnforcementLevel.MANDATORY, validate=guarded(_cluster_queue_selects_namespaces)),
     StackValidationPolicy(
         name="tenancy-local-queue",
         description="Checks that every tenant namespace has a Kueue LocalQueue.",
-        enforcement_level=EnforcementLevel.MANDATORY, validate=_tenant_local_queue),
+        enforcement_level=EnforcementLevel.MANDATORY, validate=guarded(_tenant_local_queue)),
     StackValidationPolicy(
         name="tenancy-no-wildcard-verbs",
-        description="Checks that no tenant RoleBinding grants a role with wildcard verbs, resources or API groups.",
-        enforcement_level=EnforcementLevel.MANDATORY, validate=_no_wildcard_verbs),
+        description="Checks that no role granted to tenants uses wildcard verbs, resources or API groups.",
+        enforcement_level=EnforcementLevel.MANDATORY, validate=guarded(_no_wildcard_verbs)),
+    StackValidationPolicy(
+        name="tenancy-no-escalating-verbs",
+        description="Checks that no role granted to tenants allows the bind, escalate or impersonate verbs.",
+        enforcement_level=EnforcementLevel.MANDATORY, validate=guarded(_no_escalating_verbs)),
+    StackValidationPolicy(
+        name="tenancy-no-cluster-wide-tenant-grants",
+        description="Checks that no ClusterRoleBinding grants a tenant's identity a role in every namespace.",
+        enforcement_level=EnforcementLevel.MANDATORY, validate=guarded(_tenants_bound_cluster_wide)),
     StackValidationPolicy(
         name="tenancy-default-deny",
         description="Checks that every tenant namespace has a default-deny NetworkPolicy.",
-        enforcement_level=EnforcementLevel.MANDATORY, validate=_tenant_default_deny),
+        enforcement_level=EnforcementLevel.MANDATORY, validate=guarded(_tenant_default_deny)),
 ]

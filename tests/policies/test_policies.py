@@ -93,7 +93,8 @@ CASES = [
     ("k8s-no-host-access", lambda r: with_resource(r, JOB, "train", job(
         hostNetwork=True, volumes=[{"name": "data", "hostPath": {"path": "/mnt/devfs"}}])),
      ["Job team-a/train has hostNetwork: true, hostPath volume data outside the system namespaces; only the "
-      "platform's agents get host access (mount storage through a PersistentVolumeClaim)"]),
+      "platform's agents get host access (mount storage through a PersistentVolumeClaim; Pod Security restricted "
+      "lets a container add NET_BIND_SERVICE alone)"]),
     ("k8s-helm-chart-pinned", lambda r: changed(r, "dev-k8s-kueue", _set(["version"], "0.19")),
      ["Helm release kueue (chart oci://registry.k8s.io/kueue/charts/kueue) asks for version '0.19', not an exact "
       "release; pin one such as 1.2.3"]),
@@ -115,12 +116,8 @@ CASES = [
     ("tenancy-local-queue", lambda r: changed(r, "dev-team-a-lq", _set(["metadata", "namespace"], "team-b")),
      ["tenant namespace team-a has no Kueue LocalQueue, so its jobs cannot be admitted; create one pointing at the "
       "tenant's ClusterQueue"]),
-    ("tenancy-no-wildcard-verbs", lambda r: with_resource(
-        changed(r, "dev-team-a-rb-admin", _set(["roleRef"], {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
-                                                             "name": "power"})),
-        "kubernetes:rbac.authorization.k8s.io/v1:Role", "power",
-        {"metadata": {"name": "power", "namespace": "team-a"},
-         "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["*"]}]}),
+    ("tenancy-no-wildcard-verbs", lambda r: with_role_granted(
+        r, "power", [{"apiGroups": [""], "resources": ["pods"], "verbs": ["*"]}]),
      ["dev-team-a-rb-admin grants Role power in tenant namespace team-a, whose rules use '*' in verbs; list the verbs "
       "and resources the tenant needs"]),
     ("tenancy-default-deny", lambda r: changed(r, "dev-team-a-np-deny", _set(["spec", "policyTypes"], ["Ingress"])),
@@ -148,7 +145,11 @@ CASES = [
     ("fabric-nccl-hca-exact",
      lambda r: changed(r, "dev-fabric", _set(["nccl_env", "h100", "NCCL_IB_HCA"], "mlx5_0,mlx5_1")),
      ["the fabric's NCCL settings of pool h100 set NCCL_IB_HCA=mlx5_0,mlx5_1, a prefix match (mlx5_1 also matches "
-      "mlx5_10 and up); prefix it with '=' for exact names: NCCL_IB_HCA==mlx5_0,mlx5_1"]),
+      "mlx5_10 and up); put '=' before the names for exact matches: NCCL_IB_HCA==mlx5_0,mlx5_1"]),
+    ("fabric-nccl-hca-exact",
+     lambda r: changed(r, "dev-fabric", _set(["nccl_env", "h100", "NCCL_IB_HCA"], "^mlx5_2")),
+     ["the fabric's NCCL settings of pool h100 set NCCL_IB_HCA=^mlx5_2, a prefix match (mlx5_1 also matches "
+      "mlx5_10 and up); put '=' before the names for exact matches: NCCL_IB_HCA=^=mlx5_2"]),
     ("fabric-leaf-oversubscription", lambda r: changed(r, "dev-fabric", _set(
         ["topology", "leaves", "leaf-dev-01"], {"down_gbps": 1600, "up_gbps": 400, "oversubscription": 4,
                                                "pools": ["h100"]})),
@@ -187,12 +188,55 @@ CASES = [
      ["node pool h100 skips burn-in in prod, so a node with a bad GPU, NIC or cable takes production work; set "
       "burn_in.enabled: true"]),
     ("ops-uniform-software", lambda r: with_pool_copy(r, "570.124.06", "550.54.15"),
-     ["node pools run different driver versions (550.54.15 on h100; 570.124.06 on h200); jobs spanning pools fail "
-      "or slow down on mismatched driver: use one version, or set software.allow_version_skew on a canary pool"]),
+     ["training pools run different driver versions (550.54.15 on h100; 570.124.06 on h200); jobs spanning pools "
+      "fail or slow down on mismatched driver: use one version, or set software.allow_version_skew on a canary "
+      "pool"]),
+    ("ops-uniform-software-all-pools", lambda r: with_pool_copy(r, "570.124.06", "550.54.15", workload="inference"),
+     ["node pools run different driver versions (550.54.15 on h100; 570.124.06 on h200); pools that never share a "
+      "job may, but one version is one set of known issues: align them when you can"]),
+    ("tenancy-no-escalating-verbs", lambda r: with_role_granted(
+        r, "granter", [{"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["roles", "rolebindings"],
+                        "verbs": ["get", "bind", "escalate"]}]),
+     ["dev-team-a-rb-admin grants Role granter in tenant namespace team-a, which allows bind, escalate: whoever "
+      "holds it can grant themselves more than it; drop those verbs"]),
+    ("tenancy-no-cluster-wide-tenant-grants", lambda r: with_resource(
+        r, "kubernetes:rbac.authorization.k8s.io/v1:ClusterRoleBinding", "team-a-everywhere",
+        {"metadata": {"name": "team-a-everywhere"},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
+         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "oidc:team-a"}]}),
+     ["team-a-everywhere binds Group oidc:team-a, a tenant's identity, to ClusterRole edit in every namespace, other "
+      "tenants' included; bind it with a RoleBinding in the tenant's namespace"]),
+    ("tenancy-no-wildcard-verbs", lambda r: with_resource(with_resource(
+        r, "kubernetes:rbac.authorization.k8s.io/v1:ClusterRole", "all",
+        {"metadata": {"name": "all"}, "rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["get"]}]}),
+        "kubernetes:rbac.authorization.k8s.io/v1:ClusterRoleBinding", "ci-reads-all",
+        {"metadata": {"name": "ci-reads-all"},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "all"},
+         "subjects": [{"kind": "User", "name": "ci-bot"}]}),
+     ["ci-reads-all grants ClusterRole all cluster-wide, whose rules use '*' in apiGroups, resources; list the verbs "
+      "and resources the tenant needs"]),
+    ("k8s-no-host-access", lambda r: with_resource(r, JOB, "train", job(containers=[
+        {"name": "main", "image": "x", "securityContext": {"capabilities": {"add": ["NET_BIND_SERVICE", "SYS_ADMIN"]}}}
+    ])),
+     ["Job team-a/train has container main adding capabilities SYS_ADMIN outside the system namespaces; only the "
+      "platform's agents get host access (mount storage through a PersistentVolumeClaim; Pod Security restricted "
+      "lets a container add NET_BIND_SERVICE alone)"]),
+    ("k8s-no-host-access", lambda r: with_resource(r, JOB, "debug", job(namespace="default", hostPID=True)),
+     ["Job default/train has hostPID: true outside the system namespaces; only the platform's agents get host "
+      "access (mount storage through a PersistentVolumeClaim; Pod Security restricted lets a container add "
+      "NET_BIND_SERVICE alone)"]),
 ]
 
 
-def with_pool_copy(run, first, second):
+def with_role_granted(run, role, rules):
+    """team-a's admin binding pointed at a Role of the tenant's namespace with `rules`."""
+    bound = changed(run, "dev-team-a-rb-admin", _set(["roleRef"], {"apiGroup": "rbac.authorization.k8s.io",
+                                                                   "kind": "Role", "name": role}))
+    return with_resource(bound, "kubernetes:rbac.authorization.k8s.io/v1:Role", role,
+                         {"metadata": {"name": role, "namespace": "team-a"}, "rules": rules})
+
+
+def with_pool_copy(run, first, second, workload="training"):
     """A second pool beside the dev pool, each with its own driver version."""
     import copy
     out = changed(run, "dev-h100", _set(["spec", "pool", "software"], {"driver_version": second}))
@@ -201,7 +245,7 @@ def with_pool_copy(run, first, second):
     twin.name, twin.urn = "dev-h200", record.urn.replace("::dev-h100", "::dev-h200")
     out.records.append(twin)
     outputs = copy.deepcopy(out.component_outputs[record.urn])
-    outputs["spec"]["pool"].update(name="h200", software={"driver_version": first})
+    outputs["spec"]["pool"].update(name="h200", software={"driver_version": first}, workload=workload)
     out.component_outputs[twin.urn] = outputs
     return out
 
@@ -215,6 +259,17 @@ def test_a_compliant_hand_written_job_passes_every_workload_policy(dev_run):
     run = with_resource(dev_run, JOB, "train", job())
     for name in ("k8s-gpu-limits", "k8s-tenant-queue-name", "k8s-no-host-access"):
         assert findings(run, name) == [], name
+
+
+def test_an_inference_pool_may_run_another_driver_than_the_training_pools(dev_run):
+    run = with_pool_copy(dev_run, "570.124.06", "550.54.15", workload="inference")
+    assert findings(run, "ops-uniform-software") == []
+    assert [v.level for v in violations(run, "ops-uniform-software-all-pools")] == ["advisory"]
+
+
+def test_an_exact_exclude_list_is_not_a_prefix_match(dev_run):
+    run = changed(dev_run, "dev-fabric", _set(["nccl_env", "h100", "NCCL_IB_HCA"], "^=mlx5_2"))
+    assert findings(run, "fabric-nccl-hca-exact") == []
 
 
 def test_a_skewed_pool_that_opts_out_is_left_alone(dev_run):
