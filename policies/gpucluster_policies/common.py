@@ -23,8 +23,7 @@ ROLE = "kubernetes:rbac.authorization.k8s.io/v1:Role"
 CLUSTER_ROLE = "kubernetes:rbac.authorization.k8s.io/v1:ClusterRole"
 ROLE_BINDING = "kubernetes:rbac.authorization.k8s.io/v1:RoleBinding"
 CLUSTER_ROLE_BINDING = "kubernetes:rbac.authorization.k8s.io/v1:ClusterRoleBinding"
-LOCAL_QUEUE = "kubernetes:kueue.x-k8s.io/v1beta2:LocalQueue"
-CLUSTER_QUEUE = "kubernetes:kueue.x-k8s.io/v1beta2:ClusterQueue"
+KUEUE = "kueue.x-k8s.io"          # Kueue's API group: its objects are matched by kind, at any served version
 PROMETHEUS_RULE = "kubernetes:monitoring.coreos.com/v1:PrometheusRule"
 HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
 REMOTE_COMMAND = "command:remote:Command"
@@ -219,20 +218,24 @@ def _path(path: str) -> list[str]:
     return [k for part in path.split(".") for k in re.split(r"(\[\]|\{\})", part) if k]
 
 
+def workload(resource_type: str) -> tuple[str, Workload] | None:
+    """(kind, where it keeps its pods) of a workload type; None for any other type."""
+    kind = kind_of(resource_type)
+    return (kind[1], WORKLOADS[kind]) if kind in WORKLOADS else None
+
+
 def pod_specs(resource_type: str, props: Mapping[str, Any]) -> Iterator[tuple[str, Mapping[str, Any]]]:
     """(kind and role, pod spec) of each pod template of a workload object; nothing for other objects."""
-    kind = kind_of(resource_type)
-    workload = WORKLOADS.get(kind) if kind else None
-    for role, path in workload.pods if workload else ():
-        for found, spec in _walk(props, _path(path), role):
-            yield " ".join(p for p in (kind[1], found) if p), spec
+    found = workload(resource_type)
+    for role, path in found[1].pods if found else ():
+        for name, spec in _walk(props, _path(path), role):
+            yield " ".join(p for p in (found[0], name) if p), spec
 
 
 def queue_label(resource_type: str, props: Mapping[str, Any]) -> Any:
     """The Kueue queue a workload object names (None: none), from where Kueue reads it for that kind."""
-    kind = kind_of(resource_type)
-    workload = WORKLOADS.get(kind) if kind else None
-    labels_ = next((v for _, v in _walk(props, _path(workload.queue_labels), "")), {}) if workload else {}
+    found = workload(resource_type)
+    labels_ = next((v for _, v in _walk(props, _path(found[1].queue_labels), "")), {}) if found else {}
     return mapping(labels_).get(QUEUE_LABEL)
 
 

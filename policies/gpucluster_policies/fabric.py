@@ -50,8 +50,7 @@ def nccl_integer(value: Any) -> int | None:
         return None
     m = _C_INTEGER.match(value)
     sign, digits = m.group(1), m.group(2) or "0"
-    magnitude = (int(digits[2:], 16) if digits[:2].lower() == "0x" and len(digits) > 2
-                 else int(digits, 8) if digits.startswith("0") else int(digits))
+    magnitude = int(digits, 16 if digits[:2].lower() == "0x" else 8 if digits.startswith("0") else 10)
     return -magnitude if sign == "-" else magnitude
 
 

@@ -8,14 +8,13 @@ import yaml
 from pulumi_policy import (EnforcementLevel, ReportViolation, ResourceValidationArgs, ResourceValidationPolicy,
                            StackValidationArgs, StackValidationPolicy)
 
-from .common import (FABRIC, GPU, HELM_RELEASE, K8S_STACK, QUEUE_LABEL, WORKLOADS, containers, dig, guarded, intent,
-                     is_kind, kind_of, mapping, maps, name_of, namespace_of, of_type, pod_specs, queue_label, schema,
-                     settings, shown, strings, system_namespaces, tenant_namespaces, text)
+from .common import (FABRIC, GPU, HELM_RELEASE, K8S_STACK, KUEUE, QUEUE_LABEL, containers, dig, guarded, intent, is_kind,
+                     kind_of, mapping, maps, name_of, namespace_of, of_type, pod_specs, queue_label, schema, settings,
+                     shown, strings, system_namespaces, tenant_namespaces, text, workload)
 
 # Pod Security restricted: containers drop ALL and may add only NET_BIND_SERVICE (kubernetes.io/docs/concepts/
 # security/pod-security-standards, "Capabilities (v1.22+)").
 RESTRICTED_CAPABILITIES = frozenset({"NET_BIND_SERVICE"})
-KUEUE = "kueue.x-k8s.io"
 _EXACT_VERSION = re.compile(r"v?\d+\.\d+\.\d+(?:-[0-9A-Za-z.-]+)?(?:\+[0-9A-Za-z.-]+)?")
 
 
@@ -64,12 +63,11 @@ def _tenant_queue_name(args: StackValidationArgs, report: ReportViolation) -> No
     queues = {(namespace_of(r.props), name_of(r.props)) for r in args.resources
               if is_kind(r.resource_type, KUEUE, "LocalQueue")}
     for r in args.resources:
-        ns = namespace_of(r.props) if r.resource_type.startswith("kubernetes:") else None
-        kind = kind_of(r.resource_type)
-        if ns not in tenants or kind not in WORKLOADS:
+        ns, found = namespace_of(r.props), workload(r.resource_type)
+        if ns not in tenants or found is None:
             continue
-        queue, what = queue_label(r.resource_type, r.props), f"{kind[1]} {ns}/{name_of(r.props)}"
-        where = "its jobs' template" if kind == ("batch", "CronJob") else "it"
+        queue, what = queue_label(r.resource_type, r.props), f"{found[0]} {ns}/{name_of(r.props)}"
+        where = "its jobs' template" if kind_of(r.resource_type) == ("batch", "CronJob") else "it"
         if queue is None:
             report(f"{what} has no {QUEUE_LABEL} label, so Kueue neither admits nor counts it against the "
                    f"tenant's quota; label {where} with the tenant's LocalQueue", r.urn)

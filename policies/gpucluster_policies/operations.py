@@ -27,14 +27,15 @@ def _rack_power(args: StackValidationArgs, report: ReportViolation) -> None:
             capacity = number(r.get("pdu_capacity_kw")) or 0
             budget = capacity * derating
             total = number(r.get("peak_kw")) or 0
-            unknown = [shown(u) for u in items(r.get("unknown"))] or ([] if not r.get("unknown") else ["a device"])
+            unknown = r.get("unknown")
             if total > budget + 1e-9:
                 report(f"rack {rack} draws up to {shown(r.get('peak'))} = {shown(total)} kW at peak (GPUs at TDP plus "
                        f"base power, storage servers, switches), over its budget of {shown(capacity)} kW x "
                        f"{derating:.0%} = {shown(budget)} kW; move hosts to another rack or add PDU capacity",
                        cluster.urn)
             elif unknown:
-                report(f"rack {rack}'s power cannot be checked: no power figure for {', '.join(unknown)} "
+                names = [shown(u) for u in items(unknown)] or ["a device"]
+                report(f"rack {rack}'s power cannot be checked: no power figure for {', '.join(names)} "
                        "(host_base_power_w or host_model, power_w); its known load is "
                        f"{shown(total)} kW of a {shown(budget)} kW budget", cluster.urn)
             elif "pdu_redundancy" in r and not r.get("pdu_redundancy"):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, NamedTuple
 
 from pulumi_policy import (
@@ -14,11 +14,10 @@ from pulumi_policy import (
     StackValidationPolicy,
 )
 
-from .common import (CLUSTER_ROLE, CLUSTER_ROLE_BINDING, NAMESPACE, NETWORK_POLICY, ROLE, ROLE_BINDING, TENANT_LABEL,
-                     guarded, is_kind, labels, mapping, maps, name_of, namespace_of, of_type, strings,
+from .common import (CLUSTER_ROLE, CLUSTER_ROLE_BINDING, KUEUE, NAMESPACE, NETWORK_POLICY, ROLE, ROLE_BINDING,
+                     TENANT_LABEL, guarded, is_kind, labels, mapping, maps, name_of, namespace_of, of_type, strings,
                      system_namespaces, tenant_namespaces, text)
 
-KUEUE = "kueue.x-k8s.io"
 # Verbs that hand out more than the role holds: granting any role (bind), editing roles beyond one's own rights
 # (escalate), acting as another user or service account (impersonate). kubernetes.io/docs/concepts/security/
 # rbac-good-practices, "Privilege escalation risks".
@@ -115,21 +114,25 @@ def _tenant_grants(resources) -> list[_Grant]:
     return out
 
 
+def _granted(resources, find: Callable[[Any], list[str]]) -> Iterator[tuple[_Grant, list[str]]]:
+    """Each grant to tenants whose role's rules `find` something in, with what it found."""
+    for g in _tenant_grants(resources):
+        found = find(g.role.props.get("rules")) if g.role is not None else []
+        if found:
+            yield g, found
+
+
 def _no_wildcard_verbs(args: StackValidationArgs, report: ReportViolation) -> None:
-    for g in _tenant_grants(args.resources):
-        wild = _wildcards(g.role.props.get("rules")) if g.role is not None else []
-        if wild:
-            report(f"{g.binding.name} grants {g.ref.get('kind')} {g.ref.get('name')} {g.where}, whose rules use '*' "
-                   f"in {', '.join(wild)}; list the verbs and resources the tenant needs", g.binding.urn)
+    for g, wild in _granted(args.resources, _wildcards):
+        report(f"{g.binding.name} grants {g.ref.get('kind')} {g.ref.get('name')} {g.where}, whose rules use '*' in "
+               f"{', '.join(wild)}; list the verbs and resources the tenant needs", g.binding.urn)
 
 
 def _no_escalating_verbs(args: StackValidationArgs, report: ReportViolation) -> None:
-    for g in _tenant_grants(args.resources):
-        verbs = _escalating(g.role.props.get("rules")) if g.role is not None else []
-        if verbs:
-            report(f"{g.binding.name} grants {g.ref.get('kind')} {g.ref.get('name')} {g.where}, which allows "
-                   f"{', '.join(verbs)}: whoever holds it can grant themselves more than it; drop those verbs",
-                   g.binding.urn)
+    for g, verbs in _granted(args.resources, _escalating):
+        report(f"{g.binding.name} grants {g.ref.get('kind')} {g.ref.get('name')} {g.where}, which allows "
+               f"{', '.join(verbs)}: whoever holds it can grant themselves more than it; drop those verbs",
+               g.binding.urn)
 
 
 def _tenants_bound_cluster_wide(args: StackValidationArgs, report: ReportViolation) -> None:

@@ -44,6 +44,16 @@ def changed(run: ProgramRun, name: str, edit: Callable[[dict[str, Any]], Any]) -
     return out
 
 
+def _set(path, value):
+    """An edit for `changed`: the value at `path` becomes `value`."""
+    def edit(obj):
+        *head, last = path
+        for key in head:
+            obj = obj[key]
+        obj[last] = value
+    return edit
+
+
 def with_resource(run: ProgramRun, type_: str, name: str, inputs: dict[str, Any], parent: str = "",
                   **options: Any) -> ProgramRun:
     """A copy of the run with one more custom resource, as a user's own program might register it."""

@@ -12,7 +12,7 @@ import pytest
 from pulumi_policy import EnforcementLevel
 
 from components.offline.policy import LEVELS
-from tests.policies.conftest import BY_NAME, POLICIES, changed, findings, violations, with_resource
+from tests.policies.conftest import BY_NAME, POLICIES, _set, changed, findings, violations, with_resource
 
 JOB = "kubernetes:batch/v1:Job"
 QUEUE = "kueue.x-k8s.io/queue-name"
@@ -61,15 +61,6 @@ def test_the_dev_stack_complies(name, dev_run):
 
 
 # --- one change, one finding ----------------------------------------------------------------------------------
-
-def _set(path, value):
-    def edit(obj):
-        *head, last = path
-        for key in head:
-            obj = obj[key]
-        obj[last] = value
-    return edit
-
 
 LEAF = ["data_plane", "switches", "leaf-dev-01"]
 OST = ["spec", "servers", 0, "targets", 2]          # stor-dev-01's storage target 101

@@ -16,9 +16,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pulumi.runtime import rpc as _rpc
+from pulumi_policy import EnforcementLevel, ResourceValidationPolicy
 
 from components.offline.policy import evaluate
-from tests.policies.conftest import POLICIES, findings, with_resource
+from tests.policies.conftest import POLICIES, _set, changed, findings, with_resource
+
+from gpucluster_policies.common import WORKLOADS, _path, guarded     # noqa: I001 - on the path once conftest loaded it
 
 GUARD = "could not check"
 
@@ -89,15 +92,11 @@ def test_no_policy_raises_on_odd_values_anywhere(stack, data, request):
 def test_nccl_ib_tc_is_read_as_nccl_reads_it(tc, dev_run):
     """NCCL reads its integer settings with strtoll(value, NULL, 0): 0x6a and 0152 are 106 (DSCP 26), which
     matches the dev fabric; nothing is reported and nothing raises."""
-    from tests.policies.test_policies import _set
-    from tests.policies.conftest import changed
     run = changed(dev_run, "dev-team-b-nccl-h100", _set(["data", "NCCL_IB_TC"], tc))
     assert findings(run, "fabric-qos-consistent") == []
 
 
 def test_an_unreadable_nccl_ib_tc_is_named_not_raised(dev_run):
-    from tests.policies.test_policies import _set
-    from tests.policies.conftest import changed
     run = changed(dev_run, "dev-team-b-nccl-h100", _set(["data", "NCCL_IB_TC"], "high"))
     assert findings(run, "fabric-qos-consistent") == [
         "ConfigMap team-b/nccl-h100 set NCCL_IB_TC='high', which NCCL reads as 0 (DSCP 0, best effort) but hosts and "
@@ -106,9 +105,6 @@ def test_an_unreadable_nccl_ib_tc_is_named_not_raised(dev_run):
 
 def test_a_policy_that_raises_is_reported_under_its_name_not_raised(dev_run):
     """The guard itself: a defect in a policy becomes a finding at the policy's own level, naming the resource."""
-    from pulumi_policy import EnforcementLevel, ResourceValidationPolicy
-
-    from gpucluster_policies.common import guarded      # importable once conftest loaded the pack
 
     def broken(args, report):
         if args.name == "dev-team-a-ns":
@@ -141,16 +137,10 @@ def _merge(into: dict[str, Any], more: dict[str, Any]) -> dict[str, Any]:
     return into
 
 
-def _kinds():
-    from gpucluster_policies.common import WORKLOADS
-    return sorted(WORKLOADS)
-
-
-@pytest.mark.parametrize("group,kind", _kinds())
+@pytest.mark.parametrize("group,kind", sorted(WORKLOADS))
 def test_every_workload_kind_is_held_to_the_workload_policies(group, kind, dev_run):
     """A privileged pod asking for GPUs without a limit, in a tenant namespace without a queue: each workload
     policy finds it in every kind, wherever that kind keeps its pod templates."""
-    from gpucluster_policies.common import WORKLOADS, _path
     pod = {"containers": [{"name": "main", "image": "registry.example/x:1", "securityContext": {"privileged": True},
                            "resources": {"requests": {"nvidia.com/gpu": 1}}}]}
     workload = WORKLOADS[(group, kind)]
