@@ -41,7 +41,7 @@ def load_plan(plan_dir: Path) -> dict[str, Any]:
     return plan
 
 
-MAX_PLAN_BYTES = 1 << 30        # a 4,096-host plan is far smaller
+MAX_PLAN_BYTES = 1 << 30        # a 4,096-host plan is about 0.55 GB (some 130 KB of scripts a host)
 
 
 def _shape_problem(plan: Any) -> str | None:

@@ -219,9 +219,9 @@ def _yaml_problem(e: yaml.YAMLError, text: str, source: str) -> str:
     return f"{where}: not valid YAML: {', '.join(parts)}"
 
 
-def _decode(data: bytes, source: str) -> str:
-    if len(data) > MAX_FILE_BYTES:
-        raise SpecError(source, [f"{source}: {len(data):,} bytes; a spec is at most {MAX_FILE_BYTES:,} bytes (is "
+def _decode(data: bytes, source: str, max_bytes: int = MAX_FILE_BYTES, what: str = "a spec") -> str:
+    if len(data) > max_bytes:
+        raise SpecError(source, [f"{source}: {len(data):,} bytes; {what} is at most {max_bytes:,} bytes (is "
                                  "this the right file?)"])
     try:
         return data.decode("utf-8")
@@ -360,7 +360,7 @@ def read_text(path: Path, what: str, fix: str, max_bytes: int = MAX_FILE_BYTES) 
         size = path.stat().st_size
         if size > max_bytes:
             raise refuse(f"{path}: {size:,} bytes, more than {what} can be ({max_bytes:,})")
-        return _decode(path.read_bytes(), str(path))
+        return _decode(path.read_bytes(), str(path), max_bytes, what)
     except FileNotFoundError:
         raise refuse(f"{path}: no such file") from None
     except (OSError, ValueError) as e:       # ValueError: a NUL in the path

@@ -102,3 +102,16 @@ def test_any_arguments_to_a_command_give_an_exit_status_not_a_crash(tmp_path, ca
         code = e.code
     assert code in (0, 1, 2)
     assert "Traceback" not in capsys.readouterr().err
+
+
+def test_a_large_clusters_plan_is_read_past_a_specs_size_bound(tmp_path):
+    """A plan is bounded by MAX_PLAN_BYTES, not by a spec's 16 MiB: a 128-host plan is some 17 MB (each host's
+    preparation, drain, roll and uncordon scripts), and diff refused it, naming the spec's bound."""
+    from components.offline.diff import MAX_PLAN_BYTES
+    from components.spec.loader import MAX_FILE_BYTES
+    filler = "x" * (1 << 20)
+    resources = [{"urn": f"urn:pulumi:s::p::command:remote:Command::h{i}-prepare", "type": "command:remote:Command",
+                  "name": f"h{i}-prepare", "inputs": {"create": filler}} for i in range(17)]
+    (tmp_path / "resources.json").write_text(json.dumps({"resources": resources, "outputs": {}}))
+    assert MAX_FILE_BYTES < (tmp_path / "resources.json").stat().st_size < MAX_PLAN_BYTES
+    assert len(load_plan(tmp_path)["resources"]) == 17
