@@ -49,9 +49,10 @@ KUEUE_REPOSITORIES = {"controllerManager.manager.image": "registry.k8s.io/kueue/
 
 
 def mirrored(reference: str, spec: ClusterSpec) -> str:
-    """An image (or image repository) as pulled through the spec's mirror; unchanged without one."""
+    """An image (or image repository) as pulled through the spec's mirror; unchanged without one, and unchanged
+    when it is already in the mirror's registry (an image the site builds itself, such as its fio image)."""
     k = spec.kubernetes
-    if not k.image_registry:
+    if not k.image_registry or reference.startswith(f"{k.image_registry.split('/')[0]}/"):
         return reference
     first, _, rest = reference.partition("/")
     has_host = bool(rest) and ("." in first or ":" in first or first == "localhost")

@@ -197,6 +197,10 @@ class ClusterSpec(SpecModel):
                 out.append(f"storage traffic of training pool(s) {', '.join(shared)} rides the rail-0 NIC that "
                            "NCCL uses too, so checkpoints and data loading slow the all-reduces on that rail: set "
                            "storage.client_interface to the hosts' storage NIC")
+        if storage.kind != "none" and self.validation.fio_image is None:
+            out.append("validation.fio_image is not set, so validate does not measure the filesystem's read "
+                       "bandwidth: build an image with fio into the site's registry (the fio project publishes none) "
+                       "and name it there")
         unclear = [f"{name} ({', '.join(p.unknown) or 'pdu_redundancy'})" for name, p in self.rack_power().items()
                    if p.unknown or not p.redundancy]
         if unclear:

@@ -92,9 +92,9 @@ rm -f "$d/c$i".*
 
 def _storage_check(spec: ClusterSpec) -> Check | None:
     layout = plan_layout(spec)
-    if layout is None or layout.read_gb_per_s is None:
-        return None
     v = spec.validation
+    if layout is None or layout.read_gb_per_s is None or v.fio_image is None:
+        return None
     hosts = [h for _, h in spec.hosts()]
     floor = round(layout.read_gb_per_s * v.storage_min_read_percent / 100, 2)
     path = f"{spec.storage.mount_point}/.gpucluster-validation"

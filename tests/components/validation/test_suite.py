@@ -34,10 +34,23 @@ def test_the_dev_suite_covers_links_nccl_storage_and_every_node(dev_spec):
 
 def test_thresholds_follow_the_spec(dev_data):
     dev_data["fabric"]["checks"] = {"nccl_min_percent": 90, "link_min_percent": 95}
-    dev_data["validation"] = {"storage_min_read_percent": 50}
+    dev_data["validation"]["storage_min_read_percent"] = 50
     checks = by_name(parse_spec(yaml.safe_dump(dev_data)))
     assert (checks["nccl-h100"].threshold, checks["links-h100"].threshold, checks["storage-read"].threshold) == \
         (90, 380, 10)
+
+
+def test_without_a_site_fio_image_the_read_check_is_left_out_and_the_plan_says_why(dev_data):
+    """No personal registry build stands in for the site's image: the check is not run, and the warning names
+    the field to set."""
+    del dev_data["validation"]["fio_image"]
+    spec = parse_spec(yaml.safe_dump(dev_data))
+    assert "storage-read" not in by_name(spec)
+    assert any("validation.fio_image is not set" in w for w in spec.warnings())
+    dev_data["storage"] = {"kind": "none"}
+    for tenant in dev_data["tenants"]:
+        tenant.pop("storage", None)
+    assert not any("fio_image" in w for w in parse_spec(yaml.safe_dump(dev_data)).warnings())
 
 
 def test_every_manifest_is_schema_valid(dev_spec):
