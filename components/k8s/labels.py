@@ -30,14 +30,14 @@ def pool_labels(pool: NodePool) -> dict[str, str]:
 def pool_tolerations(pool: NodePool) -> list[dict[str, Any]]:
     """Tolerations matching exactly the pool's taints."""
     return [{"key": t.key, "operator": "Equal", "value": t.value, "effect": t.effect} if t.value
-            else {"key": t.key, "operator": "Exists", "effect": t.effect} for t in pool.taints]
+            else {"key": t.key, "operator": "Exists", "effect": t.effect} for t in pool.all_taints]
 
 
 def system_tolerations(spec: ClusterSpec) -> list[dict[str, Any]]:
     """What node agents (drivers, device plugins, NFD) tolerate: every pool taint and the burn-in gate."""
     seen: dict[tuple[str, str], dict[str, Any]] = {}
     for pool in spec.node_pools:
-        for t in pool.taints:
+        for t in pool.all_taints:
             seen[(t.key, t.effect)] = {"key": t.key, "operator": "Exists", "effect": t.effect}
     for effect in ("NoSchedule", "NoExecute"):
         seen[(BURN_IN_TAINT, effect)] = {"key": BURN_IN_TAINT, "operator": "Exists", "effect": effect}

@@ -27,7 +27,9 @@ SHM_FSTAB_TAG = "# gpucluster /dev/shm"
 
 
 def render_kubelet_config(pool: NodePool) -> dict[str, Any]:
-    """A KubeletConfiguration drop-in: new nodes register tainted until burn-in passes."""
+    """A KubeletConfiguration drop-in: new nodes register tainted until burn-in passes. A dedicated pool's tenant
+    taint is left to the node patch: no flavor selects a node before the patch labels it, and a change of owner
+    then needs no kubelet restart."""
     taints = [{"key": BURN_IN_TAINT, "value": "pending", "effect": "NoSchedule"}] if pool.burn_in.enabled else []
     taints += [{"key": t.key, "value": t.value, "effect": t.effect} for t in pool.taints]
     config: dict[str, Any] = {"apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",

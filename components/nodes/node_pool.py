@@ -99,7 +99,7 @@ def node_labels(args: NodePoolArgs, host: Host) -> dict[str, str]:
 
 
 def managed_taint_keys(pool: NodePool) -> list[str]:
-    return sorted({t.key for t in pool.taints} | {BURN_IN_TAINT})
+    return sorted({t.key for t in pool.all_taints} | {BURN_IN_TAINT})
 
 
 def node_taints(pool: NodePool, verdict: tuple[bool, str] | None, live: Sequence[Mapping[str, str]] = (),
@@ -109,7 +109,7 @@ def node_taints(pool: NodePool, verdict: tuple[bool, str] | None, live: Sequence
     when the burn-in did not pass. `managed_before`: the keys an earlier apply managed (the node's annotation)."""
     ours = {*managed_taint_keys(pool), *managed_before}
     taints = [dict(t) for t in live if t.get("key") not in ours]
-    taints += [{"key": t.key, "value": t.value, "effect": t.effect} for t in pool.taints]
+    taints += [{"key": t.key, "value": t.value, "effect": t.effect} for t in pool.all_taints]
     if verdict is not None and not verdict[0]:
         taints.append({"key": BURN_IN_TAINT, "value": "failed", "effect": "NoSchedule"})
     return taints

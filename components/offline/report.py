@@ -48,9 +48,10 @@ def render_report(spec: ClusterSpec, thresholds: Thresholds = Thresholds(),
              f"{len(list(spec.hosts()))} nodes, {spec.gpus} GPUs, fabric {spec.fabric.kind}, storage "
              f"{spec.storage.kind}. Thresholds: {thresholds.source}.", "", "![topology](topology.svg)", "",
              "## GPUs and nodes per pool", ""]
-    lines += _md_table(["pool", "workload", "GPU", "hosts", "GPUs", "data NICs"], [
+    lines += _md_table(["pool", "workload", "GPU", "hosts", "GPUs", "data NICs", "tenants"], [
         [p.name, p.workload, f"{p.gpu.count} x {p.gpu.model} ({p.gpu.power_w} W)", len(p.hosts), p.gpus,
-         f"{len(p.nics)} x {p.nics[0].speed_gbps} Gb/s" if p.nics else "-"] for p in spec.node_pools])
+         f"{len(p.nics)} x {p.nics[0].speed_gbps} Gb/s" if p.nics else "-",
+         f"only {p.dedicated_to}" if p.dedicated_to else "shared"] for p in spec.node_pools])
 
     lines += ["## Rollout per pool", "",
               "A change that restarts kubelet or containerd reaches hosts where tenants' pods run a batch at a time "

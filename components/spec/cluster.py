@@ -98,7 +98,7 @@ class ClusterSpec(SpecModel):
         """What tenants' quotas are cut from, per pool."""
         return {p.name: PoolCapacity(gpu_units_per_host=p.gpu_units_per_host, cpu_cores_per_host=p.cpu_cores_per_host,
                                      memory_gib_per_host=p.memory_gib_per_host, gpu_resources=p.gpu_resources,
-                                     gpu_resource=p.gpu_resource_name)
+                                     gpu_resource=p.gpu_resource_name, dedicated_to=p.dedicated_to)
                 for p in self.node_pools}
 
     def rack_power(self) -> dict[str, RackPower]:
@@ -277,6 +277,23 @@ def _tenant_namespaces_free(spec: ClusterSpec) -> Iterator[Problem]:
             yield Problem(("tenants", i, field),
                           f"namespace {t.namespace_name!r} belongs to the platform; choose another "
                           f"(reserved: {', '.join(sorted(reserved))})")
+
+
+def _dedicated_pools(spec: ClusterSpec) -> Iterator[Problem]:
+    """A dedicated pool's owner exists, and no other tenant is given quota on it (its queue could not use it)."""
+    names = {t.name for t in spec.tenants}
+    for p, pool in enumerate(spec.node_pools):
+        owner = pool.dedicated_to
+        if owner is None:
+            continue
+        if owner not in names:
+            yield Problem(("node_pools", p, "dedicated_to"), f"no tenant named {owner!r}; tenants: "
+                                                           f"{', '.join(sorted(names)) or 'none'}")
+        for i, t in enumerate(spec.tenants):
+            if t.name != owner and pool.name in t.gpu_quota:
+                yield Problem(("tenants", i, "gpu_quota", pool.name),
+                              f"node pool {pool.name!r} is dedicated to tenant {owner!r}, so tenant {t.name!r} can "
+                              "have no quota on it; remove it, or the pool's dedicated_to")
 
 
 def _tenant_quotas_fit(spec: ClusterSpec) -> Iterator[Problem]:
@@ -588,7 +605,7 @@ def _tenant_claims_fit(spec: ClusterSpec) -> Iterator[Problem]:
                           f"{t.storage.max_claims}")
 
 
-_RULES: tuple[Check, ...] = (_unique_names, _racks_exist, _tenants, _tenant_namespaces_free, _tenant_quotas_fit,
+_RULES: tuple[Check, ...] = (_unique_names, _racks_exist, _tenants, _tenant_namespaces_free, _dedicated_pools, _tenant_quotas_fit,
                              _tenant_cpu_memory_fit, _infiniband, _switches, _leaves_reach_spines,
                              _control_plane_apart, _rail_subnets, _nccl_floor_reachable, _nccl_hosts_fit, _cabling,
                              _kubernetes, _rack_power, _storage_reachable, _tenant_claims_fit)

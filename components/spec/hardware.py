@@ -295,6 +295,9 @@ def cpu_count(cpus: str) -> int:
     return total
 
 
+DEDICATED_TAINT = "gpucluster.io/tenant"
+
+
 def _default_taints() -> list[Taint]:
     return [Taint(key="nvidia.com/gpu", value="present", effect="NoSchedule")]
 
@@ -334,6 +337,12 @@ class NodePool(SpecModel):
     taints: list[Taint] = Field(
         default_factory=_default_taints,
         description="Omitted: nvidia.com/gpu=present:NoSchedule, so only pods that ask for GPUs land here.")
+    dedicated_to: DnsLabel | None = Field(
+        None, description="The one tenant (by name) this pool belongs to: its hosts are tainted "
+                          "gpucluster.io/tenant=<name>:NoSchedule, only that tenant's queue holds the pool's flavor "
+                          "(no other tenant has quota on it or borrows it), so no other tenant's pod runs on these "
+                          "hosts or gets their GPUs and RDMA devices. Omitted: every tenant with quota on the pool "
+                          "shares it.")
     sharing: Sharing = Field(default_factory=Sharing, description="Omitted: whole GPUs only.")
     tuning: HostTuning = Field(default_factory=HostTuning, description="Omitted: the defaults of each field.")
     burn_in: BurnIn = Field(default_factory=BurnIn, description="Omitted: the defaults of each field.")
@@ -407,8 +416,20 @@ class NodePool(SpecModel):
                           "(gpu.tdp_w or the catalogue), which nvidia-smi refuses; use at most "
                           f"{self.gpu.power_w} or omit it")
 
+    def _own_taint_keys(self) -> Iterator[Problem]:
+        for i, t in enumerate(self.taints):
+            if t.key == DEDICATED_TAINT:
+                yield Problem(("taints", i, "key"), f"taint {DEDICATED_TAINT} is the platform's, set from "
+                                                    "dedicated_to; use dedicated_to, or a key under your own prefix")
+
     _checks = (_matches_host_model, _burn_in_floor_reachable, _topology_policy_fits_pods, _unique_nics,
-               _fits_the_host)
+               _fits_the_host, _own_taint_keys)
+
+    @property
+    def all_taints(self) -> list[Taint]:
+        """The spec's taints and, on a dedicated pool, its tenant's: what the nodes carry and the flavor tolerates."""
+        own = [Taint(key=DEDICATED_TAINT, value=self.dedicated_to, effect="NoSchedule")] if self.dedicated_to else []
+        return [*self.taints, *own]
 
     @property
     def peak_power_w_per_host(self) -> int:

@@ -160,6 +160,8 @@ class PoolCapacity(SpecModel):
         description="The extended resource its GPUs are (nvidia.com/gpu.shared for renamed time slices). Omitted: "
                     "nvidia.com/gpu, as platform stacks exported before the name could differ.")
     guaranteed: int = Field(0, ge=0, description="Already guaranteed to tenants elsewhere. Omitted: none.")
+    dedicated_to: str | None = Field(None, description="The platform tenant that owns the pool alone. Omitted: "
+                                                       "shared.")
 
 
 def quotas_for(tenant: Tenant, pools: dict[str, PoolCapacity]) -> dict[str, FlavorQuota]:
@@ -261,6 +263,10 @@ def tenancy_problems(tenancy: Tenancy, tenants: list[Tenant]) -> list[Problem]:
                 out.append(Problem(("tenants", i, "gpu_quota", flavor),
                                    f"cluster {tenancy.cluster} has no node pool {flavor!r} (pools: "
                                    f"{', '.join(sorted(tenancy.pools))})"))
+            elif (owner := tenancy.pools[flavor].dedicated_to) is not None:
+                out.append(Problem(("tenants", i, "gpu_quota", flavor),
+                                   f"node pool {flavor!r} of cluster {tenancy.cluster} is dedicated to the platform's "
+                                   f"tenant {owner!r}; give this tenant quota on a shared pool"))
     for flavor, pool in sorted(tenancy.pools.items()):
         asked = [(i, t.gpu_quota[flavor].nominal) for i, t in enumerate(tenants) if flavor in t.gpu_quota]
         total = sum(n for _, n in asked)

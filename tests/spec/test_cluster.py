@@ -177,3 +177,46 @@ def test_warns_about_a_switch_in_no_rack(dev_data):
     del dev_data["fabric"]["switches"][0]["rack"]
     assert new_warnings(dev_data) == [
         f"switch(es) {dev_data['fabric']['switches'][0]['name']} have no rack, so no rack's power counts them"]
+
+
+def _dedicate(data, owner="team-a"):
+    data["node_pools"][0]["dedicated_to"] = owner
+    return data
+
+
+def test_a_dedicated_pool_taints_its_nodes_and_only_its_tenants_flavor_tolerates_it(dev_data):
+    from components.k8s.kueue import render_kueue_objects
+    from components.nodes.node_pool import managed_taint_keys, node_taints
+    for t in dev_data["tenants"][1:]:
+        t["gpu_quota"].pop("h100")
+    spec = parse_spec(yaml.safe_dump(_dedicate(dev_data)))
+    pool = spec.node_pools[0]
+    own = {"key": "gpucluster.io/tenant", "value": "team-a", "effect": "NoSchedule"}
+    assert own in node_taints(pool, (True, "")) and "gpucluster.io/tenant" in managed_taint_keys(pool)
+    flavor = next(m.obj for m in render_kueue_objects(spec) if m.obj["kind"] == "ResourceFlavor")
+    assert {**own, "operator": "Equal"} in flavor["spec"]["tolerations"]
+    assert spec.pool_capacities()["h100"].dedicated_to == "team-a"
+
+
+def test_a_dedicated_pool_names_a_tenant_and_no_other_tenant_has_quota_on_it(dev_data):
+    problems = problems_of(_dedicate(dev_data, "team-z"))
+    assert any("node_pools[0].dedicated_to" in p and "no tenant named 'team-z'" in p for p in problems), problems
+    problems = problems_of(_dedicate(dev_data))
+    assert any("tenants[1].gpu_quota.h100" in p and "dedicated to tenant 'team-a'" in p for p in problems), problems
+
+
+def test_the_dedicated_taint_key_is_the_platforms(dev_data):
+    dev_data["node_pools"][0]["taints"] = [{"key": "gpucluster.io/tenant", "value": "x"}]
+    assert any("taints[0].key" in p and "use dedicated_to" in p for p in problems_of(dev_data))
+
+
+def test_a_tenants_project_gets_no_quota_on_a_platform_tenants_dedicated_pool(dev_data):
+    from components.k8s.tenant import tenancy_of
+    from components.spec.tenants import Tenant, tenancy_problems
+    for t in dev_data["tenants"][1:]:
+        t["gpu_quota"].pop("h100")
+    tenancy = tenancy_of(parse_spec(yaml.safe_dump(_dedicate(dev_data))))
+    newcomer = Tenant(name="team-x", gpu_quota={"h100": 2})
+    assert [p.message for p in tenancy_problems(tenancy, [newcomer])] == [
+        "node pool 'h100' of cluster dev is dedicated to the platform's tenant 'team-a'; give this tenant quota on "
+        "a shared pool"]
