@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, NamedTuple
 
@@ -14,9 +15,9 @@ from pulumi_policy import (
     StackValidationPolicy,
 )
 
-from .common import (CLUSTER_ROLE, CLUSTER_ROLE_BINDING, KUEUE, NAMESPACE, NETWORK_POLICY, ROLE, ROLE_BINDING,
-                     TENANT_LABEL, guarded, is_kind, labels, mapping, maps, name_of, namespace_of, of_type, strings,
-                     system_namespaces, tenant_namespaces, text)
+from .common import (CLUSTER_ROLE, CLUSTER_ROLE_BINDING, GPU, KUEUE, NAMESPACE, NETWORK_POLICY, NODE_POOL, ROLE,
+                     ROLE_BINDING, TENANT_LABEL, environment, guarded, intent, is_kind, labels, mapping, maps, name_of,
+                     namespace_of, of_type, strings, system_namespaces, tenant_namespaces, text)
 
 # Verbs that hand out more than the role holds: granting any role (bind), editing roles beyond one's own rights
 # (escalate), acting as another user or service account (impersonate). kubernetes.io/docs/concepts/security/
@@ -52,6 +53,124 @@ def _cluster_queue_selects_namespaces(args: ResourceValidationArgs, report: Repo
     elif not (mapping(selector).get("matchLabels") or mapping(selector).get("matchExpressions")):
         report(f"{args.name} selects every namespace, so any tenant can use its quota; select the tenant's "
                "namespace")
+
+
+def selects(selector: Mapping[str, Any], object_labels: Mapping[str, Any]) -> bool:
+    """A Kubernetes label selector (matchLabels and matchExpressions) against one object's labels."""
+    if any(object_labels.get(k) != v for k, v in mapping(selector.get("matchLabels")).items()):
+        return False
+    for e in maps(selector.get("matchExpressions")):
+        key, op, values = e.get("key"), e.get("operator"), strings(e.get("values"))
+        present = key in object_labels
+        if not {"In": present and object_labels.get(key) in values,
+                "NotIn": not present or object_labels.get(key) not in values,
+                "Exists": present, "DoesNotExist": not present}.get(text(op) or "", False):
+            return False
+    return True
+
+
+def _namespace_labels(resources) -> dict[str, Mapping[str, Any]]:
+    """Tenant namespace -> its labels, with the name label the API server adds to every namespace."""
+    return {name: {**labels(ns.props), "kubernetes.io/metadata.name": name}
+            for name, ns in tenant_namespaces(resources).items()}
+
+
+def _cluster_queue_selects_one_tenant(args: StackValidationArgs, report: ReportViolation) -> None:
+    tenants = _namespace_labels(args.resources)
+    for q in args.resources:
+        if not is_kind(q.resource_type, KUEUE, "ClusterQueue"):
+            continue
+        selector = mapping(mapping(q.props.get("spec")).get("namespaceSelector"))
+        chosen = sorted(n for n, l in tenants.items() if selector and selects(selector, l))
+        if len(chosen) > 1:
+            report(f"{q.name} selects the namespaces of {len(chosen)} tenants ({', '.join(chosen[:5])}), so each "
+                   "can spend the others' quota; select one tenant's namespace", q.urn)
+
+
+def _gpu_flavors(resources) -> set[str]:
+    """ResourceFlavors of GPU node pools: those the stack's node pools are named by."""
+    pools = {text(mapping(intent(r).get("pool")).get("name")) for r in of_type(resources, NODE_POOL)}
+    return {n for r in resources if is_kind(r.resource_type, KUEUE, "ResourceFlavor")
+            and (n := name_of(r.props)) in pools}
+
+
+def _cluster_queue_covers_gpus(args: StackValidationArgs, report: ReportViolation) -> None:
+    """A group of a GPU pool's flavor without a GPU resource admits no GPU job there (Kueue has no quota for
+    what a queue does not cover), and the tenant's GPUs on that pool are unusable."""
+    gpu_flavors = _gpu_flavors(args.resources)
+    for q in args.resources:
+        if not is_kind(q.resource_type, KUEUE, "ClusterQueue"):
+            continue
+        for group in maps(mapping(q.props.get("spec")).get("resourceGroups")):
+            flavors = sorted(f for fl in maps(group.get("flavors")) if (f := text(fl.get("name"))) in gpu_flavors)
+            if flavors and not any(r.startswith(GPU) for r in strings(group.get("coveredResources"))):
+                report(f"{q.name} gives quota on GPU pool flavor(s) {', '.join(flavors)} but covers no GPU "
+                       f"resource ({', '.join(strings(group.get('coveredResources'))) or 'none'}), so none of its "
+                       f"GPU jobs is ever admitted there; cover {GPU} (or the pool's shared resource) with the "
+                       "tenant's quota", q.urn)
+
+
+def _peers(spec: Mapping[str, Any]) -> Iterator[tuple[str, Any]]:
+    """(direction, the rule's peers as written) of each rule of a NetworkPolicy."""
+    for direction, key in (("ingress", "from"), ("egress", "to")):
+        for rule in maps(spec.get(direction)):
+            yield direction, rule.get(key)
+
+
+def _tenant_network_policies(resources) -> Iterator[tuple[Any, str, Mapping[str, Any]]]:
+    tenants = tenant_namespaces(resources)
+    for r in of_type(resources, NETWORK_POLICY):
+        ns = namespace_of(r.props)
+        if ns in tenants:
+            yield r, ns, mapping(r.props.get("spec"))
+
+
+def _no_open_network_policy(args: StackValidationArgs, report: ReportViolation) -> None:
+    """NetworkPolicies add up: one rule open to everyone beside the default-deny undoes it."""
+    for r, ns, spec in _tenant_network_policies(args.resources):
+        for direction, peers in _peers(spec):
+            way = "from" if direction == "ingress" else "to"
+            if peers is None or (isinstance(peers, (list, tuple)) and not peers):
+                report(f"{r.name} in tenant namespace {ns} has an {direction} rule with no peers, which allows "
+                       f"traffic {way} every pod, namespace and address; name the peers it needs", r.urn)
+                continue
+            for peer in maps(peers):
+                if "namespaceSelector" in peer and not selector_narrows(peer["namespaceSelector"]):
+                    report(f"{r.name} in tenant namespace {ns} allows {direction} {way} pods of every namespace "
+                           "(an empty namespaceSelector), other tenants' included; select the namespaces by name",
+                           r.urn)
+
+
+def selector_narrows(selector: Any) -> bool:
+    s = mapping(selector)
+    return bool(mapping(s.get("matchLabels")) or maps(s.get("matchExpressions")))
+
+
+def _anywhere(cidr: Any) -> bool:
+    try:
+        return ipaddress.ip_network(str(cidr), strict=False).prefixlen == 0
+    except ValueError:
+        return False
+
+
+def _prod_network_bounds(args: StackValidationArgs, report: ReportViolation) -> None:
+    """In prod a tenant's pods reach named networks only, and no other tenant's pods reach them."""
+    if environment(args.resources) != "prod":
+        return
+    tenants = _namespace_labels(args.resources)
+    for r, ns, spec in _tenant_network_policies(args.resources):
+        for direction, peers in _peers(spec):
+            for peer in maps(peers):
+                block = mapping(peer.get("ipBlock"))
+                if direction == "egress" and _anywhere(block.get("cidr")):
+                    report(f"{r.name} lets tenant {ns}'s pods reach every address ({block.get('cidr')}); in prod "
+                           "list the networks they need (tenants[].allow_egress_cidrs)", r.urn)
+                selector = peer.get("namespaceSelector")
+                if direction == "ingress" and selector is not None and selector_narrows(selector):
+                    others = sorted(o for o, l in tenants.items() if o != ns and selects(mapping(selector), l))
+                    if others:
+                        report(f"{r.name} lets tenant(s) {', '.join(others[:5])} reach tenant {ns}'s pods; in prod "
+                               "tenants do not reach each other (tenants[].allow_ingress_from_namespaces)", r.urn)
 
 
 def _tenant_default_deny(args: StackValidationArgs, report: ReportViolation) -> None:
@@ -181,6 +300,22 @@ TENANCY_POLICIES = [
         name="tenancy-no-cluster-wide-tenant-grants",
         description="Checks that no ClusterRoleBinding grants a tenant's identity a role in every namespace.",
         enforcement_level=EnforcementLevel.MANDATORY, validate=guarded(_tenants_bound_cluster_wide)),
+    StackValidationPolicy(
+        name="tenancy-clusterqueue-one-tenant",
+        description="Checks that no Kueue ClusterQueue selects the namespaces of more than one tenant.",
+        enforcement_level=EnforcementLevel.MANDATORY, validate=guarded(_cluster_queue_selects_one_tenant)),
+    StackValidationPolicy(
+        name="tenancy-clusterqueue-gpu-quota",
+        description="Checks that every ClusterQueue group on a GPU pool's flavor covers a GPU resource.",
+        enforcement_level=EnforcementLevel.MANDATORY, validate=guarded(_cluster_queue_covers_gpus)),
+    StackValidationPolicy(
+        name="tenancy-no-open-network-policy",
+        description="Checks that no NetworkPolicy in a tenant namespace allows every peer or every namespace.",
+        enforcement_level=EnforcementLevel.MANDATORY, validate=guarded(_no_open_network_policy)),
+    StackValidationPolicy(
+        name="tenancy-prod-network-bounds",
+        description="Checks that in prod no tenant reaches every address and no tenant reaches another's pods.",
+        enforcement_level=EnforcementLevel.MANDATORY, validate=guarded(_prod_network_bounds)),
     StackValidationPolicy(
         name="tenancy-default-deny",
         description="Checks that every tenant namespace has a default-deny NetworkPolicy.",

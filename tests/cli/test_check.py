@@ -48,7 +48,7 @@ def test_the_dev_stack_passes_with_its_advisory_findings_shown(tmp_path):
     data = report(tmp_path)
     assert data["config"].endswith("policies/config/dev.json") and data["levels"]["ssh-host-key-pinned"] == "advisory"
     assert {v["level"] for v in data["violations"]} == {"advisory"}
-    assert "Policies: 31 checked on stack dev (config policies/config/dev.json): 0 mandatory and 3 advisory" \
+    assert "Policies: 35 checked on stack dev (config policies/config/dev.json): 0 mandatory and 3 advisory" \
         in out.stdout
     assert "ssh-host-key-pinned (advisory): Checks that every SSH connection (and bastion) pins the host key." \
         in out.stdout

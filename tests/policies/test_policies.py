@@ -46,7 +46,8 @@ def test_every_policy_is_named_described_and_configurable_with_defaults():
 
 def test_every_policy_has_a_mutation_test():
     tested = {case[0] for case in CASES} | {"ssh-host-key-pinned", "k8s-job-templates-gpu-limits",
-                                             "fabric-leaf-nonblocking", "storage-servers-protected"}
+                                             "fabric-leaf-nonblocking", "storage-servers-protected",
+                                             "tenancy-prod-network-bounds"}
     assert tested == set(BY_NAME)
 
 
@@ -114,6 +115,27 @@ CASES = [
     ("tenancy-default-deny", lambda r: changed(r, "dev-team-a-np-deny", _set(["spec", "policyTypes"], ["Ingress"])),
      ["tenant namespace team-a has no default-deny NetworkPolicy (empty podSelector, Ingress and Egress, no rules); "
       "add one so only explicit allows pass"]),
+    ("tenancy-clusterqueue-one-tenant", lambda r: changed(r, "dev-team-a-cq", _set(
+        ["spec", "namespaceSelector"], {"matchExpressions": [{"key": "gpucluster.io/tenant", "operator": "Exists"}]})),
+     ["dev-team-a-cq selects the namespaces of 2 tenants (team-a, team-b), so each can spend the others' quota; "
+      "select one tenant's namespace"]),
+    ("tenancy-clusterqueue-one-tenant", lambda r: changed(r, "dev-team-b-cq", _set(
+        ["spec", "namespaceSelector"], {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "In",
+                                                              "values": ["team-a", "team-b"]}]})),
+     ["dev-team-b-cq selects the namespaces of 2 tenants (team-a, team-b), so each can spend the others' quota; "
+      "select one tenant's namespace"]),
+    ("tenancy-clusterqueue-gpu-quota", lambda r: changed(r, "dev-team-a-cq", _set(
+        ["spec", "resourceGroups", 0, "coveredResources"], ["cpu", "memory"])),
+     ["dev-team-a-cq gives quota on GPU pool flavor(s) h100 but covers no GPU resource (cpu, memory), so none of "
+      "its GPU jobs is ever admitted there; cover nvidia.com/gpu (or the pool's shared resource) with the tenant's "
+      "quota"]),
+    ("tenancy-no-open-network-policy", lambda r: changed(r, "dev-team-a-np-same-ns", _set(["spec", "ingress"], [{}])),
+     ["dev-team-a-np-same-ns in tenant namespace team-a has an ingress rule with no peers, which allows traffic "
+      "from every pod, namespace and address; name the peers it needs"]),
+    ("tenancy-no-open-network-policy", lambda r: changed(r, "dev-team-b-np-same-ns", _set(
+        ["spec", "egress"], [{"to": [{"namespaceSelector": {}, "podSelector": {}}], "ports": [{"port": 443}]}])),
+     ["dev-team-b-np-same-ns in tenant namespace team-b allows egress to pods of every namespace (an empty "
+      "namespaceSelector), other tenants' included; select the namespaces by name"]),
     ("fabric-pfc-single-priority", lambda r: changed(
         r, "dev-fabric", _set([*LEAF, "pfc_priorities"], [3, 4])),
      ["switch leaf-dev-01 have PFC on priorities 3, 4 but RoCE uses priority 3; enable PFC on exactly that one "
@@ -244,6 +266,23 @@ def with_pool_copy(run, first, second, workload="training"):
 @pytest.mark.parametrize("policy,mutate,expected", CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])
 def test_one_changed_fact_gives_the_exact_finding(policy, mutate, expected, dev_run):
     assert findings(mutate(dev_run), policy) == expected
+
+
+def _opened(run, env):
+    """team-a's same-namespace policy opened to the internet and to team-b (prod has a team-b too)."""
+    return changed(run, f"{env}-team-a-np-same-ns", _set(["spec"], {
+        "podSelector": {}, "policyTypes": ["Ingress", "Egress"],
+        "ingress": [{"from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "team-b"}}}]}],
+        "egress": [{"to": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": ["10.0.0.0/8"]}}]}]}))
+
+
+def test_in_prod_a_tenant_reaches_no_other_tenant_and_not_every_address(prod_run, dev_run):
+    assert findings(_opened(prod_run, "prod"), "tenancy-prod-network-bounds") == [
+        "prod-team-a-np-same-ns lets tenant team-a's pods reach every address (0.0.0.0/0); in prod list the "
+        "networks they need (tenants[].allow_egress_cidrs)",
+        "prod-team-a-np-same-ns lets tenant(s) team-b reach tenant team-a's pods; in prod tenants do not reach "
+        "each other (tenants[].allow_ingress_from_namespaces)"]
+    assert findings(_opened(dev_run, "dev"), "tenancy-prod-network-bounds") == []
 
 
 def test_a_compliant_hand_written_job_passes_every_workload_policy(dev_run):
