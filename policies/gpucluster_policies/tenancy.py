@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from pulumi_policy import (
@@ -50,9 +50,15 @@ def _cluster_queue_selects_namespaces(args: ResourceValidationArgs, report: Repo
     if selector is None:
         report(f"{args.name} has no namespaceSelector, so Kueue admits nothing through it; select the "
                "tenant's namespace")
-    elif not (mapping(selector).get("matchLabels") or mapping(selector).get("matchExpressions")):
+    elif not selector_narrows(selector):
         report(f"{args.name} selects every namespace, so any tenant can use its quota; select the tenant's "
                "namespace")
+
+
+def selector_narrows(selector: Any) -> bool:
+    """A label selector with something in it: an empty one (or none) selects every object."""
+    s = mapping(selector)
+    return bool(mapping(s.get("matchLabels")) or maps(s.get("matchExpressions")))
 
 
 def selects(selector: Mapping[str, Any], object_labels: Mapping[str, Any]) -> bool:
@@ -117,8 +123,7 @@ def _peers(spec: Mapping[str, Any]) -> Iterator[tuple[str, Any]]:
             yield direction, rule.get(key)
 
 
-def _tenant_network_policies(resources) -> Iterator[tuple[Any, str, Mapping[str, Any]]]:
-    tenants = tenant_namespaces(resources)
+def _tenant_network_policies(resources, tenants: Collection[str]) -> Iterator[tuple[Any, str, Mapping[str, Any]]]:
     for r in of_type(resources, NETWORK_POLICY):
         ns = namespace_of(r.props)
         if ns in tenants:
@@ -127,10 +132,11 @@ def _tenant_network_policies(resources) -> Iterator[tuple[Any, str, Mapping[str,
 
 def _no_open_network_policy(args: StackValidationArgs, report: ReportViolation) -> None:
     """NetworkPolicies add up: one rule open to everyone beside the default-deny undoes it."""
-    for r, ns, spec in _tenant_network_policies(args.resources):
+    for r, ns, spec in _tenant_network_policies(args.resources, tenant_namespaces(args.resources)):
         for direction, peers in _peers(spec):
             way = "from" if direction == "ingress" else "to"
-            if peers is None or (isinstance(peers, (list, tuple)) and not peers):
+            # Missing or an empty list (the SDK hands lists over as Sequence proxies, not lists): every peer.
+            if peers is None or (isinstance(peers, Sequence) and not isinstance(peers, str) and not peers):
                 report(f"{r.name} in tenant namespace {ns} has an {direction} rule with no peers, which allows "
                        f"traffic {way} every pod, namespace and address; name the peers it needs", r.urn)
                 continue
@@ -139,11 +145,6 @@ def _no_open_network_policy(args: StackValidationArgs, report: ReportViolation) 
                     report(f"{r.name} in tenant namespace {ns} allows {direction} {way} pods of every namespace "
                            "(an empty namespaceSelector), other tenants' included; select the namespaces by name",
                            r.urn)
-
-
-def selector_narrows(selector: Any) -> bool:
-    s = mapping(selector)
-    return bool(mapping(s.get("matchLabels")) or maps(s.get("matchExpressions")))
 
 
 def _anywhere(cidr: Any) -> bool:
@@ -158,7 +159,7 @@ def _prod_network_bounds(args: StackValidationArgs, report: ReportViolation) -> 
     if environment(args.resources) != "prod":
         return
     tenants = _namespace_labels(args.resources)
-    for r, ns, spec in _tenant_network_policies(args.resources):
+    for r, ns, spec in _tenant_network_policies(args.resources, tenants):
         for direction, peers in _peers(spec):
             for peer in maps(peers):
                 block = mapping(peer.get("ipBlock"))
@@ -166,7 +167,7 @@ def _prod_network_bounds(args: StackValidationArgs, report: ReportViolation) -> 
                     report(f"{r.name} lets tenant {ns}'s pods reach every address ({block.get('cidr')}); in prod "
                            "list the networks they need (tenants[].allow_egress_cidrs)", r.urn)
                 selector = peer.get("namespaceSelector")
-                if direction == "ingress" and selector is not None and selector_narrows(selector):
+                if direction == "ingress" and selector_narrows(selector):
                     others = sorted(o for o, l in tenants.items() if o != ns and selects(mapping(selector), l))
                     if others:
                         report(f"{r.name} lets tenant(s) {', '.join(others[:5])} reach tenant {ns}'s pods; in prod "

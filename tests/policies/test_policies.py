@@ -132,6 +132,10 @@ CASES = [
     ("tenancy-no-open-network-policy", lambda r: changed(r, "dev-team-a-np-same-ns", _set(["spec", "ingress"], [{}])),
      ["dev-team-a-np-same-ns in tenant namespace team-a has an ingress rule with no peers, which allows traffic "
       "from every pod, namespace and address; name the peers it needs"]),
+    ("tenancy-no-open-network-policy", lambda r: changed(r, "dev-team-a-np-dns", _set(
+        ["spec", "egress", 0, "to"], [])),
+     ["dev-team-a-np-dns in tenant namespace team-a has an egress rule with no peers, which allows traffic to every "
+      "pod, namespace and address; name the peers it needs"]),
     ("tenancy-no-open-network-policy", lambda r: changed(r, "dev-team-b-np-same-ns", _set(
         ["spec", "egress"], [{"to": [{"namespaceSelector": {}, "podSelector": {}}], "ports": [{"port": 443}]}])),
      ["dev-team-b-np-same-ns in tenant namespace team-b allows egress to pods of every namespace (an empty "
