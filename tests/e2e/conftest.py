@@ -7,6 +7,7 @@ alone (`pytest -m e2e`) without the tools, the tests skip and say how to build t
 from __future__ import annotations
 
 import contextlib
+import copy
 import os
 import time
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ import yaml
 from components.k8s import mpi_operator
 from components.k8s.jobs import render_job
 from components.spec import ClusterSpec, NodePool, Tenant
+from tests.conftest import _DEV
 
 from .controlplane import ControlPlane, ControlPlaneError, missing_tools
 from .stack import STACKS, StackPlan, external_crds, kwok_nodes, ordered, plan_stack
@@ -226,6 +228,26 @@ def running_cluster(stack: str | Path, work: Path) -> Iterator[Cluster]:
         yield c
     finally:
         cp.close()
+
+
+@contextlib.contextmanager
+def dev_with_pool(work: Path, name: str, team_a_gpus: int, **pool: Any) -> Iterator[Cluster]:
+    """The dev stack plus a pool of two more DGX hosts like its own (`pool`: what differs), team-a holding
+    `team_a_gpus` of it, running on a fresh control plane."""
+    data = copy.deepcopy(_DEV)
+    data["sites"][0]["racks"][0]["pdu_capacity_kw"] = 60            # room for two more DGX hosts
+    extra = copy.deepcopy(data["node_pools"][0])
+    extra.update(name=name, **pool,
+                 hosts=[{"hostname": f"gpu-dev-0{i}", "address": f"10.10.0.1{i}", "rack": "r01"} for i in (3, 4)])
+    data["node_pools"].append(extra)
+    data["tenants"][0]["gpu_quota"][name] = team_a_gpus
+    # The MPI operator's health port is fixed (8080), and a stack's cluster may be running beside this one.
+    data["kubernetes"]["mpi_operator"] = {"enabled": False}
+    path = work / f"dev-{name}.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    with running_cluster(path, work) as c:
+        c.clean()
+        yield c
 
 
 def apply_plan(cp: ControlPlane, plan: StackPlan) -> list[str]:

@@ -3,17 +3,14 @@ of two hosts that only team-a may use."""
 
 from __future__ import annotations
 
-import copy
 from typing import Iterator
 
 import pytest
-import yaml
 
 from components.k8s.labels import POOL_LABEL
 from components.spec.hardware import DEDICATED_TAINT
-from tests.conftest import _DEV
 
-from .conftest import Cluster, running_cluster
+from .conftest import Cluster, dev_with_pool
 from .scenarios import grants
 from .test_scheduling import _assert_on_pool
 
@@ -23,19 +20,7 @@ OWNED = "h100-team-a"
 
 @pytest.fixture(scope="module")
 def owned(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    data = copy.deepcopy(_DEV)
-    data["sites"][0]["racks"][0]["pdu_capacity_kw"] = 60            # room for two more DGX hosts
-    pool = copy.deepcopy(data["node_pools"][0])
-    pool.update(name=OWNED, dedicated_to="team-a",
-                hosts=[{"hostname": f"gpu-dev-0{i}", "address": f"10.10.0.1{i}", "rack": "r01"} for i in (3, 4)])
-    data["node_pools"].append(pool)
-    data["tenants"][0]["gpu_quota"][OWNED] = 16
-    data["kubernetes"]["mpi_operator"] = {"enabled": False}          # its fixed health port: see test_sharing
-    work = tmp_path_factory.mktemp("e2e-dedicated")
-    path = work / "dev-dedicated.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    with running_cluster(path, work) as c:
-        c.clean()
+    with dev_with_pool(tmp_path_factory.mktemp("e2e-dedicated"), OWNED, 16, dedicated_to="team-a") as c:
         yield c
 
 

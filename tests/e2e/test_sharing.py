@@ -3,15 +3,11 @@ advertise nvidia.com/gpu.shared as the device plugin does with renameByDefault."
 
 from __future__ import annotations
 
-import copy
 from typing import Iterator
 
 import pytest
-import yaml
 
-from tests.conftest import _DEV
-
-from .conftest import Cluster, running_cluster
+from .conftest import Cluster, dev_with_pool
 from .scenarios import grants
 from .test_scheduling import _assert_on_pool
 
@@ -21,20 +17,8 @@ SHARED = "h100-shared"
 
 @pytest.fixture(scope="module")
 def mixed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    data = copy.deepcopy(_DEV)
-    data["sites"][0]["racks"][0]["pdu_capacity_kw"] = 60            # room for two more DGX hosts
-    pool = copy.deepcopy(data["node_pools"][0])
-    pool.update(name=SHARED, sharing={"time_slicing_replicas": 4},
-                hosts=[{"hostname": f"gpu-dev-0{i}", "address": f"10.10.0.1{i}", "rack": "r01"} for i in (3, 4)])
-    data["node_pools"].append(pool)
-    data["tenants"][0]["gpu_quota"][SHARED] = 8
-    # The MPI operator's health port is fixed (8080), and a stack's cluster may be running beside this one.
-    data["kubernetes"]["mpi_operator"] = {"enabled": False}
-    work = tmp_path_factory.mktemp("e2e-sharing")
-    path = work / "dev-shared.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    with running_cluster(path, work) as c:
-        c.clean()
+    with dev_with_pool(tmp_path_factory.mktemp("e2e-sharing"), SHARED, 8,
+                       sharing={"time_slicing_replicas": 4}) as c:
         yield c
 
 

@@ -7,8 +7,12 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from components.k8s.kueue import render_kueue_objects
+from components.k8s.tenant import tenancy_of
+from components.nodes.node_pool import managed_taint_keys, node_taints
 from components.spec import parse_spec
 from components.spec.hardware import GPU_MODELS
+from components.spec.tenants import Tenant, tenancy_problems
 from tests.conftest import _DEV, problems_of
 
 
@@ -185,8 +189,6 @@ def _dedicate(data, owner="team-a"):
 
 
 def test_a_dedicated_pool_taints_its_nodes_and_only_its_tenants_flavor_tolerates_it(dev_data):
-    from components.k8s.kueue import render_kueue_objects
-    from components.nodes.node_pool import managed_taint_keys, node_taints
     for t in dev_data["tenants"][1:]:
         t["gpu_quota"].pop("h100")
     spec = parse_spec(yaml.safe_dump(_dedicate(dev_data)))
@@ -211,8 +213,6 @@ def test_the_dedicated_taint_key_is_the_platforms(dev_data):
 
 
 def test_a_tenants_project_gets_no_quota_on_a_platform_tenants_dedicated_pool(dev_data):
-    from components.k8s.tenant import tenancy_of
-    from components.spec.tenants import Tenant, tenancy_problems
     for t in dev_data["tenants"][1:]:
         t["gpu_quota"].pop("h100")
     tenancy = tenancy_of(parse_spec(yaml.safe_dump(_dedicate(dev_data))))
