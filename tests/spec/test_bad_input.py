@@ -169,6 +169,9 @@ def test_every_string_in_the_spec_has_a_grammar_that_refuses_shell_words():
     (("kubernetes", "network_operator", "ofed_driver_version"), "latest", "'latest' is not a version"),
     (("fabric", "checks", "nccl_tests_image"), "Not An Image", "'Not An Image' is not an image reference"),
     (("tenants", 0, "groups", "admin"), [""], "tenants[0].groups.admin[0]: '' is not an identity group name"),
+    (("node_pools", 0, "dedicated_to"), "Team_A", "node_pools[0].dedicated_to: 'Team_A' is not a DNS label"),
+    (("node_pools", 0, "dedicated_to"), 5, "node_pools[0].dedicated_to: Input should be a valid string (got 5"),
+    (("validation", "fio_image"), "fio latest", "validation.fio_image: 'fio latest' is not an image reference"),
 ])
 def test_script_and_object_strings_are_held_to_their_grammar(dev_data, path, value, expected):
     node = dev_data
