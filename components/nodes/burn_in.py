@@ -23,9 +23,10 @@ VERDICT_FILE = "/var/lib/gpucluster/burn-in"     # the last verdict, which stand
 
 
 def burn_in_identity(pool: NodePool, host: Host) -> str:
-    """What a burn-in stands for: the host and its GPUs. Only a change to these replaces it (runs it anew);
-    a changed script or threshold updates it in place, and the script itself decides where it may run."""
-    return f"burn-in {host.hostname} {pool.gpu.count} x {pool.gpu.model}"
+    """What a burn-in stands for: the host, its GPUs and its hardware. Only a change to these replaces it (runs
+    it anew); a changed script or threshold updates it in place, and the script itself decides where it may run."""
+    hardware = f" on {host.hardware_id}" if host.hardware_id else ""
+    return f"burn-in {host.hostname} {pool.gpu.count} x {pool.gpu.model}{hardware}"
 
 # A verdict stands while tenants' pods run on the node: the burn-in saturates every GPU and NVLink, so it runs
 # again only where that disturbs nobody: a new node (no verdict yet), a quarantined one, or an idle one.

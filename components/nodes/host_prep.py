@@ -456,7 +456,8 @@ class PoolPrep:
     roll: str           # the rollout's step on a drained host
 
     def for_host(self, host: Host) -> Script:
-        return Script(script(f"Prepare {host.hostname} ({self.title})", host.hostname, self.create),
+        hardware = f", hardware {host.hardware_id}" if host.hardware_id else ""    # new hardware: run again
+        return Script(script(f"Prepare {host.hostname} ({self.title}{hardware})", host.hostname, self.create),
                       script(f"Undo the preparation of {host.hostname}", host.hostname, self.delete))
 
     def roll_for_host(self, host: Host, preparation: str) -> Script:

@@ -1,6 +1,6 @@
 """GpuNodePool: bare-metal GPU hosts made into healthy, schedulable Kubernetes GPU nodes.
 
-Per host, keyed by hostname (adding a host changes nothing for the others), three resources:
+Per host, keyed by hostname (adding a host changes nothing for the others), these resources:
 `<name>-<host>-prepare` over SSH (the host's fabric settings, when given, then its preparation, in one session),
 `<name>-<host>-burn-in` over SSH, and `<name>-<host>-node`, a NodePatch of the existing Node (patched, not
 owned) whose taints follow the burn-in: new nodes register with the burn-in taint (kubelet's
@@ -9,7 +9,9 @@ burn-in failed. The taint list is atomic under server-side apply (whoever applie
 patch carries the node's live taints of every key the library does not manage, read (`<name>-<host>-live`) after
 the burn-in, right before the patch: a person's or a health operator's taint survives a re-apply.
 Then the pool's rollout (rollout.py): per host `<name>-<host>-drain`, `-roll` and `-uncordon`, batch after
-batch, which pay the kubelet and containerd restarts preparation left owed on hosts where work runs.
+batch, which pay the kubelet and containerd restarts preparation left owed on hosts where work runs. And what
+retires a host removed from the spec (retire.py): `<name>-<host>-deregister` and `-leave` before its preparation,
+`-retire` after its rollout, each acting when it is deleted.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from ..bash import in_sequence
 from ..ssh import Script, SshTarget, digest, push
 from .burn_in import burn_in_identity, parse_result, render_burn_in
 from .host_prep import PoolPrep, render_pool_prep
+from .retire import render_retirement, undo_guard
 from .rollout import owed_restarts, render_rollout, rollout_batches
 
 BURN_IN_ANNOTATION = "gpucluster.io/burn-in"
@@ -77,14 +80,17 @@ def render_preparation(args: NodePoolArgs, host: Host, fabric: Script | None = N
     """The host's preparation, after its fabric settings when given (undone in the reverse order).
     `pool_prep`: the pool's, rendered once for all its hosts. Omitted: rendered here."""
     prep = (pool_prep or render_pool_preparation(args)).for_host(host)
-    if fabric is None:
-        return prep
-    assert isinstance(fabric.create, str) and isinstance(prep.create, str) and fabric.delete and prep.delete
+    assert isinstance(prep.create, str) and prep.delete
     host_, pool = host.hostname, args.pool.name
+    guard = undo_guard(args.pool, host)     # a host another pool took over keeps what that pool set
+    if fabric is None:
+        return Script(prep.create, in_sequence(f"{host_} ({pool}): undo its preparation", [prep.delete],
+                                               guard=guard))
+    assert isinstance(fabric.create, str) and fabric.delete
     return Script(in_sequence(f"{host_} ({pool}): its fabric settings, then its preparation",
                               [fabric.create, prep.create]),
                   in_sequence(f"{host_} ({pool}): undo its preparation, then its fabric settings",
-                              [prep.delete, fabric.delete]))
+                              [prep.delete, fabric.delete], guard=guard))
 
 
 def node_labels(args: NodePoolArgs, host: Host) -> dict[str, str]:
@@ -180,13 +186,20 @@ class GpuNodePool(pulumi.ComponentResource):
         pool_prep = render_pool_preparation(args)
         self.burn_in, self.prepared, self.subnet_managers = {}, {}, []
         rolls: dict[str, tuple[remote.Command, Script, pulumi.Resource]] = {}
+        self._kube = (kubeconfig, kube_context)
+        retirements = {h.hostname: render_retirement(pool, h, args.system_namespaces) for h in pool.hosts}
         for host in sorted(pool.hosts, key=lambda h: h.hostname not in subnet_managers):
             key = f"{name}-{host.hostname}"
             target = args.target(host)
             manager = host.hostname in subnet_managers
+            retire = retirements[host.hostname]
+            # First created, last deleted: a host that leaves the spec loses its Node after everything else.
+            deregister = self._kubectl(f"{key}-deregister", None, retire.deregister, [])
+            leave = push(f"{key}-leave", target, retire.membership, ssh_private_key, parent=self, converge=True,
+                         depends_on=[deregister])
             script = render_preparation(args, host, fabric.get(host.hostname), pool_prep)
             prepare = push(f"{key}-prepare", target, script, ssh_private_key, parent=self, converge=True,
-                           depends_on=[*after] if manager else [*after, *self.subnet_managers])
+                           depends_on=[leave, *after] if manager else [leave, *after, *self.subnet_managers])
             self.prepared[host.hostname] = prepare
             if manager:
                 self.subnet_managers.append(prepare)
@@ -217,32 +230,34 @@ class GpuNodePool(pulumi.ComponentResource):
         previous: list[pulumi.Resource] = []
         for batch in rollout_batches(pool):
             previous = [self._roll(f"{name}-{h.hostname}", args, h, pool_prep, *rolls[h.hostname], ssh_private_key,
-                                   after=previous, kubeconfig=kubeconfig, kube_context=kube_context)
-                        for h in batch]
+                                   after=previous) for h in batch]
+            # Last created, first deleted: a host that leaves the spec is drained before anything is undone.
+            for h, given_back in zip(batch, previous):
+                self._kubectl(f"{name}-{h.hostname}-retire", None, retirements[h.hostname].retire, [given_back])
         self.register_outputs({**intent, "burn_in": self.burn_in, "gpus": pool.gpus,
                                "peak_power_w_per_host": pool.peak_power_w_per_host})
 
     def _roll(self, key: str, args: NodePoolArgs, host: Host, pool_prep: PoolPrep, prepare: remote.Command,
               script: Script, patch: pulumi.Resource, ssh_private_key: pulumi.Input[str], *,
-              after: Sequence[pulumi.Resource], kubeconfig: pulumi.Input[str] | None,
-              kube_context: str | None) -> pulumi.Resource:
+              after: Sequence[pulumi.Resource]) -> pulumi.Resource:
         """The host's drain, roll and uncordon, after its Node patch and the previous batch; returns the last.
         All three run again whenever the preparation changes (its digest is in each); each does nothing where
         nothing is owed."""
         prepared = digest(script)
-        env: dict[str, pulumi.Input[str]] = {"GPUCLUSTER_OWED": prepare.stdout.apply(owed_restarts),
-            "GPUCLUSTER_ROLL": prepared}
-        if kube_context:
-            env["GPUCLUSTER_CONTEXT"] = kube_context
+        env = {"GPUCLUSTER_OWED": prepare.stdout.apply(owed_restarts), "GPUCLUSTER_ROLL": prepared}
         scripts = render_rollout(args.pool, host)
-
-        def kubectl(role: str, text: str, deps: Sequence[pulumi.Resource]) -> local.Command:
-            return local.Command(
-                f"{key}-{role}", create=text, update=text, interpreter=["/bin/bash", "-c"], environment=env,
-                stdin=None if kubeconfig is None else pulumi.Output.secret(kubeconfig),
-                add_previous_output_in_env=False, opts=pulumi.ResourceOptions(parent=self, depends_on=list(deps)))
-
-        drain = kubectl("drain", scripts.drain, [patch, *after])
+        drain = self._kubectl(f"{key}-drain", scripts.drain, None, [patch, *after], env)
         roll = push(f"{key}-roll", args.target(host), pool_prep.roll_for_host(host, prepared), ssh_private_key,
                     parent=self, converge=True, depends_on=[drain])
-        return kubectl("uncordon", scripts.uncordon, [roll])
+        return self._kubectl(f"{key}-uncordon", scripts.uncordon, None, [roll], env)
+
+    def _kubectl(self, name: str, create: str | None, delete: str | None, deps: Sequence[pulumi.Resource],
+                 env: Mapping[str, pulumi.Input[str]] | None = None) -> local.Command:
+        """A step run by bash where pulumi runs, with kubectl reaching the cluster as the pool was told. A
+        `create` runs again on every change (its `update`); a `delete` runs with the inputs it was stored with."""
+        kubeconfig, kube_context = self._kube
+        environment = {**(env or {}), **({"GPUCLUSTER_CONTEXT": kube_context} if kube_context else {})}
+        return local.Command(
+            name, create=create, update=create, delete=delete, interpreter=["/bin/bash", "-c"],
+            environment=environment or None, stdin=None if kubeconfig is None else pulumi.Output.secret(kubeconfig),
+            add_previous_output_in_env=False, opts=pulumi.ResourceOptions(parent=self, depends_on=list(deps)))

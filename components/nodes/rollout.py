@@ -45,7 +45,7 @@ def owed_restarts(stdout: str | None) -> str:
 
 # kubectl as pulumi runs it: the kubeconfig on standard input (a secret: the content, or a path to it, as the
 # Kubernetes provider's `kubeconfig` takes it), else kubectl's own (KUBECONFIG or ~/.kube/config).
-_KUBECTL = r"""
+KUBECTL = r"""
 need kubectl "the rollout drains and uncordons nodes with kubectl where pulumi runs; install it there"
 kubeconfig="$(cat)"
 if [[ -n "$kubeconfig" ]]; then
@@ -69,6 +69,7 @@ node_field() {
     || fail "kubectl cannot read node $HOST: $out"
   printf '%s' "$out"
 }
+# shellcheck disable=SC2034  # not every step reads the taints
 TAINTS='{range .spec.taints[*]}{.key}={.value}{"\n"}{end}'
 # has_taint TAINTS KEY[=VALUE]: TAINTS (node_field "$TAINTS") has that taint (grep reads all its input).
 has_taint() {
@@ -84,9 +85,16 @@ if [[ -z "$owed_units" ]]; then
   finish
   exit 0
 fi
+roll="${GPUCLUSTER_ROLL:-}" value=in-progress failed=failed why="restart $owed_units" drain_flags=()
+stuck="$HOST stays cordoned and tainted @TAINT@=failed, and the pool's later batches wait. Let its pods finish or move them (a PodDisruptionBudget that allows no eviction, a pod no controller owns), then run pulumi up again, which drains it again and goes on. To put it back to work meanwhile: kubectl taint node $HOST @TAINT@- && kubectl uncordon $HOST"
+"""
+
+# Taking a Node out: it reads roll (the annotation's value), value (the taint's), failed (the taint's when the
+# drain does not finish), why, stuck (what the error says then) and drain_flags (more of kubectl drain's).
+TAKE_OUT = r"""
 name="$(node_field '{.metadata.name}')"
 if [[ -z "$name" ]]; then
-  note "no Node $HOST in the cluster: nothing to drain before restarting $owed_units"
+  note "no Node $HOST in the cluster: nothing to drain before we $why"
   finish
   exit 0
 fi
@@ -97,20 +105,20 @@ if [[ -z "$marked" ]]; then
   "${kc[@]}" annotate node "$HOST" --overwrite @CORDONED_BEFORE@="${before:-false}" >/dev/null
   changed "marked for the rollout (cordoned before: ${before:-false})"
 fi
-"${kc[@]}" annotate node "$HOST" --overwrite @ANNOTATION@="${GPUCLUSTER_ROLL:-}" >/dev/null
+"${kc[@]}" annotate node "$HOST" --overwrite @ANNOTATION@="$roll" >/dev/null
 taints="$(node_field "$TAINTS")"
-if ! has_taint "$taints" @TAINT@=in-progress; then
-  "${kc[@]}" taint node "$HOST" --overwrite @TAINT@=in-progress:NoSchedule >/dev/null
-  changed "tainted @TAINT@=in-progress:NoSchedule"
+if ! has_taint "$taints" "@TAINT@=$value"; then
+  "${kc[@]}" taint node "$HOST" --overwrite "@TAINT@=$value:NoSchedule" >/dev/null
+  changed "tainted @TAINT@=$value:NoSchedule"
 fi
 if [[ "$before" != true ]]; then
   "${kc[@]}" cordon "$HOST" >/dev/null
   changed "cordoned"
 fi
-note "draining (PodDisruptionBudgets honoured, at most @TIMEOUT@s) to restart $owed_units"
-if ! drained="$("${kc[@]}" drain "$HOST" --ignore-daemonsets --delete-emptydir-data --timeout=@TIMEOUT@s 2>&1)"; then
-  "${kc[@]}" taint node "$HOST" --overwrite @TAINT@=failed:NoSchedule >/dev/null || true
-  fail "the drain did not finish: $(printf '%s\n' "$drained" | grep -iE 'error|cannot|timed out' | sed -n 1,3p | tr '\n' ' ')- $HOST stays cordoned and tainted @TAINT@=failed, and the pool's later batches wait. Let its pods finish or move them (a PodDisruptionBudget that allows no eviction, a pod no controller owns), then run pulumi up again, which drains it again and goes on. To put it back to work meanwhile: kubectl taint node $HOST @TAINT@- && kubectl uncordon $HOST"
+note "draining (PodDisruptionBudgets honoured, at most @TIMEOUT@s) to $why"
+if ! drained="$("${kc[@]}" drain "$HOST" --ignore-daemonsets --delete-emptydir-data --timeout=@TIMEOUT@s "${drain_flags[@]}" 2>&1)"; then
+  "${kc[@]}" taint node "$HOST" --overwrite "@TAINT@=$failed:NoSchedule" >/dev/null || true
+  fail "the drain did not finish: $(printf '%s\n' "$drained" | grep -iE 'error|cannot|timed out' | sed -n 1,3p | tr '\n' ' ')- $stuck"
 fi
 changed "drained: $(printf '%s\n' "$drained" | grep -c '^evicting pod' || true) pod(s) evicted"
 """
@@ -153,5 +161,5 @@ def render_rollout(pool: NodePool, host: Host) -> RolloutScripts:
     title = f"({pool.name}'s rollout, run by pulumi with kubectl)"
     return RolloutScripts(
         script(f"Drain {host.hostname} {title}", host.hostname,
-               _KUBECTL + fill(_DRAIN, TIMEOUT=pool.rollout.drain_timeout_s, **names)),
-        script(f"Give {host.hostname} back to work {title}", host.hostname, _KUBECTL + fill(_UNCORDON, **names)))
+               KUBECTL + fill(_DRAIN + TAKE_OUT, TIMEOUT=pool.rollout.drain_timeout_s, **names)),
+        script(f"Give {host.hostname} back to work {title}", host.hostname, KUBECTL + fill(_UNCORDON, **names)))

@@ -60,7 +60,9 @@ def render_report(spec: ClusterSpec, thresholds: Thresholds = Thresholds(),
               "that does not finish in time stops the pool's rollout and leaves that host cordoned and tainted "
               "`gpucluster.io/rollout=failed`; a host that fails its checks after the change stays cordoned and "
               "tainted `gpucluster.io/rollout=in-progress`. 'Draining at most' adds up the drain timeouts of the "
-              "batches, the longest the drains can take.", ""]
+              "batches, the longest the drains can take. A host removed from the spec is drained the same way "
+              "(tainted `gpucluster.io/rollout=retiring`), then undone, its kubelet stopped and its Node "
+              "deleted; a drain that does not finish keeps it, cordoned, with everything in place.", ""]
     lines += _md_table(["pool", "hosts", "max unavailable", "hosts a batch", "batches", "drain timeout",
                         "draining at most"], [
         [p.name, len(p.hosts), p.rollout.max_unavailable, len(batches[0]), len(batches),

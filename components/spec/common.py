@@ -325,6 +325,9 @@ InterfaceName = Annotated[str, AfterValidator(_grammar(INTERFACE_RE, "a network 
 PortName = Annotated[str, AfterValidator(_grammar(PORT_NAME_RE, "a switch port name", "swp1", 32))]
 UserName = Annotated[str, AfterValidator(_grammar(USER_RE, "a login name (lowercase letters, digits, '_.-')",
                                                   "ubuntu", 32))]
+HardwareId = Annotated[str, AfterValidator(_grammar(
+    re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]*$"), "a serial number or asset tag (letters, digits, '._:/-')",
+    "SN-7G2K4Q1", 64))]
 ImageRef = Annotated[str, AfterValidator(_grammar(IMAGE_RE, "an image reference", "nvcr.io/nvidia/pytorch:25.01-py3",
                                                   255))]
 AbsPath = Annotated[str, AfterValidator(_abs_path)]

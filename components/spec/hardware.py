@@ -10,7 +10,7 @@ from typing import Annotated, Iterator, Literal, NamedTuple
 
 from pydantic import AfterValidator, Field
 
-from .common import (AbsPath, DnsLabel, HostName, HostOrIp, InterfaceName, IpAddress, NodeLabels, CountOrPercent,
+from .common import (AbsPath, DnsLabel, HardwareId, HostName, HostOrIp, InterfaceName, IpAddress, NodeLabels, CountOrPercent,
                      Problem, SpecModel, Taint, UserName, Version, shown, valid)
 
 
@@ -149,6 +149,10 @@ class Host(SpecModel):
     host_key: HostKey | None = Field(
         None, description="SSH host key to pin. Omitted: the host's identity is not verified "
                           "(a warning in dev, refused by policy in staging/prod).")
+    hardware_id: HardwareId | None = Field(
+        None, description="The host's hardware: its chassis serial number or asset tag. Changing it says the hardware "
+                    "under this name was replaced: its preparation runs again and its burn-in runs anew. "
+                    "Omitted: not tracked (a replaced host is prepared again only when its host_key changes).")
     ssh_user: UserName | None = Field(None, description="Omitted: ssh.user.")
     ssh_port: int | None = Field(None, ge=1, le=65535, description="Omitted: ssh.port.")
     leaf_port: int | None = Field(

@@ -51,9 +51,9 @@ def test_verdicts_pass_only_when_every_size_meets_every_target():
     assert not dict((t, m) for t, m, _ in verdicts([wide]))["blast radius exact"]
 
 
-def test_the_rollout_may_add_its_three_resources_and_one_ssh_session_per_host_and_no_more():
+def test_rollout_and_retirement_may_add_three_resources_and_one_ssh_session_per_host_each_and_no_more():
     from bench import verdicts
-    ok = dict((t, m) for t, m, _ in verdicts([row(16, resources_per_added_node=7, commands_per_host=4)]))
-    assert ok["<= 7 resources per GPU node"] and ok["<= 4 SSH sessions per host"]
-    over = dict((t, m) for t, m, _ in verdicts([row(16, resources_per_added_node=8, commands_per_host=5)]))
-    assert not over["<= 7 resources per GPU node"] and not over["<= 4 SSH sessions per host"]
+    ok = dict((t, m) for t, m, _ in verdicts([row(16, resources_per_added_node=10, commands_per_host=5)]))
+    assert ok["<= 10 resources per GPU node"] and ok["<= 5 SSH sessions per host"]
+    over = dict((t, m) for t, m, _ in verdicts([row(16, resources_per_added_node=11, commands_per_host=6)]))
+    assert not over["<= 10 resources per GPU node"] and not over["<= 5 SSH sessions per host"]

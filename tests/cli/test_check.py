@@ -21,6 +21,7 @@ EXPECTED = {
     "prod-rack-power": {("power-rack-budget", "prod", "mandatory")},
     "prod-unpinned": {("ssh-host-key-pinned", name, "mandatory") for name in (
         "prod-h100-gpu-prod-08-burn-in", "prod-h100-gpu-prod-08-prepare", "prod-h100-gpu-prod-08-roll",
+        "prod-h100-gpu-prod-08-leave",
         "prod-storage-gpu-prod-08")},
 }
 

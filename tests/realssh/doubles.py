@@ -97,10 +97,13 @@ cat "$S/journal/$unit" 2>/dev/null || true
     "nvidia-persistenced": _RECORD,
     # the container runtime's view of the node's pods: PODS lists "namespace/name" of the ready sandboxes
     "crictl": _RECORD + r'''
+# `rmp` removes sandboxes for good (until the host's PODS change): they are listed in $S/removed-pods
 read -ra pods <<<"$PODS"
+touch "$S/removed-pods"
 case "$1" in
-  pods) for i in "${!pods[@]}"; do echo "sandbox$i"; done ;;
+  pods) for i in "${!pods[@]}"; do grep -qx "${pods[$i]}" "$S/removed-pods" || echo "sandbox$i"; done ;;
   inspectp) i=${*: -1}; echo "${pods[${i#sandbox}]}" ;;
+  rmp) for id in "${@:2}"; do [[ $id == -* ]] || echo "${pods[${id#sandbox}]}" >> "$S/removed-pods"; done ;;
   *) echo "crictl double: unknown command $1" >&2; exit 2 ;;
 esac
 ''',

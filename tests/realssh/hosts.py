@@ -89,7 +89,8 @@ class TestHost:
         self.sh(f"mkdir -p {shlex.quote(os.path.dirname(path))} && printf '%s' {shlex.quote(text)} > {shlex.quote(path)}")
 
     def set_hardware(self, **state: str) -> None:
-        self.sh(f"cat > {STATE_DIR}/state.env <<'EOF'\n{state_env({**HEALTHY, **state})}EOF")
+        self.sh(f"rm -f {STATE_DIR}/removed-pods && "       # pods `crictl rmp` removed come back with new ones
+                f"cat > {STATE_DIR}/state.env <<'EOF'\n{state_env({**HEALTHY, **state})}EOF")
 
     @contextmanager
     def without(self, tool: str) -> Iterator[None]:

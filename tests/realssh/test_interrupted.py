@@ -16,7 +16,9 @@ from tests.conftest import _DEV
 from tests.cutting import cut_everywhere
 from tests.realssh.doubles import STATE_DIR
 from components.nodes.rollout import owed_restarts
-from tests.realssh.test_node_scripts import DRAINED, TENANTS, preparation, roll_script
+from components.nodes.retire import LEFT_FILE, POOL_FILE
+from tests.realssh.test_node_scripts import (DRAINED, TENANTS, kubelet_state, membership, preparation,
+                                           roll_script, undo_part)
 from tests.realssh.test_storage_scripts import (SECRET, beegfs_server, host, loop, lustre_client,  # noqa: F401
                                                 rdma_client_module, run)
 
@@ -113,6 +115,7 @@ def test_host_preparation_destroyed_with_a_cut_then_created_again_converges(test
     engine retries a failed delete), then created again."""
     host = test_hosts.hosts["gpu-dev-03"]
     prep = preparation(host.name, **B)
+    undo = undo_part(host.name, **B)
 
     def recreated(k):
         ok(run(test_hosts, host, prep.delete))
@@ -120,8 +123,31 @@ def test_host_preparation_destroyed_with_a_cut_then_created_again_converges(test
         ok(run(test_hosts, host, prep.create))
         prepared_as_on_disk(host, k, power_cap=True)
         no_action_owed(host, k)
-    cut_everywhere(lambda text: run(test_hosts, host, text), prep.delete,
+    cut_everywhere(lambda text: run(test_hosts, host, text), undo,
                    lambda: ok(run(test_hosts, host, prep.create)), recreated, spread=4)
+
+
+def test_a_host_leaving_the_cluster_killed_anywhere_converges_on_the_next_run(test_hosts):
+    """`-leave`'s delete (kubelet stopped and disabled, the node agents' pods removed) cut at every risky step
+    and run again, as the engine retries a failed delete; then the host joins again and is prepared."""
+    host = test_hosts.hosts["gpu-dev-03"]
+    scripts = membership(host.name)
+
+    def joined():
+        host.set_hardware(PODS=DRAINED)          # node agents' pods only, none removed yet
+        ok(run(test_hosts, host, scripts.create))
+        ok(run(test_hosts, host, preparation(host.name).create))
+        assert kubelet_state(host) == (True, True)
+
+    def left(k):
+        assert kubelet_state(host) == (False, False), f"step {k}: kubelet still enabled or running"
+        assert host.exists(LEFT_FILE) and not host.exists(POOL_FILE), f"step {k}"
+        assert host.read(f"{STATE_DIR}/removed-pods").split() == DRAINED.split(), f"step {k}: agents' pods left"
+    try:
+        cut_everywhere(lambda text: run(test_hosts, host, text), scripts.delete, joined, left, spread=4)
+    finally:
+        host.set_hardware()
+    joined()
 
 
 # --- storage: LNet imports and BeeGFS restarts ------------------------------------------------------------

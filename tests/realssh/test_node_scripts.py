@@ -8,6 +8,7 @@ from components.nodes import NodePoolArgs
 from components.nodes.burn_in import parse_result, render_burn_in
 from components.nodes.host_prep import CPU_MANAGER_STATE, KUBELET_DROP_IN, PERSISTENCE_OVERRIDE, TUNING_UNIT
 from components.nodes.node_pool import render_pool_preparation, render_preparation
+from components.nodes.retire import LEFT_FILE, POOL_FILE, render_retirement
 from components.nodes.rollout import owed_restarts
 from components.spec import parse_spec
 from components.ssh import as_command, digest
@@ -34,6 +35,12 @@ def pool_host(name, software=None, **tuning):
 
 def preparation(name, software=None, **tuning):
     return render_preparation(*pool_host(name, software, **tuning))
+
+
+def undo_part(name, **tuning):
+    """The preparation's undo itself, without the guard the whole delete runs first (a cut lands inside it)."""
+    args, host = pool_host(name, **tuning)
+    return render_pool_preparation(args).for_host(host).delete
 
 
 def roll_script(name, **tuning):
@@ -382,3 +389,61 @@ def test_on_el_the_kubelet_flag_goes_to_the_file_its_unit_reads(test_hosts):
             'KUBELET_EXTRA_ARGS="--config-dir=/etc/kubernetes/kubelet.conf.d"\n'
         second = prepare(test_hosts, host)
     assert second.returncode == 0 and "restarted kubelet" not in second.stdout, second.stdout
+
+
+def membership(name):
+    args, host = pool_host(name)
+    return render_retirement(args.pool, host, args.system_namespaces).membership
+
+
+def kubelet_state(host):
+    return (host.exists(f"{STATE_DIR}/enabled/kubelet"), host.exists(f"{STATE_DIR}/active/kubelet"))
+
+
+def test_a_host_leaves_the_cluster_only_once_no_tenant_works_there_and_can_join_again(test_hosts):
+    host = test_hosts.hosts["gpu-dev-02"]
+    scripts = membership(host.name)
+    join = test_hosts.ssh(host, as_command(scripts.create, "root"))
+    assert join.returncode == 0 and host.read(POOL_FILE) == "h100\n", join.stderr
+    assert test_hosts.ssh(host, as_command(scripts.create, "root")).stdout.endswith("gpu-dev-02: 0 change(s)\n")
+    assert prepare(test_hosts, host).returncode == 0
+    with host.hardware(PODS=TENANTS):
+        out = test_hosts.ssh(host, as_command(scripts.delete, "root"))
+        assert out.returncode == 1
+        assert ("stopping kubelet to retire the host would disrupt 2 running pod(s): team-a/train-0 team-b/eval-1"
+                in out.stderr)
+        assert kubelet_state(host) == (True, True) and not host.exists(LEFT_FILE)
+    with host.hardware(PODS=DRAINED):
+        host.clear_calls()
+        out = test_hosts.ssh(host, as_command(scripts.delete, "root"))
+        assert out.returncode == 0, out.stderr
+        assert "gpu-dev-02: changed: stopped and disabled kubelet: the host no longer registers a Node" in out.stdout
+        assert "gpu-dev-02: changed: removed 2 pod(s) of node agents the kubelet left" in out.stdout
+        assert "crictl rmp -f sandbox0 sandbox1" in host.calls()
+        assert kubelet_state(host) == (False, False) and host.exists(LEFT_FILE) and not host.exists(POOL_FILE)
+        again = test_hosts.ssh(host, as_command(scripts.delete, "root"))
+        assert again.returncode == 0 and again.stdout.endswith("gpu-dev-02: 0 change(s)\n"), again.stdout
+    # Put back in the spec: kubelet is enabled again, and preparation starts it with its settings.
+    join = test_hosts.ssh(host, as_command(scripts.create, "root"))
+    assert "gpu-dev-02: changed: enabled kubelet again (a retirement had disabled it)" in join.stdout
+    assert kubelet_state(host) == (True, False) and not host.exists(LEFT_FILE)
+    assert prepare(test_hosts, host).returncode == 0
+    assert kubelet_state(host) == (True, True)
+
+
+def test_a_host_another_pool_took_over_keeps_its_preparation_fabric_and_kubelet(test_hosts):
+    """A host moved from pool h100 to another in one change: the new pool's resources run first, then the old
+    pool's are deleted, and those must leave the host as the new pool set it."""
+    host = test_hosts.hosts["gpu-dev-01"]
+    assert prepare(test_hosts, host).returncode == 0
+    host.put(POOL_FILE, "inference\n")          # what the new pool's join wrote
+    try:
+        for script in (undo, lambda hosts, h: hosts.ssh(h, as_command(membership(h.name).delete, "root"))):
+            out = script(test_hosts, host)
+            assert out.returncode == 0, out.stderr
+            assert "gpu-dev-01: prepared for pool inference now, not h100:" in out.stdout
+            assert "changed:" not in out.stdout
+        assert host.exists(KUBELET_DROP_IN) and kubelet_state(host) == (True, True)
+    finally:
+        host.sh(f"rm -f {POOL_FILE}")
+

@@ -172,6 +172,8 @@ def test_every_string_in_the_spec_has_a_grammar_that_refuses_shell_words():
     (("node_pools", 0, "dedicated_to"), "Team_A", "node_pools[0].dedicated_to: 'Team_A' is not a DNS label"),
     (("node_pools", 0, "dedicated_to"), 5, "node_pools[0].dedicated_to: Input should be a valid string (got 5"),
     (("validation", "fio_image"), "fio latest", "validation.fio_image: 'fio latest' is not an image reference"),
+    (("node_pools", 0, "hosts", 0, "hardware_id"), "SN 1;reboot",
+     "node_pools[0].hosts[0].hardware_id: 'SN 1;reboot' is not a serial number or asset tag"),
 ])
 def test_script_and_object_strings_are_held_to_their_grammar(dev_data, path, value, expected):
     node = dev_data

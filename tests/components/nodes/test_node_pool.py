@@ -29,7 +29,8 @@ def test_each_hosts_resources_are_keyed_by_hostname(dev_spec, record):
     pool = next(r for r in run.records if r.type == GpuNodePool.TYPE)
     children = sorted(short(r.urn) for r in run.records if r.parent == pool.urn)
     assert children == sorted(f"dev-h100-{h}-{role}" for h in ("gpu-dev-01", "gpu-dev-02")
-                              for role in ("prepare", "burn-in", "node", "live", "drain", "roll", "uncordon"))
+                              for role in ("prepare", "burn-in", "node", "live", "drain", "roll", "uncordon",
+                                           "deregister", "leave", "retire"))
     assert {r.kind for r in run.records if short(r.urn).endswith("-live")} == {"read"}
 
 
@@ -117,8 +118,9 @@ def test_adding_a_host_changes_nothing_for_the_others(dev_data, record):
     dev_data["node_pools"][0]["hosts"].append({"hostname": "gpu-dev-03", "address": "10.10.0.13", "rack": "r01"})
     after = plan(dev_data)
     assert {u for u in before if before[u] != after.get(u)} == set()
-    # prepare, burn-in, the node's patch and its live read, and the rollout's drain, roll and uncordon
-    assert len(after) - len(before) == 7
+    # prepare, burn-in, the node's patch and its live read, the rollout's drain, roll and uncordon, and what
+    # retires it: deregister, leave, retire
+    assert len(after) - len(before) == 10
 
 
 def test_a_failed_burn_in_quarantines_the_node_and_says_why(dev_spec):

@@ -16,6 +16,7 @@ from components.k8s.gpu_operator import render_gpu_operator_values
 from components.nodes import NodePoolArgs
 from components.nodes.host_prep import render_kubelet_config
 from components.nodes.node_pool import render_pool_preparation, render_preparation
+from components.nodes.retire import render_retirement, undo_guard
 from components.nodes.rollout import render_rollout
 from components.ssh import digest
 from components.spec import parse_spec
@@ -45,9 +46,14 @@ def scripts_of(spec):
     args = NodePoolArgs.from_spec(spec, pool)
     prep = render_preparation(args, host)
     rollout = render_rollout(pool, host)
-    return {"prepare": prep.create, "undo": prep.delete, "burn-in": render_burn_in(pool, host).create,
+    retirement = render_retirement(pool, host, args.system_namespaces)
+    return {"prepare": prep.create, "undo-in-sequence": prep.delete,
+            "undo": render_pool_preparation(args).for_host(host).delete, "undo-guard": undo_guard(pool, host),
+            "burn-in": render_burn_in(pool, host).create,
             "roll": render_pool_preparation(args).roll_for_host(host, digest(prep)).create,
-            "drain": rollout.drain, "uncordon": rollout.uncordon}
+            "drain": rollout.drain, "uncordon": rollout.uncordon, "retire": retirement.retire,
+            "deregister": retirement.deregister, "join": retirement.membership.create,
+            "leave": retirement.membership.delete}
 
 
 @pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck is not installed (.ci/run installs it)")
@@ -64,7 +70,8 @@ def test_every_script_passes_shellcheck(variant, dev_data, tmp_path):
 def test_scripts_are_strict_bash_and_report_changes(variant, dev_data):
     for name, text in scripts_of(spec_for(dev_data, variant)).items():
         assert text.startswith("#!/usr/bin/env bash\n"), name
-        assert "\nset -euo pipefail\n" in text and text.endswith("\nfinish\n"), name
+        assert "\nset -euo pipefail\n" in text, name
+        assert text.endswith("\nfinish\n") or name.endswith("-in-sequence"), name   # its parts end so
         assert not re.search(r"@[A-Z_]+@", text), name
 
 
