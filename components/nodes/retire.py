@@ -65,12 +65,7 @@ stuck="$HOST stays cordoned and tainted @TAINT@=retiring and is not retired: its
 """
 
 _DEREGISTER = r"""
-name="$(node_field '{.metadata.name}')"
-if [[ -z "$name" ]]; then
-  note "no Node $HOST in the cluster: nothing to deregister"
-  finish
-  exit 0
-fi
+end_if_no_node deregister
 system_namespaces=@SYSTEM@
 # tenants' pods still bound to it and not on their way out (a retirement drained them; a person may not have)
 bound="$("${kc[@]}" get pods -A --field-selector "spec.nodeName=$HOST" -o go-template \

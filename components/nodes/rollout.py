@@ -69,6 +69,16 @@ node_field() {
     || fail "kubectl cannot read node $HOST: $out"
   printf '%s' "$out"
 }
+# end_if_no_node WHAT: end the step, done, where this host has no Node, saying WHAT there is nothing to do.
+end_if_no_node() {
+  local name
+  name="$(node_field '{.metadata.name}')"
+  if [[ -z "$name" ]]; then
+    note "no Node $HOST in the cluster: nothing to $1"
+    finish
+    exit 0
+  fi
+}
 # shellcheck disable=SC2034  # not every step reads the taints
 TAINTS='{range .spec.taints[*]}{.key}={.value}{"\n"}{end}'
 # has_taint TAINTS KEY[=VALUE]: TAINTS (node_field "$TAINTS") has that taint (grep reads all its input).
@@ -92,12 +102,7 @@ stuck="$HOST stays cordoned and tainted @TAINT@=failed, and the pool's later bat
 # Taking a Node out: it reads roll (the annotation's value), value (the taint's), failed (the taint's when the
 # drain does not finish), why, stuck (what the error says then) and drain_flags (more of kubectl drain's).
 TAKE_OUT = r"""
-name="$(node_field '{.metadata.name}')"
-if [[ -z "$name" ]]; then
-  note "no Node $HOST in the cluster: nothing to drain before we $why"
-  finish
-  exit 0
-fi
+end_if_no_node "drain before we $why"
 # Marked first, with what it was: a run killed anywhere after this is finished or undone by the uncordon step.
 marked="$(node_field '{.metadata.annotations.gpucluster\.io/rollout-cordoned-before}')"
 before="$(node_field '{.spec.unschedulable}')"

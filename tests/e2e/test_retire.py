@@ -13,7 +13,7 @@ import pytest
 from components.spec import Host, NodePool
 
 from .conftest import Cluster, wait_for
-from .test_rollout import CORDONED_BEFORE_ANNOTATION, a_grant, node, rollout_taint, run_step
+from .test_rollout import CORDONED_BEFORE_ANNOTATION, a_grant, node, one_gpu_job, rollout_taint, run_step
 
 pytestmark = pytest.mark.e2e
 
@@ -34,13 +34,9 @@ def others(c: Cluster, host: str) -> dict[str, Any]:
 @pytest.fixture
 def busy(clean: Cluster, tmp_path: Path) -> Iterator[tuple[Cluster, NodePool, Host, dict[str, Any], Path]]:
     """A tenant's one-GPU job running; its pod's node and pool. Every Node as the spec has it afterwards."""
-    g = a_grant(clean)
-    job = clean.submit(clean.job(g.tenant, g.pool, "retired", pods=1, gpus_per_pod=1))
-    clean.wait_admitted(job)
-    (pod,) = clean.wait_running(job)
-    host = next(h for h in g.pool.hosts if h.hostname == pod["spec"]["nodeName"])
+    pool, host, job = one_gpu_job(clean, "retired")
     try:
-        yield clean, g.pool, host, job, tmp_path
+        yield clean, pool, host, job, tmp_path
     finally:
         clean.clean()
         clean.cp.kubectl("delete", "node", host.hostname, "--ignore-not-found")

@@ -56,16 +56,21 @@ def a_grant(c: Cluster) -> Grant:
     return next(g for g in grants(c.spec) if g.nominal)
 
 
+def one_gpu_job(c: Cluster, name: str) -> tuple[NodePool, Host, dict[str, Any]]:
+    """A tenant's one-GPU job `name`, admitted and running: its pod's pool, host and the job."""
+    g = a_grant(c)
+    job = c.submit(c.job(g.tenant, g.pool, name, pods=1, gpus_per_pod=1))
+    c.wait_admitted(job)
+    (pod,) = c.wait_running(job)
+    return g.pool, next(h for h in g.pool.hosts if h.hostname == pod["spec"]["nodeName"]), job
+
+
 @pytest.fixture
 def busy(clean: Cluster, tmp_path: Path) -> Iterator[tuple[Cluster, NodePool, Host, dict[str, Any], Path]]:
     """A tenant's one-GPU job running; its pod's node, the pool and the job."""
-    g = a_grant(clean)
-    job = clean.submit(clean.job(g.tenant, g.pool, "rolled", pods=1, gpus_per_pod=1))
-    clean.wait_admitted(job)
-    (pod,) = clean.wait_running(job)
-    host = next(h for h in g.pool.hosts if h.hostname == pod["spec"]["nodeName"])
+    pool, host, job = one_gpu_job(clean, "rolled")
     try:
-        yield clean, g.pool, host, job, tmp_path
+        yield clean, pool, host, job, tmp_path
     finally:
         restore(clean, host.hostname)
 

@@ -13,6 +13,13 @@ from components.bash import SKIP_REST
 from tests.conftest import ROOT
 
 
+def plan_of(data, tmp_path):
+    """The dev stack's plan with `data` as its spec."""
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return build_plan(run_program(ROOT, "dev", spec_file=path))
+
+
 def test_a_removed_hosts_resources_are_deleted_drain_first_and_node_last():
     """Pulumi deletes dependents before what they depend on, so each step must (transitively) depend on the
     one deleted after it: retire -> Node patch -> filesystem client -> preparation -> leave -> deregister."""
@@ -62,9 +69,7 @@ def test_removing_a_host_changes_nothing_that_stays(dev_data, tmp_path):
     """The plan with a third host, then without it: every resource of the two others is as it was, so the
     engine acts only on the removed host's (which it deletes)."""
     def plan(data):
-        path = tmp_path / "spec.yaml"
-        path.write_text(yaml.safe_dump(data))
-        return {r["urn"]: r for r in build_plan(run_program(ROOT, "dev", spec_file=path)).document["resources"]}
+        return {r["urn"]: r for r in plan_of(data, tmp_path).document["resources"]}
     dev_data["sites"][0]["racks"][0]["pdu_capacity_kw"] = 60
     dev_data["node_pools"][0]["hosts"].append({"hostname": "gpu-dev-03", "address": "10.10.0.13", "rack": "r01"})
     with_three = plan(dev_data)
@@ -81,9 +86,7 @@ def test_replaced_hardware_prepares_the_host_again_and_burns_it_in_anew(dev_data
     replaced (a new one, whatever the old verdict), and nothing of any other host changes."""
     def plan(hardware_id):
         dev_data["node_pools"][0]["hosts"][0]["hardware_id"] = hardware_id
-        path = tmp_path / "spec.yaml"
-        path.write_text(yaml.safe_dump(dev_data))
-        return build_plan(run_program(ROOT, "dev", spec_file=path))
+        return plan_of(dev_data, tmp_path)
     changes = {d.urn.rsplit("::", 1)[-1]: d.action for d in diff_plans(plan("SN-0001").document,
                                                                        plan("SN-0002").document)
                if d.action not in ("same", "read")}
