@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -12,6 +13,7 @@ from ..k8s.labels import BURN_IN_TAINT
 from ..spec import Host, NodePool
 from ..spec.hardware import HARDWARE_XIDS
 from ..ssh import Script
+from .driver import DRIVER_STACK_PACKAGES, render_driver_stack
 
 KUBELET_DROP_IN_DIR = "/etc/kubernetes/kubelet.conf.d"
 KUBELET_DROP_IN = f"{KUBELET_DROP_IN_DIR}/50-gpucluster.conf"
@@ -81,9 +83,12 @@ xids=$(dmesg 2>/dev/null | grep -E 'NVRM: Xid \(PCI:[^)]*\): (XIDS),' || true)
 note "$gpus x @PRODUCT@ present, no uncorrected ECC or hardware XID errors"
 """
 
+# A driver the rollout owes (software.package_repositories) runs on until then; any other mismatch stops.
 _DRIVER_VERSION = r"""
 driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader | sed -n 1p)
-[[ "$driver" == @VERSION@ ]] || fail "the NVIDIA driver is $driver but the pool runs @VERSION@ (software.driver_version); install @VERSION@ or change the spec"
+if [[ "$driver" != @VERSION@ ]] && ! owed restart-driver; then
+  fail "the NVIDIA driver is $driver but the pool runs @VERSION@ (software.driver_version); install @VERSION@, set software.package_repositories to have it installed, or change the spec"
+fi
 """
 
 # The GPU Operator's driver container would defer to a driver loaded on the host (and then never load its
@@ -170,14 +175,6 @@ fm=$(nv-fabricmanager --version 2>/dev/null | grep -oE '[0-9]+(\.[0-9]+)+' | sed
 [[ "$fm" == "$driver" ]] || fail "nvidia-fabricmanager is ${fm:-unknown} but the driver is $driver; install the matching version"
 """
 
-# Packages of the driver stack (NVIDIA driver, Fabric Manager, DOCA-OFED/MLNX_OFED) are held at the versions
-# the host runs: an unattended upgrade would move them on every node at once, under running jobs, and a Fabric
-# Manager upgraded apart from the driver stops CUDA (error 802). Upgrades are deliberate: unhold, upgrade,
-# reboot, node by node.
-DRIVER_STACK_PACKAGES = (r"^(nvidia-driver|nvidia-dkms|nvidia-kernel|nvidia-utils|nvidia-compute-utils|"
-                         r"nvidia-fabricmanager|nvidia-persistenced|nvidia-modprobe|libnvidia-|cuda-drivers|"
-                         r"kmod-nvidia|doca-|mlnx-ofed|mlnx-tools|ofed-|kmod-mlnx)")
-
 _HOLD = r"""
 # --- the driver stack held at the installed versions (no unattended upgrade moves it) -----------------
 hold_pattern=@PATTERN@
@@ -226,28 +223,29 @@ refuse_if_busy() {
 }
 """
 
-# Only a restart of what runs interrupts work: containerd, or a kubelet that is up (one that is down is started).
+# Only a restart of what runs interrupts work: containerd, the driver's reload, or a kubelet that is up (one that
+# is down is started).
 _DISRUPTIVE = r"""disruptive=()
 for unit in "${restart[@]}"; do
-  if [[ $unit == containerd ]] || systemctl is-active --quiet kubelet; then disruptive+=("$unit"); fi
+  if [[ $unit != kubelet ]] || systemctl is-active --quiet kubelet; then disruptive+=("$unit"); fi
 done"""
 _REFUSE_IF_DISRUPTIVE = _DISRUPTIVE + r"""
 if (( ${#disruptive[@]} )); then refuse_if_busy "restarting ${disruptive[*]} @FOR@"; fi"""
-# On a busy node the disruptive restarts stay owed (put_file owes them) and are left out of this run: the
-# rollout drains the node and pays them. The line ROLLOUT_OWED prints is what the rollout reads.
-_DEFER_IF_BUSY = _DISRUPTIVE + r"""
-deferred=()
-if (( ${#disruptive[@]} )); then
+# defer_if_busy: of the restarts in `restart`, those that would interrupt work stay owed (put_file owes them) and
+# leave `restart` for `deferred` where tenants' pods run (`busy_pods`): the rollout drains the node and pays
+# them. The line ROLLOUT_OWED prints is what the rollout reads.
+_DEFER = "\ndeferred=() busy_pods=()\ndefer_if_busy() {\n  local unit kept=() disruptive\n" + \
+    textwrap.indent(_DISRUPTIVE, "  ") + r"""
+  (( ${#disruptive[@]} )) || return 0
   need crictl "it lists the pods on this node before kubelet or containerd restart; install cri-tools"
   mapfile -t busy_pods < <(tenant_pods)
-  if (( ${#busy_pods[@]} )); then
-    deferred=("${disruptive[@]}")
-    kept=()
-    for unit in "${restart[@]}"; do [[ " ${deferred[*]} " == *" $unit "* ]] || kept+=("$unit"); done
-    restart=("${kept[@]}")
-    for unit in "${deferred[@]}"; do owe "restart-$unit"; done
-  fi
-fi"""
+  (( ${#busy_pods[@]} )) || return 0
+  for unit in "${restart[@]}"; do
+    if [[ " ${disruptive[*]} " == *" $unit "* ]]; then deferred+=("$unit"); owe "restart-$unit"; else kept+=("$unit"); fi
+  done
+  restart=("${kept[@]}")
+}
+"""
 
 # The CPU manager refuses to start on a state file written under another policy: compare with the policy the
 # file records (not with an earlier drop-in, which a replacement or a hand edit may have removed).
@@ -334,8 +332,8 @@ if [[ -n "$memlock_config" ]] && { ! same_file @MEMLOCK@ "$memlock_config" || ow
     && systemctl is-active --quiet containerd; then
   restart+=(containerd)
 fi
-@DEFER_IF_BUSY@
-""".replace("@DEFER_IF_BUSY@", _DEFER_IF_BUSY)
+defer_if_busy
+"""
 
 _MEMLOCK = r"""
 # --- RDMA: containers lock memory for the HCAs; restricted pods cannot add IPC_LOCK --------------------
@@ -401,6 +399,9 @@ note "left in place: drivers, services it enabled and /dev/shm in /etc/fstab (th
 """.replace("@REFUSE_IF_DISRUPTIVE@", _REFUSE_IF_DISRUPTIVE.replace("@FOR@", "without the gpucluster settings"))
 
 
+# Without software.package_repositories nothing installs the driver: a reload owed before is owed no more.
+_NO_STACK = "\npaid restart-driver\n"
+
 ROLLOUT_OWED = "rollout owed: "     # preparation's line naming the restarts it left to the rollout
 
 # The rollout's step on a host, after the node is drained: the restarts preparation left owed, then a short
@@ -409,7 +410,7 @@ _ROLL = r"""
 # --- the restarts preparation left owed, on the drained node ------------------------------------------
 need systemctl "this host does not run systemd"
 due=()
-for unit in containerd kubelet; do if owed "restart-$unit"; then due+=("$unit"); fi; done
+for unit in driver containerd kubelet; do if owed "restart-$unit"; then due+=("$unit"); fi; done
 if (( ${#due[@]} == 0 )); then
   note "no restart is owed here: nothing to roll"
   finish
@@ -419,6 +420,10 @@ need crictl "it lists the pods on this node before kubelet or containerd restart
 mapfile -t pods < <(tenant_pods)
 if (( ${#pods[@]} )); then
   fail "${#pods[@]} tenant pod(s) still run here after the drain (${pods[*]:0:5}); restarting ${due[*]} would stop them: find what keeps them (kubectl get pods -A --field-selector spec.nodeName=$HOST) and run pulumi up again"
+fi
+if owed restart-driver; then
+  if declare -F stack_apply >/dev/null; then stack_apply; fi    # the spec may have stopped installing it since
+  paid restart-driver
 fi
 if owed restart-containerd; then
   systemctl daemon-reload
@@ -481,7 +486,8 @@ def render_pool_prep(pool: NodePool, *, rdma: bool, gpudirect: bool = False, hos
     cpu_policy = "static" if t.kubelet_cpu_manager_static else "none"
     restart_kubelet = fill(_RESTART_KUBELET, STATE=CPU_MANAGER_STATE, POLICY=cpu_policy).strip("\n")
     busy = render_busy(system_namespaces)
-    parts = [busy]
+    stack = render_driver_stack(pool.software, nvswitch=pool.gpu.nvswitch)
+    parts = [busy, _DEFER] + ([stack.functions, stack.prepare] if stack else [_NO_STACK])
     if not host_driver:
         parts.append(fill(_PREFLIGHT_OPERATOR_DRIVER, GPUS=pool.gpu.count, MODEL=pool.gpu.model))
     else:
@@ -525,9 +531,14 @@ def render_pool_prep(pool: NodePool, *, rdma: bool, gpudirect: bool = False, hos
                       DIR=KUBELET_DROP_IN_DIR, OWED=ROLLOUT_OWED))
     undo = _UNDO.replace("@RESTART_KUBELET@", fill(_RESTART_KUBELET, STATE=CPU_MANAGER_STATE, POLICY="none")
                          .strip("\n"))
-    roll = [busy, _ROLL.replace("@RESTART_KUBELET@", restart_kubelet)]
+    roll = [busy] + ([stack.functions] if stack else []) + [_ROLL.replace("@RESTART_KUBELET@", restart_kubelet)] + \
+        ([fill(_HOLD, PATTERN=DRIVER_STACK_PACKAGES)] if stack else [])
     if host_driver:
         roll.append(preflight)
+        if pool.software.driver_version:
+            roll.append(fill(_DRIVER_VERSION, VERSION=pool.software.driver_version))
+        if pool.gpu.nvswitch:
+            roll.append(_FABRIC_MANAGER)
         if pool.burn_in.enabled:
             roll.append(_ROLL_DCGM)
     return PoolPrep(f"{pool.name}: {pool.gpu.count} x {pool.gpu.model}", "".join(parts), busy + fill(

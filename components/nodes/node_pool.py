@@ -9,7 +9,8 @@ burn-in failed. The taint list is atomic under server-side apply (whoever applie
 patch carries the node's live taints of every key the library does not manage, read (`<name>-<host>-live`) after
 the burn-in, right before the patch: a person's or a health operator's taint survives a re-apply.
 Then the pool's rollout (rollout.py): per host `<name>-<host>-drain`, `-roll` and `-uncordon`, batch after
-batch, which pay the kubelet and containerd restarts preparation left owed on hosts where work runs. And what
+batch, which pay the kubelet and containerd restarts and driver installs preparation left owed on hosts where
+work runs. And what
 retires a host removed from the spec (retire.py): `<name>-<host>-deregister` and `-leave` before its preparation,
 `-retire` after its rollout, each acting when it is deleted.
 """

@@ -1,7 +1,7 @@
 """A pool's rollout: changes that stop running work reach busy hosts a bounded batch at a time.
 
-Preparation never restarts kubelet or containerd under tenants' pods: it leaves those restarts owed on the host
-and prints `<host>: rollout owed: <units>`. Three steps per host then pay them, in order:
+Preparation never restarts kubelet or containerd, nor installs and reloads the driver stack (driver.py), under
+tenants' pods: it leaves that owed on the host and prints `<host>: rollout owed: <units>`. Three steps per host then pay them, in order:
 `<pool>-<host>-drain`, where pulumi runs (kubectl): mark, taint and cordon the Node, then drain it with
 PodDisruptionBudgets honoured; `<pool>-<host>-roll`, over SSH: the owed restarts and a short burn-in;
 `<pool>-<host>-uncordon`, where pulumi runs: the Node back in service as it was before. Hosts are taken by
@@ -22,7 +22,7 @@ from .host_prep import ROLLOUT_OWED
 ROLLOUT_ANNOTATION = "gpucluster.io/rollout"
 CORDONED_BEFORE_ANNOTATION = "gpucluster.io/rollout-cordoned-before"
 ROLLOUT_TAINT = "gpucluster.io/rollout"     # not a managed taint: the Node patch keeps it, as another's
-UNITS = ("containerd", "kubelet")
+UNITS = ("containerd", "driver", "kubelet")
 
 
 def rollout_batches(pool: NodePool) -> list[list[Host]]:

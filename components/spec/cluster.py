@@ -514,6 +514,12 @@ def _kubernetes(spec: ClusterSpec) -> Iterator[Problem]:
                                          ("tuning.persistence", pool.tuning.persistence),
                                          ("tuning.gpu_clock_lock_mhz", pool.tuning.gpu_clock_lock_mhz),
                                          ("tuning.gpu_power_limit_w", pool.tuning.gpu_power_limit_w)) if on]
+            if pool.software.package_repositories and pool.software.driver_version:
+                yield Problem(("node_pools", i, "software", "driver_version"),
+                              f"node pool {pool.name} installs driver {pool.software.driver_version} on its hosts "
+                              "(software.package_repositories), but the GPU Operator installs the driver "
+                              "(kubernetes.gpu_operator.driver_managed) and refuses hosts that have one; remove "
+                              "driver_version from the pool or set driver_managed: false")
             if host_work:
                 yield Problem(("kubernetes", "gpu_operator", "driver_managed"),
                               f"the GPU Operator installs the driver, but node pool {pool.name} sets "

@@ -362,6 +362,24 @@ CountOrPercent = Annotated[
 AptWord = Annotated[str, AfterValidator(_grammar(APT_WORD_RE, "an apt suite or component", "jammy", 64))]
 
 
+class PackageRepository(SpecModel):
+    """The site's repository (or mirror) of the backend's packages for one OS family: the only place missing
+    ones come from on hosts of that family."""
+
+    os_family: Literal["el", "debian"] = Field(
+        description="The hosts it serves: el (RHEL, Rocky, Alma: a dnf repository) or debian (Debian, Ubuntu, DGX "
+                    "OS: an apt repository). A repository is of one format; EL servers and Ubuntu GPU hosts need "
+                    "one each.")
+    url: Url = Field(description="Base URL: the dnf baseurl (el) or the apt URI (debian).")
+    gpg_key_url: Url | None = Field(None, description="Key its packages are signed with. Omitted: packages "
+                                                     "are installed unchecked (a mirror you control only).")
+    apt_suite: AptWord = Field("./", description="Debian/Ubuntu: the suite in the apt source line (e.g. jammy). "
+                                                "Omitted: './', a flat repository.")
+    apt_components: list[AptWord] = Field(default_factory=list, max_length=16,
+                                          description="Components after the suite (e.g. [non-free]). Omitted: "
+                                                      "none, as a flat repository has.")
+
+
 class Taint(SpecModel):
     """A Kubernetes node taint; pods need a matching toleration to land on the node."""
 

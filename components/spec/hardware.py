@@ -10,8 +10,8 @@ from typing import Annotated, Iterator, Literal, NamedTuple
 
 from pydantic import AfterValidator, Field
 
-from .common import (AbsPath, DnsLabel, HardwareId, HostName, HostOrIp, InterfaceName, IpAddress, NodeLabels, CountOrPercent,
-                     Problem, SpecModel, Taint, UserName, Version, shown, valid)
+from .common import (AbsPath, CountOrPercent, DnsLabel, HardwareId, HostName, HostOrIp, InterfaceName, IpAddress,
+                     NodeLabels, PackageRepository, Problem, SpecModel, Taint, UserName, Version, shown, valid)
 
 
 class GpuModelInfo(NamedTuple):
@@ -23,16 +23,17 @@ class GpuModelInfo(NamedTuple):
     nvswitch_at: int             # GPU count from which the board has NVSwitch (0: never)
     busbw_gb_per_s: float        # typical single-node NCCL all_reduce bus bandwidth at full board
     mig: bool                    # supports Multi-Instance GPU (7 compute slices)
+    open_modules_only: bool = False   # the driver's open kernel modules only (Grace Hopper, Blackwell)
 
 
 # One place for what each GPU model really is; a pool may override tdp_w, never the counts.
 GPU_MODELS: dict[str, GpuModelInfo] = {
     "H100-SXM5-80GB": GpuModelInfo("NVIDIA-H100-80GB-HBM3", 80, 700, (4, 8), True, 8, 450.0, True),
     "H200-SXM5-141GB": GpuModelInfo("NVIDIA-H200", 141, 700, (4, 8), True, 8, 460.0, True),
-    "B200-SXM6-180GB": GpuModelInfo("NVIDIA-B200", 180, 1000, (8,), True, 8, 800.0, True),
+    "B200-SXM6-180GB": GpuModelInfo("NVIDIA-B200", 180, 1000, (8,), True, 8, 800.0, True, True),
     "A100-SXM4-80GB": GpuModelInfo("NVIDIA-A100-SXM4-80GB", 80, 400, (4, 8), True, 8, 230.0, True),
     "A100-SXM4-40GB": GpuModelInfo("NVIDIA-A100-SXM4-40GB", 40, 400, (4, 8), True, 8, 230.0, True),
-    "GH200-96GB": GpuModelInfo("NVIDIA-GH200-480GB", 96, 1000, (1, 2, 4), True, 0, 100.0, True),
+    "GH200-96GB": GpuModelInfo("NVIDIA-GH200-480GB", 96, 1000, (1, 2, 4), True, 0, 100.0, True, True),
     # PCIe cards: NVLink only through 2-card bridges, so a whole host's all_reduce runs at PCIe speed.
     "A100-PCIE-80GB": GpuModelInfo("NVIDIA-A100-80GB-PCIe", 80, 300, (1, 2, 4, 8), True, 0, 20.0, True),
     "A100-PCIE-40GB": GpuModelInfo("NVIDIA-A100-PCIE-40GB", 40, 250, (1, 2, 4, 8), True, 0, 20.0, True),
@@ -273,12 +274,33 @@ class Software(SpecModel):
     """The GPU software stack a pool runs, so pools that train together run the same versions."""
 
     driver_version: Version | None = Field(
-        None, description="NVIDIA driver on the hosts (e.g. 570.124.06); host preparation fails on another. "
-                          "Omitted: whatever the hosts have.")
+        None, description="NVIDIA driver on the hosts (e.g. 570.124.06); host preparation fails on another, or "
+                          "with package_repositories installs it. Omitted: whatever the hosts have.")
+    driver_kernel_modules: Literal["open", "proprietary"] = Field(
+        "open", description="The driver's kernel modules where package_repositories installs it. Omitted: open, "
+                            "which NVIDIA recommends from Turing on and Grace Hopper and Blackwell require.")
+    doca_ofed_version: Version | None = Field(
+        None, description="DOCA-OFED release on the hosts (the doca-ofed package, e.g. 2.9.5), the RDMA stack "
+                          "NVIDIA's NICs and GPUDirect use; host preparation fails on another, or with "
+                          "package_repositories installs it. Omitted: whatever the hosts have (or the kernel's).")
+    package_repositories: list[PackageRepository] = Field(
+        default_factory=list, max_length=8,
+        description="Where the versions above are installed from: the site's mirrors of NVIDIA's CUDA repository "
+                    "(driver and Fabric Manager) and, for doca_ofed_version, of that DOCA release's repository, "
+                    "for the hosts' OS family. The packages are pinned to the versions (apt preferences, dnf "
+                    "versionlock); a host where tenants' work runs gets them from the pool's rollout, drained. "
+                    "Omitted: versions are checked, never installed (the hosts' image carries them).")
     cuda_version: Version | None = Field(None, description="CUDA the pool's images are built for. Omitted: not stated.")
     nccl_version: Version | None = Field(None, description="NCCL the pool's images carry. Omitted: not stated.")
     allow_version_skew: bool = Field(
         False, description="This pool may run other versions than the rest (a canary pool). Omitted: no.")
+
+    def _something_to_install(self) -> Iterator[Problem]:
+        if self.package_repositories and self.driver_version is None and self.doca_ofed_version is None:
+            yield Problem(("package_repositories",), "repositories to install from, but no version to install: "
+                                                     "set driver_version or doca_ofed_version, or remove them")
+
+    _checks = (_something_to_install,)
 
 
 # XIDs that mean the hardware is at fault (DBE, row remap, NVLink, fell off the bus, uncontained ECC), not the job
@@ -420,6 +442,14 @@ class NodePool(SpecModel):
                           "(gpu.tdp_w or the catalogue), which nvidia-smi refuses; use at most "
                           f"{self.gpu.power_w} or omit it")
 
+    def _driver_modules_run_the_gpu(self) -> Iterator[Problem]:
+        sw = self.software
+        if sw.package_repositories and sw.driver_version and sw.driver_kernel_modules == "proprietary" \
+                and self.gpu.info.open_modules_only:
+            yield Problem(("software", "driver_kernel_modules"),
+                          f"{self.gpu.model} runs only with the driver's open kernel modules (NVIDIA driver "
+                          "installation guide); use open")
+
     def _own_taint_keys(self) -> Iterator[Problem]:
         for i, t in enumerate(self.taints):
             if t.key == DEDICATED_TAINT:
@@ -427,7 +457,7 @@ class NodePool(SpecModel):
                                                     "dedicated_to; use dedicated_to, or a key under your own prefix")
 
     _checks = (_matches_host_model, _burn_in_floor_reachable, _topology_policy_fits_pods, _unique_nics,
-               _fits_the_host, _own_taint_keys)
+               _fits_the_host, _driver_modules_run_the_gpu, _own_taint_keys)
 
     @property
     def all_taints(self) -> list[Taint]:

@@ -7,8 +7,8 @@ from typing import Iterator, Literal, NamedTuple
 
 from pydantic import Field
 
-from .common import (AbsPath, AptWord, DevicePath, DnsLabel, HostName, InterfaceName, IpAddress, Problem,
-                     SpecModel, Url, Version)
+from .common import (AbsPath, DevicePath, DnsLabel, HostName, InterfaceName, IpAddress, PackageRepository,
+                     Problem, SpecModel, Version)
 from .hardware import HostKey
 
 # Upstream vocabulary for each backend's target roles; Lustre's mgs-mdt is a combined MGS and MDT on one device.
@@ -78,24 +78,6 @@ class StorageServer(SpecModel):
 SYSTEM_DIRS = frozenset({"/", "/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib32", "/lib64", "/opt", "/proc",
                          "/root", "/run", "/sbin", "/srv", "/sys", "/tmp", "/usr", "/var", "/var/lib", "/mnt"})
 SYSTEM_TREES = ("/proc", "/sys", "/dev", "/etc", "/usr", "/boot", "/run")
-
-
-class PackageRepository(SpecModel):
-    """The site's repository (or mirror) of the backend's packages for one OS family: the only place missing
-    ones come from on hosts of that family."""
-
-    os_family: Literal["el", "debian"] = Field(
-        description="The hosts it serves: el (RHEL, Rocky, Alma: a dnf repository) or debian (Debian, Ubuntu, DGX "
-                    "OS: an apt repository). A repository is of one format; EL servers and Ubuntu GPU hosts need "
-                    "one each.")
-    url: Url = Field(description="Base URL: the dnf baseurl (el) or the apt URI (debian).")
-    gpg_key_url: Url | None = Field(None, description="Key its packages are signed with. Omitted: packages "
-                                                     "are installed unchecked (a mirror you control only).")
-    apt_suite: AptWord = Field("./", description="Debian/Ubuntu: the suite in the apt source line (e.g. jammy). "
-                                                "Omitted: './', a flat repository.")
-    apt_components: list[AptWord] = Field(default_factory=list, max_length=16,
-                                          description="Components after the suite (e.g. [non-free]). Omitted: "
-                                                      "none, as a flat repository has.")
 
 
 class LustreTunables(SpecModel):

@@ -10,7 +10,8 @@ from __future__ import annotations
 from typing import NamedTuple, Sequence
 
 from ..bash import call, fill
-from ..spec.storage import PackageRepository
+from ..repos import repo_files
+from ..spec.common import PackageRepository
 from .layout import Layout
 
 BEEGFS_SBIN = "/opt/beegfs/sbin"       # where BeeGFS packages put their setup tools and daemons
@@ -135,30 +136,25 @@ def provide(layout: Layout, repositories: Sequence[PackageRepository], what: str
     """The script part that checks `needs` and installs what is missing from the repository of the host's OS
     family (an EL host never gets an apt source, nor a Debian one a dnf repository), or stops naming it."""
     body = _PROVIDE.replace("@REQUIRE@", "\n".join("  " + call("require", *r) for r in needs))
-    by_family = {r.os_family: r for r in repositories}
+    families = {r.os_family for r in repositories}
     repo_id = f"gpucluster-{layout.kind}-{layout.fs_name}"
+    files = repo_files(repo_id, f"gpucluster {layout.kind} {layout.version} ({layout.fs_name})", repositories)
     cases = []
     docs: dict[str, str] = {}
     values: dict[str, str] = {}
-    el = by_family.get("el")
-    if el is None:
+    if "el" not in families:
         cases.append(_REFUSE.replace("@FAMILY@", "el"))
     else:
-        docs["YUM_DOC"] = (f"[{repo_id}]\nname=gpucluster {layout.kind} {layout.version} ({layout.fs_name})\n"
-                           f"baseurl={el.url}\nenabled=1\n"
-                           + (f"gpgcheck=1\ngpgkey={el.gpg_key_url}" if el.gpg_key_url else "gpgcheck=0"))
-        values["YUM_REPO"], values["EL_URL"] = f"/etc/yum.repos.d/{repo_id}.repo", el.url
+        docs["YUM_DOC"] = files.yum_repo
+        values["YUM_REPO"] = f"/etc/yum.repos.d/{repo_id}.repo"
+        values["EL_URL"] = next(r.url for r in repositories if r.os_family == "el")
         cases.append(_INSTALL_EL)
-    deb = by_family.get("debian")
-    if deb is None:
+    if "debian" not in families:
         cases.append(_REFUSE.replace("@FAMILY@", "debian"))
     else:
-        keyring = f"/etc/apt/keyrings/{repo_id}.asc"
-        key = deb.gpg_key_url
-        apt_key = call("curl", "-fsSL", "--create-dirs", "-o", keyring, key) if key else ":  # trusted=yes: unsigned"
-        cases.append(_INSTALL_DEBIAN.replace("@APT_KEY@", apt_key))
-        values["APT_LIST"], values["DEB_URL"] = f"/etc/apt/sources.list.d/{repo_id}.list", deb.url
-        values["APT_LINE"] = " ".join(["deb", f"[{f'signed-by={keyring}' if key else 'trusted=yes'}]", deb.url,
-                                       deb.apt_suite, *deb.apt_components])
+        cases.append(_INSTALL_DEBIAN.replace("@APT_KEY@", files.apt_keys))
+        values["APT_LIST"] = f"/etc/apt/sources.list.d/{repo_id}.list"
+        values["DEB_URL"] = next(r.url for r in repositories if r.os_family == "debian")
+        values["APT_LINE"] = files.apt_list
     return fill(body.replace("@INSTALL@", "\n".join(cases)), docs, KERNEL_MARK=KERNEL, WHAT=what, OFED=OFED_SOURCE,
                 **values)

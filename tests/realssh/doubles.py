@@ -24,7 +24,7 @@ for ((i = 0; i < GPU_COUNT; i++)); do
   case "$query" in
     index) echo "$i" ;;
     name) echo "$GPU_NAME" ;;
-    driver_version) echo "$DRIVER" ;;
+    driver_version) cat /sys/module/nvidia/version 2>/dev/null || echo "$DRIVER" ;;
     index,ecc.errors.uncorrected.volatile.total) echo "$i, $ECC" ;;
     index,power.min_limit,power.max_limit) echo "$i, 200.00, 700.00" ;;
     index,persistence_mode)
@@ -93,7 +93,9 @@ unit=""
 while (( $# )); do case "$1" in -u) unit=${2%.service}; shift 2 ;; *) shift ;; esac; done
 cat "$S/journal/$unit" 2>/dev/null || true
 ''',
-    "nv-fabricmanager": _RECORD + 'echo "Fabric Manager version is : $FM_VERSION"\n',
+    # a Fabric Manager package a test installed says its version (test_driver_stack.py), else the host's
+    "nv-fabricmanager": _RECORD + 'echo "Fabric Manager version is : $(cat /opt/nvidia-test/fm-version 2>/dev/null '
+                                  '|| echo "$FM_VERSION")"\n',
     "nvidia-persistenced": _RECORD,
     # the container runtime's view of the node's pods: PODS lists "namespace/name" of the ready sandboxes
     "crictl": _RECORD + r'''
@@ -104,13 +106,22 @@ case "$1" in
   pods) for i in "${!pods[@]}"; do grep -qx "${pods[$i]}" "$S/removed-pods" || echo "sandbox$i"; done ;;
   inspectp) i=${*: -1}; echo "${pods[${i#sandbox}]}" ;;
   rmp) for id in "${@:2}"; do [[ $id == -* ]] || echo "${pods[${id#sandbox}]}" >> "$S/removed-pods"; done ;;
+  stopp) ;;
   *) echo "crictl double: unknown command $1" >&2; exit 2 ;;
 esac
 ''',
-    # a module whose build does not match the kernel (a marker file names it) fails to load, as insmod says
+    # a module whose build does not match the kernel (a marker file names it) fails to load, as insmod says; the
+    # nvidia module loaded is the version of the driver package a test installed, and it
+    # stays loaded while a process holds the GPUs (the gpus-held marker); see test_driver_stack.py
     "modprobe": _RECORD + r'''
+if [[ $1 == -r ]]; then
+  if [[ -e "$S/gpus-held" ]]; then echo "modprobe: FATAL: Module nvidia is in use." >&2; exit 1; fi
+  for m in "${@:2}"; do rm -rf "/sys/module/${m//-/_}"; done
+  exit 0
+fi
 if [[ -e "$S/bad-module-$1" ]]; then echo "modprobe: ERROR: could not insert '$1': Invalid argument" >&2; exit 1; fi
 mkdir -p "/sys/module/${1//-/_}"
+if [[ $1 == nvidia && -f /opt/nvidia-test/driver-version ]]; then cp /opt/nvidia-test/driver-version /sys/module/nvidia/version; fi
 ''',
     "dcgmi": _RECORD + r'''
 if [[ "$DCGM" == pass ]]; then echo "Diagnostic | Result: Pass"; else echo "Memory | Fail - GPU 3 row remap pending"; exit 226; fi

@@ -133,7 +133,8 @@ def test_a_driver_other_than_the_pools_fails_before_anything_changes(test_hosts)
     out = test_hosts.ssh(host, as_command(script.create, "root"))
     assert out.returncode == 1
     assert ("gpu-dev-03: error: the NVIDIA driver is 550.54.15 but the pool runs 570.124.06 "
-            "(software.driver_version); install 570.124.06 or change the spec") in out.stderr
+            "(software.driver_version); install 570.124.06, set software.package_repositories to have it installed, "
+            "or change the spec") in out.stderr
     assert mutating(host.calls()) == []
     # The right driver passes on to the next check (a power limit the GPUs refuse stops it before any change).
     same = preparation(host.name, software={"driver_version": "550.54.15"}, gpu_power_limit_w=150)

@@ -317,17 +317,19 @@ def test_an_o2ib_client_whose_verbs_driver_does_not_load_says_why(test_hosts, ho
     assert not host.exists("/etc/lnet.conf") or "o2ib" not in host.read("/etc/lnet.conf")
 
 
-def _deb(tmp, name: str, files: dict[str, str]) -> None:
+def _deb(tmp, name: str, files: dict[str, str], version: str = "7.4.7", depends: str = "") -> None:
     """A real Debian package that installs `files` (paths under directories the test host overlays)."""
-    root = tmp / name
+    root = tmp / f"{name}_{version}"
     for path, text in files.items():
         (root / path.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
         (root / path.lstrip("/")).write_text(text)
         (root / path.lstrip("/")).chmod(0o755)
     (root / "DEBIAN").mkdir()
-    (root / "DEBIAN" / "control").write_text(f"Package: {name}\nVersion: 7.4.7\nArchitecture: all\n"
-                                             "Maintainer: test <t@example.com>\nDescription: test double\n")
-    subprocess.run(["dpkg-deb", "--root-owner-group", "-b", str(root), str(tmp / "repo" / f"{name}.deb")],
+    (root / "DEBIAN" / "control").write_text(f"Package: {name}\nVersion: {version}\nArchitecture: all\n"
+                                             + (f"Depends: {depends}\n" if depends else "")
+                                             + "Maintainer: test <t@example.com>\nDescription: test double\n")
+    deb = f"{name}.deb" if version == "7.4.7" else f"{name}_{version}.deb"
+    subprocess.run(["dpkg-deb", "--root-owner-group", "-b", str(root), str(tmp / "repo" / deb)],
                    check=True, capture_output=True)
 
 

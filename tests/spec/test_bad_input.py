@@ -174,6 +174,12 @@ def test_every_string_in_the_spec_has_a_grammar_that_refuses_shell_words():
     (("validation", "fio_image"), "fio latest", "validation.fio_image: 'fio latest' is not an image reference"),
     (("node_pools", 0, "hosts", 0, "hardware_id"), "SN 1;reboot",
      "node_pools[0].hosts[0].hardware_id: 'SN 1;reboot' is not a serial number or asset tag"),
+    (("node_pools", 0, "software", "doca_ofed_version"), "2.9.5 && reboot",
+     "node_pools[0].software.doca_ofed_version: '2.9.5 && reboot' is not a version"),
+    (("node_pools", 0, "software", "package_repositories"), [{"os_family": "debian", "url": "ftp://mirror/cuda"}],
+     "node_pools[0].software.package_repositories[0].url: 'ftp://mirror/cuda' is not an http(s) or file URL"),
+    (("node_pools", 0, "software", "driver_kernel_modules"), "nouveau",
+     "node_pools[0].software.driver_kernel_modules: Input should be 'open' or 'proprietary'"),
 ])
 def test_script_and_object_strings_are_held_to_their_grammar(dev_data, path, value, expected):
     node = dev_data
@@ -207,6 +213,23 @@ def test_host_tuning_above_the_host_and_the_gpu_is_refused(dev_data):
     assert any("tuning.shm_size_gib:" in m and f"larger than the host's {memory} GiB" in m for m in found)
     assert any("tuning.gpu_power_limit_w: power limit 800 W is above the H100-SXM5-80GB's 700 W" in m
                for m in found)
+
+
+def test_a_driver_stack_that_cannot_be_installed_as_asked_is_refused_naming_each_field(dev_data):
+    mirror = [{"os_family": "debian", "url": "https://mirror.example.internal/cuda/ubuntu2204/x86_64"}]
+    dev_data["node_pools"][0]["software"] = {"package_repositories": mirror}
+    found = problems_of(dev_data)
+    assert any("node_pools[0].software.package_repositories: repositories to install from, but no version to "
+               "install: set driver_version or doca_ofed_version" in m for m in found), found
+    dev_data["node_pools"][0]["gpu"] = {"model": "B200-SXM6-180GB", "count": 8}
+    dev_data["node_pools"][0]["software"] = {"package_repositories": mirror, "driver_version": "570.124.06",
+                                             "driver_kernel_modules": "proprietary"}
+    dev_data["kubernetes"].setdefault("gpu_operator", {})["driver_managed"] = True
+    found = problems_of(dev_data)
+    assert any("node_pools[0].software.driver_kernel_modules: B200-SXM6-180GB runs only with the driver's open "
+               "kernel modules" in m for m in found), found
+    assert any("node_pools[0].software.driver_version: node pool h100 installs driver 570.124.06 on its hosts "
+               "(software.package_repositories), but the GPU Operator installs the driver" in m for m in found), found
 
 
 def test_a_nic_faster_than_its_leaf_port_is_refused(dev_data):

@@ -32,7 +32,23 @@ VARIANTS = {
     "operator-driver": lambda d: (d["kubernetes"].update(gpu_operator={"driver_managed": True}),
                                   d["node_pools"][0].update(tuning={"persistence": False},
                                                             burn_in={"enabled": False})),
+    "driver-stack": lambda d: d["node_pools"][0].update(software={
+        "driver_version": "570.124.06", "doca_ofed_version": "2.9.5", "package_repositories": MIRRORS}),
+    "driver-stack-proprietary-pcie": lambda d: (d["node_pools"][0]["gpu"].update(model="H100-PCIE-80GB"),
+                                                d["node_pools"][0].update(software={
+                                                    "driver_version": "550.163.01", "driver_kernel_modules":
+                                                    "proprietary", "package_repositories": MIRRORS[1:]})),
+    "doca-only-operator-driver": lambda d: (d["kubernetes"].update(gpu_operator={"driver_managed": True}),
+                                            d["node_pools"][0].update(
+                                                tuning={"persistence": False}, burn_in={"enabled": False},
+                                                software={"doca_ofed_version": "2.9.5",
+                                                          "package_repositories": MIRRORS})),
 }
+# NVIDIA's CUDA and DOCA repositories as a site mirrors them (the CUDA one signed, as NVIDIA's is).
+MIRRORS = [{"os_family": "debian", "url": "https://mirror.example.internal/cuda/ubuntu2204/x86_64",
+            "gpg_key_url": "https://mirror.example.internal/cuda/ubuntu2204/x86_64/3bf863cc.pub"},
+           {"os_family": "debian", "url": "https://mirror.example.internal/doca/2.9.5/ubuntu22.04/x86_64"},
+           {"os_family": "el", "url": "https://mirror.example.internal/cuda/rhel9/x86_64"}]
 
 
 def spec_for(dev_data, variant):
