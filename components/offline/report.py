@@ -12,7 +12,7 @@ from html import escape
 from typing import Any, Sequence
 
 from ..nodes.rollout import rollout_batches
-from ..spec import ClusterSpec
+from ..spec import ClusterSpec, NodePool
 from ..spec.topology import Topology, plan_topology
 from ..storage.filesystem import filesystem_outputs
 from ..storage.layout import plan_layout
@@ -41,6 +41,17 @@ def _md_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str
             *["| " + " | ".join(cell(v) for v in r) + " |" for r in rows], ""]
 
 
+def _driver_stack(pool: NodePool) -> str:
+    """What the pool's software settings make preparation and the rollout do with the driver stack."""
+    sw = pool.software
+    versions = [f"driver {sw.driver_version}" + (" + Fabric Manager" if pool.gpu.nvswitch else "")
+                if sw.driver_version else "", f"DOCA-OFED {sw.doca_ofed_version}" if sw.doca_ofed_version else ""]
+    named = ", ".join(v for v in versions if v)
+    if not named:
+        return "-"
+    return f"installs {named} from mirrors" if sw.package_repositories else f"checks {named}"
+
+
 def render_report(spec: ClusterSpec, thresholds: Thresholds = Thresholds(),
                   policies: PolicyResults | None = None) -> str:
     topology = plan_topology(spec)[0]
@@ -54,7 +65,8 @@ def render_report(spec: ClusterSpec, thresholds: Thresholds = Thresholds(),
          f"only {p.dedicated_to}" if p.dedicated_to else "shared"] for p in spec.node_pools])
 
     lines += ["## Rollout per pool", "",
-              "A change that restarts kubelet or containerd reaches hosts where tenants' pods run a batch at a time "
+              "A change that restarts kubelet or containerd, or a new driver stack to install (the 'driver stack' "
+              "column), reaches hosts where tenants' pods run a batch at a time "
               "(rack by rack): each is cordoned, drained (PodDisruptionBudgets honoured), changed, checked and "
               "given back before the next batch starts; hosts without tenants' pods take it at once. A drain "
               "that does not finish in time stops the pool's rollout and leaves that host cordoned and tainted "
@@ -64,10 +76,10 @@ def render_report(spec: ClusterSpec, thresholds: Thresholds = Thresholds(),
               "(tainted `gpucluster.io/rollout=retiring`), then undone, its kubelet stopped and its Node "
               "deleted; a drain that does not finish keeps it, cordoned, with everything in place.", ""]
     lines += _md_table(["pool", "hosts", "max unavailable", "hosts a batch", "batches", "drain timeout",
-                        "draining at most"], [
+                        "draining at most", "driver stack"], [
         [p.name, len(p.hosts), p.rollout.max_unavailable, len(batches[0]), len(batches),
-         f"{p.rollout.drain_timeout_s // 60} min", f"{len(batches) * p.rollout.drain_timeout_s / 3600:g} h"]
-        for p in spec.node_pools for batches in [rollout_batches(p)]])
+         f"{p.rollout.drain_timeout_s // 60} min", f"{len(batches) * p.rollout.drain_timeout_s / 3600:g} h",
+         _driver_stack(p)] for p in spec.node_pools for batches in [rollout_batches(p)]])
     lines += ["In order (a batch's first and last host, by rack then name):", ""]
     lines += [f"- {p.name}: " + "; ".join(
         f"{i}) {b[0].hostname}" + (f" .. {b[-1].hostname} ({len(b)})" if len(b) > 1 else "")
