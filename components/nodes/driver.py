@@ -240,6 +240,12 @@ stack_files() {
 """
 
 
+# Without repositories nothing installs the driver: a reload owed before is owed no more, and the repositories
+# and pin an earlier spec wrote go (the pin would hold apt to the old version through a manual upgrade).
+NO_STACK = "\n".join(["", "paid restart-driver", *(call("drop_file", f) for f in (APT_LIST, APT_PIN, YUM_REPO)),
+                      ""])
+
+
 class DriverStack(NamedTuple):
     functions: str      # defines stack_apply and what it needs (in preparation and the rollout's step)
     prepare: str        # preparation's part: files, then install now or owe

@@ -13,7 +13,7 @@ from ..k8s.labels import BURN_IN_TAINT
 from ..spec import Host, NodePool
 from ..spec.hardware import HARDWARE_XIDS
 from ..ssh import Script
-from .driver import DRIVER_STACK_PACKAGES, render_driver_stack
+from .driver import DRIVER_STACK_PACKAGES, NO_STACK, render_driver_stack
 
 KUBELET_DROP_IN_DIR = "/etc/kubernetes/kubelet.conf.d"
 KUBELET_DROP_IN = f"{KUBELET_DROP_IN_DIR}/50-gpucluster.conf"
@@ -399,9 +399,6 @@ note "left in place: drivers, services it enabled and /dev/shm in /etc/fstab (th
 """.replace("@REFUSE_IF_DISRUPTIVE@", _REFUSE_IF_DISRUPTIVE.replace("@FOR@", "without the gpucluster settings"))
 
 
-# Without software.package_repositories nothing installs the driver: a reload owed before is owed no more.
-_NO_STACK = "\npaid restart-driver\n"
-
 ROLLOUT_OWED = "rollout owed: "     # preparation's line naming the restarts it left to the rollout
 
 # The rollout's step on a host, after the node is drained: the restarts preparation left owed, then a short
@@ -487,7 +484,7 @@ def render_pool_prep(pool: NodePool, *, rdma: bool, gpudirect: bool = False, hos
     restart_kubelet = fill(_RESTART_KUBELET, STATE=CPU_MANAGER_STATE, POLICY=cpu_policy).strip("\n")
     busy = render_busy(system_namespaces)
     stack = render_driver_stack(pool.software, nvswitch=pool.gpu.nvswitch)
-    parts = [busy, _DEFER] + ([stack.functions, stack.prepare] if stack else [_NO_STACK])
+    parts = [busy, _DEFER] + ([stack.functions, stack.prepare] if stack else [NO_STACK])
     if not host_driver:
         parts.append(fill(_PREFLIGHT_OPERATOR_DRIVER, GPUS=pool.gpu.count, MODEL=pool.gpu.model))
     else:

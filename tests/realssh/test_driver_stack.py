@@ -11,13 +11,12 @@ import subprocess
 import pytest
 
 from components.nodes.driver import APT_LIST, APT_PIN
+from components.nodes.node_pool import render_pool_preparation, render_preparation
 from components.nodes.rollout import owed_restarts
-from components.ssh import as_command
+from components.ssh import as_command, digest
 from tests.realssh.doubles import STATE_DIR
 from tests.realssh.test_node_scripts import pool_host
 from tests.realssh.test_storage_scripts import _deb
-from components.nodes.node_pool import render_pool_preparation, render_preparation
-from components.ssh import digest
 
 OLD, NEW, NEWEST = "550.54.15", "550.127.05", "550.163.01"
 DOCA = "2.9.5"
@@ -36,8 +35,8 @@ def repo(tmp_path_factory):
         _deb(tmp, "nvidia-fabricmanager-550", {"/opt/nvidia-test/fm-version": f"{v}\n"}, f"{v}-1")
     for v in ("2.9.5-0.1.8", "2.10.0-0.5.3"):
         _deb(tmp, "doca-ofed", {"/opt/nvidia-test/doca-version": f"{v}\n"}, v)
-    index = subprocess.run(["dpkg-scanpackages", "--multiversion", "."], cwd=tmp / "repo", check=True, capture_output=True,
-                           text=True).stdout
+    index = subprocess.run(["dpkg-scanpackages", "--multiversion", "."], cwd=tmp / "repo", check=True,
+                           capture_output=True, text=True).stdout
     (tmp / "repo" / "Packages").write_text(index)
     return tmp / "repo"
 
@@ -144,3 +143,13 @@ def test_a_version_the_mirror_lacks_stops_before_anything_is_installed(test_host
     assert ("error: the NVIDIA driver 550.999.01 is in none of the repositories (software.package_repositories) as "
             "any of nvidia-open-550 nvidia-driver-550-server-open nvidia-driver-550-open nvidia-open; mirror that "
             "version there, or change the spec's version") in out.stderr
+
+
+def test_a_spec_that_stops_installing_removes_its_repositories_and_pin(test_hosts, repo, apt_host):
+    host = apt_host("gpu-dev-01")
+    assert prepared(test_hosts, host, repo, NEW).returncode == 0
+    args, h = pool_host(host.name, {"driver_version": NEW})          # checked only, from now on
+    out = test_hosts.ssh(host, as_command(render_preparation(args, h).create, "root"))
+    assert out.returncode == 0, out.stderr
+    assert f"changed: removed {APT_PIN}" in out.stdout and not host.exists(APT_PIN) and not host.exists(APT_LIST)
+    assert installed(host)["driver"] == NEW                          # what is installed stays, held

@@ -71,6 +71,7 @@ def test_preparation_installs_where_nobody_works_and_the_rollout_where_someone_d
     assert owed_restarts("gpu-dev-01: rollout owed: driver kubelet\n") == "driver kubelet"
     plain = render_pool_preparation(pool_args(dev_data, driver_version="570.124.06"))
     assert "stack_apply()" not in plain.create + plain.roll and "\npaid restart-driver\n" in plain.create
+    assert f"drop_file {APT_PIN}\n" in plain.create         # an earlier spec's pin would hold apt to its version
 
 
 def test_a_new_driver_version_rolls_the_pool_and_keeps_its_burn_in(dev_data):
