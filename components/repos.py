@@ -9,6 +9,12 @@ from .bash import call
 from .spec.common import PackageRepository
 
 
+# Refreshes only the list file @APT_LIST@ names (the host's other sources are not fetched: an air-gapped host
+# cannot reach them), keeping the other sources' lists.
+APT_UPDATE = ("apt-get update -qq -o Dir::Etc::sourcelist=@APT_LIST@ -o Dir::Etc::sourceparts=- "
+              "-o APT::Get::List-Cleanup=0")
+
+
 class RepoFiles(NamedTuple):
     apt_list: str          # the sources.list.d file's lines ("" without a debian repository)
     apt_keys: str          # script lines that fetch the signing keys the apt lines name (":" without any)

@@ -13,7 +13,7 @@ import re
 from typing import NamedTuple
 
 from ..bash import call, fill
-from ..repos import repo_files
+from ..repos import APT_UPDATE, repo_files
 from ..spec.hardware import Software
 
 REPO_ID = "gpucluster-driver-stack"
@@ -126,12 +126,14 @@ available_at() {
   done
   return 1
 }
+# add_spec NAME FULL: NAME at FULL (a version available_at printed) for the package manager, onto `specs`
+add_spec() { if [[ $stack_family == debian ]]; then specs+=("$1=$2"); else specs+=("$1-${2#*:}"); fi; }
 stack_install() {
   local i name full specs=() names=()
   (( ${#stack_missing[@]} )) || return 0
   if [[ $stack_family == debian ]]; then
     @APT_KEYS@
-    apt-get update -qq -o Dir::Etc::sourcelist=@APT_LIST@ -o Dir::Etc::sourceparts=- -o APT::Get::List-Cleanup=0
+    @APT_UPDATE@
   else
     dnf makecache -q >/dev/null
   fi
@@ -142,14 +144,12 @@ stack_install() {
     done
     [[ -n $full ]] || fail "${part_what[$i]} ${part_version[$i]} is in none of the repositories (software.package_repositories) as any of ${part_names[$i]}; mirror that version there, or change the spec's version"
     names+=("$name")
-    if [[ $stack_family == debian ]]; then specs+=("$name=$full"); else specs+=("$name-${full#*:}"); fi
+    add_spec "$name" "$full"
   done
   # the driver's other installed packages (libraries a meta package wants at ">=" the old version) come along
   while read -r name; do
     if [[ -z $driver_want || " ${names[*]} " == *" $name "* ]] || installed_at "$name" "$driver_want"; then continue; fi
-    if full=$(available_at "$name" "$driver_want"); then
-      if [[ $stack_family == debian ]]; then specs+=("$name=$full"); else specs+=("$name-${full#*:}"); fi
-    fi
+    if full=$(available_at "$name" "$driver_want"); then add_spec "$name" "$full"; fi
   done < <(stack_installed)
   if [[ $stack_family == debian ]]; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends --allow-change-held-packages \
@@ -264,6 +264,7 @@ def render_driver_stack(software: Software, *, nvswitch: bool) -> DriverStack | 
                 f"Pin: version /^([0-9]+:)?{re.escape(driver)}-/\nPin-Priority: 1001") if driver
            else call("drop_file", APT_PIN))
     functions = fill(_FUNCTIONS.replace("@APT_KEYS@", files.apt_keys.replace("\n", "\n    "))
+                     .replace("@APT_UPDATE@", APT_UPDATE)
                      .replace("@PARTS@", "\n".join(call("stack_part", *p) for p in pinned)),
                      APT_LIST=APT_LIST, DRIVER=driver, PACKAGES=DRIVER_STACK_PACKAGES)
     files_fn = fill(_FILES.replace("@PIN@", pin), {"YUM_DOC": files.yum_repo},

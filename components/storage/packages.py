@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import NamedTuple, Sequence
 
 from ..bash import call, fill
-from ..repos import repo_files
+from ..repos import APT_UPDATE, repo_files
 from ..spec.common import PackageRepository
 from .layout import Layout
 
@@ -128,7 +128,7 @@ _INSTALL_DEBIAN = r"""    debian)
       repo_url=@DEB_URL@
       @APT_KEY@
       put_file @APT_LIST@ 0644 @APT_LINE@
-      apt-get update -qq -o Dir::Etc::sourcelist=@APT_LIST@ -o Dir::Etc::sourceparts=- -o APT::Get::List-Cleanup=0
+      @APT_UPDATE@
       DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${PACKAGES[@]}" >/dev/null ;;"""
 
 
@@ -136,25 +136,25 @@ def provide(layout: Layout, repositories: Sequence[PackageRepository], what: str
     """The script part that checks `needs` and installs what is missing from the repository of the host's OS
     family (an EL host never gets an apt source, nor a Debian one a dnf repository), or stops naming it."""
     body = _PROVIDE.replace("@REQUIRE@", "\n".join("  " + call("require", *r) for r in needs))
-    families = {r.os_family for r in repositories}
+    by_family = {r.os_family: r for r in repositories}      # one a family (the spec checks)
     repo_id = f"gpucluster-{layout.kind}-{layout.fs_name}"
     files = repo_files(repo_id, f"gpucluster {layout.kind} {layout.version} ({layout.fs_name})", repositories)
     cases = []
     docs: dict[str, str] = {}
     values: dict[str, str] = {}
-    if "el" not in families:
+    if "el" not in by_family:
         cases.append(_REFUSE.replace("@FAMILY@", "el"))
     else:
         docs["YUM_DOC"] = files.yum_repo
         values["YUM_REPO"] = f"/etc/yum.repos.d/{repo_id}.repo"
-        values["EL_URL"] = next(r.url for r in repositories if r.os_family == "el")
+        values["EL_URL"] = by_family["el"].url
         cases.append(_INSTALL_EL)
-    if "debian" not in families:
+    if "debian" not in by_family:
         cases.append(_REFUSE.replace("@FAMILY@", "debian"))
     else:
-        cases.append(_INSTALL_DEBIAN.replace("@APT_KEY@", files.apt_keys))
+        cases.append(_INSTALL_DEBIAN.replace("@APT_KEY@", files.apt_keys).replace("@APT_UPDATE@", APT_UPDATE))
         values["APT_LIST"] = f"/etc/apt/sources.list.d/{repo_id}.list"
-        values["DEB_URL"] = next(r.url for r in repositories if r.os_family == "debian")
+        values["DEB_URL"] = by_family["debian"].url
         values["APT_LINE"] = files.apt_list
     return fill(body.replace("@INSTALL@", "\n".join(cases)), docs, KERNEL_MARK=KERNEL, WHAT=what, OFED=OFED_SOURCE,
                 **values)

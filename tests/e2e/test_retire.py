@@ -13,7 +13,8 @@ import pytest
 from components.spec import Host, NodePool
 
 from .conftest import Cluster, wait_for
-from .test_rollout import CORDONED_BEFORE_ANNOTATION, a_grant, node, one_gpu_job, rollout_taint, run_step
+from .test_rollout import (CORDONED_BEFORE_ANNOTATION, a_grant, blocking_budget, node, one_gpu_job, rollout_taint,
+                           run_step)
 
 pytestmark = pytest.mark.e2e
 
@@ -68,14 +69,7 @@ def test_a_retired_host_is_drained_then_its_node_deleted_and_nothing_else_change
 
 def test_a_retirement_a_budget_blocks_keeps_the_node_cordoned_and_refuses_to_delete_it(busy):
     c, pool, host, job, home = busy
-    ns = job["metadata"]["namespace"]
-    pdb = {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "retired", "namespace": ns},
-           "spec": {"minAvailable": 1, "selector": {"matchLabels": {
-               "batch.kubernetes.io/job-name": job["metadata"]["name"]}}}}
-    c.cp.apply_objects([pdb])
-    try:
-        wait_for(lambda: c.cp.get("pdb", "retired", namespace=ns).get("status", {}).get("expectedPods") == 1, 30,
-                 lambda: "the budget does not count the job's pod")
+    with blocking_budget(c, job, "retired"):
         retire = local_script(c, pool, host, "retire").replace(
             f"--timeout={pool.rollout.drain_timeout_s}s", "--timeout=5s")
         out = run_step(c, retire, home)
@@ -91,8 +85,6 @@ def test_a_retirement_a_budget_blocks_keeps_the_node_cordoned_and_refuses_to_del
         assert out.returncode == 1, out.stdout
         assert f"1 tenant pod(s) are still bound to {host.hostname}" in out.stderr
         assert host.hostname in c.nodes()
-    finally:
-        c.cp.kubectl("delete", "pdb", "retired", "-n", ns, "--ignore-not-found")
 
 
 def test_a_host_another_pool_took_over_is_not_retired(clean: Cluster, tmp_path: Path):

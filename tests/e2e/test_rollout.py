@@ -9,6 +9,7 @@ import subprocess
 import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -65,6 +66,23 @@ def one_gpu_job(c: Cluster, name: str) -> tuple[NodePool, Host, dict[str, Any]]:
     return g.pool, next(h for h in g.pool.hosts if h.hostname == pod["spec"]["nodeName"]), job
 
 
+@contextmanager
+def blocking_budget(c: Cluster, job: dict[str, Any], name: str) -> Iterator[None]:
+    """A PodDisruptionBudget `name` that allows no eviction of `job`'s pod, counted by the disruption
+    controller, inside the block; deleted after it."""
+    ns = job["metadata"]["namespace"]
+    pdb = {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": name, "namespace": ns},
+           "spec": {"minAvailable": 1, "selector": {"matchLabels": {
+               "batch.kubernetes.io/job-name": job["metadata"]["name"]}}}}
+    c.cp.apply_objects([pdb])
+    try:
+        wait_for(lambda: c.cp.get("pdb", name, namespace=ns).get("status", {}).get("expectedPods") == 1, 30,
+                 lambda: "the budget does not count the job's pod")
+        yield
+    finally:
+        c.cp.kubectl("delete", "pdb", name, "-n", ns, "--ignore-not-found")
+
+
 @pytest.fixture
 def busy(clean: Cluster, tmp_path: Path) -> Iterator[tuple[Cluster, NodePool, Host, dict[str, Any], Path]]:
     """A tenant's one-GPU job running; its pod's node, the pool and the job."""
@@ -109,14 +127,7 @@ def test_nothing_owed_means_no_drain_even_on_a_busy_node(busy):
 
 def test_a_drain_a_disruption_budget_blocks_stops_the_rollout_with_the_node_cordoned_and_failed(busy):
     c, pool, host, job, home = busy
-    ns = job["metadata"]["namespace"]
-    pdb = {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "rolled", "namespace": ns},
-           "spec": {"minAvailable": 1, "selector": {"matchLabels": {
-               "batch.kubernetes.io/job-name": job["metadata"]["name"]}}}}
-    c.cp.apply_objects([pdb])
-    try:
-        wait_for(lambda: c.cp.get("pdb", "rolled", namespace=ns).get("status", {}).get("expectedPods") == 1, 30,
-                 lambda: "the budget does not count the job's pod")
+    with blocking_budget(c, job, "rolled"):
         drain = render_rollout(pool, host).drain.replace(f"--timeout={pool.rollout.drain_timeout_s}s", "--timeout=5s")
         for attempt in (1, 2):          # a failed step is run again by the next pulumi up
             out = run_step(c, drain, home)
@@ -130,8 +141,6 @@ def test_a_drain_a_disruption_budget_blocks_stops_the_rollout_with_the_node_cord
         running = [p for p in c.pods(job) if p["spec"].get("nodeName") == host.hostname
                    and p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")]
         assert running, "the budget's pod was evicted"
-    finally:
-        c.cp.kubectl("delete", "pdb", "rolled", "-n", ns, "--ignore-not-found")
     # The budget lifted, the rollout goes on. The evicted pod is gone once the Job controller has replaced it:
     # with a back-off per index it keeps the failed pod (its failure count) until then, 10 s on a first eviction.
     out = run_step(c, drain.replace("--timeout=5s", "--timeout=60s"), home)
