@@ -118,7 +118,8 @@ class Fabric(pulumi.ComponentResource):
     def __init__(self, name: str, spec: ClusterSpec, ssh_private_key: pulumi.Input[str],
                  opts: pulumi.ResourceOptions | None = None, *, gpu_hosts: bool = True):
         """`gpu_hosts`: push the node pools' hosts' scripts too. False: whoever prepares those hosts runs
-        `host_scripts` in the same session (GpuCluster's node pools do), one SSH session fewer per host."""
+        `host_scripts` in the same session (GpuCluster's node pools do), one SSH session fewer per host, and
+        applies what bounces links (MTU, trust, PFC) where no tenant works, or leaves it to the pool's rollout."""
         intent = {"spec": spec.fabric.model_dump(mode="json")}
         super().__init__(self.TYPE, name, intent, opts)
         self.topology = plan_topology(spec)[0].summary({h.hostname: p.name for p, h in spec.hosts()})
@@ -129,8 +130,10 @@ class Fabric(pulumi.ComponentResource):
         pooled = {h.hostname for _, h in spec.hosts()}
         self.host_scripts, self.host_commands, self.subnet_managers = {}, {}, []
         for hostname, target, nics, env, storage in fabric_hosts(spec):
-            self.host_scripts[hostname] = render_fabric_host(spec, hostname, nics, env, storage)
-            if hostname in pooled and not gpu_hosts:
+            prepared_here = hostname in pooled and not gpu_hosts     # by its pool, which pays restart-fabric
+            self.host_scripts[hostname] = render_fabric_host(spec, hostname, nics, env, storage,
+                                                             in_place=prepared_here)
+            if prepared_here:
                 continue
             resource = push(f"{name}-{hostname}", target, self.host_scripts[hostname], ssh_private_key, parent=self,
                             depends_on=[] if hostname in sms else self.subnet_managers)

@@ -28,8 +28,15 @@ PUSH_WAIT_S = 60           # InfiniBand ports wait this long for the SM's sweep,
 IB_MTU_CODES = {256: 1, 512: 2, 1024: 3, 2048: 4, 4096: 5}             # IBTA encodings in partitions.conf
 IB_RATE_CODES = {40: 7, 56: 12, 100: 16, 200: 17, 400: 21, 800: 23}  # IBTA rate encodings (enum ibv_rate)
 
+# The apply script's arguments: how long to wait for NICs, and `all` (at boot, on a host no pod uses, in the
+# rollout's step) or `in-place`: what bounces links (MTU, trust, PFC, global pause) is not applied but owed
+# (`restart-fabric`), for the node's preparation to apply where no tenant works or to leave to the rollout.
 _COMMON = r'''
-WAIT_S=${1:-0}
+WAIT_S=${1:-0} MODE=${2:-all}
+[[ $MODE == all || $MODE == in-place ]] || fail "usage: $0 [WAIT_S] [all|in-place]"
+bounce_due=()
+# may_bounce WHAT: a setting that bounces the link may change now (else it is noted as due, for later)
+may_bounce() { if [[ $MODE == all ]]; then return 0; fi; bounce_due+=("$1"); return 1; }
 wait_for() { local i=0; while [[ ! -e "$1" ]] && (( i < WAIT_S )); do sleep 1; i=$((i + 1)); done; }
 # check_nic DEVICE INTERFACE RAIL LINK_LAYER: present, of the right kind, and paired as the spec says
 check_nic() {
@@ -46,7 +53,10 @@ check_nic() {
 set_mtu() {
   local mtu
   mtu=$(ip -o link show dev "$1" | sed -n 's/.* mtu \([0-9][0-9]*\) .*/\1/p')
-  if [[ "$mtu" != "$2" ]]; then ip link set dev "$1" mtu "$2"; changed "$1: MTU ${mtu:-unknown} -> $2"; fi
+  if [[ "$mtu" != "$2" ]] && may_bounce "$1: MTU ${mtu:-unknown} -> $2"; then
+    ip link set dev "$1" mtu "$2"
+    changed "$1: MTU ${mtu:-unknown} -> $2"
+  fi
 }
 '''
 
@@ -64,13 +74,13 @@ roce_nic() {
   set_mtu "$if" @MTU@
   qos=$(mlnx_qos -i "$if")
   trust=$(printf '%s\n' "$qos" | sed -n 's/^Priority trust state: *//p')
-  if [[ "$trust" != dscp ]]; then
+  if [[ "$trust" != dscp ]] && may_bounce "$if: trust ${trust:-unknown} -> dscp"; then
     mlnx_qos -i "$if" --trust dscp >/dev/null
     changed "$if: trust DSCP (was ${trust:-unknown})"
     qos=$(mlnx_qos -i "$if")
   fi
   pfc=$(printf '%s\n' "$qos" | awk '$1 == "enabled" { $1 = ""; gsub(/ /, ""); print; exit }')
-  if [[ "$pfc" != @PFC_BITS@ ]]; then
+  if [[ "$pfc" != @PFC_BITS@ ]] && may_bounce "$if: PFC ${pfc:-unknown} -> @PFC_BITS@"; then
     mlnx_qos -i "$if" --pfc @PFC@ >/dev/null
     changed "$if: PFC on priority @PRIO@ only (was ${pfc:-unknown})"
   fi
@@ -81,7 +91,7 @@ roce_nic() {
   set_sysfs "/sys/class/net/$if/ecn/roce_np/cnp_dscp" @CNP_DSCP@ "$if: CNPs marked DSCP @CNP_DSCP@"
   set_sysfs "/sys/class/net/$if/ecn/roce_np/cnp_802p_prio" @CNP_PRIO@ "$if: CNPs on priority @CNP_PRIO@"
   pause=$(ethtool -a "$if" 2>/dev/null | awk '$1 == "RX:" || $1 == "TX:" { printf "%s", $2 }' || true)
-  if [[ -n "$pause" && "$pause" != offoff ]]; then
+  if [[ -n "$pause" && "$pause" != offoff ]] && may_bounce "$if: global pause off"; then
     ethtool -A "$if" autoneg off rx off tx off
     changed "$if: global pause off (PFC replaces it)"
   fi
@@ -236,13 +246,33 @@ if [[ "$(systemctl is-enabled gpucluster-fabric 2>/dev/null || true)" != enabled
   systemctl enable gpucluster-fabric >/dev/null
   changed "enabled gpucluster-fabric at boot"
 fi
-if ! out=$(@APPLY@ @WAIT@); then
-  printf '%s\n' "$out"
-  fail "the fabric settings were not applied (see the error above)"
+run_fabric @MODE@
+'''
+
+# run_fabric MODE: the installed settings applied now (waiting for no NIC: the host runs); their lines and change
+# count become the caller's. Also in the node's preparation and rollout step, which pay `restart-fabric`.
+RUN_FABRIC = fill(r'''
+run_fabric() {
+  local out applied
+  if ! out=$(@APPLY@ 0 "$1"); then
+    printf '%s\n' "$out"
+    fail "the fabric settings were not applied (see the error above)"
+  fi
+  printf '%s\n' "$out" | grep -v ' change(s)$' || true
+  applied=$(printf '%s\n' "$out" | sed -n 's/^.*: \([0-9][0-9]*\) change(s)$/\1/p')
+  CHANGES=$((CHANGES + ${applied:-0}))
+}
+''', APPLY=APPLY)
+
+# What bounces links stays owed until it is applied: on a busy node the rollout drains it first.
+_BOUNCE = r'''
+# --- settings that bounce links: applied above (all), or owed (in-place) ------------------------------
+if (( ${#bounce_due[@]} )); then
+  owe restart-fabric
+  note "due where no tenant works (they bounce links): ${bounce_due[*]}"
+else
+  paid restart-fabric
 fi
-printf '%s\n' "$out" | grep -v ' change(s)$' || true
-applied=$(printf '%s\n' "$out" | sed -n 's/^.*: \([0-9][0-9]*\) change(s)$/\1/p')
-CHANGES=$((CHANGES + ${applied:-0}))
 '''
 
 
@@ -339,12 +369,16 @@ def render_apply(spec: ClusterSpec, hostname: str, nics: list[Nic], nccl: dict[s
     if nics:                     # a host NCCL runs on (not a storage server or a subnet manager alone)
         parts.append(fill(_NCCL.replace("@GID@", gid), {"NCCL_DOC": render_nccl_conf(nccl).rstrip("\n")},
                           NCCL_CONF=NCCL_CONF))
+    parts.append(_BOUNCE)
     return script(f"Fabric settings of {hostname} ({fabric.kind}, {len(nics)} NIC(s)), applied at every boot",
                   hostname, "".join(parts))
 
 
 def render_fabric_host(spec: ClusterSpec, hostname: str, nics: list[Nic], nccl: dict[str, str],
-                       storage_interfaces: Sequence[str] = ()) -> Script:
+                       storage_interfaces: Sequence[str] = (), *, in_place: bool = False) -> Script:
+    """`in_place`: the host's preparation runs next in the same session and applies what bounces links where
+    no tenant works, or leaves it to its pool's rollout (it pays `restart-fabric`). Omitted: applied at once
+    (a storage server, a subnet manager, a host this component prepares alone)."""
     priority = sm_priority(spec, hostname)
     ib = spec.fabric.infiniband
     sm = fill(_NO_OPENSM, UNIT=OPENSM_UNIT, CONF=OPENSM_CONF, PARTITIONS=PARTITIONS_CONF)
@@ -357,10 +391,10 @@ def render_fabric_host(spec: ClusterSpec, hostname: str, nics: list[Nic], nccl: 
                             "UNIT_DOC": unit},
                   DEV=first, CONF=OPENSM_CONF, PARTITIONS=PARTITIONS_CONF, UNIT=OPENSM_UNIT, PRIORITY=priority,
                   OURS=" ".join(ib.subnet_managers), TAKE_OVER="yes" if ib.take_over_existing_sm else "no")
-    push = fill(_PUSH.replace("@SM@", sm), {"APPLY_DOC": render_apply(spec, hostname, nics, nccl,
+    push = RUN_FABRIC + fill(_PUSH.replace("@SM@", sm), {"APPLY_DOC": render_apply(spec, hostname, nics, nccl,
                                                                     storage_interfaces).rstrip("\n"),
                                             "UNIT_DOC": _apply_unit()},
-                APPLY=APPLY, UNIT=APPLY_UNIT, WAIT=0)    # a running host waits for no NIC
+                APPLY=APPLY, UNIT=APPLY_UNIT, MODE="in-place" if in_place else "all")
     create = script(f"Fabric of {hostname}: {spec.fabric.kind}"
                     + (f", subnet manager priority {priority}" if priority is not None else ""), hostname, push)
     delete = script(f"Undo the fabric setup of {hostname}", hostname, fill(r'''

@@ -184,6 +184,7 @@ stack_load() {
   fi
   if [[ " $1 " == *" DOCA-OFED "* ]] && systemctl cat openibd >/dev/null 2>&1; then
     systemctl restart openibd
+    owe restart-fabric      # the reloaded NICs lost their settings: applied again after this (fabric/host.py)
   fi
   if [[ -n $driver_want ]]; then
     modprobe nvidia

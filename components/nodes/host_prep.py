@@ -8,7 +8,8 @@ from typing import Any, Sequence
 
 import yaml
 
-from ..bash import fill, script
+from ..bash import call, fill, script
+from ..fabric.host import APPLY as FABRIC_APPLY, RUN_FABRIC
 from ..k8s.labels import BURN_IN_TAINT
 from ..spec import Host, NodePool
 from ..spec.hardware import HARDWARE_XIDS
@@ -276,12 +277,44 @@ if [[ "$current" != @SIZE@ ]]; then
 fi
 """
 
+# The kubelet reads the hugepages' count only when it starts (its machine info is cached then: kubernetes#81774,
+# kubernetes#72307), and pods' memory grows or shrinks by them, so a new count is applied with a kubelet restart,
+# where no tenant works: elsewhere by the rollout. The kernel releases no page in use and finds fewer free
+# ones as memory fragments; what it cannot reserve at run time it reserves at boot from the sysctl file.
 _HUGEPAGES = r"""
-# --- hugepages ---------------------------------------------------------------------------------------
-put_file @FILE@ 0644 "vm.nr_hugepages = @PAGES@"
-if [[ "$(sysctl -n vm.nr_hugepages)" != @PAGES@ ]]; then
-  sysctl -q -w vm.nr_hugepages=@PAGES@
-  changed "reserved @PAGES@ hugepages of 2 MiB"
+# hugepages_apply COUNT: COUNT pages of 2 MiB reserved now, and the kubelet restarted to offer them
+hugepages_apply() {
+  local had have
+  had=$(sysctl -n vm.nr_hugepages)
+  owe restart-kubelet
+  if [[ "$had" != "$1" ]]; then
+    sysctl -q -w "vm.nr_hugepages=$1"
+    have=$(sysctl -n vm.nr_hugepages)
+    [[ "$have" == "$1" ]] || fail "the kernel holds $have hugepages of 2 MiB, not $1 (it releases no page in use and finds no more in fragmented memory at run time); reboot $HOST, which reserves them at boot, then run pulumi up again"
+    changed "hugepages of 2 MiB: $had -> $1"
+  fi
+  paid restart-hugepages
+}
+"""
+
+_HUGEPAGES_PREPARE = r"""
+# --- hugepages: a new count where no tenant works, else left to the rollout --------------------------
+@FILE_OP@
+if owed restart-hugepages || { [[ -e @FILE@ ]] && [[ "$(sysctl -n vm.nr_hugepages)" != @PAGES@ ]]; }; then
+  restart=(hugepages)
+  defer_if_busy
+  if (( ${#restart[@]} )); then hugepages_apply @PAGES@; fi
+fi
+"""
+
+# What bounces links (MTU, trust, PFC, pause), which the host's fabric settings left owed (fabric/host.py)
+_FABRIC_PREPARE = r"""
+# --- fabric settings that bounce links: where no tenant works, else left to the rollout ---------------
+if owed restart-fabric && [[ ! -x @APPLY@ ]]; then paid restart-fabric; fi      # the host has none any more
+if owed restart-fabric; then
+  restart=(fabric)
+  defer_if_busy
+  if (( ${#restart[@]} )); then run_fabric all; fi
 fi
 """
 
@@ -369,7 +402,7 @@ if [[ " ${deferred[*]} " != *" kubelet "* ]]; then
 fi
 if (( ${#deferred[@]} )); then
   note @OWED@"${deferred[*]}"
-  note "${#busy_pods[@]} tenant pod(s) run here (${busy_pods[*]:0:3}): restarting ${deferred[*]} is left to the pool's rollout, which drains the node first"
+  note "${#busy_pods[@]} tenant pod(s) run here (${busy_pods[*]:0:3}): ${deferred[*]} left to the pool's rollout, which drains the node first"
 fi
 """
 
@@ -400,6 +433,8 @@ note "left in place: drivers, services it enabled and /dev/shm in /etc/fstab (th
 
 
 ROLLOUT_OWED = "rollout owed: "     # preparation's line naming the restarts it left to the rollout
+# What preparation may leave to the rollout, in the order its step on the host pays them.
+ROLLOUT_UNITS = ("driver", "fabric", "hugepages", "containerd", "kubelet")
 
 # The rollout's step on a host, after the node is drained: the restarts preparation left owed, then a short
 # burn-in; a failure leaves the node cordoned and tainted (the uncordon waits on this step).
@@ -407,7 +442,7 @@ _ROLL = r"""
 # --- the restarts preparation left owed, on the drained node ------------------------------------------
 need systemctl "this host does not run systemd"
 due=()
-for unit in driver containerd kubelet; do if owed "restart-$unit"; then due+=("$unit"); fi; done
+for unit in @UNITS@; do if owed "restart-$unit"; then due+=("$unit"); fi; done
 if (( ${#due[@]} == 0 )); then
   note "no restart is owed here: nothing to roll"
   finish
@@ -416,12 +451,16 @@ fi
 need crictl "it lists the pods on this node before kubelet or containerd restart; install cri-tools"
 mapfile -t pods < <(tenant_pods)
 if (( ${#pods[@]} )); then
-  fail "${#pods[@]} tenant pod(s) still run here after the drain (${pods[*]:0:5}); restarting ${due[*]} would stop them: find what keeps them (kubectl get pods -A --field-selector spec.nodeName=$HOST) and run pulumi up again"
+  fail "${#pods[@]} tenant pod(s) still run here after the drain (${pods[*]:0:5}); what is owed (${due[*]}) would stop them: find what keeps them (kubectl get pods -A --field-selector spec.nodeName=$HOST) and run pulumi up again"
 fi
 if owed restart-driver; then
   if declare -F stack_apply >/dev/null; then stack_apply; fi    # the spec may have stopped installing it since
   paid restart-driver
 fi
+if owed restart-fabric; then      # after the driver stack: a new DOCA-OFED resets the NICs' settings
+  if [[ -x @APPLY@ ]]; then run_fabric all; else paid restart-fabric; fi
+fi
+if owed restart-hugepages; then hugepages_apply @PAGES@; fi     # owes the kubelet's restart
 if owed restart-containerd; then
   systemctl daemon-reload
   systemctl restart containerd
@@ -437,7 +476,7 @@ fi
 # --- a short burn-in before the node takes work again -------------------------------------------------
 for _ in $(seq 60); do systemctl is-active --quiet kubelet && break; sleep 1; done
 systemctl is-active --quiet kubelet || fail "kubelet is not running after its restart; see journalctl -u kubelet"
-"""
+""".replace("@UNITS@", " ".join(ROLLOUT_UNITS))
 
 _ROLL_DCGM = r"""
 need dcgmi "install NVIDIA DCGM (datacenter-gpu-manager) and start nvidia-dcgm"
@@ -484,7 +523,8 @@ def render_pool_prep(pool: NodePool, *, rdma: bool, gpudirect: bool = False, hos
     restart_kubelet = fill(_RESTART_KUBELET, STATE=CPU_MANAGER_STATE, POLICY=cpu_policy).strip("\n")
     busy = render_busy(system_namespaces)
     stack = render_driver_stack(pool.software, nvswitch=pool.gpu.nvswitch)
-    parts = [busy, _DEFER] + ([stack.functions, stack.prepare] if stack else [NO_STACK])
+    functions = busy + RUN_FABRIC + _HUGEPAGES      # what preparation and the rollout's step both call
+    parts = [functions, _DEFER] + ([stack.functions, stack.prepare] if stack else [NO_STACK])
     if not host_driver:
         parts.append(fill(_PREFLIGHT_OPERATOR_DRIVER, GPUS=pool.gpu.count, MODEL=pool.gpu.model))
     else:
@@ -498,6 +538,11 @@ def render_pool_prep(pool: NodePool, *, rdma: bool, gpudirect: bool = False, hos
         if pool.gpu.nvswitch:
             parts.append(_FABRIC_MANAGER)
     parts.append(fill(_HOLD, PATTERN=DRIVER_STACK_PACKAGES))    # DOCA-OFED too, wherever the driver lives
+    parts.append(fill(_FABRIC_PREPARE, APPLY=FABRIC_APPLY))
+    pages_file = (call("put_file", HUGEPAGES_SYSCTL, "0644", f"vm.nr_hugepages = {t.hugepages_2mi}", "restart-hugepages")
+                  if t.hugepages_2mi else call("drop_file", HUGEPAGES_SYSCTL, "restart-hugepages"))
+    parts.append(fill(_HUGEPAGES_PREPARE.replace("@FILE_OP@", pages_file), FILE=HUGEPAGES_SYSCTL,
+                      PAGES=t.hugepages_2mi))
     config = yaml.safe_dump(render_kubelet_config(pool), sort_keys=False).rstrip("\n")
     parts.append(fill(_RESTARTS, {"CONFIG_DOC": config}, DROP_IN=KUBELET_DROP_IN, DIR=KUBELET_DROP_IN_DIR,
                       MEMLOCK=MEMLOCK_DROP_IN, MEMLOCK_CONF="[Service]\nLimitMEMLOCK=infinity" if rdma else ""))
@@ -511,10 +556,6 @@ def render_pool_prep(pool: NodePool, *, rdma: bool, gpudirect: bool = False, hos
     if t.shm_size_gib:
         parts.append(fill(_SHM, SIZE=t.shm_size_gib, TAG=SHM_FSTAB_TAG,
                           LINE=f"tmpfs /dev/shm tmpfs defaults,size={t.shm_size_gib}G 0 0 {SHM_FSTAB_TAG}"))
-    if t.hugepages_2mi:
-        parts.append(fill(_HUGEPAGES, FILE=HUGEPAGES_SYSCTL, PAGES=t.hugepages_2mi))
-    else:
-        parts.append(fill("\ndrop_file @FILE@\n", FILE=HUGEPAGES_SYSCTL))
     tuning = render_tuning_script(pool)
     if tuning:
         unit = ("[Unit]\nDescription=GPU clocks, power cap and CPU governor (gpucluster)\n"
@@ -528,7 +569,8 @@ def render_pool_prep(pool: NodePool, *, rdma: bool, gpudirect: bool = False, hos
                       DIR=KUBELET_DROP_IN_DIR, OWED=ROLLOUT_OWED))
     undo = _UNDO.replace("@RESTART_KUBELET@", fill(_RESTART_KUBELET, STATE=CPU_MANAGER_STATE, POLICY="none")
                          .strip("\n"))
-    roll = [busy] + ([stack.functions] if stack else []) + [_ROLL.replace("@RESTART_KUBELET@", restart_kubelet)] + \
+    roll = [functions] + ([stack.functions] if stack else []) + \
+        [fill(_ROLL.replace("@RESTART_KUBELET@", restart_kubelet), APPLY=FABRIC_APPLY, PAGES=t.hugepages_2mi)] + \
         ([fill(_HOLD, PATTERN=DRIVER_STACK_PACKAGES)] if stack else [])
     if host_driver:
         roll.append(preflight)

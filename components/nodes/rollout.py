@@ -1,7 +1,8 @@
 """A pool's rollout: changes that stop running work reach busy hosts a bounded batch at a time.
 
-Preparation never restarts kubelet or containerd, nor installs and reloads the driver stack (driver.py), under
-tenants' pods: it leaves that owed on the host and prints `<host>: rollout owed: <units>`. Three steps per host then pay them, in order:
+Preparation never restarts kubelet or containerd, installs and reloads the driver stack (driver.py), changes
+what bounces the NICs' links (fabric/host.py) or the hugepages' count under tenants' pods: it leaves that owed
+on the host and prints `<host>: rollout owed: <units>`. Three steps per host then pay them, in order:
 `<pool>-<host>-drain`, where pulumi runs (kubectl): mark, taint and cordon the Node, then drain it with
 PodDisruptionBudgets honoured; `<pool>-<host>-roll`, over SSH: the owed restarts and a short burn-in;
 `<pool>-<host>-uncordon`, where pulumi runs: the Node back in service as it was before. Hosts are taken by
@@ -17,12 +18,11 @@ from typing import NamedTuple
 
 from ..bash import fill, script
 from ..spec import Host, NodePool
-from .host_prep import ROLLOUT_OWED
+from .host_prep import ROLLOUT_OWED, ROLLOUT_UNITS
 
 ROLLOUT_ANNOTATION = "gpucluster.io/rollout"
 CORDONED_BEFORE_ANNOTATION = "gpucluster.io/rollout-cordoned-before"
 ROLLOUT_TAINT = "gpucluster.io/rollout"     # not a managed taint: the Node patch keeps it, as another's
-UNITS = ("containerd", "driver", "kubelet")
 
 
 def rollout_batches(pool: NodePool) -> list[list[Host]]:
@@ -39,7 +39,7 @@ def owed_restarts(stdout: str | None) -> str:
     for line in (stdout or "").splitlines():
         _, sep, rest = line.partition(f": {ROLLOUT_OWED}")
         if sep:
-            owed = " ".join(sorted({u for u in rest.split() if u in UNITS}))
+            owed = " ".join(sorted({u for u in rest.split() if u in ROLLOUT_UNITS}))
     return owed
 
 

@@ -98,6 +98,24 @@ cat "$S/journal/$unit" 2>/dev/null || true
                                   '|| echo "$FM_VERSION")"\n',
     "nvidia-persistenced": _RECORD,
     # the container runtime's view of the node's pods: PODS lists "namespace/name" of the ready sandboxes
+    # vm.nr_hugepages is the host's own (the test hosts share the machine's kernel, whose count no test may
+    # change): the kernel reserves at most HUGEPAGES_FREE pages more than it holds (fragmented memory) and
+    # releases none of the HUGEPAGES_USED in use; every other key is the real sysctl's
+    "sysctl": _RECORD + r'''
+write=0 key=""
+for a in "$@"; do case "$a" in -w) write=1 ;; -*) ;; *) key=$a ;; esac; done
+case "$key" in
+  vm.nr_hugepages) cat "$S/nr_hugepages" 2>/dev/null || echo 0 ;;
+  vm.nr_hugepages=*)
+    (( write )) || { echo "sysctl: a value needs -w" >&2; exit 1; }
+    have=$(cat "$S/nr_hugepages" 2>/dev/null || echo 0) want=${key#*=}
+    free=${HUGEPAGES_FREE:-1000000} used=${HUGEPAGES_USED:-0}
+    (( want <= have + free )) || want=$((have + free))
+    (( want >= used )) || want=$used
+    echo "$want" > "$S/nr_hugepages" ;;
+  *) exec /usr/sbin/sysctl "$@" ;;
+esac
+''',
     "crictl": _RECORD + r'''
 # `rmp` removes sandboxes for good (until the host's PODS change): they are listed in $S/removed-pods
 read -ra pods <<<"$PODS"

@@ -181,7 +181,7 @@ def test_a_busy_node_takes_what_keeps_work_running_and_owes_the_restart_to_the_r
         out = prepare(test_hosts, host, **new)
         assert out.returncode == 0, out.stderr
         assert "gpu-dev-01: rollout owed: kubelet\n" in out.stdout and owed_restarts(out.stdout) == "kubelet"
-        assert ("2 tenant pod(s) run here (team-a/train-0 team-b/eval-1): restarting kubelet is left to the pool's "
+        assert ("2 tenant pod(s) run here (team-a/train-0 team-b/eval-1): kubelet left to the pool's "
                 "rollout, which drains the node first") in out.stdout
         assert "restarted kubelet" not in out.stdout and "CPU manager state" not in out.stdout
         assert "size=256G" in host.read("/etc/fstab")          # what does not stop work is done now

@@ -281,6 +281,22 @@ def short(urn: str) -> str:
     return urn.rsplit("::", 1)[-1]
 
 
+def test_what_bounces_links_is_left_to_the_preparation_only_on_hosts_a_pool_prepares(dev_spec, record):
+    pool = dev_spec.node_pools[0]
+    text = render_apply(dev_spec, "gpu-dev-01", pool.nics, nccl_envs(dev_spec)[pool.name])
+    bouncing = re.findall(r'may_bounce "([^"]*)"', text)
+    assert bouncing == ["$1: MTU ${mtu:-unknown} -> $2", "$if: trust ${trust:-unknown} -> dscp",
+                        "$if: PFC ${pfc:-unknown} -> 00010000", "$if: global pause off"]
+    assert "set_sysfs \"/sys/class/net/$if/ecn/$point/enable/3\" 1" in text      # ECN goes in place
+    assert text.index("owe restart-fabric") > text.index("put_file /etc/nccl.conf")
+    made = {}
+    run = record(lambda: made.setdefault("fabric", Fabric("f", dev_spec, ssh_key(), gpu_hosts=False)))
+    assert [short(r.urn) for r in run.records if "gpu-dev" in r.urn] == []      # their pool pushes them
+    scripts = made["fabric"].host_scripts
+    host, server = scripts["gpu-dev-01"].create, scripts["stor-dev-01"].create
+    assert "\nrun_fabric in-place\n" in host and "\nrun_fabric all\n" in server
+
+
 def test_one_script_per_host_and_managed_switch_keyed_by_name(dev_spec, record):
     run = record(lambda: Fabric("f", dev_spec, ssh_key()))
     fabric = next(r for r in run.records if r.type == Fabric.TYPE)

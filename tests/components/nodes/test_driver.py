@@ -66,7 +66,7 @@ def test_preparation_installs_where_nobody_works_and_the_rollout_where_someone_d
     prep = render_pool_preparation(args)
     assert "stack_files\nif stack_due; then\n  restart=(driver)\n  defer_if_busy" in prep.create
     assert prep.create.index("stack_due") < prep.create.index("need nvidia-smi")   # installed before it is needed
-    assert "for unit in driver containerd kubelet; do if owed" in prep.roll
+    assert "for unit in driver fabric hugepages containerd kubelet; do if owed" in prep.roll
     assert "stack_apply" in prep.roll and "apt-mark hold" in prep.roll              # and held once installed
     assert owed_restarts("gpu-dev-01: rollout owed: driver kubelet\n") == "driver kubelet"
     plain = render_pool_preparation(pool_args(dev_data, driver_version="570.124.06"))

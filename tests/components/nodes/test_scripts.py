@@ -111,6 +111,26 @@ def test_tuning_persists_through_a_boot_unit(dev_data):
     assert "power limit 600 W is outside" in prep
 
 
+def test_hugepages_and_link_settings_are_decided_before_the_kubelet_and_rolled_in_their_order(dev_data):
+    """A new hugepages count and what bounces links stop work: preparation decides them (busy or not) before
+    it decides the kubelet's restart, which a new count needs; the rollout's step pays them in that order."""
+    prep = render_pool_preparation(NodePoolArgs.from_spec(spec := spec_for(dev_data, "tuned"),
+                                                          spec.node_pools[0]))
+    create, roll = prep.create, prep.roll
+    assert create.index("restart=(fabric)") < create.index("restart=(hugepages)") < create.index("restart=()")
+    assert "put_file /etc/sysctl.d/90-gpucluster-hugepages.conf 0644 'vm.nr_hugepages = 1024' restart-hugepages" \
+        in create and "hugepages_apply 1024" in create
+    assert "sysctl -q -w" not in create.split("hugepages_apply() {")[0]      # only through hugepages_apply
+    paid = [roll.index(s) for s in ("stack_apply; fi", "run_fabric all", "hugepages_apply 1024",
+                                    "systemctl restart containerd", "restarted kubelet")]
+    assert paid == sorted(paid)
+    assert "owe restart-kubelet" in roll.split("hugepages_apply() {")[1].split("\n}\n")[0]
+    none = render_pool_preparation(NodePoolArgs.from_spec(dev := parse_spec(yaml.safe_dump(
+        {**dev_data, "node_pools": [{**dev_data["node_pools"][0], "tuning": {}}]})), dev.node_pools[0])).create
+    assert "drop_file /etc/sysctl.d/90-gpucluster-hugepages.conf restart-hugepages" in none
+    assert "hugepages_apply 0" in none          # what an earlier spec reserved is released, the kubelet told
+
+
 def test_no_tuning_removes_the_boot_unit(dev_data):
     prep = scripts_of(spec_for(dev_data, "minimal"))["prepare"]
     assert "drop_file /etc/systemd/system/gpucluster-node-tuning.service" in prep
