@@ -539,8 +539,9 @@ def render_pool_prep(pool: NodePool, *, rdma: bool, gpudirect: bool = False, hos
             parts.append(_FABRIC_MANAGER)
     parts.append(fill(_HOLD, PATTERN=DRIVER_STACK_PACKAGES))    # DOCA-OFED too, wherever the driver lives
     parts.append(fill(_FABRIC_PREPARE, APPLY=FABRIC_APPLY))
-    pages_file = (call("put_file", HUGEPAGES_SYSCTL, "0644", f"vm.nr_hugepages = {t.hugepages_2mi}", "restart-hugepages")
-                  if t.hugepages_2mi else call("drop_file", HUGEPAGES_SYSCTL, "restart-hugepages"))
+    pages_file = (call("put_file", HUGEPAGES_SYSCTL, "0644", f"vm.nr_hugepages = {t.hugepages_2mi}",
+                       "restart-hugepages") if t.hugepages_2mi
+                  else call("drop_file", HUGEPAGES_SYSCTL, "restart-hugepages"))
     parts.append(fill(_HUGEPAGES_PREPARE.replace("@FILE_OP@", pages_file), FILE=HUGEPAGES_SYSCTL,
                       PAGES=t.hugepages_2mi))
     config = yaml.safe_dump(render_kubelet_config(pool), sort_keys=False).rstrip("\n")
