@@ -29,6 +29,7 @@ def chart(spec: ClusterSpec) -> Chart:
 
 def render_kueue_config(spec: ClusterSpec) -> dict[str, Any]:
     """The controller's whole Configuration (the chart takes it as one string, replacing its default)."""
+    k = spec.kubernetes.kueue
     config: dict[str, Any] = {
         "apiVersion": "config.kueue.x-k8s.io/v1beta2", "kind": "Configuration",
         "health": {"healthProbeBindAddress": ":8081"},
@@ -40,6 +41,13 @@ def render_kueue_config(spec: ClusterSpec) -> dict[str, Any]:
         "manageJobsWithoutQueueName": True,
         "managedJobsNamespaceSelector": {"matchExpressions": [{"key": TENANT_LABEL, "operator": "Exists"}]},
         "integrations": {"frameworks": FRAMEWORKS},
+        # Stated, not left to Kueue's defaults (on since v1beta2): a workload whose pods cannot all run, at
+        # first or again after a drain, is evicted and queued again instead of holding its quota.
+        "waitForPodsReady": {"timeout": f"{k.pods_ready_timeout_s}s",
+                             "recoveryTimeout": f"{k.pods_recovery_timeout_s or k.pods_ready_timeout_s}s",
+                             "blockAdmission": False,
+                             "requeuingStrategy": {"timestamp": "Eviction", "backoffBaseSeconds": 60,
+                                                   "backoffMaxSeconds": 3600}},
     }
     if network_operator_enabled(spec):
         # RDMA devices are a per-node device-plugin count, not a quota: Kueue must not refuse pods that ask for one.

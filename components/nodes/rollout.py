@@ -23,6 +23,7 @@ from .host_prep import ROLLOUT_OWED, ROLLOUT_UNITS
 ROLLOUT_ANNOTATION = "gpucluster.io/rollout"
 CORDONED_BEFORE_ANNOTATION = "gpucluster.io/rollout-cordoned-before"
 ROLLOUT_TAINT = "gpucluster.io/rollout"     # not a managed taint: the Node patch keeps it, as another's
+STUCK_DELETION_S = 60       # a drain waits no longer for a pod whose grace period ended this long ago
 
 
 def rollout_batches(pool: NodePool) -> list[list[Host]]:
@@ -95,7 +96,11 @@ if [[ -z "$owed_units" ]]; then
   finish
   exit 0
 fi
-roll="${GPUCLUSTER_ROLL:-}" value=in-progress failed=failed why="restart $owed_units" drain_flags=()
+# A pod still there STUCK_S after its grace period ended has had its containers killed: what keeps it is a
+# finalizer (a Job's tracking one, while Kueue holds the Job suspended: its workload evicted, with no node to
+# replace this one), not work; the roll step checks on the host that nothing runs.
+roll="${GPUCLUSTER_ROLL:-}" value=in-progress failed=failed why="restart $owed_units"
+drain_flags=(--skip-wait-for-delete-timeout=@STUCK_S@)
 stuck="$HOST stays cordoned and tainted @TAINT@=failed, and the pool's later batches wait. Let its pods finish or move them (a PodDisruptionBudget that allows no eviction, a pod no controller owns), then run pulumi up again, which drains it again and goes on. To put it back to work meanwhile: kubectl taint node $HOST @TAINT@- && kubectl uncordon $HOST"
 """
 
@@ -166,5 +171,6 @@ def render_rollout(pool: NodePool, host: Host) -> RolloutScripts:
     title = f"({pool.name}'s rollout, run by pulumi with kubectl)"
     return RolloutScripts(
         script(f"Drain {host.hostname} {title}", host.hostname,
-               KUBECTL + fill(_DRAIN + TAKE_OUT, TIMEOUT=pool.rollout.drain_timeout_s, **names)),
+               KUBECTL + fill(_DRAIN + TAKE_OUT, TIMEOUT=pool.rollout.drain_timeout_s, STUCK_S=STUCK_DELETION_S,
+                              **names)),
         script(f"Give {host.hostname} back to work {title}", host.hostname, KUBECTL + fill(_UNCORDON, **names)))

@@ -88,6 +88,17 @@ class KueueSettings(ChartSource):
     chart_version: str = Field("0.19.2", pattern=VERSION, description="Omitted: 0.19.2.")
     cohort: DnsLabel = Field("gpu-cluster", description="Cohort every tenant ClusterQueue joins. Omitted: gpu-cluster.")
     fair_sharing: bool = Field(False, description="Omitted: borrowing is first come, first served.")
+    pods_ready_timeout_s: int = Field(
+        1800, ge=60, le=86400,
+        description="How long an admitted workload may take until all its pods run and are ready (images of tens "
+                    "of GB pulled included) before Kueue evicts it, frees its quota and queues it again (Kueue's "
+                    "waitForPodsReady). Omitted: 1800, Kueue's own default.")
+    pods_recovery_timeout_s: int | None = Field(
+        None, ge=10, le=86400,
+        description="How long a running workload may wait for a pod that stopped (evicted by a node's drain in a "
+                    "rollout, lost with its node) to run again before Kueue evicts the whole workload and queues "
+                    "it again, to be placed anew (a training job holds all its GPUs while it waits). Omitted: "
+                    "pods_ready_timeout_s, as in Kueue.")
     priority_classes: list[PriorityClass] = Field(
         default_factory=list, description="WorkloadPriorityClasses. Omitted: none; every workload has priority 0.")
     topology_levels: list[LabelKey] = Field(

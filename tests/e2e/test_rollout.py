@@ -117,6 +117,53 @@ def test_a_busy_node_is_drained_then_given_back_as_it_was(busy):
     assert again.returncode == 0 and again.stdout.endswith(f"{host.hostname}: 0 change(s)\n"), again.stdout
 
 
+def conditions(c: Cluster, job: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    wl = c.workload(job) or {}
+    return {x["type"]: x for x in wl.get("status", {}).get("conditions", [])}
+
+
+def test_with_room_elsewhere_kueue_moves_a_drained_job_without_evicting_it(busy):
+    """Topology-aware Kueue replaces the drained node in the job's placement: the job keeps its admission (and
+    its place in the queue) and its pod runs on another host of the pool."""
+    c, pool, host, job, home = busy
+    if len(pool.hosts) < 2:
+        pytest.skip(f"pool {pool.name} has one host: there is nowhere else to go")
+    out = run_step(c, render_rollout(pool, host).drain, home)
+    assert out.returncode == 0, out.stderr
+    (pod,) = c.wait_running(job, timeout_s=90)
+    assert pod["spec"]["nodeName"] != host.hostname
+    conds = conditions(c, job)
+    assert conds["Admitted"]["status"] == "True" and conds.get("Evicted", {}).get("status") != "True", conds
+    placement = json.dumps(c.workload(job)["status"]["admission"]["podSetAssignments"][0]["topologyAssignment"])
+    assert host.hostname not in placement and pod["spec"]["nodeName"] in placement
+
+
+def test_with_nowhere_else_to_go_kueue_requeues_a_drained_job_and_admits_it_again(busy):
+    """The pool's other hosts cordoned by a person: Kueue finds no node to replace the drained one, evicts the
+    workload and queues it again (its quota freed); the drain does not wait on the evicted pod the suspended
+    Job still tracks; once the host is given back, Kueue admits the job again and it runs there."""
+    c, pool, host, job, home = busy
+    others = [h.hostname for h in pool.hosts if h.hostname != host.hostname]
+    for other in others:
+        c.cp.kubectl("cordon", other)
+    try:
+        scripts = render_rollout(pool, host)
+        out = run_step(c, scripts.drain, home, timeout_s=300)
+        assert out.returncode == 0, out.stderr
+        conds = wait_for(lambda: (x := conditions(c, job)).get("Requeued", {}).get("status") == "True" and x, 60,
+                         lambda: f"the job was not requeued: {conditions(c, job)}")
+        assert conds["Evicted"]["reason"] == "NodeFailures" and conds["Admitted"]["status"] == "False", conds
+        assert c.cp.get("job", job["metadata"]["name"], namespace=job["metadata"]["namespace"])["spec"]["suspend"]
+        out = run_step(c, scripts.uncordon, home)
+        assert out.returncode == 0, out.stderr
+        c.wait_admitted(job, timeout_s=90)
+        (pod,) = c.wait_running(job, timeout_s=90)
+        assert pod["spec"]["nodeName"] == host.hostname
+    finally:
+        for other in others:
+            c.cp.kubectl("uncordon", other)
+
+
 def test_nothing_owed_means_no_drain_even_on_a_busy_node(busy):
     c, pool, host, job, home = busy
     out = run_step(c, render_rollout(pool, host).drain, home, owed="")

@@ -174,6 +174,17 @@ def test_kueue_manages_every_job_in_tenant_namespaces_only(dev_spec):
     assert "fairSharing" not in config and "batch/job" in config["integrations"]["frameworks"]
 
 
+def test_kueue_requeues_a_workload_whose_pods_cannot_all_run_within_the_specs_timeouts(make_spec):
+    def read(spec):
+        return yaml.safe_load(kueue.render_kueue_values(spec)["managerConfig"]["controllerManagerConfigYaml"])
+    default = read(make_spec(lambda d: None))["waitForPodsReady"]
+    assert default["timeout"] == "1800s" and default["recoveryTimeout"] == "1800s"     # Kueue's own defaults
+    assert default["blockAdmission"] is False and default["requeuingStrategy"]["timestamp"] == "Eviction"
+    set_ = read(make_spec(lambda d: d["kubernetes"]["kueue"].update(pods_ready_timeout_s=900,
+                                                                    pods_recovery_timeout_s=300)))
+    assert set_["waitForPodsReady"]["timeout"] == "900s" and set_["waitForPodsReady"]["recoveryTimeout"] == "300s"
+
+
 def test_kueue_fair_sharing_when_asked(make_spec):
     spec = make_spec(lambda d: d["kubernetes"]["kueue"].update(fair_sharing=True))
     config = yaml.safe_load(kueue.render_kueue_values(spec)["managerConfig"]["controllerManagerConfigYaml"])

@@ -103,4 +103,5 @@ def test_the_drain_honours_disruption_budgets_and_the_pools_timeout(dev_spec):
     pool = pool_of(dev_spec, {"r01": ["gpu-1"]}, drain_timeout_s=900)
     drain = render_rollout(pool, pool.hosts[0]).drain
     assert "drain \"$HOST\" --ignore-daemonsets --delete-emptydir-data --timeout=900s" in drain
+    assert "drain_flags=(--skip-wait-for-delete-timeout=60)" in drain      # not for pods only a finalizer holds
     assert "--force" not in drain and "--disable-eviction" not in drain
