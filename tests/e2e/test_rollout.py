@@ -143,6 +143,9 @@ def test_with_nowhere_else_to_go_kueue_requeues_a_drained_job_and_admits_it_agai
     workload and queues it again (its quota freed); the drain does not wait on the evicted pod the suspended
     Job still tracks; once the host is given back, Kueue admits the job again and it runs there."""
     c, pool, host, job, home = busy
+    if c.plan.stack != "dev":
+        pytest.skip("Kueue's requeue is the same for every stack; shown on dev (the drain waits out the grace "
+                    "period and a minute)")
     others = [h.hostname for h in pool.hosts if h.hostname != host.hostname]
     for other in others:
         c.cp.kubectl("cordon", other)
