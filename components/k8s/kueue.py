@@ -52,7 +52,7 @@ def render_kueue_config(spec: ClusterSpec) -> dict[str, Any]:
     if network_operator_enabled(spec):
         # RDMA devices are a per-node device-plugin count, not a quota: Kueue must not refuse pods that ask for one.
         config["resources"] = {"excludeResourcePrefixes": [rdma_resource(spec)]}
-    if spec.kubernetes.kueue.fair_sharing:
+    if k.fair_sharing:
         config["fairSharing"] = {"preemptionStrategies": ["LessThanOrEqualToFinalShare", "LessThanInitialShare"]}
     return config
 

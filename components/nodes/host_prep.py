@@ -307,11 +307,20 @@ if owed restart-hugepages || { [[ -e @FILE@ ]] && [[ "$(sysctl -n vm.nr_hugepage
 fi
 """
 
-# What bounces links (MTU, trust, PFC, pause), which the host's fabric settings left owed (fabric/host.py)
+# What bounces links (MTU, trust, PFC, pause), which the host's fabric settings left owed (fabric/host.py).
+# fabric_owed: owed and still there to apply; a host whose fabric settings are gone owes it no more.
+_FABRIC_OWED = r"""
+fabric_owed() {
+  owed restart-fabric || return 1
+  [[ -x @APPLY@ ]] && return 0
+  paid restart-fabric
+  return 1
+}
+"""
+
 _FABRIC_PREPARE = r"""
 # --- fabric settings that bounce links: where no tenant works, else left to the rollout ---------------
-if owed restart-fabric && [[ ! -x @APPLY@ ]]; then paid restart-fabric; fi      # the host has none any more
-if owed restart-fabric; then
+if fabric_owed; then
   restart=(fabric)
   defer_if_busy
   if (( ${#restart[@]} )); then run_fabric all; fi
@@ -457,9 +466,7 @@ if owed restart-driver; then
   if declare -F stack_apply >/dev/null; then stack_apply; fi    # the spec may have stopped installing it since
   paid restart-driver
 fi
-if owed restart-fabric; then      # after the driver stack: a new DOCA-OFED resets the NICs' settings
-  if [[ -x @APPLY@ ]]; then run_fabric all; else paid restart-fabric; fi
-fi
+if fabric_owed; then run_fabric all; fi     # after the driver stack: a new DOCA-OFED resets the NICs' settings
 if owed restart-hugepages; then hugepages_apply @PAGES@; fi     # owes the kubelet's restart
 if owed restart-containerd; then
   systemctl daemon-reload
@@ -523,7 +530,8 @@ def render_pool_prep(pool: NodePool, *, rdma: bool, gpudirect: bool = False, hos
     restart_kubelet = fill(_RESTART_KUBELET, STATE=CPU_MANAGER_STATE, POLICY=cpu_policy).strip("\n")
     busy = render_busy(system_namespaces)
     stack = render_driver_stack(pool.software, nvswitch=pool.gpu.nvswitch)
-    functions = busy + RUN_FABRIC + _HUGEPAGES      # what preparation and the rollout's step both call
+    # what preparation and the rollout's step both call
+    functions = busy + RUN_FABRIC + fill(_FABRIC_OWED, APPLY=FABRIC_APPLY) + _HUGEPAGES
     parts = [functions, _DEFER] + ([stack.functions, stack.prepare] if stack else [NO_STACK])
     if not host_driver:
         parts.append(fill(_PREFLIGHT_OPERATOR_DRIVER, GPUS=pool.gpu.count, MODEL=pool.gpu.model))
@@ -538,7 +546,7 @@ def render_pool_prep(pool: NodePool, *, rdma: bool, gpudirect: bool = False, hos
         if pool.gpu.nvswitch:
             parts.append(_FABRIC_MANAGER)
     parts.append(fill(_HOLD, PATTERN=DRIVER_STACK_PACKAGES))    # DOCA-OFED too, wherever the driver lives
-    parts.append(fill(_FABRIC_PREPARE, APPLY=FABRIC_APPLY))
+    parts.append(_FABRIC_PREPARE)
     pages_file = (call("put_file", HUGEPAGES_SYSCTL, "0644", f"vm.nr_hugepages = {t.hugepages_2mi}",
                        "restart-hugepages") if t.hugepages_2mi
                   else call("drop_file", HUGEPAGES_SYSCTL, "restart-hugepages"))
@@ -571,7 +579,7 @@ def render_pool_prep(pool: NodePool, *, rdma: bool, gpudirect: bool = False, hos
     undo = _UNDO.replace("@RESTART_KUBELET@", fill(_RESTART_KUBELET, STATE=CPU_MANAGER_STATE, POLICY="none")
                          .strip("\n"))
     roll = [functions] + ([stack.functions] if stack else []) + \
-        [fill(_ROLL.replace("@RESTART_KUBELET@", restart_kubelet), APPLY=FABRIC_APPLY, PAGES=t.hugepages_2mi)] + \
+        [fill(_ROLL.replace("@RESTART_KUBELET@", restart_kubelet), PAGES=t.hugepages_2mi)] + \
         ([fill(_HOLD, PATTERN=DRIVER_STACK_PACKAGES)] if stack else [])
     if host_driver:
         roll.append(preflight)
