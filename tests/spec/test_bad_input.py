@@ -106,6 +106,8 @@ def test_a_private_key_pasted_into_the_spec_names_the_secret_command(dev_data):
                                                  "booleans); write a number"),
     (("node_pools", 0, "burn_in", "enabled"), "yes", "(got 'yes'); write true or false, without quotes"),
     (("kubernetes", "kueue", "chart_version"), 0.19, "YAML read it as a number); put the value in quotes"),
+    (("kubernetes", "kueue", "pods_recovery_timeout_s"), "300", "(got '300', a string); write the number without "
+                                                                 "quotes"),
     (("sites", 0, "racks", 0, "pdu_capacity_kw"), float("nan"), "finite number"),
     (("sites", 0, "racks", 0, "pdu_capacity_kw"), float("inf"), "finite number"),
 ])
@@ -380,6 +382,10 @@ SECOND_ROUND = [   # what reaches a host or the cluster is checked against what 
      "node_pools[0].tuning.kubelet_reserved_cpus: '7-3': the range 7-3 runs high to low"),
     (_edit(("tenants", 0, "groups"), {"edit": ["system:authenticated"]}),
      "tenants[0].groups.edit[0]: 'system:authenticated' is a Kubernetes system group"),
+    (_edit(("kubernetes", "kueue", "pods_ready_timeout_s"), 10),
+     "kubernetes.kueue.pods_ready_timeout_s: Input should be greater than or equal to 60 (got 10)"),
+    (_edit(("kubernetes", "kueue", "pods_recovery_timeout_s"), 200000),
+     "kubernetes.kueue.pods_recovery_timeout_s: Input should be less than or equal to 86400 (got 200000)"),
     (lambda d: d["fabric"].setdefault("checks", {}).update(nccl_min_busbw_gb_per_s=900),
      "fabric.checks.nccl_min_busbw_gb_per_s: an NCCL floor of 900 GB/s is more than pool h100 can carry"),
 ]
