@@ -7,7 +7,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from pulumi.runtime import rpc as _rpc
 
@@ -185,12 +185,18 @@ def build_plan(run: ProgramRun, thresholds: Thresholds = Thresholds()) -> Plan:
 
 def _resources_json(document: dict[str, Any]) -> str:
     """The plan as JSON, one resource per line (sorted keys): a diff of two plans shows the resources that
-    differ, and json's C encoder writes it (an indented dump goes through its slow pure-Python path)."""
-    head = {k: v for k, v in document.items() if k != "resources"}
-    lines = [json.dumps(r, sort_keys=True, ensure_ascii=False) for r in document["resources"]]
-    text = json.dumps(head, indent=2, sort_keys=True, ensure_ascii=False)
-    return text[:-2] + ',\n  "resources": [\n    ' + ",\n    ".join(lines) + "\n  ]\n}\n" if lines else \
-        json.dumps(document, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+    differ, and json's C encoder writes it (an indented dump goes through its slow pure-Python path). One join
+    of all the parts: chained `+` would copy the whole text once per operator, the largest transient of a plan."""
+    if not document["resources"]:
+        return json.dumps(document, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+    head = json.dumps({k: v for k, v in document.items() if k != "resources"}, indent=2, sort_keys=True,
+                      ensure_ascii=False)
+    parts = [head[:-2], ',\n  "resources": [\n    ']
+    for i, r in enumerate(document["resources"]):
+        parts += [",\n    "] if i else []
+        parts.append(json.dumps(r, sort_keys=True, ensure_ascii=False))
+    parts.append("\n  ]\n}\n")
+    return "".join(parts)
 
 
 def _table(headers: list[str], rows: list[list[Any]]) -> list[str]:
@@ -296,17 +302,32 @@ def write_plan(plan: Plan, out_dir: Path) -> None:
         if path.parent not in folders:
             path.parent.mkdir(parents=True, exist_ok=True)
             folders.add(path.parent)
-        data = text.encode("utf-8")
         if path in stale:         # only a file the last plan wrote can be unchanged
             stale.discard(path)
             if path.is_symlink():
                 path.unlink()
-            elif path.is_file() and path.stat().st_size == len(data) and path.read_bytes() == data:
+            elif path.is_file() and _same_text(path, text):
                 continue
-        path.write_bytes(data)
+        with path.open("wb") as f:
+            f.writelines(_encoded(text))
     for path in stale:
         path.unlink()
     if stale:       # folders only the last plan had are empty now
         for folder in sorted((p for p in out_dir.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
             if not any(folder.iterdir()):
                 folder.rmdir()
+
+
+_CHUNK = 1 << 18
+
+
+def _encoded(text: str) -> Iterator[bytes]:
+    """The UTF-8 of `text` a slice at a time: encoding a large text whole (resources.json) doubles it in memory,
+    more where the text holds a non-ASCII character (CPython over-allocates the buffer, then shrinks it)."""
+    for i in range(0, len(text), _CHUNK):
+        yield text[i:i + _CHUNK].encode("utf-8")
+
+
+def _same_text(path: Path, text: str) -> bool:
+    with path.open("rb") as f:
+        return all(f.read(len(chunk)) == chunk for chunk in _encoded(text)) and not f.read(1)

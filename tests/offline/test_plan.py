@@ -11,7 +11,7 @@ import pulumi
 import pytest
 from pulumi_command import remote
 
-from components.offline.plan import HONESTY, build_plan, write_plan
+from components.offline.plan import HONESTY, Plan, build_plan, write_plan
 from components.offline.runner import load_stack_config, run_program
 from tests.conftest import ROOT
 
@@ -156,6 +156,17 @@ def test_replaces_a_previous_plan_so_removed_objects_disappear(dev_plan, tmp_pat
     assert (tmp_path / "summary.txt").read_text() == dev_plan.files["summary.txt"]
     assert kept.stat().st_mtime == 1          # unchanged files are left alone: a re-plan rewrites what changed
     assert {str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file()} == set(dev_plan.files)
+
+
+def test_a_large_file_is_written_exactly_and_rewritten_when_it_differs_past_its_first_megabyte(tmp_path):
+    text = "é≥ plan line\n" * 200_000           # several encoding slices, non-ASCII across their boundaries
+    plan = Plan({}, {"resources.json": text})
+    write_plan(plan, tmp_path)
+    assert (tmp_path / "resources.json").read_bytes() == text.encode()
+    for stale in (text[:-1] + "X", text[:-1], text + "more"):      # differs late, is shorter, is longer
+        (tmp_path / "resources.json").write_text(stale, encoding="utf-8")
+        write_plan(plan, tmp_path)
+        assert (tmp_path / "resources.json").read_bytes() == text.encode()
 
 
 def test_encrypted_stack_config_becomes_an_unresolved_placeholder(tmp_path):
