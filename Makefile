@@ -6,6 +6,9 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
 E2E    ?= .e2e
+# actionlint checks the example pull-request workflow in `make test`; built from its Go module like the e2e tools.
+ACTIONLINT_VERSION := v1.7.12
+ACTIONLINT := $(BIN)/actionlint-$(ACTIONLINT_VERSION)
 
 .PHONY: plan test e2e e2e-tools install schema bench clean
 
@@ -20,7 +23,12 @@ install: $(STAMP)
 plan: $(STAMP)
 	$(BIN)/gpucluster plan $(STACK)
 
-test: $(STAMP)
+$(ACTIONLINT): $(STAMP)
+	GOBIN=$(abspath $(BIN))/.actionlint go install github.com/rhysd/actionlint/cmd/actionlint@$(ACTIONLINT_VERSION)
+	mv $(BIN)/.actionlint/actionlint $@ && rmdir $(BIN)/.actionlint
+	ln -sf $(notdir $@) $(BIN)/actionlint
+
+test: $(STAMP) $(ACTIONLINT)
 	$(BIN)/python -m pytest -q
 
 # The real control plane (etcd, apiserver, controller-manager, scheduler, kubectl, KWOK, Kueue) from Go modules;

@@ -19,7 +19,8 @@ if TYPE_CHECKING:
     from ..offline.policy import Violation
 
 HELP = ("plan a stack offline and check it against the policy pack (exit 1 on a mandatory violation); "
-        "writes check.json, and check.md with --format markdown, beside the plan")
+        "prints the findings and writes check.json beside the plan, and with --format markdown check.md (a "
+        "pull-request comment, shortened to fit one) and check-full.md")
 
 
 def add_parser(parser: argparse.ArgumentParser) -> None:
@@ -28,7 +29,8 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
                         help="policy-pack config (the JSON `pulumi preview --policy-pack-config` reads; default: "
                              "policies/config/STACK.json when it exists)")
     parser.add_argument("--format", choices=("text", "markdown"), default="text",
-                        help="text (default), or markdown for a pull-request comment")
+                        help="text (default), or markdown: also write check.md for a pull-request comment and "
+                             "check-full.md (the text report is printed either way)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -45,15 +47,22 @@ def run(args: argparse.Namespace) -> int:
     descriptions = {p.name: p.description for p in policies}
     levels = _levels(policies, config)
     report = {"stack": planned.stack, "config": str(config_file) if config_file else None,
-              "policies": len(policies), "violations": [v.__dict__ for v in violations],
-              "levels": levels}
+              "policies": sum(level != "disabled" for level in levels.values()),
+              "violations": [v.__dict__ for v in violations], "levels": levels}
     (planned.out / "check.json").write_text(json.dumps(report, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    ran = sum(level != "disabled" for level in levels.values())
     if args.format == "markdown":
-        text = markdown(planned.stack, violations, descriptions, len(policies), config_file, planned.plan.errors)
+        full = _markdown(planned.stack, violations, descriptions, ran, config_file, planned.plan.errors,
+                         None, None, None)
+        (planned.out / "check-full.md").write_text(full, encoding="utf-8")
+        text = markdown(planned.stack, violations, descriptions, ran, config_file, planned.plan.errors,
+                        "check-full.md (a CI job keeps it as an artifact)")
         (planned.out / "check.md").write_text(text, encoding="utf-8")
-    else:
-        text = plain(planned.stack, violations, descriptions, len(policies), config_file)
-    print("\n" + text, end="")
+    # The text report in both formats: it is what a CI job's log keeps, whatever is posted as a comment.
+    print("\n" + plain(planned.stack, violations, descriptions, ran, config_file), end="")
+    if args.format == "markdown":
+        print(f"\nMarkdown for a pull-request comment: {planned.out / 'check.md'} (the full report: "
+              f"{planned.out / 'check-full.md'})")
     mandatory = [v for v in violations if v.level == "mandatory"]
     if planned.plan.errors:
         return EXIT_FAILED
@@ -102,21 +111,47 @@ def plain(stack: str, violations: list[Violation], descriptions: dict[str, str],
     return "\n".join(lines) + "\n"
 
 
+# A GitHub comment holds at most 65,536 characters (the API refuses a longer body).
+MAX_COMMENT_CHARS = 65_536
+# How far the comment shortens, step by step, until it fits: findings shown per policy, characters per message.
+_SHORTER = ((None, None), (10, 600), (3, 300), (0, 0))
+
+
 def markdown(stack: str, violations: list[Violation], descriptions: dict[str, str], count: int,
-             config: Path | None, plan_errors: list[str]) -> str:
+             config: Path | None, plan_errors: list[str], full_report: str | None = None) -> str:
+    """The report for a pull-request comment: every finding when it fits a comment, else the first few of each
+    policy with a count of the rest and a pointer to `full_report` (the same report unshortened)."""
+    for shown, chars in _SHORTER:
+        text = _markdown(stack, violations, descriptions, count, config, plan_errors, shown, chars, full_report)
+        if len(text) <= MAX_COMMENT_CHARS:
+            return text
+    return text[:MAX_COMMENT_CHARS - 200] + f"\n\n(cut to fit a comment; the full report is {full_report})\n"
+
+
+def _markdown(stack: str, violations: list[Violation], descriptions: dict[str, str], count: int,
+              config: Path | None, plan_errors: list[str], shown: int | None, chars: int | None,
+              full_report: str | None) -> str:
+    def first(items: list[str]) -> list[str]:
+        kept = items if shown is None else items[:max(shown, 1)]
+        cut = [m if chars is None or len(m) <= chars else m[:chars] + "..." for m in kept]
+        more = len(items) - len(kept)
+        return cut + ([f"- ... and {more} more{f': see {full_report}' if full_report else ''}"] if more else [])
+
     mandatory = any(v.level == "mandatory" for v in violations) or bool(plan_errors)
     lines = [f"### gpucluster check: `{stack}` {'fails' if mandatory else 'passes'}", "",
              _headline(stack, violations, count, config) + ".", ""]
+    if shown is not None and full_report:
+        lines += [f"Shortened to fit a pull-request comment: the full report is {full_report}.", ""]
     if plan_errors:
-        lines += ["**Plan errors**", "", *[f"- {_md(e)}" for e in plan_errors], ""]
+        lines += ["**Plan errors**", "", *first([f"- {_md(e)}" for e in plan_errors]), ""]
     grouped = _grouped(violations)
     if grouped:
         lines += ["| policy | level | findings |", "| --- | --- | ---: |"]
         lines += [f"| `{p}` | {found[0].level} | {len(found)} |" for p, found in grouped.items()]
-        for policy, found in grouped.items():
+        for policy, found in grouped.items() if shown != 0 else ():
             lines += ["", f"<details><summary><code>{policy}</code> ({found[0].level}): "
                           f"{_md(descriptions.get(policy, ''))}</summary>", ""]
-            lines += [f"- `{v.resource}`: {_md(v.message)}" for v in found]
+            lines += first([f"- `{v.resource}`: {_md(v.message)}" for v in found])
             lines += ["", "</details>"]
     return "\n".join(lines) + "\n"
 

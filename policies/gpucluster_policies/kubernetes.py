@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import re
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 
 import yaml
 from pulumi_policy import (EnforcementLevel, ReportViolation, ResourceValidationArgs, ResourceValidationPolicy,
                            StackValidationArgs, StackValidationPolicy)
 
-from .common import (FABRIC, GPU, HELM_RELEASE, K8S_STACK, KUEUE, QUEUE_LABEL, containers, dig, guarded, intent, is_kind,
+from .common import (CLUSTER, FABRIC, GPU, K8S_STACK, KUEUE, QUEUE_LABEL, containers, dig, guarded, intent, is_kind,
                      kind_of, mapping, maps, name_of, namespace_of, of_type, pod_specs, queue_label, schema, settings,
                      shown, strings, system_namespaces, tenant_namespaces, text, workload)
 
@@ -37,8 +40,9 @@ def _gpu_limits(args: ResourceValidationArgs, report: ReportViolation) -> None:
             report(message)
 
 
-def _job_templates_gpu_limits(args: StackValidationArgs, report: ReportViolation) -> None:
-    """Job templates the components hand to users (the fabric's after-apply NCCL jobs) are held to the same rule."""
+def _job_templates(args: StackValidationArgs, report: ReportViolation) -> Iterator[tuple[Any, str, str, Any]]:
+    """(fabric, file, kind and name, pod spec) of each pod template in the job templates components hand to users
+    (the fabric's after-apply NCCL jobs); a template that is not YAML is reported, never skipped silently."""
     for fabric in of_type(args.resources, FABRIC):
         for file, body in sorted(mapping(fabric.props.get("checks")).items()):
             if not file.endswith(".yaml") or not isinstance(body, str):
@@ -54,8 +58,14 @@ def _job_templates_gpu_limits(args: StackValidationArgs, report: ReportViolation
                     continue
                 api, kind = str(doc.get("apiVersion", "")), doc.get("kind")
                 for k, pod_spec in pod_specs(f"kubernetes:{api if '/' in api else 'core/' + api}:{kind}", doc):
-                    for message in _gpu_limit_problems(f"job template {file} ({k} {name_of(doc)})", pod_spec):
-                        report(message, fabric.urn)
+                    yield fabric, file, f"{k} {name_of(doc)}", pod_spec
+
+
+def _job_templates_gpu_limits(args: StackValidationArgs, report: ReportViolation) -> None:
+    """Job templates the components hand to users are held to the same rule as workloads."""
+    for fabric, file, what, pod_spec in _job_templates(args, report):
+        for message in _gpu_limit_problems(f"job template {file} ({what})", pod_spec):
+            report(message, fabric.urn)
 
 
 def _tenant_queue_name(args: StackValidationArgs, report: ReportViolation) -> None:
@@ -106,17 +116,97 @@ def _host_access(args: StackValidationArgs, report: ReportViolation) -> None:
 
 
 def _chart_pinned(args: ResourceValidationArgs, report: ReportViolation) -> None:
-    if args.resource_type != HELM_RELEASE:
+    """A Helm v3 Release or a v4 Chart (rendered by the provider; a v4 Chart without a version takes the newest)."""
+    kind = kind_of(args.resource_type)
+    if kind not in (("helm.sh", "Release"), ("helm.sh", "Chart")):
         return
     chart, version = text(args.props.get("chart")) or "", args.props.get("version")
     if chart.startswith(("/", "./", "../")):
         return                 # a chart directory in the repository is pinned by its content
+    what = f"Helm {kind[1].lower()} {args.props.get('name') or args.name} (chart {chart})"
     if not version:
-        report(f"Helm release {args.props.get('name') or args.name} (chart {chart}) pins no chart version, so each "
-               "update may install a newer chart; set version to an exact release")
+        report(f"{what} pins no chart version, so each update may install a newer chart; set version to an exact "
+               "release")
     elif not _EXACT_VERSION.fullmatch(str(version)):
-        report(f"Helm release {args.props.get('name') or args.name} (chart {chart}) asks for version {version!r}, "
-               "not an exact release; pin one such as 1.2.3")
+        report(f"{what} asks for version {version!r}, not an exact release; pin one such as 1.2.3")
+
+
+def image_reference(image: str) -> tuple[str, str | None, bool]:
+    """(registry host, tag or None, has a digest) of an image reference, as the container runtime reads it:
+    the first path element is a registry only if it has a '.' or ':' or is localhost, else Docker Hub."""
+    name, digest = image.partition("@")[::2]
+    first, _, rest = name.partition("/")
+    host = first if rest and ("." in first or ":" in first or first == "localhost") else "docker.io"
+    last = name.rsplit("/", 1)[-1]
+    return host, (last.partition(":")[2] or None) if ":" in last else None, bool(digest)
+
+
+def _unpinned(image: str) -> str | None:
+    _, tag, digest = image_reference(image)
+    if digest or tag not in (None, "latest"):
+        return None
+    return f"image {image} is {'untagged (pulled as :latest)' if tag is None else 'tagged :latest'}"
+
+
+_PIN = ("a tag that moves: nodes pull whatever it names that day, so a rollout or a rescheduled pod runs another "
+        "build; pin a version tag or a digest")
+
+
+def _spec_images(value: Any, path: str = "") -> Iterator[tuple[str, str]]:
+    """(field path, image) of every image a cluster's spec names (fields named *_image)."""
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            where = f"{path}.{k}" if path else str(k)
+            if str(k).endswith("_image") and isinstance(v, str):
+                yield where, v
+            else:
+                yield from _spec_images(v, where)
+    elif isinstance(value, Sequence) and not isinstance(value, str):
+        for i, v in enumerate(value):
+            yield from _spec_images(v, f"{path}[{i}]")
+
+
+def _images_pinned(args: StackValidationArgs, report: ReportViolation) -> None:
+    for r in args.resources:
+        for kind, pod_spec in pod_specs(r.resource_type, r.props):
+            for c in containers(pod_spec):
+                found = _unpinned(text(c.get("image")) or "")
+                if found and c.get("image"):
+                    report(f"{kind} {name_of(r.props)}: container {c.get('name')}'s {found}, {_PIN}", r.urn)
+    for cluster in of_type(args.resources, CLUSTER):
+        raw = cluster.props.get("spec_json")
+        for where, image in _spec_images(json.loads(raw) if isinstance(raw, str) else {}):
+            found = _unpinned(image)
+            if found:
+                report(f"the spec's {where}: {found}, {_PIN}", cluster.urn)
+
+
+def _mirror(args: StackValidationArgs) -> str | None:
+    stacks = of_type(args.resources, K8S_STACK)
+    return text(intent(stacks[0]).get("image_registry")) if stacks else None
+
+
+def _images_from_mirror(args: StackValidationArgs, report: ReportViolation) -> None:
+    """Where the spec names a registry mirror (an air-gapped site), every image a workload or job template
+    runs comes from it; the library's own images and the spec's check images are pulled through it already."""
+    mirror = _mirror(args)
+    if not mirror:
+        return
+    host = mirror.split("/")[0]
+
+    def check(what: str, pod_spec: Any, urn: str) -> None:
+        for c in containers(pod_spec):
+            image = text(c.get("image"))
+            if image and image_reference(image)[0] != host:
+                report(f"{what}: container {c.get('name')} pulls {image} from {image_reference(image)[0]}, outside "
+                       f"the mirror {mirror} (kubernetes.image_registry) this air-gapped stack pulls through; "
+                       f"mirror the image and name it as {host}/...", urn)
+
+    for r in args.resources:
+        for kind, pod_spec in pod_specs(r.resource_type, r.props):
+            check(f"{kind} {namespace_of(r.props) or 'default'}/{name_of(r.props)}", pod_spec, r.urn)
+    for fabric, file, what, pod_spec in _job_templates(args, lambda *_: None):
+        check(f"job template {file} ({what})", pod_spec, fabric.urn)
 
 
 def _known_good_versions(args: StackValidationArgs, report: ReportViolation) -> None:
@@ -130,6 +220,15 @@ def _known_good_versions(args: StackValidationArgs, report: ReportViolation) -> 
 
 
 KUBERNETES_POLICIES = [
+    StackValidationPolicy(
+        name="k8s-image-versions-pinned",
+        description="Checks that no workload and no check image of the spec runs an untagged or :latest image.",
+        enforcement_level=EnforcementLevel.MANDATORY, validate=guarded(_images_pinned)),
+    StackValidationPolicy(
+        name="k8s-images-from-mirror",
+        description="Checks that an air-gapped stack's workloads and job templates pull every image from its "
+                    "registry mirror.",
+        enforcement_level=EnforcementLevel.MANDATORY, validate=guarded(_images_from_mirror)),
     ResourceValidationPolicy(
         name="k8s-gpu-limits",
         description="Checks that workloads asking for GPUs set nvidia.com/gpu limits.",
@@ -150,7 +249,7 @@ KUBERNETES_POLICIES = [
         config_schema=_HOST_ACCESS_SCHEMA),
     ResourceValidationPolicy(
         name="k8s-helm-chart-pinned",
-        description="Checks that every Helm release pins an exact chart version.",
+        description="Checks that every Helm release (v3 Release, v4 Chart) pins an exact chart version.",
         enforcement_level=EnforcementLevel.MANDATORY, validate=guarded(_chart_pinned)),
     StackValidationPolicy(
         name="k8s-known-good-versions",

@@ -109,6 +109,52 @@ def _skew(args: StackValidationArgs, report: ReportViolation, training_only: boo
                        "but one version is one set of known issues: align them when you can")
 
 
+# The oldest driver each CUDA major runs on (CUDA minor version compatibility: an image built with any 12.x
+# toolkit runs on a 12.x-capable driver), from NVIDIA's CUDA Compatibility guide, "Minor Version Compatibility",
+# Table 1, and the CUDA Toolkit release notes' driver table (11.x: 450.80.02; 12.x: 525.60.13, the 12.0 GA
+# driver; 13.x: 580.65.06, the 13.0 GA driver). Below it CUDA does not initialize ("CUDA driver version is
+# insufficient for CUDA runtime version").
+CUDA_MIN_DRIVER = {11: (450, 80, 2), 12: (525, 60, 13), 13: (580, 65, 6)}
+# The first NCCL release built for each CUDA major (NCCL's release notes list the CUDA versions each release
+# supports; NVIDIA's nvidia-nccl-cu12 wheels start at 2.16.2 and the CUDA 13 builds at 2.27.7).
+CUDA_MIN_NCCL = {12: (2, 16, 2), 13: (2, 27, 7)}
+
+
+def _numbers(version: str) -> tuple[int, ...]:
+    """The leading dotted numbers of a version (570.124.06 -> (570, 124, 6); 2.26.2-1 -> (2, 26, 2))."""
+    m = re.match(r"\d+(?:\.\d+)*", version.strip().lstrip("v"))
+    return tuple(int(x) for x in m.group(0).split(".")) if m else ()
+
+
+def _dotted(numbers: tuple[int, ...]) -> str:
+    return ".".join(f"{n:02d}" if i == 2 and len(numbers) == 3 and numbers[0] > 100 else str(n)
+                    for i, n in enumerate(numbers))
+
+
+def _compatible_software(args: StackValidationArgs, report: ReportViolation) -> None:
+    """A pool's driver runs the CUDA its images are built for, and their NCCL is a build for that CUDA."""
+    for pool in of_type(args.resources, NODE_POOL):
+        spec = mapping(intent(pool).get("pool"))
+        sw, name = mapping(spec.get("software")), spec.get("name")
+        driver, cuda, nccl = (_numbers(text(sw.get(k)) or "") for k in ("driver_version", "cuda_version",
+                                                                         "nccl_version"))
+        if not cuda:
+            continue
+        need = CUDA_MIN_DRIVER.get(cuda[0])
+        if driver and need and driver < need:
+            report(f"node pool {name} runs driver {sw.get('driver_version')} but its images are built for CUDA "
+                   f"{sw.get('cuda_version')}, which needs driver {_dotted(need)} or newer (NVIDIA's CUDA "
+                   "compatibility table): CUDA would not initialize; upgrade software.driver_version", pool.urn)
+        elif driver and cuda[0] > max(CUDA_MIN_DRIVER):
+            report(f"node pool {name} states CUDA {sw.get('cuda_version')}, newer than this policy pack knows; "
+                   "check the driver against NVIDIA's CUDA compatibility table", pool.urn)
+        first = CUDA_MIN_NCCL.get(cuda[0])
+        if nccl and first and nccl < first:
+            report(f"node pool {name} states NCCL {sw.get('nccl_version')} with CUDA {sw.get('cuda_version')}, but "
+                   f"the first NCCL built for CUDA {cuda[0]} is {_dotted(first)}: the images cannot carry that pair; "
+                   "correct software.nccl_version or cuda_version", pool.urn)
+
+
 def _uniform_training_software(args: StackValidationArgs, report: ReportViolation) -> None:
     _skew(args, report, training_only=True)
 
@@ -130,6 +176,11 @@ OPERATIONS_POLICIES = [
         name="ops-burn-in-enabled",
         description="Checks that every node pool of a production environment burns in its nodes.",
         enforcement_level=EnforcementLevel.MANDATORY, validate=guarded(_burn_in), config_schema=_BURN_IN_SCHEMA),
+    StackValidationPolicy(
+        name="ops-driver-cuda-nccl-compatible",
+        description="Checks that each pool's driver runs the CUDA its images are built for and their NCCL is a "
+                    "build for that CUDA.",
+        enforcement_level=EnforcementLevel.MANDATORY, validate=guarded(_compatible_software)),
     StackValidationPolicy(
         name="ops-uniform-software",
         description="Checks that training pools run the same driver, CUDA and NCCL versions unless a pool opts out.",

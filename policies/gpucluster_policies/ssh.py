@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -11,7 +12,11 @@ from pulumi_policy.proxy import UnknownValueError
 
 from .common import REMOTE_COMMAND, guarded, mapping
 
-_KEY_BLOCK = re.compile(r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----")
+# Private key material in the formats tools write: PEM (PKCS#1 RSA, SEC1 EC, DSA, PKCS#8 plain and encrypted,
+# OpenSSH's own), OpenPGP's armored secret key, PuTTY's .ppk.
+_KEY_BLOCK = re.compile(r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----|PuTTY-User-Key-File-[0-9]+:")
+# The same, base64-encoded once more (a ConfigMap's binaryData, a value pasted from `base64 -w0 key.pem`).
+_BASE64 = re.compile(r"[A-Za-z0-9+/]{60,}={0,2}")
 
 
 def _host_key_pinned(args: ResourceValidationArgs, report: ReportViolation) -> None:
@@ -42,15 +47,35 @@ def _strings(value: Any, path: str) -> Iterator[tuple[str, str]]:
 
 
 _KEY_FIELDS = {"connection.privateKey", "connection.proxy.privateKey"}
+# pulumi-kubernetes makes a Secret's data and stringData Pulumi secrets whatever the program passes (its SDK wraps
+# them in Output.secret; pulumi/pulumi-kubernetes#803, #1190): masked in previews, encrypted in the state.
+_SECRET_FIELDS = {"kubernetes:core/v1:Secret": ("data.", "stringData.")}
+
+
+def _has_key(text: str) -> bool:
+    if _KEY_BLOCK.search(text):
+        return True
+    for run in _BASE64.findall(re.sub(r"\s+", "", text)) if "LS0t" in text or "UHVUVFk" in text else ():
+        try:
+            decoded = base64.b64decode(run + "=" * (-len(run) % 4)).decode("latin-1")
+        except ValueError:
+            continue
+        if _KEY_BLOCK.search(decoded):
+            return True
+    return False
 
 
 def _no_key_material(args: ResourceValidationArgs, report: ReportViolation) -> None:
     """The policy SDK unwraps secrets before policies see them, so where a key may legitimately be (a
-    connection's privateKey, a Pulumi secret) is known by field; anywhere else a key block is a leak."""
+    connection's privateKey, a Kubernetes Secret's data) is known by field; anywhere else a key is a leak."""
+    secret_fields = _SECRET_FIELDS.get(args.resource_type, ())
     for path, text in _strings(args.props, ""):
-        if path not in _KEY_FIELDS and _KEY_BLOCK.search(text):
+        if path in _KEY_FIELDS or path.startswith(secret_fields):
+            continue
+        if _has_key(text):
             report(f"carries a private key in {path}, where it ends up in plan files, state and "
-                   "logs; pass keys only as an SSH connection's privateKey from a Pulumi secret")
+                   "logs; pass keys only as an SSH connection's privateKey from a Pulumi secret, or in a "
+                   "Kubernetes Secret's data")
 
 
 SSH_POLICIES = [

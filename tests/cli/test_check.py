@@ -6,7 +6,9 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
+from components.cli.check import MAX_COMMENT_CHARS
 from tests.cli.test_cli import gpucluster
 from tests.conftest import ROOT
 
@@ -49,7 +51,7 @@ def test_the_dev_stack_passes_with_its_advisory_findings_shown(tmp_path):
     data = report(tmp_path)
     assert data["config"].endswith("policies/config/dev.json") and data["levels"]["ssh-host-key-pinned"] == "advisory"
     assert {v["level"] for v in data["violations"]} == {"advisory"}
-    assert "Policies: 35 checked on stack dev (config policies/config/dev.json): 0 mandatory and 3 advisory" \
+    assert "Policies: 38 checked on stack dev (config policies/config/dev.json): 0 mandatory and 3 advisory" \
         in out.stdout
     assert "ssh-host-key-pinned (advisory): Checks that every SSH connection (and bastion) pins the host key." \
         in out.stdout
@@ -58,7 +60,8 @@ def test_the_dev_stack_passes_with_its_advisory_findings_shown(tmp_path):
 def test_markdown_is_written_for_a_pull_request_comment(tmp_path):
     out = gpucluster("check", str(BROKEN / "prod-rack-power.yaml"), "--out", str(tmp_path), "--format", "markdown")
     text = (tmp_path / "check.md").read_text()
-    assert out.returncode == 1 and text in out.stdout
+    assert out.returncode == 1 and text == (tmp_path / "check-full.md").read_text()     # it fits: nothing cut
+    assert "power-rack-budget (mandatory): Checks that each rack" in out.stdout          # the log has the text
     assert text.startswith("### gpucluster check: `prod-rack-power` fails\n")
     assert "| `power-rack-budget` | mandatory | 1 |" in text
     assert "- `prod`: rack r01 draws up to 4 x 10.2 kW (h100 host) = 40.8 kW at peak" in text
@@ -112,3 +115,46 @@ def test_a_hostile_policy_config_is_named_and_exits_2(tmp_path, text, line):
     out = gpucluster("check", "dev", "--out", str(tmp_path / "o"), "--policy-config", str(config))
     assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
     assert f"{config}: 1 problem(s) in the policy config:" in out.stderr and line in out.stderr, out.stderr
+
+
+def test_the_headline_counts_the_policies_that_ran_not_the_disabled_ones(tmp_path):
+    config = tmp_path / "off.json"
+    config.write_text(json.dumps({"power-rack-budget": "disabled", "ssh-host-key-pinned": "disabled"}))
+    out = gpucluster("check", str(BROKEN / "prod-rack-power.yaml"), "--out", str(tmp_path / "a"),
+                     "--policy-config", str(config))
+    assert "Policies: 36 checked on stack prod-rack-power" in out.stdout and report(tmp_path / "a")["policies"] == 36
+    assert out.returncode == 0 and report(tmp_path / "a")["violations"] == []
+
+
+def test_a_comment_for_hundreds_of_findings_fits_github_and_the_full_report_keeps_them_all(tmp_path):
+    """The 1,024-GPU example with no host key pinned: a finding per SSH command, some 650."""
+    spec = yaml.safe_load((ROOT / "examples" / "large.yaml").read_text())
+    for pool in spec["node_pools"]:
+        for host in pool["hosts"]:
+            host.pop("host_key", None)
+    for server in spec["storage"]["servers"]:
+        server.pop("host_key", None)
+    path = tmp_path / "large.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    out = gpucluster("check", str(path), "--out", str(tmp_path / "plan"), "--format", "markdown")
+    assert out.returncode == 1, out.stderr
+    found = report(tmp_path / "plan")["violations"]
+    comment = (tmp_path / "plan" / "check.md").read_text()
+    full = (tmp_path / "plan" / "check-full.md").read_text()
+    assert len(found) > 600 and len(full) > MAX_COMMENT_CHARS >= len(comment)
+    assert f"| `ssh-host-key-pinned` | mandatory | {len(found)} |" in comment
+    assert f"- ... and {len(found) - 10} more: see check-full.md (a CI job keeps it as an artifact)\n" in comment
+    assert all(f"- `{v['urn'].rsplit('::', 1)[-1]}`: " in full for v in found)
+
+
+@pytest.mark.parametrize("policies,per_policy,chars", [(3, 40, 100), (38, 500, 2000), (38, 2, 60_000)])
+def test_the_comment_fits_whatever_the_findings_and_every_policy_keeps_its_row(policies, per_policy, chars):
+    from components.cli.check import markdown
+    from components.offline.policy import Violation
+    found = [Violation(f"policy-{p:02d}", "mandatory", f"finding {i} " + "x" * chars, f"urn:a::b::res-{i}")
+             for p in range(policies) for i in range(per_policy)]
+    errors = [f"plan error {i} " + "y" * 500 for i in range(300)]
+    text = markdown("big", found, {}, policies, None, errors, "check-full.md")
+    assert len(text) <= MAX_COMMENT_CHARS
+    assert all(f"| `policy-{p:02d}` | mandatory | {per_policy} |" in text for p in range(policies))
+    assert "check-full.md" in text and text.startswith("### gpucluster check: `big` fails\n")

@@ -6,6 +6,7 @@ Policies run through the pulumi_policy SDK's own analyzer over what the real pro
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -47,7 +48,7 @@ def test_every_policy_is_named_described_and_configurable_with_defaults():
 def test_every_policy_has_a_mutation_test():
     tested = {case[0] for case in CASES} | {"ssh-host-key-pinned", "k8s-job-templates-gpu-limits",
                                              "fabric-leaf-nonblocking", "storage-servers-protected",
-                                             "tenancy-prod-network-bounds"}
+                                             "tenancy-prod-network-bounds", "k8s-images-from-mirror"}
     assert tested == set(BY_NAME)
 
 
@@ -66,7 +67,32 @@ def test_the_dev_stack_complies(name, dev_run):
 LEAF = ["data_plane", "switches", "leaf-dev-01"]
 OST = ["spec", "servers", 0, "targets", 2]          # stor-dev-01's storage target 101
 
+_MOVES = ("a tag that moves: nodes pull whatever it names that day, so a rollout or a rescheduled pod runs another "
+          "build; pin a version tag or a digest")
+
+
+def _spec_field(path, value):
+    """An edit of a cluster's registered spec (its output spec_json, one JSON text)."""
+    def edit(outputs):
+        spec = json.loads(outputs["spec_json"])
+        _set(path, value)(spec)
+        outputs["spec_json"] = json.dumps(spec)
+    return edit
+
+
 CASES = [
+    ("k8s-image-versions-pinned", lambda r: with_resource(r, JOB, "train", job(containers=[
+        {"name": "main", "image": "registry.example/train"}, {"name": "side", "image": "busybox:latest"},
+        {"name": "digest", "image": "busybox@sha256:" + "a" * 64}, {"name": "port", "image": "localhost:5000/x:1"}])),
+     [f"Job train: container main's image registry.example/train is untagged (pulled as :latest), {_MOVES}",
+      f"Job train: container side's image busybox:latest is tagged :latest, {_MOVES}"]),
+    ("k8s-image-versions-pinned", lambda r: changed(r, "dev", _spec_field(
+        ["validation", "dcgm_image"], "nvcr.io/nvidia/cloud-native/dcgm:latest")),
+     [f"the spec's validation.dcgm_image: image nvcr.io/nvidia/cloud-native/dcgm:latest is tagged :latest, {_MOVES}"]),
+    ("k8s-helm-chart-pinned", lambda r: with_resource(r, "kubernetes:helm.sh/v4:Chart", "extra",
+                                                      {"chart": "oci://registry.example/charts/extra"}),
+     ["Helm chart extra (chart oci://registry.example/charts/extra) pins no chart version, so each update may install "
+      "a newer chart; set version to an exact release"]),
     ("k8s-gpu-limits", lambda r: with_resource(r, JOB, "train", job(containers=[
         {"name": "main", "image": "x", "resources": {"requests": {"nvidia.com/gpu": 8}}}])),
      ["Job train: container main requests nvidia.com/gpu without a limit; GPUs are allocated by limit: set "
@@ -175,7 +201,7 @@ CASES = [
     ("secrets-no-key-material", lambda r: changed(r, "dev-team-a-nccl-h100", _set(
         ["data", "KEY"], "-----BEGIN OPENSSH PRIVATE KEY-----\nb3Blbn\n-----END OPENSSH PRIVATE KEY-----")),
      ["carries a private key in data.KEY, where it ends up in plan files, state and logs; pass keys only as an SSH "
-      "connection's privateKey from a Pulumi secret"]),
+      "connection's privateKey from a Pulumi secret, or in a Kubernetes Secret's data"]),
     ("storage-no-reformat", lambda r: changed(changed(r, "dev", _set(["environment"], "staging")), "dev-storage",
                                               _set([*OST, "reformat"], True)),
      ["stor-dev-01 target /dev/disk/by-id/nvme-stor101 sets reformat in staging environment: a run would erase the "
@@ -204,6 +230,16 @@ CASES = [
                                               _set(["spec", "pool", "burn_in", "enabled"], False)),
      ["node pool h100 skips burn-in in prod, so a node with a bad GPU, NIC or cable takes production work; set "
       "burn_in.enabled: true"]),
+    ("ops-driver-cuda-nccl-compatible", lambda r: changed(r, "dev-h100", _set(["spec", "pool", "software"], {
+        "driver_version": "520.61.05", "cuda_version": "12.4", "nccl_version": "2.21.5"})),
+     ["node pool h100 runs driver 520.61.05 but its images are built for CUDA 12.4, which needs driver 525.60.13 or "
+      "newer (NVIDIA's CUDA compatibility table): CUDA would not initialize; upgrade software.driver_version"]),
+    ("ops-driver-cuda-nccl-compatible", lambda r: changed(r, "dev-h100", _set(["spec", "pool", "software"], {
+        "driver_version": "575.57.08", "cuda_version": "13.0.1", "nccl_version": "2.26.2-1"})),
+     ["node pool h100 runs driver 575.57.08 but its images are built for CUDA 13.0.1, which needs driver 580.65.06 "
+      "or newer (NVIDIA's CUDA compatibility table): CUDA would not initialize; upgrade software.driver_version",
+      "node pool h100 states NCCL 2.26.2-1 with CUDA 13.0.1, but the first NCCL built for CUDA 13 is 2.27.7: the "
+      "images cannot carry that pair; correct software.nccl_version or cuda_version"]),
     ("ops-uniform-software", lambda r: with_pool_copy(r, "570.124.06", "550.54.15"),
      ["training pools run different driver versions (550.54.15 on h100; 570.124.06 on h200); jobs spanning pools "
       "fail or slow down on mismatched driver: use one version, or set software.allow_version_skew on a canary "
@@ -377,3 +413,97 @@ def test_unknown_strings_are_skipped_when_looking_for_key_material(dev_run):
     import pulumi
     run = changed(dev_run, "dev-team-a-nccl-h100", _set(["data", "NCCL_IB_HCA"], pulumi.output.Unknown()))
     assert findings(run, "secrets-no-key-material") == []
+
+
+# --- key material in every format tools write (issue 31, class 9) and where it may be (class 10) ---------------
+
+SECRET = "kubernetes:core/v1:Secret"
+CONFIG_MAP = "kubernetes:core/v1:ConfigMap"
+_BODY = "\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7\n"
+KEYS = {
+    "pkcs1-rsa": f"-----BEGIN RSA PRIVATE KEY-----{_BODY}-----END RSA PRIVATE KEY-----\n",
+    "sec1-ec": f"-----BEGIN EC PRIVATE KEY-----{_BODY}-----END EC PRIVATE KEY-----\n",
+    "pkcs8": f"-----BEGIN PRIVATE KEY-----{_BODY}-----END PRIVATE KEY-----\n",
+    "pkcs8-encrypted": f"-----BEGIN ENCRYPTED PRIVATE KEY-----{_BODY}-----END ENCRYPTED PRIVATE KEY-----\n",
+    "openpgp": "-----BEGIN PGP PRIVATE KEY BLOCK-----\n\nlQOYBF1234\n-----END PGP PRIVATE KEY BLOCK-----\n",
+    "putty": "PuTTY-User-Key-File-3: ssh-ed25519\nEncryption: none\nPrivate-Lines: 1\nAAAA\n",
+    "gcp-service-account": '{"type": "service_account", "private_key": "-----BEGIN PRIVATE KEY-----\\nMIIE\\n"}',
+}
+
+
+def _b64(text: str, lead: str = "") -> str:
+    import base64
+    return base64.b64encode((lead + text).encode()).decode()
+
+
+@pytest.mark.parametrize("fmt", sorted(KEYS))
+def test_a_private_key_in_any_format_in_a_config_map_is_a_leak(dev_run, fmt):
+    run = with_resource(dev_run, CONFIG_MAP, "creds", {"apiVersion": "v1", "kind": "ConfigMap",
+                                                       "metadata": {"name": "creds", "namespace": "team-a"},
+                                                       "data": {"key": KEYS[fmt]}})
+    assert [v.resource for v in violations(run, "secrets-no-key-material")] == ["creds"]
+
+
+@pytest.mark.parametrize("lead", ["", "#", "# k"])       # every base64 alignment of the key's first line
+def test_a_base64_encoded_key_in_binary_data_or_a_plain_env_value_is_a_leak(dev_run, lead):
+    encoded = _b64(KEYS["pkcs8"], lead)
+    cm = with_resource(dev_run, CONFIG_MAP, "creds", {"apiVersion": "v1", "kind": "ConfigMap",
+                                                      "metadata": {"name": "creds", "namespace": "team-a"},
+                                                      "binaryData": {"key.pem": encoded}})
+    assert findings(cm, "secrets-no-key-material") == [
+        "carries a private key in binaryData.key.pem, where it ends up in plan files, state and logs; pass keys "
+        "only as an SSH connection's privateKey from a Pulumi secret, or in a Kubernetes Secret's data"]
+    env = with_resource(dev_run, JOB, "train", job(containers=[
+        {"name": "main", "image": "x", "env": [{"name": "SIGNING_KEY", "value": KEYS["sec1-ec"]}]}]))
+    assert [m.split(",")[0] for m in findings(env, "secrets-no-key-material")] == [
+        "carries a private key in spec.template.spec.containers[0].env[0].value"]
+
+
+def test_a_tls_secret_holding_its_key_is_no_leak_since_the_provider_keeps_secret_data_secret(dev_run):
+    tls = {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+           "metadata": {"name": "ingress-tls", "namespace": "team-a"},
+           "stringData": {"tls.key": KEYS["pkcs8"], "tls.crt": "-----BEGIN CERTIFICATE-----\nMIIB\n"},
+           "data": {"ca.key": _b64(KEYS["pkcs1-rsa"])}}
+    assert findings(with_resource(dev_run, SECRET, "ingress-tls", tls), "secrets-no-key-material") == []
+    # ... but its metadata is no place for one, and a ConfigMap with the same content is a leak
+    tls["metadata"]["annotations"] = {"key": KEYS["pkcs8"]}
+    assert [m.split(",")[0] for m in findings(with_resource(dev_run, SECRET, "ingress-tls", tls),
+                                              "secrets-no-key-material")] == [
+        "carries a private key in metadata.annotations.key"]
+
+
+def test_certificates_public_keys_and_base64_text_are_no_key_material(dev_run):
+    harmless = {"crt": "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n",
+                "pub": "-----BEGIN PUBLIC KEY-----\nMIIB\n-----END PUBLIC KEY-----\n",
+                "ssh": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl x@y",
+                "b64": _b64("just a long configuration text, nothing secret in it at all " * 3),
+                "dashes": _b64("----- a banner -----" * 5)}
+    run = with_resource(dev_run, CONFIG_MAP, "certs", {"apiVersion": "v1", "kind": "ConfigMap",
+                                                       "metadata": {"name": "certs", "namespace": "team-a"},
+                                                       "data": harmless})
+    assert findings(run, "secrets-no-key-material") == []
+
+
+def test_an_air_gapped_stack_pulls_every_workload_image_through_its_mirror(prod_run, dev_run):
+    images = [{"name": "upstream", "image": "nvcr.io/nvidia/pytorch:25.01-py3"},
+              {"name": "hub", "image": "python:3.12"},
+              {"name": "mirrored", "image": "registry.prod.example.internal/mirror/nvcr.io/nvidia/pytorch:25.01-py3"},
+              {"name": "site", "image": "registry.prod.example.internal/tools/fio:3.33"}]
+    run = with_resource(prod_run, JOB, "train", job(containers=images))
+    assert findings(run, "k8s-images-from-mirror") == [
+        f"Job team-a/train: container {name} pulls {image} from {host}, outside the mirror "
+        "registry.prod.example.internal/mirror (kubernetes.image_registry) this air-gapped stack pulls through; "
+        "mirror the image and name it as registry.prod.example.internal/..."
+        for name, image, host in (("hub", "python:3.12", "docker.io"),
+                                  ("upstream", "nvcr.io/nvidia/pytorch:25.01-py3", "nvcr.io"))]
+    # a stack without a mirror pulls from wherever its images say
+    assert findings(with_resource(dev_run, JOB, "train", job(containers=images)), "k8s-images-from-mirror") == []
+
+
+@pytest.mark.parametrize("driver,cuda,nccl", [("525.60.13", "12.0", "2.16.2"), ("570.172.08", "12.8.1", "2.26.2"),
+                                              ("580.65.06", "13.0", "2.27.7"), ("450.80.02", "11.8", "2.15.5"),
+                                              ("535.104.05", "12.2", None), (None, "12.4", "2.21.5")])
+def test_a_driver_at_or_above_its_cuda_minimum_with_a_matching_nccl_passes(dev_run, driver, cuda, nccl):
+    run = changed(dev_run, "dev-h100", _set(["spec", "pool", "software"], {
+        "driver_version": driver, "cuda_version": cuda, "nccl_version": nccl}))
+    assert findings(run, "ops-driver-cuda-nccl-compatible") == []
