@@ -112,9 +112,12 @@ class ClusterSpec(SpecModel):
                 parts[rack][what] = [n + 1, watts]
         for pool in self.node_pools:
             watts = pool.peak_power_w_per_host if pool.base_power_w is not None else None
+            # A figure the spec does not give but the host model's default does is named as such.
+            what = f"{pool.name} host" + (f", {pool.host_model}'s base power" if pool.host_base_power_w is None
+                                          and watts is not None else "")
             for host in pool.hosts:
                 if valid(host.rack):
-                    add(host.rack, f"{pool.name} host", watts)
+                    add(host.rack, what, watts)
         for server in self.storage.servers:
             if valid(server.rack):
                 add(server.rack, "storage server", None if server.power_w is None else server.power_w)

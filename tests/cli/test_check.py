@@ -64,7 +64,7 @@ def test_markdown_is_written_for_a_pull_request_comment(tmp_path):
     assert "power-rack-budget (mandatory): Checks that each rack" in out.stdout          # the log has the text
     assert text.startswith("### gpucluster check: `prod-rack-power` fails\n")
     assert "| `power-rack-budget` | mandatory | 1 |" in text
-    assert "- `prod`: rack r01 draws up to 4 x 10.2 kW (h100 host) = 40.8 kW at peak" in text
+    assert "- `prod`: rack r01 draws up to 4 x 10.2 kW (h100 host, dgx-h100's base power) = 40.8 kW at peak" in text
 
 
 def test_a_policy_config_sets_levels_and_thresholds(tmp_path):

@@ -78,7 +78,7 @@ def test_plan_and_check_write_the_report_beside_the_plan(tmp_path):
     report = (tmp_path / "report.md").read_text()
     assert report.startswith("# Cluster prod (prod)\n")
     assert "## Policy results\n\n1 mandatory and 0 advisory finding(s)." in report
-    assert "| r01 | 4 x 10.2 kW (h100 host) | 40.8 | 45 | a+b | 36 | 91% | **over budget** |" in report
+    assert "| r01 | 4 x 10.2 kW (h100 host, dgx-h100's base power) | 40.8 | 45 | a+b | 36 | 91% | **over budget** |" in report
     assert (tmp_path / "topology.svg").read_text().startswith("<svg ")
     assert Path(tmp_path / "summary.txt").exists()
 
