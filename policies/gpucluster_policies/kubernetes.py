@@ -152,6 +152,14 @@ _PIN = ("a tag that moves: nodes pull whatever it names that day, so a rollout o
         "build; pin a version tag or a digest")
 
 
+def _json(raw: Any) -> Any:
+    """A registered JSON text; anything else (another program's value) reads as absent."""
+    try:
+        return json.loads(raw) if isinstance(raw, str) else None
+    except ValueError:
+        return None
+
+
 def _spec_images(value: Any, path: str = "") -> Iterator[tuple[str, str]]:
     """(field path, image) of every image a cluster's spec names (fields named *_image)."""
     if isinstance(value, Mapping):
@@ -174,8 +182,7 @@ def _images_pinned(args: StackValidationArgs, report: ReportViolation) -> None:
                 if found and c.get("image"):
                     report(f"{kind} {name_of(r.props)}: container {c.get('name')}'s {found}, {_PIN}", r.urn)
     for cluster in of_type(args.resources, CLUSTER):
-        raw = cluster.props.get("spec_json")
-        for where, image in _spec_images(json.loads(raw) if isinstance(raw, str) else {}):
+        for where, image in _spec_images(_json(cluster.props.get("spec_json"))):
             found = _unpinned(image)
             if found:
                 report(f"the spec's {where}: {found}, {_PIN}", cluster.urn)

@@ -21,6 +21,8 @@ EXPECTED = {
     "prod-no-burn-in": {("ops-burn-in-enabled", "prod-h100", "mandatory")},
     "prod-hot-alert": {("ops-gpu-temperature-alert", "prod-k8s-gpu-alerts", "mandatory")},
     "prod-rack-power": {("power-rack-budget", "prod", "mandatory")},
+    "prod-old-driver": {("ops-driver-cuda-nccl-compatible", "prod-h100", "mandatory")},
+    "prod-latest-image": {("k8s-image-versions-pinned", "prod", "mandatory")},
     "prod-unpinned": {("ssh-host-key-pinned", name, "mandatory") for name in (
         "prod-h100-gpu-prod-08-burn-in", "prod-h100-gpu-prod-08-prepare", "prod-h100-gpu-prod-08-roll",
         "prod-h100-gpu-prod-08-leave",

@@ -151,3 +151,9 @@ def test_every_workload_kind_is_held_to_the_workload_policies(group, kind, dev_r
     assert findings(run, "k8s-gpu-limits"), kind
     assert any("privileged container main" in m for m in findings(run, "k8s-no-host-access")), kind
     assert any("has no kueue.x-k8s.io/queue-name label" in m for m in findings(run, "k8s-tenant-queue-name")), kind
+
+
+@pytest.mark.parametrize("spec_json", ["{not json", "0x10", 42, None, "[]", '{"validation": {"dcgm_image": 7}}',
+                                       '{"a_image": ["x:latest"], "b": [{"c_image": null}]}'])
+def test_a_cluster_spec_text_that_is_not_the_library_s_is_read_as_absent(dev_run, spec_json):
+    assert _guarded(changed(dev_run, "dev", _set(["spec_json"], spec_json))) == []
