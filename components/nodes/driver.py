@@ -170,6 +170,9 @@ stack_install() {
 # Where something else still holds the GPUs the host must reboot, which loads what is installed.
 stack_load() {
   local loaded unit stopped=() sandboxes=() modules=() m out
+  # what was stopped starts again in reverse, kubelet last, on success and failure alike: pods start only
+  # once the services they need (persistenced, Fabric Manager) run
+  start_stopped() { local i; for ((i = ${#stopped[@]} - 1; i >= 0; i--)); do systemctl start "${stopped[$i]}"; done; }
   loaded=$(loaded_driver)
   if [[ -z $driver_want || "$loaded" == "$driver_want" ]] && [[ " $1 " != *" DOCA-OFED "* ]]; then return 0; fi
   for unit in kubelet nvidia-dcgm nvidia-fabricmanager nvidia-persistenced; do
@@ -179,7 +182,7 @@ stack_load() {
   if (( ${#sandboxes[@]} )); then crictl stopp "${sandboxes[@]}" >/dev/null; fi
   for m in nvidia_peermem nvidia_uvm nvidia_drm nvidia_modeset nvidia; do if [[ -d /sys/module/$m ]]; then modules+=("$m"); fi; done
   if (( ${#modules[@]} )) && ! out=$(modprobe -r "${modules[@]}" 2>&1); then
-    for unit in "${stopped[@]}"; do systemctl start "$unit"; done
+    start_stopped
     fail "the driver stack is installed, but ${loaded:-the old driver} stays loaded ($out): something outside Kubernetes holds the GPUs; reboot $HOST, which loads what is installed, then run pulumi up again"
   fi
   if [[ " $1 " == *" DOCA-OFED "* ]] && systemctl cat openibd >/dev/null 2>&1; then
@@ -191,7 +194,7 @@ stack_load() {
     modprobe nvidia_uvm
     if [[ " ${modules[*]} " == *" nvidia_peermem "* ]]; then modprobe nvidia_peermem; fi
   fi
-  for ((m = ${#stopped[@]} - 1; m >= 0; m--)); do systemctl start "${stopped[$m]}"; done
+  start_stopped
   loaded=$(loaded_driver)
   [[ -z $driver_want || "$loaded" == "$driver_want" ]] || fail "driver ${loaded:-none} is loaded after installing $driver_want; reboot $HOST, then run pulumi up again"
   changed "loaded the driver stack${driver_want:+ (driver $driver_want)}"

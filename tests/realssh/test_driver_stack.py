@@ -122,12 +122,16 @@ def test_gpus_held_outside_kubernetes_stop_the_roll_asking_for_a_reboot_then_it_
     host = apt_host("gpu-dev-03", pods="team-a/train-0")
     assert prepared(test_hosts, host, repo, NEW).returncode == 0          # busy: owed, nothing installed
     host.set_hardware(PODS="")
-    host.sh(f"touch {STATE_DIR}/gpus-held")
+    host.sh(f"touch {STATE_DIR}/gpus-held {STATE_DIR}/active/nvidia-persistenced {STATE_DIR}/active/nvidia-dcgm")
+    host.clear_calls()
     try:
         stuck = rolled(test_hosts, host, repo, NEW)
     finally:
         host.sh(f"rm -f {STATE_DIR}/gpus-held")
     assert stuck.returncode == 1
+    calls = host.calls()      # started again in reverse: kubelet last, after the services its pods need
+    assert calls.index("systemctl start nvidia-persistenced") < calls.index("systemctl start nvidia-dcgm") \
+        < calls.index("systemctl start kubelet")
     assert ("the driver stack is installed, but 550.54.15 stays loaded (modprobe: FATAL: Module nvidia is in "
             "use.): something outside Kubernetes holds the GPUs; reboot gpu-dev-03") in stuck.stderr
     assert host.exists(f"{STATE_DIR}/active/kubelet")      # what it stopped runs again
