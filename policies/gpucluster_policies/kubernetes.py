@@ -131,7 +131,7 @@ def _chart_pinned(args: ResourceValidationArgs, report: ReportViolation) -> None
         report(f"{what} asks for version {version!r}, not an exact release; pin one such as 1.2.3")
 
 
-def image_reference(image: str) -> tuple[str, str | None, bool]:
+def _image_reference(image: str) -> tuple[str, str | None, bool]:
     """(registry host, tag or None, has a digest) of an image reference, as the container runtime reads it:
     the first path element is a registry only if it has a '.' or ':' or is localhost, else Docker Hub."""
     name, digest = image.partition("@")[::2]
@@ -142,7 +142,7 @@ def image_reference(image: str) -> tuple[str, str | None, bool]:
 
 
 def _unpinned(image: str) -> str | None:
-    _, tag, digest = image_reference(image)
+    _, tag, digest = _image_reference(image)
     if digest or tag not in (None, "latest"):
         return None
     return f"image {image} is {'untagged (pulled as :latest)' if tag is None else 'tagged :latest'}"
@@ -204,8 +204,9 @@ def _images_from_mirror(args: StackValidationArgs, report: ReportViolation) -> N
     def check(what: str, pod_spec: Any, urn: str) -> None:
         for c in containers(pod_spec):
             image = text(c.get("image"))
-            if image and image_reference(image)[0] != host:
-                report(f"{what}: container {c.get('name')} pulls {image} from {image_reference(image)[0]}, outside "
+            source = _image_reference(image)[0] if image else host
+            if source != host:
+                report(f"{what}: container {c.get('name')} pulls {image} from {source}, outside "
                        f"the mirror {mirror} (kubernetes.image_registry) this air-gapped stack pulls through; "
                        f"mirror the image and name it as {host}/...", urn)
 
