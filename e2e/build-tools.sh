@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds the real control plane for `make e2e` from Go modules only (the module proxy; no prebuilt downloads):
-# etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, KWOK, Kueue and the MPI operator, at the
-# versions pinned in e2e/tools/*/go.mod. A binary is rebuilt only when its wrapper module changed, so later runs
-# take seconds.
+# etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, KWOK, Kueue, the MPI operator and
+# node-problem-detector, at the versions pinned in e2e/tools/*/go.mod. A binary is rebuilt only when its wrapper
+# module changed, so later runs take seconds.
 # Usage: e2e/build-tools.sh [OUT_DIR]   (default .e2e; binaries in OUT_DIR/bin; KWOK stages, Kueue's and the MPI
 # operator's CRDs beside)
 set -euo pipefail
@@ -64,6 +64,7 @@ kueue_version=$(sed -n 's/^require sigs.k8s.io\/kueue \(v[0-9.]*\)$/\1/p' "$tool
 build kueue kueue sigs.k8s.io/kueue/cmd/kueue "-X sigs.k8s.io/kueue/pkg/version.GitVersion=$kueue_version"
 mpi_version=$(sed -n 's/^require github.com\/kubeflow\/mpi-operator \(v[0-9.]*\)$/\1/p' "$tools/mpi-operator/go.mod")
 build mpi-operator mpi-operator github.com/kubeflow/mpi-operator/cmd/mpi-operator
+build node-problem-detector node-problem-detector k8s.io/node-problem-detector/cmd/nodeproblemdetector
 
 # Files the modules ship beside their code: KWOK's stages, Kueue's CRDs and webhook configurations, copied so runs need no module cache.
 kwok_dir=$(module_dir kwok "sigs.k8s.io/kwok@$(sed -n 's/^require sigs.k8s.io\/kwok \(v[0-9.]*\)$/\1/p' "$tools/kwok/go.mod")")

@@ -1,4 +1,4 @@
-"""GpuKubernetesStack: NFD, the GPU and Network Operators, Kueue and GPU monitoring, from spec.kubernetes.
+"""GpuKubernetesStack: NFD, the GPU and Network Operators, Kueue, GPU health and monitoring, from spec.kubernetes.
 
 NFD is installed once by this stack and both operators' bundled copies are turned off: one owner, one
 version, and neither operator's upgrade can remove the other's node labels.
@@ -14,7 +14,7 @@ import pulumi_kubernetes as k8s
 from ..spec import ClusterSpec
 from ..spec.cluster import network_operator_enabled
 from ..spec.versions import StackVersions, find
-from . import gpu_operator, kueue, monitoring, mpi_operator, network_operator, nfd
+from . import gpu_operator, health, kueue, monitoring, mpi_operator, network_operator, nfd
 from .helm import release
 from .objects import Manifest, register
 
@@ -109,6 +109,9 @@ class GpuKubernetesStack(pulumi.ComponentResource):
                                          opts=pulumi.ResourceOptions(parent=self))
             for m in mpi_operator.render_mpi_operator(spec):
                 register(f"{name}-{m.role}", m.obj, after(namespaces[mpi_operator.NAMESPACE], crd))
+        if spec.kubernetes.health.enabled:
+            for m in health.render_gpu_health(spec):
+                register(f"{name}-{m.role}", m.obj, pulumi.ResourceOptions(parent=self))
         if spec.kubernetes.monitoring.enabled:
             ns = spec.kubernetes.monitoring.namespace
             for m in (monitoring.render_prometheus_rule(spec, ns), monitoring.render_dashboard(spec, ns)):

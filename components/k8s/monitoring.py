@@ -12,6 +12,7 @@ from typing import Any
 
 from ..spec import ClusterSpec
 from ..spec.hardware import HARDWARE_XIDS
+from .health import CONDITION as HEALTH_CONDITION
 from .labels import POOL_LABEL
 from .objects import Manifest
 
@@ -78,6 +79,14 @@ def render_alert_rules(spec: ClusterSpec) -> list[dict[str, Any]]:
               "max by (Hostname, gpu) (rate(DCGM_FI_DEV_POWER_VIOLATION[5m])) / 1e9 > 0.2", "15m", "warning",
               "GPU {{ $labels.gpu }} on {{ $labels.Hostname }} is power capped {{ $value | humanizePercentage }} of the time"),
     ]
+    if spec.kubernetes.health.enabled:
+        # node-problem-detector's condition (health.py), as kube-state-metrics exports every node condition: it
+        # stays true until the kernel log is cleared, so the alert holds while the node still has the fault.
+        rules.append(_rule(
+            "GpuHardwareFault", f'max by (node) (kube_node_status_condition{{condition="{HEALTH_CONDITION}",'
+                                'status="true"}) == 1', "0m", "critical",
+            f"node {{{{ $labels.node }}}} logged a GPU hardware XID ({HEALTH_CONDITION}); `kubectl describe node "
+            f"{{{{ $labels.node }}}}` shows which GPU and XID: take it out of service"))
     # kube-state-metrics must export the pool label (metricLabelsAllowlist: nodes=[gpucluster.io/pool]).
     label = "label_" + POOL_LABEL.replace(".", "_").replace("/", "_").replace("-", "_")
     for pool in spec.node_pools:

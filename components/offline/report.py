@@ -140,6 +140,16 @@ def render_report(spec: ClusterSpec, thresholds: Thresholds = Thresholds(),
                          "yes" if topology.rail_optimized else "no", len(topology.links),
                          f"{topology.bisection_gbps:g}",
                          f"{max(over):g}:1 (limit {thresholds.max_oversubscription:g}:1)" if over else "no uplinks"]])
+    h = spec.kubernetes.health
+    lines += ["", "## GPU health", ""]
+    lines += [f"node-problem-detector {h.npd_version} watches the kernel log of all {len(list(spec.hosts()))} GPU "
+              f"nodes: a hardware XID ({', '.join(map(str, sorted(set(h.fault_xids))))}) sets the node condition "
+              "`GpuHardwareFault` (reason `GpuXid<n>`, the driver's line as message)"
+              + (" and fires the `GpuHardwareFault` alert" if spec.kubernetes.monitoring.enabled else "")
+              + "; every XID is a Node event. `kubectl get nodes -o custom-columns="
+              "NAME:.metadata.name,FAULT:'.status.conditions[?(@.type==\"GpuHardwareFault\")].reason'` lists "
+              "them.", ""] if h.enabled else \
+        ["Off (`kubernetes.health.enabled: false`): a GPU fault after burn-in shows only in DCGM's alerts.", ""]
     if policies is not None:
         lines += ["## Policy results", "",
                   f"{policies.mandatory} mandatory and {policies.advisory} advisory finding(s).", ""]

@@ -306,6 +306,17 @@ class Software(SpecModel):
 # XIDs that mean the hardware is at fault (DBE, row remap, NVLink, fell off the bus, uncontained ECC), not the job
 # (NVIDIA's XID catalog, ../shared/reference/node-commands.md section 7).
 HARDWARE_XIDS = (48, 63, 64, 74, 79, 94, 95)
+# What a node's health monitor treats as a GPU hardware fault by default: the above and 92 (a high single-bit ECC
+# rate, a GPU wearing out), the fault classes NVIDIA's XID catalog says take a GPU out of service.
+GPU_FAULT_XIDS = (48, 63, 64, 74, 79, 92, 94, 95)
+
+
+def xid_pattern(xids: tuple[int, ...] | list[int]) -> str:
+    """The NVIDIA driver's kernel-log line for one of `xids`, as dmesg, journald and /dev/kmsg carry it, in an
+    extended regular expression grep -E and Go's RE2 read alike. The device comes in several shapes:
+    `(PCI:0000:01:00)`, `(PCI:0000:01:00 GPU-I:05)` under MIG, `(0000:03:00)` from older drivers."""
+    return r"NVRM: Xid \([^)]*\): (" + "|".join(str(x) for x in sorted(set(xids))) + "),"
+
 
 # kubelet's default hard-eviction threshold, memory.available<100Mi (KubeletConfiguration evictionHard), which
 # comes off a node's allocatable memory; the preparation's kubelet drop-in keeps the default.

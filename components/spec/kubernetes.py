@@ -9,6 +9,7 @@ from pydantic import AfterValidator, Field
 
 from .common import (ChartRepo, DnsLabel, ImageRef, LabelKey, Labels, Problem, Registry, RelPath, SpecModel, Text,
                      Url, Version, shown)
+from .hardware import GPU_FAULT_XIDS
 from .tenants import Cidr
 
 VERSION = r"^v?[0-9]+\.[0-9]+\.[0-9]+$"
@@ -147,6 +148,22 @@ class MonitoringSettings(SpecModel):
         description="Labels Grafana's sidecar loads dashboards by. Omitted: grafana_dashboard=1.")
 
 
+class HealthSettings(SpecModel):
+    """Runtime GPU health: node-problem-detector on every GPU node turns a GPU hardware XID in the kernel log into
+    the node condition GpuHardwareFault (reason GpuXid<N>, the driver's line as message) and every XID into a Node
+    event, so a fault seen after burn-in is visible per node, to alerts and to the quarantine that acts on it."""
+
+    enabled: bool = Field(True, description="Omitted: node-problem-detector runs on every GPU node.")
+    npd_version: str = Field("v1.34.0", pattern=VERSION,
+                             description="node-problem-detector release (its image's tag). Omitted: v1.34.0.")
+    fault_xids: list[Annotated[int, Field(ge=1, le=999)]] = Field(
+        default_factory=lambda: list(GPU_FAULT_XIDS), min_length=1, max_length=64,
+        description="XIDs that mean the GPU hardware is at fault and set GpuHardwareFault; any other XID is an "
+                    "event only (13, 31 and 43 are a job's own fault). Omitted: 48 (double-bit ECC), 63 and 64 (row "
+                    "remapping), 74 (NVLink), 79 (fell off the bus), 92 (high single-bit ECC rate), 94 and 95 "
+                    "(contained and uncontained ECC), from NVIDIA's XID catalog.")
+
+
 class KubernetesSpec(SpecModel):
     version: str = Field("1.33", pattern=r"^1\.[0-9]+$",
                          description="Kubernetes minor version objects are validated against. Omitted: 1.33.")
@@ -156,6 +173,7 @@ class KubernetesSpec(SpecModel):
     kueue: KueueSettings = Field(default_factory=KueueSettings)
     mpi_operator: MpiOperatorSettings = Field(default_factory=MpiOperatorSettings)
     monitoring: MonitoringSettings = Field(default_factory=MonitoringSettings)
+    health: HealthSettings = Field(default_factory=HealthSettings)
     dns_namespace: DnsLabel = Field("kube-system", description="Namespace of cluster DNS. Omitted: kube-system.")
     image_registry: Registry | None = Field(
         None, description="A registry mirror every image of the operators, Kueue, NFD and the checks is pulled "

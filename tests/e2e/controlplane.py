@@ -27,7 +27,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 TOOLS = Path(os.environ.get("GPUCLUSTER_E2E_TOOLS", ROOT / ".e2e"))
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "kwok", "kueue",
-            "mpi-operator")
+            "mpi-operator", "node-problem-detector")
 # Pod CIDR and service range are addresses the apiserver hands out, never contacted: webhooks are called by URL.
 SERVICE_RANGE = "10.96.0.0/16"
 

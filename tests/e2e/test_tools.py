@@ -36,3 +36,8 @@ def test_the_mpi_operator_is_built_at_the_version_the_stack_installs():
     version = _required("mpi-operator", "github.com/kubeflow/mpi-operator")
     assert f"v{version}" == KubernetesSpec().mpi_operator.version
     assert f"v{version}" in MPI_OPERATOR_KNOWN
+
+
+def test_node_problem_detector_is_built_at_the_version_the_stack_deploys():
+    assert _required("node-problem-detector", "k8s.io/node-problem-detector") == \
+        KubernetesSpec().health.npd_version.lstrip("v")

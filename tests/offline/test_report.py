@@ -91,3 +91,13 @@ def test_the_report_shows_each_pools_rollout_batches_in_order():
     assert "| h100 | 2 | 10% | 1 | 2 | 60 min | 2 h | - |" in dev
     assert ("- h100: 1) gpu-prod-01 .. gpu-prod-02 (2); 2) gpu-prod-03 .. gpu-prod-04 (2); "
             "3) gpu-prod-05 .. gpu-prod-06 (2); 4) gpu-prod-07 .. gpu-prod-08 (2)") in report
+
+
+def test_the_report_says_how_gpu_faults_show_and_when_nothing_watches_for_them():
+    prod = load_spec(ROOT / "stacks" / "prod.yaml")
+    report = render_report(prod)
+    assert ("node-problem-detector v1.34.0 watches the kernel log of all 8 GPU nodes: a hardware XID (48, 63, 64, "
+            "74, 79, 92, 94, 95) sets the node condition `GpuHardwareFault`") in report
+    off = prod.model_copy(update={"kubernetes": prod.kubernetes.model_copy(update={
+        "health": prod.kubernetes.health.model_copy(update={"enabled": False})})})
+    assert "Off (`kubernetes.health.enabled: false`)" in render_report(off)

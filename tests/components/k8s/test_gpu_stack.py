@@ -145,7 +145,8 @@ def test_alerts_use_only_metrics_dcgm_exports(dev_spec):
                 if w.startswith("DCGM_")}
         assert used <= exported, rule["alert"]
     assert {r["alert"] for r in rules} == {"GpuTemperatureHigh", "GpuXidError", "GpuEccDoubleBitError",
-                                           "GpuThermalThrottling", "GpuPowerThrottling", "GpusMissingH100"}
+                                           "GpuThermalThrottling", "GpuPowerThrottling", "GpusMissingH100",
+                                           "GpuHardwareFault"}
     assert next(r for r in rules if r["alert"] == "GpuTemperatureHigh")["expr"].endswith("> 85")
     assert next(r for r in rules if r["alert"] == "GpusMissingH100")["expr"].endswith("< 8")
 
@@ -299,3 +300,28 @@ def test_the_xid_alert_fires_on_a_new_hardware_xid_only(dev_spec, tmp_path):
     assert out.returncode == 0, out.stdout + out.stderr
     check = subprocess.run(["promtool", "check", "rules", "rules.yaml"], cwd=tmp_path, capture_output=True, text=True)
     assert check.returncode == 0, check.stdout + check.stderr
+
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool is not installed (.ci/run installs prometheus)")
+def test_the_hardware_fault_alert_holds_while_a_node_carries_the_detectors_condition(dev_spec, tmp_path):
+    """promtool over kube-state-metrics' node condition series: it fires while GpuHardwareFault is true."""
+    rules = monitoring.render_alert_rules(dev_spec)
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": [{"name": "gpu", "rules": rules}]}))
+    series = 'kube_node_status_condition{{node="gpu-dev-02", condition="GpuHardwareFault", status="{}"}}'
+    (tmp_path / "test.yaml").write_text(yaml.safe_dump({
+        "rule_files": ["rules.yaml"], "evaluation_interval": "1m",
+        "tests": [{"interval": "1m", "input_series": [
+            {"series": series.format("true"), "values": "0 0 0 1 1 1 0 0"},
+            {"series": series.format("false"), "values": "1 1 1 0 0 0 1 1"},
+        ], "alert_rule_test": [
+            {"eval_time": "2m", "alertname": "GpuHardwareFault", "exp_alerts": []},
+            {"eval_time": "4m", "alertname": "GpuHardwareFault", "exp_alerts": [{
+                "exp_labels": {"severity": "critical", "node": "gpu-dev-02"},
+                "exp_annotations": {"summary": "node gpu-dev-02 logged a GPU hardware XID (GpuHardwareFault); "
+                                               "`kubectl describe node gpu-dev-02` shows which GPU and XID: take "
+                                               "it out of service"}}]},
+            {"eval_time": "7m", "alertname": "GpuHardwareFault", "exp_alerts": []},
+        ]}]}))
+    out = subprocess.run(["promtool", "test", "rules", "test.yaml"], cwd=tmp_path, capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
