@@ -277,51 +277,53 @@ def test_cluster_exposes_what_job_templates_need(dev_spec, record):
     assert run.outputs["flavors"] == ({"h100": "h100"}, False)
 
 
-@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool is not installed (.ci/run installs prometheus)")
+PROMTOOL = pytest.mark.skipif(shutil.which("promtool") is None,
+                              reason="promtool is not installed (.ci/run installs prometheus)")
+
+
+def promtool(spec, tmp_path, series: list[dict], alerts: list[dict]) -> None:
+    """Prometheus's own rule engine over the stack's alert rules: `promtool check rules`, then `test rules`
+    with these input series and expected alerts."""
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump(
+        {"groups": [{"name": "gpu", "rules": monitoring.render_alert_rules(spec)}]}))
+    (tmp_path / "test.yaml").write_text(yaml.safe_dump({
+        "rule_files": ["rules.yaml"], "evaluation_interval": "1m",
+        "tests": [{"interval": "1m", "input_series": series, "alert_rule_test": alerts}]}))
+    for command in (["check", "rules", "rules.yaml"], ["test", "rules", "test.yaml"]):
+        out = subprocess.run(["promtool", *command], cwd=tmp_path, capture_output=True, text=True)
+        assert out.returncode == 0, out.stdout + out.stderr
+
+
+@PROMTOOL
 def test_the_xid_alert_fires_on_a_new_hardware_xid_only(dev_spec, tmp_path):
-    """Prometheus's own rule engine (promtool test rules): DCGM's XID gauge keeps the last XID for good. An
-    application XID (13, the job's fault) never fires; a hardware XID (79, fell off the bus) fires when it
-    appears and stops once it has stood unchanged, instead of paging forever."""
-    rules = monitoring.render_alert_rules(dev_spec)
-    (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": [{"name": "gpu", "rules": rules}]}))
+    """DCGM's XID gauge keeps the last XID for good. An application XID (13, the job's fault) never fires; a
+    hardware XID (79, fell off the bus) fires when it appears and stops once it has stood unchanged, instead of
+    paging forever."""
     labels = 'Hostname="gpu-dev-01", gpu="3"'
-    (tmp_path / "test.yaml").write_text(yaml.safe_dump({
-        "rule_files": ["rules.yaml"], "evaluation_interval": "1m",
-        "tests": [{"interval": "1m", "input_series": [
-            {"series": f"DCGM_FI_DEV_XID_ERRORS{{{labels}}}", "values": "0 0 13 13 13 13 13 13 79 79 " + "79 " * 20},
-        ], "alert_rule_test": [
-            {"eval_time": "5m", "alertname": "GpuXidError", "exp_alerts": []},                 # application XID
-            {"eval_time": "9m", "alertname": "GpuXidError", "exp_alerts": [{
-                "exp_labels": {"severity": "critical", "Hostname": "gpu-dev-01", "gpu": "3"},
-                "exp_annotations": {"summary": "GPU 3 on gpu-dev-01 reported hardware XID 79; drain the node"}}]},
-            {"eval_time": "25m", "alertname": "GpuXidError", "exp_alerts": []},                # unchanged since
-        ]}]}))
-    out = subprocess.run(["promtool", "test", "rules", "test.yaml"], cwd=tmp_path, capture_output=True, text=True)
-    assert out.returncode == 0, out.stdout + out.stderr
-    check = subprocess.run(["promtool", "check", "rules", "rules.yaml"], cwd=tmp_path, capture_output=True, text=True)
-    assert check.returncode == 0, check.stdout + check.stderr
+    promtool(dev_spec, tmp_path, [
+        {"series": f"DCGM_FI_DEV_XID_ERRORS{{{labels}}}", "values": "0 0 13 13 13 13 13 13 79 79 " + "79 " * 20},
+    ], [
+        {"eval_time": "5m", "alertname": "GpuXidError", "exp_alerts": []},                 # application XID
+        {"eval_time": "9m", "alertname": "GpuXidError", "exp_alerts": [{
+            "exp_labels": {"severity": "critical", "Hostname": "gpu-dev-01", "gpu": "3"},
+            "exp_annotations": {"summary": "GPU 3 on gpu-dev-01 reported hardware XID 79; drain the node"}}]},
+        {"eval_time": "25m", "alertname": "GpuXidError", "exp_alerts": []},                # unchanged since
+    ])
 
 
-
-@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool is not installed (.ci/run installs prometheus)")
+@PROMTOOL
 def test_the_hardware_fault_alert_holds_while_a_node_carries_the_detectors_condition(dev_spec, tmp_path):
-    """promtool over kube-state-metrics' node condition series: it fires while GpuHardwareFault is true."""
-    rules = monitoring.render_alert_rules(dev_spec)
-    (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": [{"name": "gpu", "rules": rules}]}))
+    """Over kube-state-metrics' node condition series: it fires while GpuHardwareFault is true."""
     series = 'kube_node_status_condition{{node="gpu-dev-02", condition="GpuHardwareFault", status="{}"}}'
-    (tmp_path / "test.yaml").write_text(yaml.safe_dump({
-        "rule_files": ["rules.yaml"], "evaluation_interval": "1m",
-        "tests": [{"interval": "1m", "input_series": [
-            {"series": series.format("true"), "values": "0 0 0 1 1 1 0 0"},
-            {"series": series.format("false"), "values": "1 1 1 0 0 0 1 1"},
-        ], "alert_rule_test": [
-            {"eval_time": "2m", "alertname": "GpuHardwareFault", "exp_alerts": []},
-            {"eval_time": "4m", "alertname": "GpuHardwareFault", "exp_alerts": [{
-                "exp_labels": {"severity": "critical", "node": "gpu-dev-02"},
-                "exp_annotations": {"summary": "node gpu-dev-02 logged a GPU hardware XID (GpuHardwareFault); "
-                                               "`kubectl describe node gpu-dev-02` shows which GPU and XID: take "
-                                               "it out of service"}}]},
-            {"eval_time": "7m", "alertname": "GpuHardwareFault", "exp_alerts": []},
-        ]}]}))
-    out = subprocess.run(["promtool", "test", "rules", "test.yaml"], cwd=tmp_path, capture_output=True, text=True)
-    assert out.returncode == 0, out.stdout + out.stderr
+    promtool(dev_spec, tmp_path, [
+        {"series": series.format("true"), "values": "0 0 0 1 1 1 0 0"},
+        {"series": series.format("false"), "values": "1 1 1 0 0 0 1 1"},
+    ], [
+        {"eval_time": "2m", "alertname": "GpuHardwareFault", "exp_alerts": []},
+        {"eval_time": "4m", "alertname": "GpuHardwareFault", "exp_alerts": [{
+            "exp_labels": {"severity": "critical", "node": "gpu-dev-02"},
+            "exp_annotations": {"summary": "node gpu-dev-02 logged a GPU hardware XID (GpuHardwareFault); "
+                                           "`kubectl describe node gpu-dev-02` shows which GPU and XID: take "
+                                           "it out of service"}}]},
+        {"eval_time": "7m", "alertname": "GpuHardwareFault", "exp_alerts": []},
+    ])
