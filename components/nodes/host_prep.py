@@ -12,7 +12,7 @@ from ..bash import call, fill, script
 from ..fabric.host import APPLY as FABRIC_APPLY, RUN_FABRIC
 from ..k8s.labels import BURN_IN_TAINT
 from ..spec import Host, NodePool
-from ..spec.hardware import HARDWARE_XIDS
+from ..spec.hardware import HARDWARE_XIDS, xid_pattern
 from ..ssh import Script
 from .driver import DRIVER_STACK_PACKAGES, NO_STACK, render_driver_stack
 
@@ -79,7 +79,7 @@ while IFS=', ' read -r index ecc; do
     fail "GPU $index has $ecc uncorrected ECC errors since the driver loaded; replace or reset it before use"
   fi
 done < <(nvidia-smi --query-gpu=index,ecc.errors.uncorrected.volatile.total --format=csv,noheader,nounits)
-xids=$(dmesg 2>/dev/null | grep -E 'NVRM: Xid \(PCI:[^)]*\): (XIDS),' || true)
+xids=$(dmesg 2>/dev/null | grep -E '@XID_PATTERN@' || true)
 [[ -z "$xids" ]] || fail "hardware XID errors since boot: $(printf '%s' "$xids" | tail -n 3 | tr '\n' ' ')"
 note "$gpus x @PRODUCT@ present, no uncorrected ECC or hardware XID errors"
 """
@@ -536,7 +536,7 @@ def render_pool_prep(pool: NodePool, *, rdma: bool, gpudirect: bool = False, hos
     if not host_driver:
         parts.append(fill(_PREFLIGHT_OPERATOR_DRIVER, GPUS=pool.gpu.count, MODEL=pool.gpu.model))
     else:
-        preflight = fill(_PREFLIGHT.replace("(XIDS)", "(" + "|".join(map(str, HARDWARE_XIDS)) + ")"),
+        preflight = fill(_PREFLIGHT.replace("@XID_PATTERN@", xid_pattern(HARDWARE_XIDS)),
                          GPUS=pool.gpu.count, MODEL=pool.gpu.model, PRODUCT=info.product)
         parts.append(preflight)
         if pool.software.driver_version:

@@ -98,3 +98,18 @@ def test_an_air_gapped_stack_pulls_the_detector_through_its_mirror():
 def test_a_fault_list_that_is_empty_or_holds_no_xid_is_refused_naming_the_field(dev_data, xids, problem):
     dev_data.setdefault("kubernetes", {})["health"] = {"fault_xids": xids}
     assert any(p.startswith(problem) or f"{problem}:" in p for p in problems_of(dev_data)), problems_of(dev_data)
+
+
+def test_the_preparations_preflight_and_the_detector_read_xid_lines_alike(dev):
+    """The XID pattern both use, run by GNU grep -E as the preflight runs it over dmesg: every device form the
+    driver prints (the MIG instance form and the older one without `PCI:` included)."""
+    import subprocess
+
+    from components.spec.hardware import HARDWARE_XIDS, xid_pattern
+    out = subprocess.run(["grep", "-E", xid_pattern(HARDWARE_XIDS)], input="\n".join(SAMPLE) + "\n",
+                         capture_output=True, text=True)
+    assert [re.search(r"\): (\d+),", line).group(1) for line in out.stdout.splitlines()] == \
+        ["79", "94", "95", "94", "79"]
+    legacy = subprocess.run(["grep", "-E", xid_pattern([14])], input="\n".join(SAMPLE) + "\n",
+                            capture_output=True, text=True)
+    assert legacy.stdout == "NVRM: Xid (0000:03:00): 14, Channel 00000001\n"
