@@ -46,11 +46,10 @@ def run(args: argparse.Namespace) -> int:
     _add_results_to_report(planned, violations)
     descriptions = {p.name: p.description for p in policies}
     levels = _levels(policies, config)
-    report = {"stack": planned.stack, "config": str(config_file) if config_file else None,
-              "policies": sum(level != "disabled" for level in levels.values()),
+    ran = sum(level != "disabled" for level in levels.values())
+    report = {"stack": planned.stack, "config": str(config_file) if config_file else None, "policies": ran,
               "violations": [v.__dict__ for v in violations], "levels": levels}
     (planned.out / "check.json").write_text(json.dumps(report, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    ran = sum(level != "disabled" for level in levels.values())
     if args.format == "markdown":
         full = _markdown(planned.stack, violations, descriptions, ran, config_file, planned.plan.errors,
                          None, None, None)

@@ -16,7 +16,7 @@ import json
 from typing import Any
 
 from ..spec import ClusterSpec
-from ..spec.hardware import xid_pattern
+from ..spec.hardware import XID_LINE, xid_pattern
 from .images import mirrored
 from .labels import POOL_LABEL
 from .objects import Manifest
@@ -30,7 +30,7 @@ MONITOR = "gpu-xid-monitor.json"
 # write events (kubernetes/plugin/pkg/auth/authorizer/rbac/bootstrappolicy).
 CLUSTER_ROLE = "system:node-problem-detector"
 _LABELS = {"app.kubernetes.io/name": NAME, "app.kubernetes.io/managed-by": "pulumi"}
-_ANY_XID = r"NVRM: Xid \([^)]*\): [0-9]+,"
+_ANY_XID = XID_LINE + "[0-9]+,"
 
 
 def monitor_config(spec: ClusterSpec) -> dict[str, Any]:

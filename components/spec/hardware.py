@@ -311,11 +311,15 @@ HARDWARE_XIDS = (48, 63, 64, 74, 79, 94, 95)
 GPU_FAULT_XIDS = (48, 63, 64, 74, 79, 92, 94, 95)
 
 
+# The NVIDIA driver's kernel-log line up to its XID, as dmesg, journald and /dev/kmsg carry it, in an extended
+# regular expression grep -E and Go's RE2 read alike. The device comes in several shapes: `(PCI:0000:01:00)`,
+# `(PCI:0000:01:00 GPU-I:05)` under MIG, `(0000:03:00)` from older drivers.
+XID_LINE = r"NVRM: Xid \([^)]*\): "
+
+
 def xid_pattern(xids: tuple[int, ...] | list[int]) -> str:
-    """The NVIDIA driver's kernel-log line for one of `xids`, as dmesg, journald and /dev/kmsg carry it, in an
-    extended regular expression grep -E and Go's RE2 read alike. The device comes in several shapes:
-    `(PCI:0000:01:00)`, `(PCI:0000:01:00 GPU-I:05)` under MIG, `(0000:03:00)` from older drivers."""
-    return r"NVRM: Xid \([^)]*\): (" + "|".join(str(x) for x in sorted(set(xids))) + "),"
+    """The driver's kernel-log line for one of `xids`."""
+    return XID_LINE + "(" + "|".join(str(x) for x in sorted(set(xids))) + "),"
 
 
 # kubelet's default hard-eviction threshold, memory.available<100Mi (KubeletConfiguration evictionHard), which
