@@ -14,14 +14,14 @@ import pulumi_kubernetes as k8s
 from ..spec import ClusterSpec
 from ..spec.cluster import network_operator_enabled
 from ..spec.versions import StackVersions, find
-from . import gpu_operator, health, kueue, monitoring, mpi_operator, network_operator, nfd
+from . import gpu_operator, health, kueue, monitoring, mpi_operator, network_operator, nfd, quarantine
 from .helm import release
 from .objects import Manifest, register
 
 # Pod Security level each system namespace really needs: node agents load drivers and read host devices.
 NAMESPACE_SECURITY = {nfd.NAMESPACE: "privileged", gpu_operator.NAMESPACE: "privileged",
                       network_operator.NAMESPACE: "privileged", kueue.NAMESPACE: "baseline",
-                      mpi_operator.NAMESPACE: "restricted"}
+                      mpi_operator.NAMESPACE: "restricted", quarantine.NAMESPACE: "restricted"}
 
 
 def render_namespaces(spec: ClusterSpec) -> list[Manifest]:
@@ -30,6 +30,8 @@ def render_namespaces(spec: ClusterSpec) -> list[Manifest]:
         wanted.insert(2, network_operator.NAMESPACE)
     if spec.kubernetes.mpi_operator.enabled:
         wanted.append(mpi_operator.NAMESPACE)
+    if quarantine.enabled(spec):
+        wanted.append(quarantine.NAMESPACE)
     out = []
     for ns in wanted:
         level = NAMESPACE_SECURITY[ns]
@@ -112,6 +114,15 @@ class GpuKubernetesStack(pulumi.ComponentResource):
         if spec.kubernetes.health.enabled:
             for m in health.render_gpu_health(spec):
                 register(f"{name}-{m.role}", m.obj, pulumi.ResourceOptions(parent=self))
+        if quarantine.enabled(spec):
+            crd = k8s.yaml.v2.ConfigFile(f"{name}-nodereadinessrule-crd", file=quarantine.crd_source(spec),
+                                         opts=pulumi.ResourceOptions(parent=self))
+            for m in quarantine.render_controller(spec):
+                register(f"{name}-{m.role}", m.obj, after(namespaces[quarantine.NAMESPACE]))
+            rule = quarantine.render_rule(spec)
+            # Its spec is immutable; deleting the old rule first lifts its taints before the new rule decides.
+            register(f"{name}-{rule.role}", rule.obj, pulumi.ResourceOptions(
+                parent=self, depends_on=[crd], replace_on_changes=["spec"], delete_before_replace=True))
         if spec.kubernetes.monitoring.enabled:
             ns = spec.kubernetes.monitoring.namespace
             for m in (monitoring.render_prometheus_rule(spec, ns), monitoring.render_dashboard(spec, ns)):

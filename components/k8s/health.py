@@ -7,14 +7,22 @@ GpuHardwareFault; every XID is a Node event. The monitor looks back over the who
 finds the fault again (a reboot clears the kernel log, and the condition with it). The manifests are upstream's
 deployment (deployment/node-problem-detector.yaml and rbac.yaml of the release) with our monitor config, on GPU
 nodes only, tolerating every taint: a monitor must keep running on a quarantined node.
+
+A second monitor, a custom plugin of the same detector, keeps the fault beyond the boot: it records the host's
+hardware XIDs (per boot, with their count) under /var/lib/gpucluster, beside the burn-in's verdict, and sets
+GpuBurnInRequired while the latest recorded fault is newer than the last passing burn-in. The quarantine rule
+(quarantine.py) needs both conditions False, so a node leaves quarantine only after the reboot that clears the
+fault and a burn-in that passes after it.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from pathlib import PurePosixPath
 from typing import Any
 
+from ..nodes.burn_in import RESULT, VERDICT_FILE
 from ..spec import ClusterSpec
 from ..spec.hardware import XID_LINE, xid_pattern
 from .images import mirrored
@@ -26,6 +34,12 @@ NAME = "gpucluster-gpu-health"       # not upstream's name: a distribution's own
 IMAGE = "registry.k8s.io/node-problem-detector/node-problem-detector"
 CONDITION = "GpuHardwareFault"
 MONITOR = "gpu-xid-monitor.json"
+BURN_IN_CONDITION = "GpuBurnInRequired"
+BURN_IN_MONITOR = "gpu-burn-in-monitor.json"
+BURN_IN_CHECK = "check-burn-in.sh"
+STATE_DIR = str(PurePosixPath(VERDICT_FILE).parent)     # the host's; mounted at the same path
+FAULT_RECORD = f"{STATE_DIR}/gpu-fault"
+BOOT_ID = "/proc/sys/kernel/random/boot_id"             # not namespaced: the host's boot, seen from the pod
 # The bootstrap ClusterRole every apiserver creates for node-problem-detector: read nodes, patch their status,
 # write events (kubernetes/plugin/pkg/auth/authorizer/rbac/bootstrappolicy).
 CLUSTER_ROLE = "system:node-problem-detector"
@@ -48,6 +62,69 @@ def monitor_config(spec: ClusterSpec) -> dict[str, Any]:
     }
 
 
+# The custom plugin's check, run by the detector every interval in its own image (bash, grep, sed and util-linux's
+# dmesg: node-problem-detector's Dockerfile installs them). Exit 0: no fault since the last passing burn-in;
+# 1: a fault not yet followed by one (the condition is True, with the driver's line); 2: it cannot tell (Unknown,
+# which the quarantine rule treats as not healthy: a node whose health cannot be read takes no new work).
+_BURN_IN_CHECK = r'''#!/bin/bash
+set -euo pipefail
+state=$1     # the host's /var/lib/gpucluster: the burn-in's verdict and this check's fault record
+log=$2       # kmsg: the kernel's ring buffer; otherwise a file of kernel log lines
+boot_id=$3   # a file holding this boot's id
+record=$state/gpu-fault
+verdict=$state/burn-in
+fault='@PATTERN@'
+boot=$(cat "$boot_id" 2>/dev/null) || { echo "cannot read the boot id from $boot_id"; exit 2; }
+if [[ $log == kmsg ]]; then
+  lines=$(dmesg 2>/dev/null) || { echo "cannot read the kernel log (dmesg)"; exit 2; }
+else
+  lines=$(cat "$log" 2>/dev/null) || { echo "cannot read the kernel log $log"; exit 2; }
+fi
+count=$(grep -cE "$fault" <<<"$lines" || true)
+# A new fault (a first one this boot, or one more) rewrites the record, so it is newer than any verdict so far.
+if (( count > 0 )) && ! grep -qx "boot $boot faults $count" "$record" 2>/dev/null; then
+  last=$(grep -E "$fault" <<<"$lines" | tail -n 1)
+  mkdir -p "$state"
+  printf 'boot %s faults %s\n%s\n' "$boot" "$count" "NVRM:${last#*NVRM:}" > "$record.new"
+  mv -f "$record.new" "$record"
+fi
+if [[ ! -f $record ]]; then
+  echo "no GPU hardware fault recorded on this host"
+  exit 0
+fi
+if [[ ! -f $verdict ]]; then     # a pool without burn-in: the reboot that clears the fault releases the node
+  echo "a GPU hardware fault is recorded and this host keeps no burn-in verdict (its pool runs none)"
+  exit 0
+fi
+if [[ $verdict -nt $record ]] && grep -qx '@RESULT@passed' "$verdict"; then
+  echo "a burn-in passed after the last GPU hardware fault"
+  exit 0
+fi
+echo "no burn-in passed since this GPU hardware fault: $(sed -n 2p "$record")"
+exit 1
+'''
+
+
+def burn_in_check(spec: ClusterSpec) -> str:
+    """The custom plugin's script: the same hardware XIDs as the kernel monitor's condition."""
+    pattern = xid_pattern(sorted(set(spec.kubernetes.health.fault_xids)))
+    assert "'" not in pattern       # digits and the driver's fixed prefix: safe inside single quotes
+    return _BURN_IN_CHECK.replace("@PATTERN@", pattern).replace("@RESULT@", RESULT)
+
+
+def burn_in_monitor_config() -> dict[str, Any]:
+    """The custom plugin monitor's configuration (node-problem-detector's custom-plugin-monitor format)."""
+    return {
+        "plugin": "custom",
+        "pluginConfig": {"invoke_interval": "30s", "timeout": "10s", "max_output_length": 300, "concurrency": 1},
+        "source": "gpu-burn-in-monitor", "metricsReporting": True,
+        "conditions": [{"type": BURN_IN_CONDITION, "reason": "NoFaultSinceBurnIn",
+                        "message": "no GPU hardware fault after the last passing burn-in"}],
+        "rules": [{"type": "permanent", "condition": BURN_IN_CONDITION, "reason": "FaultSinceBurnIn",
+                   "path": f"/config/{BURN_IN_CHECK}", "args": [STATE_DIR, "kmsg", BOOT_ID], "timeout": "10s"}],
+    }
+
+
 def image(spec: ClusterSpec) -> str:
     return mirrored(f"{IMAGE}:{spec.kubernetes.health.npd_version}", spec)
 
@@ -57,20 +134,24 @@ def render_gpu_health(spec: ClusterSpec) -> list[Manifest]:
     meta = {"namespace": NAMESPACE, "labels": dict(_LABELS)}
     container = {
         "name": "node-problem-detector", "image": image(spec),
-        "command": ["/node-problem-detector", "--logtostderr", f"--config.system-log-monitor=/config/{MONITOR}"],
+        "command": ["/node-problem-detector", "--logtostderr", f"--config.system-log-monitor=/config/{MONITOR}",
+                    f"--config.custom-plugin-monitor=/config/{BURN_IN_MONITOR}"],
         "env": [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
         # No requests (nor limits, which would set them): a GPU job may take a node's whole allocatable, and a
         # request would leave the detector pending there or, at its critical priority, preempt the tenant's pod.
         # Upstream's 10m and 80Mi are what it uses; the priority keeps the kubelet from evicting it first.
         "securityContext": {"privileged": True},           # reads /dev/kmsg, as upstream's deployment does
         "volumeMounts": [{"name": "kmsg", "mountPath": "/dev/kmsg", "readOnly": True},
+                         {"name": "state", "mountPath": STATE_DIR},
                          {"name": "localtime", "mountPath": "/etc/localtime", "readOnly": True},
                          {"name": "config", "mountPath": "/config", "readOnly": True}]}
     selector = {"app.kubernetes.io/name": NAME}
-    config = json.dumps(monitor_config(spec), indent=2) + "\n"
+    data = {MONITOR: json.dumps(monitor_config(spec), indent=2) + "\n",
+            BURN_IN_MONITOR: json.dumps(burn_in_monitor_config(), indent=2) + "\n",
+            BURN_IN_CHECK: burn_in_check(spec)}
     # The detector reads its config once, at start: a changed config rolls the pods (the look back finds any
-    # fault again).
-    checksum = {"gpucluster.io/config-sha256": hashlib.sha256(config.encode()).hexdigest()}
+    # fault again, and the record on the host outlives the pod).
+    checksum = {"gpucluster.io/config-sha256": hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()}
     gpu_nodes = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
         {"matchExpressions": [{"key": POOL_LABEL, "operator": "Exists"}]}]}}}
     return [
@@ -81,7 +162,7 @@ def render_gpu_health(spec: ClusterSpec) -> list[Manifest]:
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": CLUSTER_ROLE},
             "subjects": [{"kind": "ServiceAccount", "name": NAME, "namespace": NAMESPACE}]}),
         Manifest("gpu-health-config", {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": NAME, **meta},
-                                       "data": {MONITOR: config}}),
+                                       "data": data}),
         Manifest("gpu-health", {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": NAME, **meta},
                                 "spec": {"selector": {"matchLabels": selector}, "template": {
                                     "metadata": {"labels": {**_LABELS, **selector}, "annotations": checksum},
@@ -93,5 +174,8 @@ def render_gpu_health(spec: ClusterSpec) -> list[Manifest]:
                                         "volumes": [
                                             {"name": "kmsg", "hostPath": {"path": "/dev/kmsg", "type": "CharDevice"}},
                                             {"name": "localtime", "hostPath": {"path": "/etc/localtime", "type": "File"}},
-                                            {"name": "config", "configMap": {"name": NAME}}]}}}}),
+                                            {"name": "state", "hostPath": {"path": STATE_DIR,
+                                                                           "type": "DirectoryOrCreate"}},
+                                            {"name": "config", "configMap": {"name": NAME,
+                                                                             "defaultMode": 0o555}}]}}}}),
     ]

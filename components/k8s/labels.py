@@ -15,6 +15,9 @@ DEVICE_PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"
 MIG_CONFIG_LABEL = "nvidia.com/mig.config"
 # Taint a node carries until its burn-in passes; operators' daemonsets tolerate it, workloads do not.
 BURN_IN_TAINT = "gpucluster.io/burn-in"
+# Taint node-readiness-controller keeps on a GPU node with a fault not yet followed by a passing burn-in (its
+# rules' taint keys must be in readiness.k8s.io/); node agents tolerate it, workloads do not.
+QUARANTINE_TAINT = "readiness.k8s.io/gpucluster-gpu-health"
 
 
 def pool_labels(pool: NodePool) -> dict[str, str]:
@@ -34,11 +37,13 @@ def pool_tolerations(pool: NodePool) -> list[dict[str, Any]]:
 
 
 def system_tolerations(spec: ClusterSpec) -> list[dict[str, Any]]:
-    """What node agents (drivers, device plugins, NFD) tolerate: every pool taint and the burn-in gate."""
+    """What node agents (drivers, device plugins, NFD) tolerate: every pool taint, the burn-in gate and the
+    quarantine (a drained node keeps its driver, device plugin and exporters for the burn-in that releases it)."""
     seen: dict[tuple[str, str], dict[str, Any]] = {}
     for pool in spec.node_pools:
         for t in pool.all_taints:
             seen[(t.key, t.effect)] = {"key": t.key, "operator": "Exists", "effect": t.effect}
-    for effect in ("NoSchedule", "NoExecute"):
-        seen[(BURN_IN_TAINT, effect)] = {"key": BURN_IN_TAINT, "operator": "Exists", "effect": effect}
+    for key in (BURN_IN_TAINT, QUARANTINE_TAINT):
+        for effect in ("NoSchedule", "NoExecute"):
+            seen[(key, effect)] = {"key": key, "operator": "Exists", "effect": effect}
     return [seen[k] for k in sorted(seen)]

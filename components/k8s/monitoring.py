@@ -12,8 +12,9 @@ from typing import Any
 
 from ..spec import ClusterSpec
 from ..spec.hardware import HARDWARE_XIDS
-from .health import CONDITION as HEALTH_CONDITION
-from .labels import POOL_LABEL
+from . import quarantine
+from .health import BURN_IN_CONDITION, CONDITION as HEALTH_CONDITION
+from .labels import POOL_LABEL, QUARANTINE_TAINT
 from .objects import Manifest
 
 # (DCGM field, Prometheus type, help): dcgm-exporter's default list plus ECC, throttling and NVLink errors.
@@ -87,6 +88,15 @@ def render_alert_rules(spec: ClusterSpec) -> list[dict[str, Any]]:
                                 'status="true"}) == 1', "0m", "critical",
             f"node {{{{ $labels.node }}}} logged a GPU hardware XID ({HEALTH_CONDITION}); `kubectl describe node "
             f"{{{{ $labels.node }}}}` shows which GPU and XID: take it out of service"))
+        if quarantine.enabled(spec):
+            # The taint node-readiness-controller keeps (kube-state-metrics' kube_node_spec_taint), joined with
+            # the condition that holds it past the reboot: the alert says what releases the node.
+            rules.append(_rule(
+                "GpuNodeQuarantined", f'max by (node) (kube_node_spec_taint{{key="{QUARANTINE_TAINT}"}}) == 1',
+                "0m", "warning",
+                f"node {{{{ $labels.node }}}} is quarantined ({QUARANTINE_TAINT}): a GPU fault not yet followed by "
+                "a passing burn-in; after the repair and a reboot, burn it in again with `pulumi up --replace` of "
+                "its <pool>-<host>-burn-in resource"))
     # kube-state-metrics must export the pool label (metricLabelsAllowlist: nodes=[gpucluster.io/pool]).
     label = "label_" + POOL_LABEL.replace(".", "_").replace("/", "_").replace("-", "_")
     for pool in spec.node_pools:
@@ -112,11 +122,14 @@ def render_prometheus_rule(spec: ClusterSpec, namespace: str) -> Manifest:
     })
 
 
-def _panel(pid: int, title: str, expr: str, unit: str, x: int, y: int) -> dict[str, Any]:
+_GPU_LEGEND = "{{Hostname}} gpu{{gpu}}"     # DCGM exporter's labels
+
+
+def _panel(pid: int, title: str, expr: str, unit: str, x: int, y: int, legend: str = _GPU_LEGEND) -> dict[str, Any]:
     return {"id": pid, "type": "timeseries", "title": title, "gridPos": {"h": 8, "w": 12, "x": x, "y": y},
             "datasource": {"type": "prometheus", "uid": "${datasource}"},
             "fieldConfig": {"defaults": {"unit": unit}, "overrides": []},
-            "targets": [{"expr": expr, "legendFormat": "{{Hostname}} gpu{{gpu}}", "refId": "A"}]}
+            "targets": [{"expr": expr, "legendFormat": legend, "refId": "A"}]}
 
 
 def render_dashboard(spec: ClusterSpec, namespace: str) -> Manifest:
@@ -133,11 +146,20 @@ def render_dashboard(spec: ClusterSpec, namespace: str) -> Manifest:
         ("XID errors (last code)", "DCGM_FI_DEV_XID_ERRORS", "none"),
         ("Thermal throttling", "rate(DCGM_FI_DEV_THERMAL_VIOLATION[5m]) / 1e9", "percentunit"),
     ]
+    legends = {}
+    if quarantine.enabled(spec):
+        # Each quarantined node, once per condition that holds it (kube-state-metrics' taint and condition
+        # series): GpuHardwareFault until the reboot, GpuBurnInRequired until a burn-in passes after it.
+        title = "Quarantined GPU nodes (and the condition that holds each)"
+        panels.append((title, f'max by (node, condition) (kube_node_status_condition{{condition=~"{HEALTH_CONDITION}|'
+                              f'{BURN_IN_CONDITION}",status="true"}} == 1) * on (node) group_left () max by (node) '
+                              f'(kube_node_spec_taint{{key="{QUARANTINE_TAINT}"}})', "none"))
+        legends[title] = "{{node}}: {{condition}}"
     dashboard = {
         "title": f"GPU cluster {spec.name}", "uid": f"gpucluster-{spec.name}", "schemaVersion": 39,
         "tags": ["gpu", "gpucluster"], "time": {"from": "now-6h", "to": "now"}, "refresh": "1m",
         "templating": {"list": [{"name": "datasource", "type": "datasource", "query": "prometheus"}]},
-        "panels": [_panel(i + 1, title, expr, unit, (i % 2) * 12, (i // 2) * 8)
+        "panels": [_panel(i + 1, title, expr, unit, (i % 2) * 12, (i // 2) * 8, legends.get(title, _GPU_LEGEND))
                    for i, (title, expr, unit) in enumerate(panels)],
     }
     return Manifest("gpu-dashboard", {

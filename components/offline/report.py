@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from html import escape
 from typing import Any, Sequence
 
+from ..k8s.labels import QUARANTINE_TAINT
+from ..k8s.quarantine import RULE
 from ..nodes.rollout import rollout_batches
 from ..spec import ClusterSpec, NodePool
 from ..spec.topology import Topology, plan_topology
@@ -148,7 +150,7 @@ def render_report(spec: ClusterSpec, thresholds: Thresholds = Thresholds(),
               + (" and fires the `GpuHardwareFault` alert" if spec.kubernetes.monitoring.enabled else "")
               + "; every XID is a Node event. `kubectl get nodes -o custom-columns="
               "NAME:.metadata.name,FAULT:'.status.conditions[?(@.type==\"GpuHardwareFault\")].reason'` lists "
-              "them.", ""] if h.enabled else \
+              "them.", "", _quarantine_line(spec), ""] if h.enabled else \
         ["Off (`kubernetes.health.enabled: false`): a GPU fault after burn-in shows only in DCGM's alerts.", ""]
     if policies is not None:
         lines += ["## Policy results", "",
@@ -156,6 +158,24 @@ def render_report(spec: ClusterSpec, thresholds: Thresholds = Thresholds(),
         if policies.rows:
             lines += _md_table(["policy", "level", "resource", "finding"], policies.rows)
     return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def _quarantine_line(spec: ClusterSpec) -> str:
+    q = spec.kubernetes.health.quarantine
+    if q.mode == "off":
+        return "Quarantine is off (`kubernetes.health.quarantine.mode: off`): a faulty node stays schedulable."
+    effect = "NoExecute: its pods are evicted and Kueue requeues their jobs" if q.drain else \
+        "NoSchedule: running jobs finish, no new pod lands there"
+    when = "while `GpuHardwareFault` or `GpuBurnInRequired` is true"
+    what = (f"node-readiness-controller {q.version} taints a GPU node `{QUARANTINE_TAINT}` ({effect}) {when}"
+            if q.mode == "enforce" else
+            f"Observe only: node-readiness-controller {q.version} taints no node; the status of the "
+            f"NodeReadinessRule `{RULE}` lists the GPU nodes it would taint `{QUARANTINE_TAINT}` {when}")
+    return (f"{what}. `GpuBurnInRequired` keeps a fault "
+            "past the reboot until a burn-in passes after it (`pulumi up --replace` of the host's burn-in). "
+            f"`kubectl get nodes -o custom-columns=NAME:.metadata.name,"
+            f"QUARANTINE:'.spec.taints[?(@.key==\"{QUARANTINE_TAINT}\")].effect',"
+            "WHY:'.status.conditions[?(@.type==\"GpuBurnInRequired\")].message'` lists them.")
 
 
 # --- topology.svg: the project's own writer (no Graphviz needed) -----------------------------------------------

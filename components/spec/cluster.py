@@ -25,7 +25,8 @@ LOSSLESS_PRIORITIES = {"sonic": (3, 4)}
 
 # Where each operator of the GPU stack runs (components/k8s take their namespace from here).
 OPERATOR_NAMESPACES = {"gpu_operator": "gpu-operator", "network_operator": "network-operator",
-                       "kueue": "kueue-system", "nfd": "node-feature-discovery", "mpi_operator": "mpi-operator"}
+                       "kueue": "kueue-system", "nfd": "node-feature-discovery", "mpi_operator": "mpi-operator",
+                       "node_readiness": "nrr-system"}
 # Namespaces no tenant may take: Kubernetes' own and the operators'; a tenant there would share their privileges.
 SYSTEM_NAMESPACES = frozenset({"default", "kube-system", "kube-public", "kube-node-lease",
                                *OPERATOR_NAMESPACES.values()})

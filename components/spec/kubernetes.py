@@ -109,18 +109,12 @@ class KueueSettings(ChartSource):
                     "(the leaf switch of the host's first rail, or its rack without leaves), host.")
 
 
-class MpiOperatorSettings(SpecModel):
-    """The Kubeflow MPI operator, which runs MPIJobs: the NCCL check's, the validation suite's and tenants' MPI
-    training. Kueue admits an MPIJob as one workload (launcher and workers together, or none)."""
+class CrdSource(SpecModel):
+    """Where a CRD of an operator that ships no chart comes from: its pinned release upstream by default."""
 
-    enabled: bool = Field(True, description="Omitted: installed; without it no MPIJob runs, the NCCL check "
-                                            "included.")
-    version: str = Field("v0.8.2", pattern=VERSION, description="Release whose CRD and controller image are "
-                                                                "installed. Omitted: v0.8.2.")
     crd_url: Url | None = Field(
-        None, description="Where `pulumi up` fetches that release's MPIJob CRD (an http(s) URL). Omitted: the "
-                          "release's manifests/base/kubeflow.org_mpijobs.yaml on raw.githubusercontent.com; "
-                          "air-gapped sites give their mirror's copy, or crd_path.")
+        None, description="Where `pulumi up` fetches the release's CRD (an http(s) URL). Omitted: the release's own "
+                          "file on GitHub; air-gapped sites give their mirror's copy, or crd_path.")
     crd_path: RelPath | None = Field(None, description="The CRD as a file in the project (vendored). Omitted: "
                                                        "fetched from crd_url.")
 
@@ -132,6 +126,17 @@ class MpiOperatorSettings(SpecModel):
                                         "fetches; give a file in the project as crd_path instead")
 
     _checks = (_one_source,)
+
+
+class MpiOperatorSettings(CrdSource):
+    """The Kubeflow MPI operator, which runs MPIJobs: the NCCL check's, the validation suite's and tenants' MPI
+    training. Kueue admits an MPIJob as one workload (launcher and workers together, or none). Its CRD upstream:
+    the release's manifests/base/kubeflow.org_mpijobs.yaml."""
+
+    enabled: bool = Field(True, description="Omitted: installed; without it no MPIJob runs, the NCCL check "
+                                            "included.")
+    version: str = Field("v0.8.2", pattern=VERSION, description="Release whose CRD and controller image are "
+                                                                "installed. Omitted: v0.8.2.")
 
 
 class MonitoringSettings(SpecModel):
@@ -148,6 +153,26 @@ class MonitoringSettings(SpecModel):
         description="Labels Grafana's sidecar loads dashboards by. Omitted: grafana_dashboard=1.")
 
 
+class QuarantineSettings(CrdSource):
+    """What a GPU fault does to its node, through node-readiness-controller (kubernetes-sigs): one rule taints a
+    GPU node while GpuHardwareFault is True (a hardware XID since boot) or GpuBurnInRequired is True (a fault was
+    recorded after the node's last passing burn-in). The taint is readiness.k8s.io/gpucluster-gpu-health. A node
+    leaves only once both are False: after the reboot that clears the fault, a burn-in that passes
+    (`pulumi up --replace` of the host's burn-in). Its CRD upstream: the release's crds.yaml."""
+
+    mode: Literal["enforce", "observe", "off"] = Field(
+        "enforce", description="enforce: the rule taints faulty nodes. observe: the rule runs in dry run and only "
+                               "reports in its status which nodes it would taint (a first week in production, "
+                               "or dev). off: no controller and no rule; faults are still conditions and alerts. "
+                               "Omitted: enforce.")
+    drain: bool = Field(
+        True, description="true: the taint is NoExecute, so Kubernetes evicts the node's pods at once and Kueue "
+                          "requeues their workloads (a job on a faulty GPU is lost anyway); node agents tolerate "
+                          "it. false: NoSchedule, running jobs finish and no new pod lands there. Omitted: true.")
+    version: str = Field("v0.5.0", pattern=VERSION, description="node-readiness-controller release whose CRD and "
+                                                                "image are installed. Omitted: v0.5.0.")
+
+
 class HealthSettings(SpecModel):
     """Runtime GPU health: node-problem-detector on every GPU node turns a GPU hardware XID in the kernel log into
     the node condition GpuHardwareFault (reason GpuXid<N>, the driver's line as message) and every XID into a Node
@@ -162,6 +187,9 @@ class HealthSettings(SpecModel):
                     "event only (13, 31 and 43 are a job's own fault). Omitted: 48 (double-bit ECC), 63 and 64 (row "
                     "remapping), 74 (NVLink), 79 (fell off the bus), 92 (high single-bit ECC rate), 94 and 95 "
                     "(contained and uncontained ECC), from NVIDIA's XID catalog.")
+    quarantine: QuarantineSettings = Field(default_factory=QuarantineSettings,
+                                           description="Omitted: enforced, draining, node-readiness-controller "
+                                                       "v0.5.0.")
 
 
 class KubernetesSpec(SpecModel):

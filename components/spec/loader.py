@@ -257,11 +257,13 @@ def _vendored_missing(spec: ClusterSpec, project_dir: Path | None) -> Iterator[t
             yield (("kubernetes", name, "chart_path"),
                    f"{path} has no Chart.yaml in the project ({project_dir}): vendor the chart there "
                    "(helm pull --untar) or set chart_repository")
-    crd = k.mpi_operator.crd_path
-    if crd is not None and not (project_dir / crd).is_file():
-        yield (("kubernetes", "mpi_operator", "crd_path"),
-               f"{crd} is not a file in the project ({project_dir}): vendor the release's kubeflow.org_mpijobs.yaml "
-               "there or set crd_url")
+    for loc, settings, upstream in ((("mpi_operator",), k.mpi_operator, "kubeflow.org_mpijobs.yaml"),
+                                    (("health", "quarantine"), k.health.quarantine, "crds.yaml")):
+        crd = settings.crd_path
+        if crd is not None and not (project_dir / crd).is_file():
+            yield (("kubernetes", *loc, "crd_path"),
+                   f"{crd} is not a file in the project ({project_dir}): vendor the release's {upstream} there or "
+                   "set crd_url")
 
 
 def project_of(path: Path) -> Path | None:

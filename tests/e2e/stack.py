@@ -21,6 +21,7 @@ from components.spec.cluster import network_operator_enabled
 from .controlplane import ROOT, TOOLS
 
 SHARED_CRDS = ROOT.parent / "shared" / "schemas" / "crds"
+PINNED_CRDS = Path(__file__).resolve().parent / "crds"
 STACKS = sorted(p.stem for p in (ROOT / "stacks").glob("*.yaml"))
 
 
@@ -72,8 +73,10 @@ def ordered(objects: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
 
 
 def external_crds() -> list[Path]:
-    """The upstream CRDs of the NVIDIA operators and NFD (Kueue's come from its module); none without ../shared."""
-    return sorted(p for p in SHARED_CRDS.glob("*.yaml") if not p.name.startswith("kueue.x-k8s.io_"))
+    """The upstream CRDs of the NVIDIA operators and NFD (Kueue's come from its module; none without ../shared),
+    and those pinned here of engines that no module proxy serves (node-readiness-controller)."""
+    return sorted(p for p in SHARED_CRDS.glob("*.yaml") if not p.name.startswith("kueue.x-k8s.io_")) + \
+        sorted(PINNED_CRDS.glob("*.yaml"))
 
 
 @functools.cache

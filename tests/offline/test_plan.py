@@ -40,12 +40,13 @@ def test_every_resource_hangs_under_the_cluster_with_engine_urns(dev_plan):
 
 
 def test_writes_one_manifest_per_kubernetes_object(dev_plan):
-    # Not a Node read (the live object), nor the ConfigFile of the MPIJob CRD (fetched at `pulumi up`).
+    # Not a Node read (the live object), nor the ConfigFiles of the MPIJob and NodeReadinessRule CRDs (fetched
+    # at `pulumi up`).
     k8s = [r for r in dev_plan.document["resources"]
            if r["type"].startswith("kubernetes:") and r["type"] != "kubernetes:helm.sh/v3:Release"
            and not r.get("read") and "apiVersion" in r["inputs"]]
     manifests = [p for p in dev_plan.files if p.startswith("manifests/")]
-    assert len(manifests) == len(k8s) == 59
+    assert len(manifests) == len(k8s) == 67
     assert "manifests/_cluster/node-gpu-dev-01.yaml" in manifests
     assert "manifests/team-a/networkpolicy-default-deny.yaml" in manifests
     assert "manifests/_cluster/clusterqueue-team-b.yaml" in manifests
@@ -62,7 +63,7 @@ def test_the_same_spec_gives_byte_identical_plans(tmp_path):
 
 
 def test_summary_counts_resources_and_tenants(dev_plan):
-    assert "Stack dev of project gpucluster: 93 resources and 2 read(s) of live objects" in dev_plan.summary
+    assert "Stack dev of project gpucluster: 102 resources and 2 read(s) of live objects" in dev_plan.summary
     assert "Kubernetes: GPU Operator v26.7.0, Network Operator 26.4.1, Kueue 0.19.2, NFD 0.19.0; RDMA resource " \
            "rdma/rdma_shared_devices" in dev_plan.summary
     assert "Cluster dev (dev): 2 nodes, 16 GPUs, fabric rocev2, storage beegfs" in dev_plan.summary

@@ -56,7 +56,8 @@ def test_system_namespaces_get_the_pod_security_they_need(dev_spec):
     levels = {m.obj["metadata"]["name"]: m.obj["metadata"]["labels"]["pod-security.kubernetes.io/enforce"]
               for m in render_namespaces(dev_spec)}
     assert levels == {"node-feature-discovery": "privileged", "gpu-operator": "privileged",
-                      "network-operator": "privileged", "kueue-system": "baseline", "mpi-operator": "restricted"}
+                      "network-operator": "privileged", "kueue-system": "baseline", "mpi-operator": "restricted",
+                      "nrr-system": "restricted"}
 
 
 def test_no_network_operator_namespace_on_plain_ethernet(make_spec):
@@ -146,7 +147,7 @@ def test_alerts_use_only_metrics_dcgm_exports(dev_spec):
         assert used <= exported, rule["alert"]
     assert {r["alert"] for r in rules} == {"GpuTemperatureHigh", "GpuXidError", "GpuEccDoubleBitError",
                                            "GpuThermalThrottling", "GpuPowerThrottling", "GpusMissingH100",
-                                           "GpuHardwareFault"}
+                                           "GpuHardwareFault", "GpuNodeQuarantined"}
     assert next(r for r in rules if r["alert"] == "GpuTemperatureHigh")["expr"].endswith("> 85")
     assert next(r for r in rules if r["alert"] == "GpusMissingH100")["expr"].endswith("< 8")
 
@@ -166,7 +167,7 @@ def test_dashboard_is_valid_json_grafana_loads(dev_spec):
     cm = monitoring.render_dashboard(dev_spec, "monitoring").obj
     assert cm["metadata"]["labels"] == {"grafana_dashboard": "1"}
     dashboard = json.loads(cm["data"]["gpucluster-gpu.json"])
-    assert dashboard["uid"] == "gpucluster-dev" and len(dashboard["panels"]) == 10
+    assert dashboard["uid"] == "gpucluster-dev" and len(dashboard["panels"]) == 11     # with the quarantine
 
 
 # --- bad input ------------------------------------------------------------------------------------------
@@ -327,3 +328,42 @@ def test_the_hardware_fault_alert_holds_while_a_node_carries_the_detectors_condi
                                            "it out of service"}}]},
         {"eval_time": "7m", "alertname": "GpuHardwareFault", "exp_alerts": []},
     ])
+
+
+@PROMTOOL
+def test_the_quarantine_alert_holds_while_the_node_carries_the_quarantine_taint(dev_spec, tmp_path):
+    """Over kube-state-metrics' taint series: the taint's key is the rule's, and the alert says what releases it."""
+    series = ('kube_node_spec_taint{node="gpu-dev-01", key="readiness.k8s.io/gpucluster-gpu-health", '
+              'value="gpu-fault", effect="NoExecute"}')
+    promtool(dev_spec, tmp_path, [{"series": series, "values": "_ _ 1 1 1 stale _"}], [
+        {"eval_time": "1m", "alertname": "GpuNodeQuarantined", "exp_alerts": []},
+        {"eval_time": "3m", "alertname": "GpuNodeQuarantined", "exp_alerts": [{
+            "exp_labels": {"severity": "warning", "node": "gpu-dev-01"},
+            "exp_annotations": {"summary": "node gpu-dev-01 is quarantined (readiness.k8s.io/gpucluster-gpu-health): "
+                                           "a GPU fault not yet followed by a passing burn-in; after the repair and a "
+                                           "reboot, burn it in again with `pulumi up --replace` of its "
+                                           "<pool>-<host>-burn-in resource"}}]},
+        {"eval_time": "6m", "alertname": "GpuNodeQuarantined", "exp_alerts": []},    # the taint is gone
+    ])
+
+
+@PROMTOOL
+def test_the_quarantine_panel_lists_each_quarantined_node_with_the_condition_that_holds_it(dev_spec, tmp_path):
+    """Prometheus's own engine over the panel's query: a tainted node once per true condition; a node with a
+    condition but no taint (observe mode, or not yet acted on) is not quarantined."""
+    cm = monitoring.render_dashboard(dev_spec, "monitoring").obj
+    (panel,) = [p for p in json.loads(cm["data"]["gpucluster-gpu.json"])["panels"] if "Quarantined" in p["title"]]
+    condition = 'kube_node_status_condition{{node="{}", condition="{}", status="{}"}}'
+    taint = 'kube_node_spec_taint{{node="{}", key="readiness.k8s.io/gpucluster-gpu-health", value="gpu-fault", ' \
+            'effect="NoExecute"}}'
+    series = [{"series": condition.format("gpu-dev-01", "GpuBurnInRequired", "true"), "values": "1 1"},
+              {"series": condition.format("gpu-dev-01", "GpuHardwareFault", "true"), "values": "0 0"},
+              {"series": taint.format("gpu-dev-01"), "values": "1 1"},
+              {"series": condition.format("gpu-dev-02", "GpuHardwareFault", "true"), "values": "1 1"}]
+    (tmp_path / "test.yaml").write_text(yaml.safe_dump({"rule_files": [], "evaluation_interval": "1m", "tests": [{
+        "interval": "1m", "input_series": series, "promql_expr_test": [{
+            "expr": panel["targets"][0]["expr"], "eval_time": "1m",
+            "exp_samples": [{"labels": '{condition="GpuBurnInRequired", node="gpu-dev-01"}', "value": 1}]}]}]}))
+    out = subprocess.run(["promtool", "test", "rules", "test.yaml"], cwd=tmp_path, capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert panel["targets"][0]["legendFormat"] == "{{node}}: {{condition}}"

@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
+import subprocess
+import time
 
 import pytest
 
-from components.k8s.health import CONDITION, MONITOR, monitor_config, render_gpu_health
+from components.k8s.health import (BURN_IN_CHECK, BURN_IN_MONITOR, CONDITION, MONITOR, burn_in_check,
+                                   burn_in_monitor_config, monitor_config, render_gpu_health)
+from components.nodes.burn_in import RESULT, VERDICT_FILE
 from components.k8s.labels import POOL_LABEL
 from components.spec import ClusterSpec
 from components.spec import load_spec
@@ -113,3 +118,119 @@ def test_the_preparations_preflight_and_the_detector_read_xid_lines_alike(dev):
     legacy = subprocess.run(["grep", "-E", xid_pattern([14])], input="\n".join(SAMPLE) + "\n",
                             capture_output=True, text=True)
     assert legacy.stdout == "NVRM: Xid (0000:03:00): 14, Channel 00000001\n"
+
+
+# --- the burn-in monitor: a fault outlives the reboot until a burn-in passes after it -------------------------
+
+FELL_OFF = next(line for line in SAMPLE if "): 79, pid=" in line)
+JOB_XID = next(line for line in SAMPLE if "): 13, pid=" in line)
+
+
+class Host:
+    """The check as node-problem-detector runs it (the rule's path and args, the state dir and kernel log of a
+    host here), with real bash and grep over the driver's real lines."""
+
+    def __init__(self, tmp_path, spec: ClusterSpec):
+        self.script = tmp_path / BURN_IN_CHECK
+        self.script.write_text(burn_in_check(spec))
+        self.script.chmod(0o755)
+        self.state, self.log, self.boot = tmp_path / "state", tmp_path / "kern.log", tmp_path / "boot_id"
+        self.log.write_text("")
+        self.boot.write_text("b1\n")
+
+    def check(self) -> tuple[int, str]:
+        rule = burn_in_monitor_config()["rules"][0]
+        args = [str(self.state), str(self.log), str(self.boot)]
+        assert len(rule["args"]) == len(args)
+        out = subprocess.run([str(self.script), *args], capture_output=True, text=True, timeout=10)
+        return out.returncode, out.stdout.strip()
+
+    def kernel(self, line: str) -> None:
+        with self.log.open("a") as f:
+            f.write(line + "\n")
+
+    def burn_in(self, verdict: str = "passed") -> None:
+        time.sleep(0.01)              # the verdict is written after the record, as a burn-in run later is
+        self.state.mkdir(exist_ok=True)
+        (self.state / "burn-in").write_text(f"{RESULT}{verdict}\n")
+
+    def reboot(self, boot: str) -> None:
+        self.log.write_text("")
+        self.boot.write_text(boot + "\n")
+
+
+@pytest.fixture
+def host(tmp_path, dev) -> Host:
+    return Host(tmp_path, dev)
+
+
+def test_a_host_without_faults_needs_no_burn_in_and_a_jobs_xid_changes_nothing(host):
+    host.burn_in()
+    assert host.check() == (0, "no GPU hardware fault recorded on this host")
+    host.kernel(JOB_XID)
+    assert host.check() == (0, "no GPU hardware fault recorded on this host")
+    assert not (host.state / "gpu-fault").exists()
+
+
+def test_a_fault_needs_a_burn_in_after_it_even_across_the_reboot_that_clears_the_log(host):
+    host.burn_in()                                              # the burn-in that admitted the node
+    host.kernel(FELL_OFF)
+    code, message = host.check()
+    assert code == 1 and message.endswith(_message(FELL_OFF)), message   # the condition names the GPU
+    host.reboot("b2")                                           # the kernel log is clean again
+    assert host.check()[0] == 1
+    host.burn_in("failed: dcgmi diag -r 2 failed")
+    assert host.check()[0] == 1
+    host.burn_in()
+    assert host.check() == (0, "a burn-in passed after the last GPU hardware fault")
+
+
+def test_each_new_fault_needs_a_new_burn_in_and_a_rerun_check_writes_nothing(host):
+    host.kernel(FELL_OFF)
+    host.burn_in()                      # after a GPU reset, before any reboot
+    assert host.check()[0] == 1         # the record is written now, after that verdict: a fault it did not see
+    host.burn_in()
+    assert host.check()[0] == 0
+    record = host.state / "gpu-fault"
+    before = (record.read_text(), record.stat().st_mtime_ns)
+    assert host.check()[0] == 0 and (record.read_text(), record.stat().st_mtime_ns) == before
+    host.kernel(FELL_OFF)                # one more in the same boot
+    assert host.check()[0] == 1
+
+
+def test_a_pool_without_burn_in_is_released_by_the_reboot_alone(host):
+    host.kernel(FELL_OFF)
+    code, message = host.check()
+    assert code == 0 and "keeps no burn-in verdict" in message       # the kernel monitor's condition holds it
+
+
+def test_a_check_that_cannot_read_the_host_says_unknown(host):
+    host.boot.unlink()
+    code, message = host.check()
+    assert code == 2 and "boot id" in message
+    host.boot.write_text("b1\n")
+    host.log.unlink()
+    assert host.check()[0] == 2
+
+
+@pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck is not installed (.ci/run installs it)")
+def test_the_check_passes_shellcheck(host):
+    out = subprocess.run(["shellcheck", "-S", "style", str(host.script)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout
+
+
+def test_the_detector_runs_the_check_with_the_hosts_state_and_kernel_log(dev):
+    objs = {m.obj["kind"]: m.obj for m in render_gpu_health(dev)}
+    pod = objs["DaemonSet"]["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert f"--config.custom-plugin-monitor=/config/{BURN_IN_MONITOR}" in container["command"]
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    rule = burn_in_monitor_config()["rules"][0]
+    assert rule["path"] == f"{mounts['config']['mountPath']}/{BURN_IN_CHECK}"
+    assert volumes["config"]["configMap"]["defaultMode"] == 0o555          # executable, as the detector runs it
+    state = rule["args"][0]
+    assert mounts["state"]["mountPath"] == volumes["state"]["hostPath"]["path"] == state
+    assert not mounts["state"].get("readOnly")                             # the record is written there
+    assert f"{state}/burn-in" == VERDICT_FILE                              # where the burn-in writes its verdict
+    assert json.loads(objs["ConfigMap"]["data"][BURN_IN_MONITOR]) == burn_in_monitor_config()

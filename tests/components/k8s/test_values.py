@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from components.k8s import gpu_operator, kueue, network_operator, nfd
-from components.k8s.labels import BURN_IN_TAINT
+from components.k8s.labels import BURN_IN_TAINT, QUARANTINE_TAINT
 from components.k8s.monitoring import DCGM_METRICS_CONFIG
 from tests.components.k8s.conftest import infiniband
 
@@ -64,11 +64,12 @@ def test_unknown_keys_catches_a_typo():
         ["driver.enabeld"]
 
 
-def test_gpu_operator_leaves_nfd_to_the_stack_and_tolerates_pool_and_burn_in_taints(dev_spec):
+def test_gpu_operator_leaves_nfd_to_the_stack_and_tolerates_pool_burn_in_and_quarantine_taints(dev_spec):
     values = gpu_operator.render_gpu_operator_values(dev_spec)
     assert values["nfd"] == {"enabled": False}
     keys = {(t["key"], t["effect"]) for t in values["daemonsets"]["tolerations"]}
-    assert keys == {("nvidia.com/gpu", "NoSchedule"), (BURN_IN_TAINT, "NoSchedule"), (BURN_IN_TAINT, "NoExecute")}
+    assert keys == {("nvidia.com/gpu", "NoSchedule"), *((key, effect) for key in (BURN_IN_TAINT, QUARANTINE_TAINT)
+                                                        for effect in ("NoSchedule", "NoExecute"))}
 
 
 OPERATOR_DRIVER = {"driver_managed": True}

@@ -1,0 +1,136 @@
+"""Quarantine: node-readiness-controller (kubernetes-sigs) taints a GPU node while its health conditions say so.
+
+One NodeReadinessRule on every GPU node, in continuous enforcement: its taint stays while GpuHardwareFault or
+GpuBurnInRequired (health.py) is anything but False, and goes once both are False again. A condition the
+detector has not yet reported counts as False (the rule's defaultStatus; upstream's "problem gate" pattern), so
+a new node waits only for its burn-in taint. Draining is Kubernetes' own: a NoExecute taint makes the taint
+eviction controller evict every pod that does not tolerate it, and Kueue (TASReplaceNodeOnNodeTaints and
+TASFailedNodeReplacement, on by default in 0.19) requeues the workloads whose pods were there.
+
+Upstream ships no chart for it yet (registry.k8s.io OCI is "WIP"), only release manifests: the CRD is applied
+from the pinned release's crds.yaml (or the site's copy); the namespace, RBAC and Deployment are rendered here
+from its config/ (rbac/role.yaml, rbac/leader_election_role.yaml, manager/manager.yaml of v0.5.0), without the
+optional webhook and secure metrics, which need cert-manager.
+
+The rule's conditions, taint, selector and mode are immutable (CEL in its CRD), and its deletion removes its
+taint from every node (the controller's cleanup finalizer), so a change replaces it, deleting first.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..spec import ClusterSpec
+from ..spec.cluster import OPERATOR_NAMESPACES
+from .health import BURN_IN_CONDITION, CONDITION
+from .images import mirrored
+from .labels import POOL_LABEL, QUARANTINE_TAINT
+from .objects import Manifest
+
+NAMESPACE = OPERATOR_NAMESPACES["node_readiness"]
+NAME = "nrr-controller-manager"
+RULE = "gpucluster-gpu-health"
+IMAGE = "registry.k8s.io/node-readiness-controller/node-readiness-controller"
+GROUP = "readiness.node.x-k8s.io"
+_LABELS = {"app.kubernetes.io/name": "node-readiness-controller", "app.kubernetes.io/managed-by": "pulumi"}
+
+
+def enabled(spec: ClusterSpec) -> bool:
+    h = spec.kubernetes.health
+    return h.enabled and h.quarantine.mode != "off"
+
+
+def crd_source(spec: ClusterSpec) -> str:
+    """Where the NodeReadinessRule CRD comes from: the project file, the site's URL, or the pinned release."""
+    q = spec.kubernetes.health.quarantine
+    return q.crd_path or q.crd_url or \
+        f"https://github.com/kubernetes-sigs/node-readiness-controller/releases/download/{q.version}/crds.yaml"
+
+
+def image(spec: ClusterSpec) -> str:
+    return mirrored(f"{IMAGE}:{spec.kubernetes.health.quarantine.version}", spec)
+
+
+def taint_effect(spec: ClusterSpec) -> str:
+    return "NoExecute" if spec.kubernetes.health.quarantine.drain else "NoSchedule"
+
+
+def render_rule(spec: ClusterSpec) -> Manifest:
+    q = spec.kubernetes.health.quarantine
+    return Manifest("quarantine-rule", {
+        "apiVersion": f"{GROUP}/v1alpha1", "kind": "NodeReadinessRule",
+        "metadata": {"name": RULE, "labels": dict(_LABELS)},
+        "spec": {
+            "conditions": [{"type": c, "requiredStatus": "False", "defaultStatus": "False"}
+                           for c in (CONDITION, BURN_IN_CONDITION)],
+            "taint": {"key": QUARANTINE_TAINT, "value": "gpu-fault", "effect": taint_effect(spec)},
+            "enforcementMode": "continuous",
+            "nodeSelector": {"matchExpressions": [{"key": POOL_LABEL, "operator": "Exists"}]},
+            "dryRun": q.mode == "observe"}})
+
+
+def _rule(groups: list[str], resources: list[str], verbs: list[str]) -> dict[str, Any]:
+    return {"apiGroups": groups, "resources": resources, "verbs": verbs}
+
+
+def render_controller(spec: ClusterSpec) -> list[Manifest]:
+    """Service account, its cluster role (nodes and rules) and leader-election role, and the Deployment."""
+    meta = {"namespace": NAMESPACE, "labels": dict(_LABELS)}
+    cluster_rules = [
+        _rule([""], ["nodes"], ["get", "list", "patch", "update", "watch"]),
+        _rule([""], ["nodes/status"], ["get"]),
+        _rule(["", "events.k8s.io"], ["events"], ["create", "patch"]),
+        _rule([GROUP], ["nodereadinessrules"], ["get", "list", "patch", "update", "watch"]),
+        _rule([GROUP], ["nodereadinessrules/finalizers"], ["update"]),
+        _rule([GROUP], ["nodereadinessrules/status"], ["get", "patch", "update"])]
+    election_rules = [
+        _rule(["coordination.k8s.io"], ["leases"], ["get", "list", "watch", "create", "update", "patch", "delete"]),
+        _rule([""], ["events"], ["create", "patch"])]
+    subject = [{"kind": "ServiceAccount", "name": NAME, "namespace": NAMESPACE}]
+    selector = {"app.kubernetes.io/name": "node-readiness-controller", "control-plane": "controller-manager"}
+    probe = lambda path, delay, period: {"httpGet": {"path": path, "port": 8081},  # noqa: E731
+                                         "initialDelaySeconds": delay, "periodSeconds": period}
+    container = {
+        "name": "manager", "image": image(spec), "command": ["/manager"],
+        "args": ["--leader-elect", "--health-probe-bind-address=:8081"],
+        "ports": [{"containerPort": 8081, "name": "http"}],
+        "securityContext": {"readOnlyRootFilesystem": True, "allowPrivilegeEscalation": False,
+                            "capabilities": {"drop": ["ALL"]}},
+        "livenessProbe": probe("/healthz", 15, 20), "readinessProbe": probe("/readyz", 5, 10),
+        "resources": {"limits": {"cpu": "500m", "memory": "128Mi"}, "requests": {"cpu": "10m", "memory": "64Mi"}}}
+    return [
+        Manifest("quarantine-sa", {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": NAME, **meta}}),
+        Manifest("quarantine-role", {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                                     "metadata": {"name": NAME, "labels": dict(_LABELS)}, "rules": cluster_rules}),
+        Manifest("quarantine-binding", {
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": NAME, "labels": dict(_LABELS)},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": NAME},
+            "subjects": subject}),
+        Manifest("quarantine-election-role", {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+                                              "metadata": {"name": f"{NAME}-leader-election", **meta},
+                                              "rules": election_rules}),
+        Manifest("quarantine-election-binding", {
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": {"name": f"{NAME}-leader-election", **meta},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": f"{NAME}-leader-election"},
+            "subjects": subject}),
+        Manifest("quarantine-controller", {
+            "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": NAME, **meta},
+            "spec": {"replicas": 1, "selector": {"matchLabels": selector}, "template": {
+                "metadata": {"labels": {**_LABELS, **selector},
+                             "annotations": {"kubectl.kubernetes.io/default-container": "manager"}},
+                "spec": {
+                    # Cluster-critical, as upstream: without it no node leaves quarantine.
+                    "priorityClassName": "system-cluster-critical", "serviceAccountName": NAME,
+                    "terminationGracePeriodSeconds": 10,
+                    "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+                    # Upstream tolerates every taint, so it runs on control-plane nodes too; here it also stays
+                    # off GPU nodes, where its memory could keep a job that takes a whole node from fitting.
+                    "tolerations": [{"operator": "Exists", "effect": "NoSchedule"},
+                                    {"operator": "Exists", "effect": "NoExecute"}],
+                    "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [{"matchExpressions": [{"key": POOL_LABEL,
+                                                                     "operator": "DoesNotExist"}]}]}}},
+                    "containers": [container]}}}}),
+    ]

@@ -1,0 +1,105 @@
+"""node-problem-detector, built from its Go module at the version the stack deploys, run for one KWOK GPU node with
+the plan's own monitors: the kernel monitor (kmsg swapped for its filelog plugin over a file this test appends
+the driver's lines to: `plugin`, `logPath` and the parser are the only change) and the burn-in custom plugin (the
+plan's script, its args pointed at this host's stand-ins for /var/lib/gpucluster, the kernel log and the boot
+id; it runs every second instead of every 30 so the tests do not wait)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from components.k8s.health import (BURN_IN_CHECK, BURN_IN_CONDITION, BURN_IN_MONITOR, CONDITION, MONITOR, NAME)
+from components.nodes.burn_in import RESULT
+
+from .conftest import Cluster, wait_for
+from .controlplane import TOOLS, free_port
+
+SAMPLE = (Path(__file__).resolve().parents[1] / "samples" / "xid_kernel_log.txt").read_text().splitlines()
+JOB_XID = next(line for line in SAMPLE if "): 13, pid=" in line)         # a job's own fault
+FELL_OFF = next(line for line in SAMPLE if "): 79, pid=1582259" in line)  # the GPU fell off the bus
+
+
+def plan_config(c: Cluster) -> dict[str, str]:
+    (config,) = [o for o in c.plan.objects if o["kind"] == "ConfigMap" and o["metadata"]["name"] == NAME]
+    return config["data"]
+
+
+class Detector:
+    """node-problem-detector for one node; `state` stands for the host's /var/lib/gpucluster."""
+
+    def __init__(self, c: Cluster, node: str, work: Path):
+        self.c, self.node, self.log = c, node, work / "kern.log"
+        self.state, self.boot_id = work / "state", work / "boot_id"
+        self.log.touch()
+        self.boot_id.write_text("boot-1\n")
+        data = plan_config(c)
+        kernel = {**json.loads(data[MONITOR]), "plugin": "filelog", "logPath": str(self.log),
+                  "pluginConfig": {"timestamp": "^.{15}", "message": r"kernel: \[.*\] (.*)",
+                                   "timestampFormat": "Jan _2 15:04:05"}}
+        script = work / BURN_IN_CHECK
+        script.write_text(data[BURN_IN_CHECK])
+        script.chmod(0o755)
+        plugin = json.loads(data[BURN_IN_MONITOR])
+        plugin["pluginConfig"]["invoke_interval"] = "1s"
+        (rule,) = plugin["rules"]
+        rule.update(path=str(script), args=[str(self.state), str(self.log), str(self.boot_id)])
+        self.configs = {"system-log-monitor": work / MONITOR, "custom-plugin-monitor": work / BURN_IN_MONITOR}
+        self.configs["system-log-monitor"].write_text(json.dumps(kernel))
+        self.configs["custom-plugin-monitor"].write_text(json.dumps(plugin))
+        self.out = work / "npd.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            [str(TOOLS / "bin" / "node-problem-detector"), "--logtostderr", f"--hostname-override={self.node}",
+             *(f"--config.{kind}={path}" for kind, path in self.configs.items()),
+             f"--apiserver-override={self.c.cp.server}?inClusterConfig=false&auth={self.c.cp.kubeconfig}",
+             "--address=127.0.0.1", f"--port={free_port()}", "--prometheus-address=127.0.0.1",
+             f"--prometheus-port={free_port()}"], stdout=self.out.open("ab"), stderr=subprocess.STDOUT)
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(timeout=30)
+
+    def kernel(self, line: str) -> None:
+        """The driver's line as syslog writes the kernel's messages (kern.log), stamped now."""
+        message = line[line.index("NVRM:"):]
+        with self.log.open("a") as f:
+            f.write(f"{time.strftime('%b %e %H:%M:%S')} {self.node} kernel: [12345.678901] {message}\n")
+
+    def burn_in(self, verdict: str = "passed") -> None:
+        """The verdict file as the burn-in writes it on the host."""
+        self.state.mkdir(exist_ok=True)
+        (self.state / "burn-in").write_text(f"{RESULT}{verdict}\n")
+
+    def reboot(self) -> None:
+        """A new boot: a clean kernel log, a new boot id, the detector started again by the kubelet."""
+        self.stop()
+        self.log.write_text("")
+        self.boot_id.write_text(f"boot-{time.monotonic_ns()}\n")
+        self.start()
+
+    def condition(self, kind: str = CONDITION) -> dict[str, Any] | None:
+        node = self.c.cp.get("node", self.node)
+        return next((x for x in node["status"].get("conditions", []) if x["type"] == kind), None)
+
+    def wait_condition(self, status: str, reason: str, kind: str = CONDITION) -> dict[str, Any]:
+        return wait_for(lambda: (x := self.condition(kind)) and x["status"] == status and x["reason"] == reason and x,
+                        60, lambda: f"{kind} on {self.node}: {self.condition(kind)}\n{self.out.read_text()[-2000:]}")
+
+    def events(self) -> list[str]:
+        return [e["reason"] for e in self.c.cp.get("events")["items"]
+                if e["involvedObject"].get("name") == self.node and e["reason"].startswith("GpuXid")]
+
+    def forget(self) -> None:
+        """Stop, and remove the conditions it set: a later test's node starts without them, as a new node would."""
+        self.stop()
+        conditions = self.c.cp.get("node", self.node)["status"].get("conditions", [])
+        self.c.cp.kubectl("patch", "node", self.node, "--subresource=status", "--type=json", "-p", json.dumps(
+            [{"op": "remove", "path": f"/status/conditions/{i}"} for i, x in reversed(list(enumerate(conditions)))
+             if x["type"] in (CONDITION, BURN_IN_CONDITION)]), check=False)

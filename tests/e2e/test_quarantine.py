@@ -1,0 +1,204 @@
+"""Quarantine on the real control plane: the plan's NodeReadinessRule as the apiserver accepts it (CEL included),
+a GPU fault reported by the real node-problem-detector, the taint the rule calls for (readiness.py: the one
+stand-in, for node-readiness-controller, which cannot run here), then Kubernetes' taint eviction and the real
+Kueue requeueing the job elsewhere, and the node released only by a burn-in after the reboot."""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from components.k8s.health import BURN_IN_CONDITION
+from components.k8s.labels import QUARANTINE_TAINT
+from components.k8s.quarantine import RULE
+
+from . import readiness
+from .conftest import Cluster, wait_for
+from .detector import FELL_OFF, Detector
+from .scenarios import Grant, grants
+
+pytestmark = pytest.mark.e2e
+
+
+def plan_rule(c: Cluster) -> dict[str, Any]:
+    (rule,) = [o for o in c.plan.objects if o["kind"] == "NodeReadinessRule"]
+    return rule
+
+
+def test_the_rule_is_served_and_its_immutable_fields_refuse_an_in_place_change(cluster: Cluster):
+    """The apiserver evaluates the CRD's CEL: a changed taint or condition list is refused, so the stack replaces
+    the rule (deleting first: its deletion lifts its taints) instead of updating it."""
+    served = cluster.cp.get("nodereadinessrules.readiness.node.x-k8s.io", RULE)
+    assert served["spec"]["conditions"] == plan_rule(cluster)["spec"]["conditions"]
+    effect = served["spec"]["taint"]["effect"]
+    other = "NoSchedule" if effect == "NoExecute" else "NoExecute"
+    for patch, message in (({"spec": {"taint": {"effect": other}}}, "taint effect is immutable"),
+                           ({"spec": {"conditions": [served["spec"]["conditions"][0]]}}, "conditions is immutable")):
+        proc = cluster.cp.kubectl("patch", "nodereadinessrules.readiness.node.x-k8s.io", RULE, "--type=merge",
+                                  "--dry-run=server", "-p", json.dumps(patch), check=False)
+        assert proc.returncode != 0 and message in proc.stderr, proc.stderr
+    bad = copy.deepcopy(plan_rule(cluster))
+    bad["metadata"]["name"] = "not-readiness-prefixed"
+    bad["spec"]["taint"]["key"] = "gpucluster.io/gpu-health"
+    proc = cluster.cp.apply_objects([bad], dry_run=True, check=False)
+    assert proc.returncode != 0 and "taint key must start with 'readiness.k8s.io/'" in proc.stderr, proc.stderr
+
+
+def _unquarantine(c: Cluster) -> None:
+    """The next test's nodes as the spec has them."""
+    for node in c.nodes().values():
+        taints = node["spec"].get("taints") or []
+        if any(t["key"] == QUARANTINE_TAINT for t in taints):
+            c.cp.kubectl("patch", "node", node["metadata"]["name"], "--type=merge", "-p", json.dumps(
+                {"spec": {"taints": [t for t in taints if t["key"] != QUARANTINE_TAINT]}}))
+
+
+def _enforced_rule(c: Cluster) -> dict[str, Any]:
+    rule = plan_rule(c)
+    if rule["spec"]["dryRun"]:
+        pytest.skip(f"{c.plan.stack} observes only (kubernetes.health.quarantine.mode: observe)")
+    return rule
+
+
+def _watched(c: Cluster, node: str, work: Path) -> Detector:
+    """The detector on `node`, healthy, with the verdict of the burn-in that admitted it."""
+    d = Detector(c, node, work)
+    d.burn_in()
+    d.start()
+    d.wait_condition("False", "NoGpuHardwareXid")
+    d.wait_condition("False", "NoFaultSinceBurnIn", BURN_IN_CONDITION)
+    return d
+
+
+def _fault(c: Cluster, d: Detector, rule: dict[str, Any]) -> None:
+    """The GPU falls off the bus; the detector reports it and the rule taints the node."""
+    assert not readiness.reconcile(c.cp, rule, d.node)
+    d.kernel(FELL_OFF)
+    d.wait_condition("True", "GpuXid79")
+    d.wait_condition("True", "FaultSinceBurnIn", BURN_IN_CONDITION)
+    assert readiness.reconcile(c.cp, rule, d.node)
+
+
+def _placed_on(c: Cluster, job: dict[str, Any]) -> set[str]:
+    wl = c.workload(job)
+    return {v for ps in wl["status"]["admission"]["podSetAssignments"]
+            for sl in ps["topologyAssignment"]["slices"] for v in _values(sl)}
+
+
+def _values(slice_: dict[str, Any]) -> list[str]:
+    """Node names of one slice of a topology assignment (Kueue 0.19's encoding: one universal value, or
+    individual roots between a common prefix and suffix: TopologyAssignmentSliceLevelValues)."""
+    level = slice_["valuesPerLevel"][-1]
+    if "universal" in level:
+        return [level["universal"]]
+    ind = level["individual"]
+    return [ind.get("prefix", "") + root + ind.get("suffix", "") for root in ind["roots"]]
+
+
+def test_a_gpu_fault_drains_the_node_kueue_moves_the_job_and_only_a_burn_in_releases_it(clean: Cluster,
+                                                                                        tmp_path: Path):
+    rule = _enforced_rule(clean)
+    g = next((g for g in grants(clean.spec) if g.nominal and len(g.pool.hosts) > 1), None)
+    if g is None:
+        pytest.skip("no tenant holds GPUs on a pool of two hosts or more")
+    job = clean.submit(clean.job(g.tenant, g.pool, "on-a-faulty-gpu", pods=1, gpus_per_pod=1))
+    clean.wait_admitted(job)
+    (pod,) = clean.wait_running(job)
+    node = pod["spec"]["nodeName"]
+    assert _placed_on(clean, job) == {node}
+    d = _watched(clean, node, tmp_path)
+    try:
+        _fault(clean, d, rule)
+        # Kubernetes evicts the pod (NoExecute, untolerated); Kueue finds the job's node failed and assigns it
+        # a healthy one (TASFailedNodeReplacement), where the Job's new pod runs.
+        def moved() -> list[dict[str, Any]] | None:
+            pods = [p for p in clean.pods(job) if not p["metadata"].get("deletionTimestamp")]
+            running = [p for p in pods if p["status"].get("phase") == "Running" and p["spec"].get("nodeName")]
+            return running if running and all(p["spec"]["nodeName"] != node for p in running) and \
+                pod["metadata"]["uid"] not in {p["metadata"]["uid"] for p in pods} else None
+        (new,) = wait_for(moved, 120, lambda: f"job not moved off {node}: {clean._why(job)}; pods "
+                          f"{[(p['spec'].get('nodeName'), p['status'].get('phase')) for p in clean.pods(job)]}")
+        assert clean.admission(job).admitted and _placed_on(clean, job) == {new["spec"]["nodeName"]}
+
+        # New work avoids it: as many one-GPU pods as the rest of the pool and the quota hold, none there.
+        more = min(g.pool.gpu_units_per_host * (len(g.pool.hosts) - 1), g.nominal + g.borrowable) - 1
+        if more > 0:
+            others = clean.submit(clean.job(g.tenant, g.pool, "after-the-fault", pods=more, gpus_per_pod=1))
+            clean.wait_admitted(others)
+            assert node not in {p["spec"]["nodeName"] for p in clean.wait_running(others)}
+            clean.delete_jobs(others)
+
+        d.reboot()                                       # the fault is fixed and the host rebooted
+        d.wait_condition("False", "NoGpuHardwareXid")
+        d.wait_condition("True", "FaultSinceBurnIn", BURN_IN_CONDITION)
+        assert readiness.reconcile(clean.cp, rule, node)      # still held: no burn-in since the fault
+
+        d.burn_in("failed: dcgmi diag -r 2 failed")
+        d.wait_condition("True", "FaultSinceBurnIn", BURN_IN_CONDITION)
+        assert readiness.reconcile(clean.cp, rule, node)
+
+        d.burn_in()                                      # `pulumi up --replace` of the host's burn-in: it passed
+        d.wait_condition("False", "NoFaultSinceBurnIn", BURN_IN_CONDITION)
+        assert not readiness.reconcile(clean.cp, rule, node)
+        assert not any(t["key"] == QUARANTINE_TAINT for t in clean.nodes()[node]["spec"].get("taints") or [])
+    finally:
+        d.forget()
+        _unquarantine(clean)
+        clean.delete_jobs(job)
+
+
+def test_with_no_healthy_room_left_kueue_evicts_the_job_and_readmits_it_once_the_node_is_released(
+        clean: Cluster, tmp_path: Path):
+    """The whole pool busy: no node can replace the faulty one, so Kueue evicts the workload
+    (TASFailedNodeReplacementFailFast) and it waits in its queue, neither running on the quarantined node nor
+    hanging, until a burn-in releases the node."""
+    rule = _enforced_rule(clean)
+    g = next((g for g in grants(clean.spec) if len(g.pool.hosts) > 1 and
+              g.nominal + g.borrowable >= g.pool.gpu_units_per_host * len(g.pool.hosts)), None)
+    if g is None:
+        pytest.skip("no tenant can hold a whole pool of two hosts or more")
+    per_host, hosts = g.pool.gpu_units_per_host, len(g.pool.hosts)
+    job = clean.submit(clean.job(g.tenant, g.pool, "whole-node", pods=1, gpus_per_pod=per_host))
+    clean.wait_admitted(job)
+    (pod,) = clean.wait_running(job)
+    node = pod["spec"]["nodeName"]
+    rest = clean.submit(clean.job(g.tenant, g.pool, "rest-of-the-pool", pods=hosts - 1, gpus_per_pod=per_host))
+    clean.wait_admitted(rest)
+    clean.wait_running(rest)
+    d = _watched(clean, node, tmp_path)
+    try:
+        _fault(clean, d, rule)
+
+        def evicted() -> dict[str, Any] | None:
+            a = clean.admission(job)
+            conditions = {c["type"]: c for c in a.workload["status"].get("conditions", [])} if a else {}
+            return conditions if not a.admitted and conditions.get("Evicted", {}).get("status") == "True" else None
+        conditions = wait_for(evicted, 120, lambda: f"{clean._why(job)}; pods " + str(
+            [(p["spec"].get("nodeName"), p["status"].get("phase"), bool(p["metadata"].get("deletionTimestamp")))
+             for p in clean.pods(job)]))
+        assert conditions["Evicted"]["reason"] == conditions["Requeued"]["reason"] == "NodeFailures", conditions
+        assert node in conditions["Evicted"]["message"]
+        # Requeued with nowhere to go, and Kueue says why; the evicted pod has terminated (the Job keeps it,
+        # failed, while it is suspended).
+        excluded = f'taint "{QUARANTINE_TAINT}=gpu-fault:{rule["spec"]["taint"]["effect"]}": 1'
+        wait_for(lambda: (a := clean.admission(job)) and not a.admitted and excluded in a.message, 60,
+                 lambda: f"no pending reason naming the quarantine: {clean._why(job)}")
+        time.sleep(5)
+        assert not clean.admission(job).admitted
+        assert all(p["status"].get("phase") in ("Failed", "Succeeded") for p in clean.pods(job))
+        d.reboot()
+        d.wait_condition("False", "NoGpuHardwareXid")
+        d.burn_in()
+        d.wait_condition("False", "NoFaultSinceBurnIn", BURN_IN_CONDITION)
+        assert not readiness.reconcile(clean.cp, rule, node)
+        clean.wait_admitted(job, 120)
+        assert {p["spec"]["nodeName"] for p in clean.wait_running(job)} == {node}
+    finally:
+        d.forget()
+        _unquarantine(clean)
+        clean.delete_jobs(job, rest)
