@@ -126,7 +126,10 @@ def render_controller(spec: ClusterSpec) -> list[Manifest]:
                     "terminationGracePeriodSeconds": 10,
                     "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
                     # Upstream tolerates every taint, so it runs on control-plane nodes too; here it also stays
-                    # off GPU nodes, where its memory could keep a job that takes a whole node from fitting.
+                    # off GPU nodes, whose allocatable the job templates hand out whole (its memory there would
+                    # keep a job that takes a whole node from fitting). A cluster without a node outside the
+                    # pools (control-plane nodes count) leaves it pending, and `pulumi up`, which awaits it, fails
+                    # naming it.
                     "tolerations": [{"operator": "Exists", "effect": "NoSchedule"},
                                     {"operator": "Exists", "effect": "NoExecute"}],
                     "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {

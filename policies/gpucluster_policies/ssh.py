@@ -55,7 +55,10 @@ _SECRET_FIELDS = {"kubernetes:core/v1:Secret": ("data.", "stringData.")}
 def _has_key(text: str) -> bool:
     if _KEY_BLOCK.search(text):
         return True
-    for run in _BASE64.findall(re.sub(r"\s+", "", text)) if "LS0t" in text or "UHVUVFk" in text else ():
+    # The quick test runs on the text without whitespace too: a wrapped encoding (76 or 64 columns, as
+    # `base64` and PEM tools write it) can break "LS0t" over a line end.
+    flat = re.sub(r"\s+", "", text)
+    for run in _BASE64.findall(flat) if "LS0t" in flat or "UHVUVFk" in flat else ():
         try:
             decoded = base64.b64decode(run + "=" * (-len(run) % 4)).decode("latin-1")
         except ValueError:

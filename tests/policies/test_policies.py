@@ -459,6 +459,18 @@ def test_a_base64_encoded_key_in_binary_data_or_a_plain_env_value_is_a_leak(dev_
         "carries a private key in spec.template.spec.containers[0].env[0].value"]
 
 
+@pytest.mark.parametrize("width", [76, 64, 3, 2])
+def test_a_wrapped_base64_key_is_a_leak_wherever_a_line_ends(dev_run, width):
+    """`base64` wraps at 76 columns and PEM tools at 64; narrow widths put a line end inside every "LS0t"."""
+    encoded = _b64(KEYS["pkcs8"])
+    wrapped = "\n".join(encoded[i:i + width] for i in range(0, len(encoded), width))
+    assert "LS0t" not in wrapped or width > 3
+    cm = with_resource(dev_run, CONFIG_MAP, "creds", {"apiVersion": "v1", "kind": "ConfigMap",
+                                                      "metadata": {"name": "creds", "namespace": "team-a"},
+                                                      "data": {"key.b64": wrapped}})
+    assert [v.resource for v in violations(cm, "secrets-no-key-material")] == ["creds"]
+
+
 def test_a_tls_secret_holding_its_key_is_no_leak_since_the_provider_keeps_secret_data_secret(dev_run):
     tls = {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
            "metadata": {"name": "ingress-tls", "namespace": "team-a"},
