@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import time
 
+import kubernetes_validate
 import pytest
 
 from components.k8s.health import (BURN_IN_CHECK, BURN_IN_MONITOR, CONDITION, MONITOR, burn_in_check,
@@ -234,3 +235,9 @@ def test_the_detector_runs_the_check_with_the_hosts_state_and_kernel_log(dev):
     assert not mounts["state"].get("readOnly")                             # the record is written there
     assert f"{state}/burn-in" == VERDICT_FILE                              # where the burn-in writes its verdict
     assert json.loads(objs["ConfigMap"]["data"][BURN_IN_MONITOR]) == burn_in_monitor_config()
+
+
+def test_the_detectors_objects_are_valid_kubernetes(dev):
+    """Strict schema of the stack's Kubernetes version: the hostPath type, the executable config mode."""
+    for m in render_gpu_health(dev):
+        kubernetes_validate.validate(m.obj, dev.kubernetes.version, strict=True)
