@@ -22,6 +22,7 @@ import json
 from pathlib import PurePosixPath
 from typing import Any
 
+from ..bash import fill
 from ..nodes.burn_in import RESULT, VERDICT_FILE
 from ..spec import ClusterSpec
 from ..spec.hardware import XID_LINE, xid_pattern
@@ -71,9 +72,9 @@ set -euo pipefail
 state=$1     # the host's /var/lib/gpucluster: the burn-in's verdict and this check's fault record
 log=$2       # kmsg: the kernel's ring buffer; otherwise a file of kernel log lines
 boot_id=$3   # a file holding this boot's id
-record=$state/gpu-fault
-verdict=$state/burn-in
-fault='@PATTERN@'
+record=$state/@RECORD@
+verdict=$state/@VERDICT@
+fault=@PATTERN@
 boot=$(cat "$boot_id" 2>/dev/null) || { echo "cannot read the boot id from $boot_id"; exit 2; }
 if [[ $log == kmsg ]]; then
   lines=$(dmesg 2>/dev/null) || { echo "cannot read the kernel log (dmesg)"; exit 2; }
@@ -96,7 +97,7 @@ if [[ ! -f $verdict ]]; then     # a pool without burn-in: the reboot that clear
   echo "a GPU hardware fault is recorded and this host keeps no burn-in verdict (its pool runs none)"
   exit 0
 fi
-if [[ $verdict -nt $record ]] && grep -qx '@RESULT@passed' "$verdict"; then
+if [[ $verdict -nt $record ]] && grep -qx @RESULT@passed "$verdict"; then
   echo "a burn-in passed after the last GPU hardware fault"
   exit 0
 fi
@@ -108,8 +109,8 @@ exit 1
 def burn_in_check(spec: ClusterSpec) -> str:
     """The custom plugin's script: the same hardware XIDs as the kernel monitor's condition."""
     pattern = xid_pattern(sorted(set(spec.kubernetes.health.fault_xids)))
-    assert "'" not in pattern       # digits and the driver's fixed prefix: safe inside single quotes
-    return _BURN_IN_CHECK.replace("@PATTERN@", pattern).replace("@RESULT@", RESULT)
+    return fill(_BURN_IN_CHECK, PATTERN=pattern, RESULT=RESULT, RECORD=PurePosixPath(FAULT_RECORD).name,
+                VERDICT=PurePosixPath(VERDICT_FILE).name)
 
 
 def burn_in_monitor_config() -> dict[str, Any]:
