@@ -7,8 +7,8 @@ from collections import defaultdict
 
 from pulumi_policy import EnforcementLevel, ReportViolation, StackValidationArgs, StackValidationPolicy
 
-from .common import (CLUSTER, NODE_POOL, PROMETHEUS_RULE, dig, environment, guarded, intent, items, mapping, maps,
-                     number, of_type, schema, settings, shown, text)
+from .common import (CLUSTER, NODE_POOL, PROMETHEUS_RULE, dig, environment, guarded, intent, is_kind, items,
+                     mapping, maps, name_of, number, of_type, schema, settings, shown, text)
 
 _POWER_SCHEMA = schema(derating={
     "type": "number", "exclusiveMinimum": 0, "maximum": 1, "default": 0.8,
@@ -80,6 +80,30 @@ def _burn_in(args: StackValidationArgs, report: ReportViolation) -> None:
         if mapping(spec.get("burn_in")).get("enabled", True) is False:
             report(f"node pool {spec.get('name')} skips burn-in in {env}, so a node with a bad GPU, NIC or cable "
                    "takes production work; set burn_in.enabled: true", pool.urn)
+
+
+_QUARANTINE_SCHEMA = schema(requiredEnvironments={
+    "type": "array", "items": {"type": "string"}, "default": ["prod"],
+    "description": "Environments where a GPU fault must take its node out of service."})
+# node-readiness-controller's rule, over node-problem-detector's GPU fault condition (components/k8s/health.py).
+_READINESS = "readiness.node.x-k8s.io"
+_FAULT_CONDITION = "GpuHardwareFault"
+
+
+def _quarantine(args: StackValidationArgs, report: ReportViolation) -> None:
+    """A GPU that faults after burn-in (an XID 79, a double-bit ECC error) must stop taking jobs: some
+    NodeReadinessRule on the fault condition taints nodes, not only previews it (dry run)."""
+    env = environment(args.resources)
+    if env not in settings(args, _QUARANTINE_SCHEMA)["requiredEnvironments"]:
+        return
+    rules = [r for r in args.resources if is_kind(r.resource_type, _READINESS, "NodeReadinessRule")
+             and _FAULT_CONDITION in [c.get("type") for c in maps(dig(r.props, "spec", "conditions"))]]
+    if any(mapping(r.props.get("spec")).get("dryRun") is not True for r in rules):
+        return
+    why = (f"its GPU quarantine rule {', '.join(str(name_of(r.props)) for r in rules)} only previews (dry run)"
+           if rules else f"no NodeReadinessRule acts on {_FAULT_CONDITION}")
+    report(f"{why} in {env}, so a node whose GPU faults after burn-in keeps taking jobs; set "
+           "kubernetes.health.quarantine.mode: enforce (with kubernetes.health.enabled)")
 
 
 _SOFTWARE = (("driver_version", "driver"), ("cuda_version", "CUDA"), ("nccl_version", "NCCL"))
@@ -176,6 +200,11 @@ OPERATIONS_POLICIES = [
         name="ops-burn-in-enabled",
         description="Checks that every node pool of a production environment burns in its nodes.",
         enforcement_level=EnforcementLevel.MANDATORY, validate=guarded(_burn_in), config_schema=_BURN_IN_SCHEMA),
+    StackValidationPolicy(
+        name="ops-gpu-quarantine-enforced",
+        description="Checks that a production environment takes a node whose GPU faults out of service.",
+        enforcement_level=EnforcementLevel.MANDATORY, validate=guarded(_quarantine),
+        config_schema=_QUARANTINE_SCHEMA),
     StackValidationPolicy(
         name="ops-driver-cuda-nccl-compatible",
         description="Checks that each pool's driver runs the CUDA its images are built for and their NCCL is a "

@@ -54,6 +54,13 @@ def _set(path, value):
     return edit
 
 
+def without(run: ProgramRun, name: str) -> ProgramRun:
+    """A copy of the run without the resource `name`, as a program that leaves it out would register."""
+    out = copy.deepcopy(run)
+    out.records = [r for r in out.records if r.name != name]
+    return out
+
+
 def with_resource(run: ProgramRun, type_: str, name: str, inputs: dict[str, Any], parent: str = "",
                   **options: Any) -> ProgramRun:
     """A copy of the run with one more custom resource, as a user's own program might register it."""

@@ -13,7 +13,7 @@ import pytest
 from pulumi_policy import EnforcementLevel
 
 from components.offline.policy import LEVELS
-from tests.policies.conftest import BY_NAME, POLICIES, _set, changed, findings, violations, with_resource
+from tests.policies.conftest import BY_NAME, POLICIES, _set, changed, findings, violations, with_resource, without
 
 JOB = "kubernetes:batch/v1:Job"
 QUEUE = "kueue.x-k8s.io/queue-name"
@@ -230,6 +230,14 @@ CASES = [
                                               _set(["spec", "pool", "burn_in", "enabled"], False)),
      ["node pool h100 skips burn-in in prod, so a node with a bad GPU, NIC or cable takes production work; set "
       "burn_in.enabled: true"]),
+    ("ops-gpu-quarantine-enforced", lambda r: changed(r, "dev", _set(["environment"], "prod")),
+     ["its GPU quarantine rule gpucluster-gpu-health only previews (dry run) in prod, so a node whose GPU faults "
+      "after burn-in keeps taking jobs; set kubernetes.health.quarantine.mode: enforce (with "
+      "kubernetes.health.enabled)"]),
+    ("ops-gpu-quarantine-enforced", lambda r: without(changed(r, "dev", _set(["environment"], "prod")),
+                                                      "dev-k8s-quarantine-rule"),
+     ["no NodeReadinessRule acts on GpuHardwareFault in prod, so a node whose GPU faults after burn-in keeps taking "
+      "jobs; set kubernetes.health.quarantine.mode: enforce (with kubernetes.health.enabled)"]),
     ("ops-driver-cuda-nccl-compatible", lambda r: changed(r, "dev-h100", _set(["spec", "pool", "software"], {
         "driver_version": "520.61.05", "cuda_version": "12.4", "nccl_version": "2.21.5"})),
      ["node pool h100 runs driver 520.61.05 but its images are built for CUDA 12.4, which needs driver 525.60.13 or "
