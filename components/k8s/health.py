@@ -27,7 +27,7 @@ from ..nodes.burn_in import RESULT, VERDICT_FILE
 from ..spec import ClusterSpec
 from ..spec.hardware import XID_LINE, xid_pattern
 from .images import mirrored
-from .labels import POOL_LABEL
+from .labels import POOL_LABEL, TOLERATE_EVERY_TAINT
 from .objects import Manifest
 
 NAMESPACE = "kube-system"            # where upstream deploys it, beside the node's other system agents
@@ -170,8 +170,7 @@ def render_gpu_health(spec: ClusterSpec) -> list[Manifest]:
                                     "spec": {
                                         "serviceAccountName": NAME, "priorityClassName": "system-node-critical",
                                         "affinity": gpu_nodes, "containers": [container],
-                                        "tolerations": [{"operator": "Exists", "effect": "NoSchedule"},
-                                                        {"operator": "Exists", "effect": "NoExecute"}],
+                                        "tolerations": [dict(t) for t in TOLERATE_EVERY_TAINT],
                                         "volumes": [
                                             {"name": "kmsg", "hostPath": {"path": "/dev/kmsg", "type": "CharDevice"}},
                                             {"name": "localtime", "hostPath": {"path": "/etc/localtime", "type": "File"}},

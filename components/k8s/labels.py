@@ -18,6 +18,8 @@ BURN_IN_TAINT = "gpucluster.io/burn-in"
 # Taint node-readiness-controller keeps on a GPU node with a fault not yet followed by a passing burn-in (its
 # rules' taint keys must be in readiness.k8s.io/); node agents tolerate it, workloads do not.
 QUARANTINE_TAINT = "readiness.k8s.io/gpucluster-gpu-health"
+# What a pod that must run on any node, quarantined or not, tolerates (the detector, the quarantine's controller).
+TOLERATE_EVERY_TAINT = ({"operator": "Exists", "effect": "NoSchedule"}, {"operator": "Exists", "effect": "NoExecute"})
 
 
 def pool_labels(pool: NodePool) -> dict[str, str]:

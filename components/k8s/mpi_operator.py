@@ -15,7 +15,7 @@ from typing import Any
 from ..spec import ClusterSpec
 from ..spec.cluster import OPERATOR_NAMESPACES
 from .images import mirrored
-from .objects import Manifest
+from .objects import Manifest, rbac_rule
 
 NAMESPACE = OPERATOR_NAMESPACES["mpi_operator"]
 IMAGE = "docker.io/mpioperator/mpi-operator"
@@ -36,28 +36,24 @@ def image(spec: ClusterSpec) -> str:
     return mirrored(f"{IMAGE}:{spec.kubernetes.mpi_operator.version.lstrip('v')}", spec)
 
 
-def _rule(groups: list[str], resources: list[str], verbs: list[str]) -> dict[str, Any]:
-    return {"apiGroups": groups, "resources": resources, "verbs": verbs}
-
-
 def _controller_rules() -> list[dict[str, Any]]:
     """What the controller does: pods, services, config maps and secrets (the SSH keys and hostfile) per job,
     the launcher's Job, events, its leader lease, and reading priority classes; gang-scheduling groups of the
     schedulers it can drive (off here: Kueue admits the gang)."""
     return [
-        _rule([""], ["configmaps", "secrets", "services"], ["create", "list", "watch", "update"]),
-        _rule([""], ["pods"], ["create", "get", "list", "watch", "delete", "update", "patch"]),
-        _rule([""], ["pods/exec"], ["create"]),                    # granted on to each launcher's Role
-        _rule([""], ["endpoints"], ["create", "get", "update"]),
-        _rule([""], ["events"], ["create", "patch"]),
-        _rule(["batch"], ["jobs"], ["create", "list", "update", "watch"]),
-        _rule(["apiextensions.k8s.io"], ["customresourcedefinitions"], ["create", "get"]),
-        _rule(["kubeflow.org"], ["mpijobs", "mpijobs/finalizers", "mpijobs/status"], ["*"]),
-        _rule(["coordination.k8s.io"], ["leases"], ["*"]),
-        _rule(["scheduling.incubator.k8s.io", "scheduling.sigs.dev", "scheduling.volcano.sh"],
-              ["queues", "podgroups"], ["*"]),
-        _rule(["scheduling.x-k8s.io"], ["podgroups"], ["*"]),
-        _rule(["scheduling.k8s.io"], ["priorityclasses"], ["get", "list", "watch"]),
+        rbac_rule([""], ["configmaps", "secrets", "services"], ["create", "list", "watch", "update"]),
+        rbac_rule([""], ["pods"], ["create", "get", "list", "watch", "delete", "update", "patch"]),
+        rbac_rule([""], ["pods/exec"], ["create"]),                    # granted on to each launcher's Role
+        rbac_rule([""], ["endpoints"], ["create", "get", "update"]),
+        rbac_rule([""], ["events"], ["create", "patch"]),
+        rbac_rule(["batch"], ["jobs"], ["create", "list", "update", "watch"]),
+        rbac_rule(["apiextensions.k8s.io"], ["customresourcedefinitions"], ["create", "get"]),
+        rbac_rule(["kubeflow.org"], ["mpijobs", "mpijobs/finalizers", "mpijobs/status"], ["*"]),
+        rbac_rule(["coordination.k8s.io"], ["leases"], ["*"]),
+        rbac_rule(["scheduling.incubator.k8s.io", "scheduling.sigs.dev", "scheduling.volcano.sh"],
+                  ["queues", "podgroups"], ["*"]),
+        rbac_rule(["scheduling.x-k8s.io"], ["podgroups"], ["*"]),
+        rbac_rule(["scheduling.k8s.io"], ["priorityclasses"], ["get", "list", "watch"]),
     ]
 
 
@@ -90,13 +86,13 @@ def render_mpi_operator(spec: ClusterSpec) -> list[Manifest]:
         Manifest("mpijobs-edit", {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
                                   "metadata": {"name": "gpucluster-mpijobs-edit",
                                                "labels": {**_LABELS, **aggregate}},
-                                  "rules": [_rule(["kubeflow.org"], _MPIJOBS,
-                                                  ["get", "list", "watch", "create", "delete", "deletecollection",
-                                                   "patch", "update"])]}),
+                                  "rules": [rbac_rule(["kubeflow.org"], _MPIJOBS,
+                                                      ["get", "list", "watch", "create", "delete",
+                                                       "deletecollection", "patch", "update"])]}),
         Manifest("mpijobs-view", {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
                                   "metadata": {"name": "gpucluster-mpijobs-view", "labels": {
                                       **_LABELS, "rbac.authorization.k8s.io/aggregate-to-view": "true"}},
-                                  "rules": [_rule(["kubeflow.org"], _MPIJOBS, ["get", "list", "watch"])]}),
+                                  "rules": [rbac_rule(["kubeflow.org"], _MPIJOBS, ["get", "list", "watch"])]}),
         Manifest("mpi-operator", {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {
             "name": NAME, "namespace": NAMESPACE, **meta}, "spec": {
             "replicas": 1, "selector": {"matchLabels": selector},

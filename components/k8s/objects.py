@@ -42,6 +42,11 @@ def _snake(key: str) -> str:
     return re.sub(r"(?<!^)(?=[A-Z])", "_", key).lower()
 
 
+def rbac_rule(groups: list[str], resources: list[str], verbs: list[str]) -> dict[str, Any]:
+    """One PolicyRule of a Role or ClusterRole."""
+    return {"apiGroups": groups, "resources": resources, "verbs": verbs}
+
+
 class _WholeObject(pulumi.CustomResource):
     """A custom object with top-level fields besides `spec` (Kueue's WorkloadPriorityClass has `value`).
 

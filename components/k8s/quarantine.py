@@ -18,14 +18,12 @@ taint from every node (the controller's cleanup finalizer), so a change replaces
 
 from __future__ import annotations
 
-from typing import Any
-
 from ..spec import ClusterSpec
 from ..spec.cluster import OPERATOR_NAMESPACES
 from .health import BURN_IN_CONDITION, CONDITION
 from .images import mirrored
-from .labels import POOL_LABEL, QUARANTINE_TAINT
-from .objects import Manifest
+from .labels import POOL_LABEL, QUARANTINE_TAINT, TOLERATE_EVERY_TAINT
+from .objects import Manifest, rbac_rule
 
 NAMESPACE = OPERATOR_NAMESPACES["node_readiness"]
 NAME = "nrr-controller-manager"
@@ -69,23 +67,19 @@ def render_rule(spec: ClusterSpec) -> Manifest:
             "dryRun": q.mode == "observe"}})
 
 
-def _rule(groups: list[str], resources: list[str], verbs: list[str]) -> dict[str, Any]:
-    return {"apiGroups": groups, "resources": resources, "verbs": verbs}
-
-
 def render_controller(spec: ClusterSpec) -> list[Manifest]:
     """Service account, its cluster role (nodes and rules) and leader-election role, and the Deployment."""
     meta = {"namespace": NAMESPACE, "labels": dict(_LABELS)}
     cluster_rules = [
-        _rule([""], ["nodes"], ["get", "list", "patch", "update", "watch"]),
-        _rule([""], ["nodes/status"], ["get"]),
-        _rule(["", "events.k8s.io"], ["events"], ["create", "patch"]),
-        _rule([GROUP], ["nodereadinessrules"], ["get", "list", "patch", "update", "watch"]),
-        _rule([GROUP], ["nodereadinessrules/finalizers"], ["update"]),
-        _rule([GROUP], ["nodereadinessrules/status"], ["get", "patch", "update"])]
+        rbac_rule([""], ["nodes"], ["get", "list", "patch", "update", "watch"]),
+        rbac_rule([""], ["nodes/status"], ["get"]),
+        rbac_rule(["", "events.k8s.io"], ["events"], ["create", "patch"]),
+        rbac_rule([GROUP], ["nodereadinessrules"], ["get", "list", "patch", "update", "watch"]),
+        rbac_rule([GROUP], ["nodereadinessrules/finalizers"], ["update"]),
+        rbac_rule([GROUP], ["nodereadinessrules/status"], ["get", "patch", "update"])]
     election_rules = [
-        _rule(["coordination.k8s.io"], ["leases"], ["get", "list", "watch", "create", "update", "patch", "delete"]),
-        _rule([""], ["events"], ["create", "patch"])]
+        rbac_rule(["coordination.k8s.io"], ["leases"], ["get", "list", "watch", "create", "update", "patch", "delete"]),
+        rbac_rule([""], ["events"], ["create", "patch"])]
     subject = [{"kind": "ServiceAccount", "name": NAME, "namespace": NAMESPACE}]
     selector = {"app.kubernetes.io/name": "node-readiness-controller", "control-plane": "controller-manager"}
     probe = lambda path, delay, period: {"httpGet": {"path": path, "port": 8081},  # noqa: E731
@@ -130,8 +124,7 @@ def render_controller(spec: ClusterSpec) -> list[Manifest]:
                     # keep a job that takes a whole node from fitting). A cluster without a node outside the
                     # pools (control-plane nodes count) leaves it pending, and `pulumi up`, which awaits it, fails
                     # naming it.
-                    "tolerations": [{"operator": "Exists", "effect": "NoSchedule"},
-                                    {"operator": "Exists", "effect": "NoExecute"}],
+                    "tolerations": [dict(t) for t in TOLERATE_EVERY_TAINT],
                     "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
                         "nodeSelectorTerms": [{"matchExpressions": [{"key": POOL_LABEL,
                                                                      "operator": "DoesNotExist"}]}]}}},
