@@ -16,7 +16,8 @@ from components.k8s.gpu_stack import GpuKubernetesStack, render_namespaces
 from components.k8s.labels import POOL_LABEL, QUARANTINE_TAINT, system_tolerations
 from components.offline.diff import diff_plans
 from components.offline.plan import build_plan
-from components.spec import parse_spec
+from components.spec import load_spec, parse_spec
+from components.spec.loader import SpecError
 from components.spec.cluster import SYSTEM_NAMESPACES
 from tests.conftest import ROOT, problems_of
 
@@ -121,6 +122,9 @@ def test_the_crd_comes_from_the_pinned_release_or_the_sites_copy(make_spec):
     ({"crd_url": "file:///srv/crds.yaml"}, "kubernetes.health.quarantine.crd_url: 'file:///srv/crds.yaml' is not "
                                            "an http(s) URL"),
     ({"version": "latest"}, "kubernetes.health.quarantine.version"),
+    ({"drain": "yes"}, "kubernetes.health.quarantine.drain: Input should be a valid boolean"),
+    ({"crd_url": "https://m.example/crds.yaml", "crd_path": "vendor/crds.yaml"},
+     "kubernetes.health.quarantine.crd_path: set crd_url or crd_path, not both"),
 ])
 def test_bad_quarantine_settings_are_refused_with_the_field(dev_data, settings, message):
     data = json.loads(json.dumps(dev_data))
@@ -157,3 +161,21 @@ def test_new_fault_xids_roll_the_detector_and_leave_the_rule_alone(record, dev_d
     dev_data["kubernetes"]["health"]["fault_xids"] = [48, 79]
     assert _actions(before, _stack_plan(record, dev_data)) == {
         "dev-k8s-gpu-health-config": "update", "dev-k8s-gpu-health": "update"}
+
+
+def test_a_vendored_crd_that_is_not_in_the_project_is_refused_with_its_line(tmp_path):
+    (tmp_path / "Pulumi.yaml").write_text("name: gpucluster\nruntime: python\n")
+    (tmp_path / "stacks").mkdir()
+    data = yaml.safe_load((ROOT / "stacks" / "dev.yaml").read_text())
+    data["kubernetes"]["health"]["quarantine"] = {"crd_path": "vendor/nrr/crds.yaml"}
+    spec_file = tmp_path / "stacks" / "dev.yaml"
+    spec_file.write_text(yaml.safe_dump(data, sort_keys=False))
+    with pytest.raises(SpecError) as e:
+        load_spec(spec_file)
+    [problem] = e.value.problems
+    assert problem.startswith(f"{spec_file}:") and problem.split(":")[1].isdigit()
+    assert ": kubernetes.health.quarantine.crd_path: vendor/nrr/crds.yaml is not a file in the project" in problem
+    assert "vendor the release's crds.yaml there or set crd_url" in problem
+    (tmp_path / "vendor" / "nrr").mkdir(parents=True)
+    (tmp_path / "vendor" / "nrr" / "crds.yaml").write_text(PINNED_CRD.read_text())
+    assert quarantine.crd_source(load_spec(spec_file)) == "vendor/nrr/crds.yaml"
