@@ -12,16 +12,18 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from ..spec import ClusterSpec
-from ..spec.cluster import network_operator_enabled
+from ..spec.cluster import checked_pools, network_operator_enabled
 from ..spec.versions import StackVersions, find
-from . import gpu_operator, health, kueue, monitoring, mpi_operator, network_operator, nfd, quarantine
+from . import (gpu_operator, health, health_checks, kueue, monitoring, mpi_operator, network_operator, nfd,
+               quarantine)
 from .helm import release
 from .objects import Manifest, register
 
 # Pod Security level each system namespace really needs: node agents load drivers and read host devices.
 NAMESPACE_SECURITY = {nfd.NAMESPACE: "privileged", gpu_operator.NAMESPACE: "privileged",
                       network_operator.NAMESPACE: "privileged", kueue.NAMESPACE: "baseline",
-                      mpi_operator.NAMESPACE: "restricted", quarantine.NAMESPACE: "restricted"}
+                      mpi_operator.NAMESPACE: "restricted", quarantine.NAMESPACE: "restricted",
+                      health_checks.NAMESPACE: "privileged"}      # the check writes its failure on the host
 
 
 def render_namespaces(spec: ClusterSpec) -> list[Manifest]:
@@ -32,13 +34,16 @@ def render_namespaces(spec: ClusterSpec) -> list[Manifest]:
         wanted.append(mpi_operator.NAMESPACE)
     if quarantine.enabled(spec):
         wanted.append(quarantine.NAMESPACE)
+    if checked_pools(spec):
+        wanted.append(health_checks.NAMESPACE)
     out = []
     for ns in wanted:
         level = NAMESPACE_SECURITY[ns]
         out.append(Manifest(f"ns-{ns}", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": {
             "app.kubernetes.io/managed-by": "pulumi", "gpucluster.io/cluster": spec.name,
             "pod-security.kubernetes.io/enforce": level, "pod-security.kubernetes.io/warn": "restricted",
-            "pod-security.kubernetes.io/audit": "restricted"}}}))
+            "pod-security.kubernetes.io/audit": "restricted",
+            **(health_checks.namespace_labels() if ns == health_checks.NAMESPACE else {})}}}))
     return out
 
 
@@ -123,6 +128,11 @@ class GpuKubernetesStack(pulumi.ComponentResource):
             # Its spec is immutable; deleting the old rule first lifts its taints before the new rule decides.
             register(f"{name}-{rule.role}", rule.obj, pulumi.ResourceOptions(
                 parent=self, depends_on=[crd], replace_on_changes=["spec"], delete_before_replace=True))
+        for m in health_checks.render_health_checks(spec):
+            # Kueue's webhooks must be serving before a check's Job is created, so that it is queued.
+            deps = [kueue_release] + ([namespaces[health_checks.NAMESPACE]]
+                                      if m.obj["metadata"].get("namespace") else [])
+            register(f"{name}-{m.role}", m.obj, after(*deps))
         if spec.kubernetes.monitoring.enabled:
             ns = spec.kubernetes.monitoring.namespace
             for m in (monitoring.render_prometheus_rule(spec, ns), monitoring.render_dashboard(spec, ns)):

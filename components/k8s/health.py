@@ -10,7 +10,8 @@ nodes only, tolerating every taint: a monitor must keep running on a quarantined
 
 A second monitor, a custom plugin of the same detector, keeps the fault beyond the boot: it records the host's
 hardware XIDs (per boot, with their count) under /var/lib/gpucluster, beside the burn-in's verdict, and sets
-GpuBurnInRequired while the latest recorded fault is newer than the last passing burn-in. The quarantine rule
+GpuBurnInRequired while the latest recorded fault is newer than the last passing burn-in. The active check
+between jobs (health_checks.py) writes its failures there too, as a record of its own. The quarantine rule
 (quarantine.py) needs both conditions False, so a node leaves quarantine only after the reboot that clears the
 fault and a burn-in that passes after it.
 """
@@ -40,6 +41,14 @@ BURN_IN_MONITOR = "gpu-burn-in-monitor.json"
 BURN_IN_CHECK = "check-burn-in.sh"
 STATE_DIR = str(PurePosixPath(VERDICT_FILE).parent)     # the host's; mounted at the same path
 FAULT_RECORD = f"{STATE_DIR}/gpu-fault"
+CHECK_RECORD = f"{STATE_DIR}/gpu-check"                 # a failed active check (health_checks.py)
+PORT_RECORD = f"{STATE_DIR}/fabric-fault"               # a fabric port that went down or flapped
+PORT_SEEN = f"{STATE_DIR}/fabric-ports"                 # each port's link_downed count at the last look
+PORT_CONDITION = "FabricPortFault"
+PORT_MONITOR = "fabric-port-monitor.json"
+PORT_CHECK = "check-fabric-ports.sh"
+PORTS_FILE = "fabric-ports.txt"
+SYSFS_RDMA = "/sys/class/infiniband"
 BOOT_ID = "/proc/sys/kernel/random/boot_id"             # not namespaced: the host's boot, seen from the pod
 # The bootstrap ClusterRole every apiserver creates for node-problem-detector: read nodes, patch their status,
 # write events (kubernetes/plugin/pkg/auth/authorizer/rbac/bootstrappolicy).
@@ -89,6 +98,15 @@ if (( count > 0 )) && ! grep -qx "boot $boot faults $count" "$record" 2>/dev/nul
   printf 'boot %s faults %s\n%s\n' "$boot" "$count" "NVRM:${last#*NVRM:}" > "$record.new"
   mv -f "$record.new" "$record"
 fi
+# The newest record is the fault a burn-in must follow: this check's XIDs, a failed active check between jobs,
+# a fabric port that went down.
+latest=$record
+for other in @CHECK@ @PORT@; do
+  if [[ -f $state/$other && ( ! -f $latest || $state/$other -nt $latest ) ]]; then
+    latest=$state/$other
+  fi
+done
+record=$latest
 if [[ ! -f $record ]]; then
   echo "no GPU hardware fault recorded on this host"
   exit 0
@@ -101,7 +119,7 @@ if [[ $verdict -nt $record ]] && grep -qx @RESULT@passed "$verdict"; then
   echo "a burn-in passed after the last GPU hardware fault"
   exit 0
 fi
-echo "no burn-in passed since this GPU hardware fault: $(sed -n 2p "$record")"
+echo "no burn-in passed since this GPU fault: $(sed -n 2p "$record")"
 exit 1
 '''
 
@@ -110,7 +128,8 @@ def burn_in_check(spec: ClusterSpec) -> str:
     """The custom plugin's script: the same hardware XIDs as the kernel monitor's condition."""
     pattern = xid_pattern(sorted(set(spec.kubernetes.health.fault_xids)))
     return fill(_BURN_IN_CHECK, PATTERN=pattern, RESULT=RESULT, RECORD=PurePosixPath(FAULT_RECORD).name,
-                VERDICT=PurePosixPath(VERDICT_FILE).name)
+                VERDICT=PurePosixPath(VERDICT_FILE).name, CHECK=PurePosixPath(CHECK_RECORD).name,
+                PORT=PurePosixPath(PORT_RECORD).name)
 
 
 def burn_in_monitor_config() -> dict[str, Any]:
@@ -126,6 +145,85 @@ def burn_in_monitor_config() -> dict[str, Any]:
     }
 
 
+# The fabric port plugin: every RDMA port the spec gives this host (its NICs' devices, port 1) must be ACTIVE and
+# LinkUp, and its link_downed counter (the times the link went down) must not have grown since the last look: a
+# port that flapped between two looks is caught by the counter. A fault rewrites the record on every look while
+# it lasts, so a burn-in can only follow it once the port is back. A reboot resets the counters: a lower count
+# is a new baseline. The node's name comes from the detector's environment (NODE_NAME, its pod's node).
+_PORT_CHECK = r'''#!/bin/bash
+set -euo pipefail
+state=$1     # the host's /var/lib/gpucluster: this check's record and counts
+sysfs=$2     # /sys/class/infiniband
+ports=$3     # "<host> <device>/<port> ..." for each GPU host with RDMA NICs
+record=$state/@RECORD@
+seen=$state/@SEEN@
+host=${NODE_NAME:-}
+[[ -n $host ]] || { echo "NODE_NAME is not set: cannot tell this node's ports"; exit 2; }
+wanted=$(awk -v h="$host" '$1 == h { $1 = ""; print }' "$ports") || { echo "cannot read $ports"; exit 2; }
+if [[ -z ${wanted// } ]]; then
+  echo "no fabric port is expected on $host"
+  exit 0
+fi
+faults=()
+counts=()
+for p in $wanted; do
+  dir=$sysfs/${p%/*}/ports/${p#*/}
+  if ! state_now=$(cat "$dir/state" 2>/dev/null) || ! phys=$(cat "$dir/phys_state" 2>/dev/null); then
+    faults+=("$p: no such port")
+    continue
+  fi
+  if [[ $state_now != *ACTIVE* || $phys != *LinkUp* ]]; then
+    faults+=("$p: ${state_now#*: }/${phys#*: }")
+  fi
+  downed=$(cat "$dir/counters/link_downed" 2>/dev/null || echo "")
+  [[ $downed =~ ^[0-9]+$ ]] || continue
+  before=$(awk -v p="$p" '$1 == p { print $2 }' "$seen" 2>/dev/null || true)
+  if [[ $before =~ ^[0-9]+$ ]] && (( downed > before )); then
+    faults+=("$p: link went down $((downed - before)) time(s)")
+  fi
+  counts+=("$p $downed")
+done
+mkdir -p "$state"
+printf '%s\n' "${counts[@]}" > "$seen.new"
+mv -f "$seen.new" "$seen"
+if (( ${#faults[@]} > 0 )); then
+  joined=$(printf '%s; ' "${faults[@]}")
+  message="fabric port down or flapping on $host: ${joined%; }"
+  printf 'fabric %s\n%s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$message" > "$record.new"
+  mv -f "$record.new" "$record"
+  echo "$message"
+  exit 1
+fi
+echo "every fabric port of $host is active"
+'''
+
+
+def port_check() -> str:
+    return fill(_PORT_CHECK, RECORD=PurePosixPath(PORT_RECORD).name, SEEN=PurePosixPath(PORT_SEEN).name)
+
+
+def expected_ports(spec: ClusterSpec) -> str:
+    """`<host> <device>/1 ...` for every GPU host with RDMA NICs (port 1: one port per ConnectX function)."""
+    if not spec.fabric.rdma:
+        return ""
+    return "".join(f"{h.hostname} {' '.join(f'{n.device}/1' for n in sorted(p.nics, key=lambda n: n.rail))}\n"
+                   for p in spec.node_pools if p.nics for h in p.hosts)
+
+
+def port_monitor_config() -> dict[str, Any]:
+    """The fabric port plugin monitor (node-problem-detector's custom-plugin-monitor format)."""
+    return {
+        "plugin": "custom",
+        "pluginConfig": {"invoke_interval": "30s", "timeout": "10s", "max_output_length": 300, "concurrency": 1},
+        "source": "fabric-port-monitor", "metricsReporting": True,
+        "conditions": [{"type": PORT_CONDITION, "reason": "FabricPortsActive",
+                        "message": "every fabric port of this node is active and has not gone down"}],
+        "rules": [{"type": "permanent", "condition": PORT_CONDITION, "reason": "FabricPortDownOrFlapping",
+                   "path": f"/config/{PORT_CHECK}", "args": [STATE_DIR, SYSFS_RDMA, f"/config/{PORTS_FILE}"],
+                   "timeout": "10s"}],
+    }
+
+
 def image(spec: ClusterSpec) -> str:
     return mirrored(f"{IMAGE}:{spec.kubernetes.health.npd_version}", spec)
 
@@ -136,7 +234,7 @@ def render_gpu_health(spec: ClusterSpec) -> list[Manifest]:
     container = {
         "name": "node-problem-detector", "image": image(spec),
         "command": ["/node-problem-detector", "--logtostderr", f"--config.system-log-monitor=/config/{MONITOR}",
-                    f"--config.custom-plugin-monitor=/config/{BURN_IN_MONITOR}"],
+                    f"--config.custom-plugin-monitor=/config/{BURN_IN_MONITOR},/config/{PORT_MONITOR}"],
         "env": [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
         # No requests (nor limits, which would set them): a GPU job may take a node's whole allocatable, and a
         # request would leave the detector pending there or, at its critical priority, preempt the tenant's pod.
@@ -149,7 +247,8 @@ def render_gpu_health(spec: ClusterSpec) -> list[Manifest]:
     selector = {"app.kubernetes.io/name": NAME}
     data = {MONITOR: json.dumps(monitor_config(spec), indent=2) + "\n",
             BURN_IN_MONITOR: json.dumps(burn_in_monitor_config(), indent=2) + "\n",
-            BURN_IN_CHECK: burn_in_check(spec)}
+            BURN_IN_CHECK: burn_in_check(spec), PORT_MONITOR: json.dumps(port_monitor_config(), indent=2) + "\n",
+            PORT_CHECK: port_check(), PORTS_FILE: expected_ports(spec)}
     # The detector reads its config once, at start: a changed config rolls the pods (the look back finds any
     # fault again, and the record on the host outlives the pod).
     checksum = {"gpucluster.io/config-sha256": hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()}

@@ -11,8 +11,9 @@ import re
 from typing import Any
 
 from ..spec import ClusterSpec
+from ..spec.cluster import checked_pools
 from ..spec.hardware import HARDWARE_XIDS
-from . import quarantine
+from . import health_checks, quarantine
 from .health import BURN_IN_CONDITION, CONDITION as HEALTH_CONDITION
 from .labels import POOL_LABEL, QUARANTINE_TAINT
 from .objects import Manifest
@@ -97,6 +98,17 @@ def render_alert_rules(spec: ClusterSpec) -> list[dict[str, Any]]:
                 f"node {{{{ $labels.node }}}} is quarantined ({QUARANTINE_TAINT}): a GPU fault not yet followed by "
                 "a passing burn-in; after the repair and a reboot, burn it in again with `pulumi up --replace` of "
                 "its <pool>-<host>-burn-in resource"))
+    if checked_pools(spec):
+        # kube-state-metrics' Job series of the checks started within a day: a failed test has quarantined its
+        # node (GpuNodeQuarantined says so); a check that failed with no failed test could not run at all.
+        ns = f'namespace="{health_checks.NAMESPACE}"'
+        rules.append(_rule(
+            "GpuHealthCheckFailed", f"max by (job_name) (kube_job_status_failed{{{ns}}}) > 0 and on (job_name) "
+                                    f"max by (job_name) (time() - kube_job_status_start_time{{{ns}}}) < 86400",
+            "0m", "warning",
+            "GPU health check {{ $labels.job_name }} failed: a failed test holds its node in quarantine until a "
+            "burn-in passes; without one the check could not run. `kubectl -n " + health_checks.NAMESPACE
+            + " logs job/{{ $labels.job_name }}` says which"))
     # kube-state-metrics must export the pool label (metricLabelsAllowlist: nodes=[gpucluster.io/pool]).
     label = "label_" + POOL_LABEL.replace(".", "_").replace("/", "_").replace("-", "_")
     for pool in spec.node_pools:
@@ -155,6 +167,12 @@ def render_dashboard(spec: ClusterSpec, namespace: str) -> Manifest:
                               f'{BURN_IN_CONDITION}",status="true"}} == 1) * on (node) group_left () max by (node) '
                               f'(kube_node_spec_taint{{key="{QUARANTINE_TAINT}"}})', "none"))
         legends[title] = "{{node}}: {{condition}}"
+    if checked_pools(spec):
+        # Per host's CronJob (gpu-check-<host>): a node never idle for long goes unchecked, and shows it here.
+        title = "Hours since each node's last passing GPU health check"
+        panels.append((title, f'(time() - max by (cronjob) (kube_cronjob_status_last_successful_time{{namespace='
+                              f'"{health_checks.NAMESPACE}"}})) / 3600', "h"))
+        legends[title] = "{{cronjob}}"
     dashboard = {
         "title": f"GPU cluster {spec.name}", "uid": f"gpucluster-{spec.name}", "schemaVersion": 39,
         "tags": ["gpu", "gpucluster"], "time": {"from": "now-6h", "to": "now"}, "refresh": "1m",

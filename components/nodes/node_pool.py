@@ -64,7 +64,7 @@ class NodePoolArgs(SpecModel):
         return cls(pool=pool, ssh=spec.ssh, rdma=spec.fabric.rdma, gpudirect=spec.fabric.effective_gpudirect,
                    blocks=blocks, leaves=leaves,
                    host_driver=not (gpu_operator.enabled and gpu_operator.driver_managed),
-                   system_namespaces=sorted(spec.system_namespaces))
+                   system_namespaces=sorted(spec.agent_namespaces))
 
     def target(self, host: Host) -> SshTarget:
         return SshTarget(host=host.address, user=host.ssh_user or self.ssh.user, port=host.ssh_port or self.ssh.port,

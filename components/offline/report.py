@@ -11,10 +11,12 @@ from dataclasses import dataclass, field
 from html import escape
 from typing import Any, Sequence
 
+from ..k8s.health_checks import HOST_LABEL, NAMESPACE as HEALTH_CHECKS
 from ..k8s.labels import QUARANTINE_TAINT
 from ..k8s.quarantine import RULE
 from ..nodes.rollout import rollout_batches
 from ..spec import ClusterSpec, NodePool
+from ..spec.cluster import checked_pools
 from ..spec.topology import Topology, plan_topology
 from ..storage.filesystem import filesystem_outputs
 from ..storage.layout import plan_layout
@@ -150,7 +152,7 @@ def render_report(spec: ClusterSpec, thresholds: Thresholds = Thresholds(),
               + (" and fires the `GpuHardwareFault` alert" if spec.kubernetes.monitoring.enabled else "")
               + "; every XID is a Node event. `kubectl get nodes -o custom-columns="
               "NAME:.metadata.name,FAULT:'.status.conditions[?(@.type==\"GpuHardwareFault\")].reason'` lists "
-              "them.", "", _quarantine_line(spec), ""] if h.enabled else \
+              "them.", "", _quarantine_line(spec), "", _active_checks_line(spec), ""] if h.enabled else \
         ["Off (`kubernetes.health.enabled: false`): a GPU fault after burn-in shows only in DCGM's alerts.", ""]
     if policies is not None:
         lines += ["## Policy results", "",
@@ -176,6 +178,20 @@ def _quarantine_line(spec: ClusterSpec) -> str:
             f"`kubectl get nodes -o custom-columns=NAME:.metadata.name,"
             f"QUARANTINE:'.spec.taints[?(@.key==\"{QUARANTINE_TAINT}\")].effect',"
             "WHY:'.status.conditions[?(@.type==\"GpuBurnInRequired\")].message'` lists them.")
+
+
+def _active_checks_line(spec: ClusterSpec) -> str:
+    a, pools = spec.kubernetes.health.active_checks, checked_pools(spec)
+    if not pools:
+        return ("No active checks between jobs" + (" (`kubernetes.health.active_checks.enabled: false`)."
+                                                   if not a.enabled else ": no pool burns in with whole GPUs."))
+    hosts = sum(len(p.hosts) for p in pools)
+    return (f"Active checks between jobs: `dcgmi diag -r {a.dcgm_level}` on each of the {hosts} nodes of "
+            f"{', '.join(p.name for p in pools)} (`{a.schedule}`, UTC), queued by Kueue in `{HEALTH_CHECKS}` at the "
+            "lowest priority and admitted only while every GPU of the node is free; it never preempts a tenant, "
+            "and tenants reclaim their GPUs from it. A failed test is recorded on the host and holds the node "
+            "like a fault until a burn-in passes. `kubectl -n " + HEALTH_CHECKS + " get jobs -L " + HOST_LABEL
+            + "` lists each node's latest results.")
 
 
 # --- topology.svg: the project's own writer (no Graphviz needed) -----------------------------------------------

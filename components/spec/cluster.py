@@ -26,7 +26,7 @@ LOSSLESS_PRIORITIES = {"sonic": (3, 4)}
 # Where each operator of the GPU stack runs (components/k8s take their namespace from here).
 OPERATOR_NAMESPACES = {"gpu_operator": "gpu-operator", "network_operator": "network-operator",
                        "kueue": "kueue-system", "nfd": "node-feature-discovery", "mpi_operator": "mpi-operator",
-                       "node_readiness": "nrr-system"}
+                       "node_readiness": "nrr-system", "health_checks": "gpu-health-checks"}
 # Namespaces no tenant may take: Kubernetes' own and the operators'; a tenant there would share their privileges.
 SYSTEM_NAMESPACES = frozenset({"default", "kube-system", "kube-public", "kube-node-lease",
                                *OPERATOR_NAMESPACES.values()})
@@ -163,10 +163,17 @@ class ClusterSpec(SpecModel):
         kube-public or kube-node-lease: nothing of the platform's runs there."""
         k = self.kubernetes
         installed = {"gpu_operator": k.gpu_operator.enabled, "network_operator": network_operator_enabled(self),
-                     "kueue": True, "nfd": True, "mpi_operator": k.mpi_operator.enabled}
+                     "kueue": True, "nfd": True, "mpi_operator": k.mpi_operator.enabled,
+                     "health_checks": bool(checked_pools(self))}
         return frozenset({"kube-system", k.dns_namespace,
                           *(OPERATOR_NAMESPACES[o] for o, on in installed.items() if on),
                           *([k.monitoring.namespace] if k.monitoring.enabled else [])})
+
+    @property
+    def agent_namespaces(self) -> frozenset[str]:
+        """System namespaces whose pods on a GPU node are node agents, not work: all but the active health
+        checks', whose pod holds every GPU of its host, so a burn-in or a restart waits for it like a job."""
+        return self.system_namespaces - {OPERATOR_NAMESPACES["health_checks"]}
 
     @property
     def reserved_namespaces(self) -> frozenset[str]:
@@ -222,6 +229,13 @@ class ClusterSpec(SpecModel):
         if storage.kind != "none" and sized and not storage.effective_quotas:
             out.append(f"storage quotas are off, so the filesystem_gib of tenant(s) {', '.join(sized[:5])} is not "
                        "enforced (set storage.quotas)")
+        health = self.kubernetes.health
+        if health.enabled and health.active_checks.enabled:
+            skipped = [p.name for p in self.node_pools if p not in checked_pools(self)]
+            if skipped:
+                out.append(f"pool(s) {', '.join(skipped[:5])} get no active health checks between jobs: only pools "
+                           "that burn in (a failed check holds the node until a burn-in passes) and give pods "
+                           "whole GPUs are checked")
         for t in self.tenants:
             if not (t.groups.admin or t.groups.edit or t.groups.view):
                 out.append(f"tenant {t.name} binds no identity group; only cluster admins can use it")
@@ -547,6 +561,16 @@ def _kubernetes(spec: ClusterSpec) -> Iterator[Problem]:
             yield Problem(("kubernetes", "network_operator", "rail_subnets"),
                           f"{len(subnets)} subnet(s) for {len(rails)} rail(s) ({', '.join(map(str, rails))}); "
                           "give one subnet per rail, in rail order")
+
+
+def checked_pools(spec: ClusterSpec) -> list[NodePool]:
+    """Pools whose idle nodes get the active health check: a failed check is left by a burn-in, and DCGM's
+    diagnostics need whole GPUs, which a pool of time slices or MIG slices never leaves idle as such."""
+    h = spec.kubernetes.health
+    if not (h.enabled and h.active_checks.enabled):
+        return []
+    return [p for p in spec.node_pools
+            if p.burn_in.enabled and not p.sharing.time_slicing_replicas and not p.sharing.mig_config]
 
 
 def network_operator_enabled(spec: ClusterSpec) -> bool:

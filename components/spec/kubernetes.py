@@ -24,6 +24,32 @@ def _resource_name(value: str) -> str:
 
 ResourceName = Annotated[str, AfterValidator(_resource_name)]
 
+_CRON_MACROS = ("@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly")
+_CRON_FIELDS = (("minute", 0, 59), ("hour", 0, 23), ("day of month", 1, 31), ("month", 1, 12), ("day of week", 0, 6))
+
+
+def _cron(value: str) -> str:
+    """A CronJob schedule as the API server's parser (robfig/cron, standard form) takes it: five fields or a macro;
+    numbers only, within each field's range, so a typo is refused here and not by `pulumi up`."""
+    fields = value.split()
+    if value in _CRON_MACROS:
+        return value
+    if len(fields) != 5:
+        raise ValueError(f"{shown(value)} is not a cron schedule: give five fields (minute hour day-of-month month "
+                         f"day-of-week, e.g. '0 */6 * * *') or one of {', '.join(_CRON_MACROS)}")
+    for text, (what, low, high) in zip(fields, _CRON_FIELDS):
+        for part in text.split(","):
+            m = re.fullmatch(r"(\*|([0-9]+)(?:-([0-9]+))?)(?:/([0-9]+))?", part)
+            numbers = [int(n) for n in (m.group(2), m.group(3)) if n is not None] if m else []
+            if not m or any(not low <= n <= high for n in numbers) or (m.group(4) is not None and
+                                                                      int(m.group(4)) == 0):
+                raise ValueError(f"{shown(value)}: {shown(part)} is not a valid {what} (numbers {low}-{high}, "
+                                 "'*', ranges a-b, lists a,b and steps /n)")
+    return value
+
+
+CronSchedule = Annotated[str, AfterValidator(_cron)]
+
 
 class ChartSource(SpecModel):
     """Where a release's chart comes from; air-gapped sites point it at their mirror or a vendored copy."""
@@ -79,9 +105,14 @@ class NfdSettings(ChartSource):
     chart_version: str = Field("0.19.0", pattern=VERSION, description="Omitted: 0.19.0.")
 
 
+LOWEST_PRIORITY = -(2**31)       # int32's least: the active health checks' alone
+
+
 class PriorityClass(SpecModel):
     name: DnsLabel
-    value: int = Field(ge=-(2**31), le=10**9)
+    value: int = Field(ge=LOWEST_PRIORITY + 1, le=10**9,
+                       description="Kueue's priority of the class's workloads (jobs without a class have 0); the "
+                                   "least value is the active health checks', below every job.")
     description: Text = Field("", description="Omitted: no description.")
 
 
@@ -173,6 +204,27 @@ class QuarantineSettings(CrdSource):
                                                                 "image are installed. Omitted: v0.5.0.")
 
 
+class ActiveCheckSettings(SpecModel):
+    """A short DCGM diagnostic on every idle GPU node, between tenants' jobs. Each host has a CronJob in the
+    namespace gpu-health-checks whose Job asks Kueue for all of the host's GPUs on that host only, at the lowest
+    priority, through a ClusterQueue with no quota of its own: it borrows what tenants leave unused, never
+    preempts (tenants reclaim from it), and topology-aware scheduling admits it only while every GPU of its host
+    is free. A failed check records the failure on the host, and the detector's GpuBurnInRequired holds the node
+    in quarantine until a burn-in passes. Runs on pools that burn in and give pods whole GPUs (a shared pool's
+    jobs would never leave the host idle long enough; MIG slices are not diagnosed by DCGM)."""
+
+    enabled: bool = Field(True, description="Omitted: every idle GPU node is checked on the schedule.")
+    schedule: CronSchedule = Field("0 */6 * * *", description="When each host's check is queued (cron, UTC). A "
+                                                             "check waits in its queue until its host is idle; "
+                                                             "the next one is not queued while it waits. "
+                                                             "Omitted: every six hours.")
+    dcgm_level: Literal[1, 2] = Field(
+        1, description="`dcgmi diag -r` level: 1 (deployment checks, seconds) or 2 (adds PCIe and memory tests, "
+                       "about two minutes). Omitted: 1. The image is validation.dcgm_image.")
+    timeout_s: int = Field(900, ge=60, le=3600, description="How long a check may run once admitted before it "
+                                                            "counts as failed to run. Omitted: 900.")
+
+
 class HealthSettings(SpecModel):
     """Runtime GPU health: node-problem-detector on every GPU node turns a GPU hardware XID in the kernel log into
     the node condition GpuHardwareFault (reason GpuXid<N>, the driver's line as message) and every XID into a Node
@@ -190,6 +242,9 @@ class HealthSettings(SpecModel):
     quarantine: QuarantineSettings = Field(default_factory=QuarantineSettings,
                                            description="Omitted: enforced, draining, node-readiness-controller "
                                                        "v0.5.0.")
+    active_checks: ActiveCheckSettings = Field(default_factory=ActiveCheckSettings,
+                                               description="Omitted: `dcgmi diag -r 1` on every idle node every "
+                                                           "six hours.")
 
 
 class KubernetesSpec(SpecModel):

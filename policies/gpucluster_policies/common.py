@@ -41,7 +41,7 @@ GPU = "nvidia.com/gpu"
 # Where the library's operators run when no GpuCluster says (Kubernetes' own kube-system among them; `default`,
 # kube-public and kube-node-lease hold nothing of the platform's).
 SYSTEM_NAMESPACES = ("kube-system", "gpu-operator", "network-operator", "kueue-system", "node-feature-discovery",
-                     "mpi-operator", "monitoring")
+                     "mpi-operator", "nrr-system", "gpu-health-checks", "monitoring")
 
 _TYPE = re.compile(r"kubernetes:([^:/]+)/([^:/]+):([A-Za-z0-9]+)$")
 
@@ -189,10 +189,12 @@ def text(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def tenant_namespaces(resources: Iterable[Any]) -> dict[str, Any]:
-    """Tenant namespace name -> its Namespace resource."""
+def tenant_namespaces(resources: Sequence[Any]) -> dict[str, Any]:
+    """Tenant namespace name -> its Namespace resource. A system namespace with the tenant label is the
+    platform's (the active health checks' carries it so that Kueue queues their Jobs), not a tenant's."""
+    system = system_namespaces(resources)
     return {name_of(r.props): r for r in of_type(resources, NAMESPACE)
-            if TENANT_LABEL in labels(r.props) and name_of(r.props)}
+            if TENANT_LABEL in labels(r.props) and name_of(r.props) and name_of(r.props) not in system}
 
 
 def _walk(value: Any, keys: list[str], role: str) -> Iterator[tuple[str, Mapping[str, Any]]]:

@@ -15,8 +15,8 @@ from pulumi_policy import (
     StackValidationPolicy,
 )
 
-from .common import (CLUSTER_ROLE, CLUSTER_ROLE_BINDING, GPU, KUEUE, NAMESPACE, NETWORK_POLICY, NODE_POOL, ROLE,
-                     ROLE_BINDING, TENANT_LABEL, environment, guarded, intent, is_kind, labels, mapping, maps, name_of,
+from .common import (CLUSTER_ROLE, CLUSTER_ROLE_BINDING, GPU, KUEUE, NETWORK_POLICY, NODE_POOL, ROLE,
+                     ROLE_BINDING, environment, guarded, intent, is_kind, labels, mapping, maps, name_of,
                      namespace_of, of_type, strings, system_namespaces, tenant_namespaces, text)
 
 # Verbs that hand out more than the role holds: granting any role (bind), editing roles beyond one's own rights
@@ -34,13 +34,12 @@ def _no_cluster_admin(args: ResourceValidationArgs, report: ReportViolation) -> 
         report(f"{args.name} binds cluster-admin to {subjects or 'nobody'}; bind admin, edit or view instead")
 
 
-def _tenant_namespace_restricted(args: ResourceValidationArgs, report: ReportViolation) -> None:
-    if args.resource_type != NAMESPACE or TENANT_LABEL not in labels(args.props):
-        return
-    level = labels(args.props).get("pod-security.kubernetes.io/enforce")
-    if level != "restricted":
-        report(f"tenant namespace {name_of(args.props)} enforces Pod Security level {level or '(none)'}; tenant "
-               "namespaces enforce restricted")
+def _tenant_namespace_restricted(args: StackValidationArgs, report: ReportViolation) -> None:
+    for name, ns in sorted(tenant_namespaces(args.resources).items()):
+        level = labels(ns.props).get("pod-security.kubernetes.io/enforce")
+        if level != "restricted":
+            report(f"tenant namespace {name} enforces Pod Security level {level or '(none)'}; tenant namespaces "
+                   "enforce restricted", ns.urn)
 
 
 def _cluster_queue_selects_namespaces(args: ResourceValidationArgs, report: ReportViolation) -> None:
@@ -277,7 +276,7 @@ TENANCY_POLICIES = [
         name="tenancy-no-cluster-admin",
         description="Checks that no RoleBinding or ClusterRoleBinding grants cluster-admin.",
         enforcement_level=EnforcementLevel.MANDATORY, validate=guarded(_no_cluster_admin)),
-    ResourceValidationPolicy(
+    StackValidationPolicy(
         name="tenancy-namespace-restricted",
         description="Checks that tenant namespaces enforce the restricted Pod Security level.",
         enforcement_level=EnforcementLevel.MANDATORY, validate=guarded(_tenant_namespace_restricted)),

@@ -22,7 +22,9 @@ EXPECTED = {
     "prod-hot-alert": {("ops-gpu-temperature-alert", "prod-k8s-gpu-alerts", "mandatory")},
     "prod-rack-power": {("power-rack-budget", "prod", "mandatory")},
     "prod-old-driver": {("ops-driver-cuda-nccl-compatible", "prod-h100", "mandatory")},
-    "prod-latest-image": {("k8s-image-versions-pinned", "prod", "mandatory")},
+    # The DCGM image of the validation suite, and of the active health check of each host.
+    "prod-latest-image": {("k8s-image-versions-pinned", name, "mandatory") for name in (
+        "prod", *(f"prod-k8s-gpu-check-gpu-prod-0{i}" for i in range(1, 9)))},
     "prod-unpinned": {("ssh-host-key-pinned", name, "mandatory") for name in (
         "prod-h100-gpu-prod-08-burn-in", "prod-h100-gpu-prod-08-prepare", "prod-h100-gpu-prod-08-roll",
         "prod-h100-gpu-prod-08-leave",

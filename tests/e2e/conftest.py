@@ -17,9 +17,10 @@ from typing import Any, Callable, Iterator
 import pytest
 import yaml
 
-from components.k8s import mpi_operator
+from components.k8s import health_checks, mpi_operator
 from components.k8s.jobs import render_job
 from components.spec import ClusterSpec, NodePool, Tenant
+from components.spec.cluster import checked_pools
 from tests.conftest import _DEV
 
 from .controlplane import ControlPlane, ControlPlaneError, missing_tools
@@ -108,7 +109,7 @@ class Cluster:
         """All of the job's pods bound to nodes and Running (an MPIJob's: its launcher's and workers'); returns
         them."""
         want = sum(r["replicas"] for r in job["spec"]["mpiReplicaSpecs"].values()) if job["kind"] == "MPIJob" \
-            else job["spec"]["parallelism"]
+            else job["spec"].get("parallelism", 1)
 
         def running() -> list[dict[str, Any]] | None:
             pods = [p for p in self.pods(job) if not p["metadata"].get("deletionTimestamp")]
@@ -141,13 +142,18 @@ class Cluster:
         """Delete every Job and MPIJob in the tenants' namespaces and wait until their workloads and pods are
         gone."""
         kinds = ["jobs", *(["mpijobs"] if self.spec.kubernetes.mpi_operator.enabled else [])]
-        for t in self.spec.tenants:
+        namespaces = [t.namespace_name for t in self.spec.tenants]
+        for ns in namespaces:
             for kind in kinds:
-                self.cp.kubectl("delete", kind, "--all", "-n", t.namespace_name, "--cascade=foreground",
-                                "--wait=true", "--timeout=90s")
-        wait_for(lambda: not any(self.cp.get("workloads.kueue.x-k8s.io", namespace=t.namespace_name)["items"]
-                                 or self.cp.get("pods", namespace=t.namespace_name)["items"]
-                                 for t in self.spec.tenants), 90, lambda: "tenant workloads or pods left behind")
+                self.cp.kubectl("delete", kind, "--all", "-n", ns, "--cascade=foreground", "--wait=true",
+                                "--timeout=90s")
+        if checked_pools(self.spec):                  # the active health checks' Jobs too
+            namespaces.append(health_checks.NAMESPACE)
+            self.cp.kubectl("delete", "jobs", "--all", "-n", health_checks.NAMESPACE, "--cascade=foreground",
+                            "--wait=true", "--timeout=90s")
+        wait_for(lambda: not any(self.cp.get("workloads.kueue.x-k8s.io", namespace=ns)["items"]
+                                 or self.cp.get("pods", namespace=ns)["items"]
+                                 for ns in namespaces), 90, lambda: "tenant workloads or pods left behind")
 
     def _why(self, job: dict[str, Any]) -> str:
         a = self.admission(job)
@@ -256,6 +262,9 @@ def apply_plan(cp: ControlPlane, plan: StackPlan) -> list[str]:
     for batch in ordered(plan.objects):
         if not batch:
             continue
+        # The one change to the plan: the active health checks' CronJobs are suspended, so that the controller's
+        # clock adds no check to a test's cluster; the tests create the Jobs of their template themselves.
+        batch = [{**o, "spec": {**o["spec"], "suspend": True}} if o["kind"] == "CronJob" else o for o in batch]
         for dry_run in (True, False):
             proc = cp.apply_objects(batch, dry_run=dry_run, check=False)
             if proc.returncode != 0:

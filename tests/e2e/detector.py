@@ -7,12 +7,14 @@ id; it runs every second instead of every 30 so the tests do not wait)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
-from components.k8s.health import (BURN_IN_CHECK, BURN_IN_CONDITION, BURN_IN_MONITOR, CONDITION, MONITOR, NAME)
+from components.k8s.health import (BURN_IN_CHECK, BURN_IN_CONDITION, BURN_IN_MONITOR, CONDITION, MONITOR, NAME,
+                                   PORT_CHECK, PORT_CONDITION, PORT_MONITOR, PORTS_FILE)
 from components.nodes.burn_in import RESULT
 
 from .conftest import Cluster, wait_for
@@ -47,9 +49,24 @@ class Detector:
         plugin["pluginConfig"]["invoke_interval"] = "1s"
         (rule,) = plugin["rules"]
         rule.update(path=str(script), args=[str(self.state), str(self.log), str(self.boot_id)])
-        self.configs = {"system-log-monitor": work / MONITOR, "custom-plugin-monitor": work / BURN_IN_MONITOR}
-        self.configs["system-log-monitor"].write_text(json.dumps(kernel))
-        self.configs["custom-plugin-monitor"].write_text(json.dumps(plugin))
+        # The fabric port plugin: this node's ports in a stand-in for /sys/class/infiniband, every one ACTIVE.
+        self.sysfs, ports_file = work / "infiniband", work / PORTS_FILE
+        ports_file.write_text(data[PORTS_FILE])
+        self.ports = next((line.split()[1:] for line in data[PORTS_FILE].splitlines() if line.split()[0] == node), [])
+        for port in self.ports:
+            self.port(port, "4: ACTIVE", "5: LinkUp", 0)
+        port_script = work / PORT_CHECK
+        port_script.write_text(data[PORT_CHECK])
+        port_script.chmod(0o755)
+        port_plugin = json.loads(data[PORT_MONITOR])
+        port_plugin["pluginConfig"]["invoke_interval"] = "1s"
+        (port_rule,) = port_plugin["rules"]
+        port_rule.update(path=str(port_script), args=[str(self.state), str(self.sysfs), str(ports_file)])
+        (work / PORT_MONITOR).write_text(json.dumps(port_plugin))
+        (work / BURN_IN_MONITOR).write_text(json.dumps(plugin))
+        (work / MONITOR).write_text(json.dumps(kernel))
+        self.configs = {"system-log-monitor": str(work / MONITOR),
+                        "custom-plugin-monitor": f"{work / BURN_IN_MONITOR},{work / PORT_MONITOR}"}
         self.out = work / "npd.log"
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -59,12 +76,22 @@ class Detector:
              *(f"--config.{kind}={path}" for kind, path in self.configs.items()),
              f"--apiserver-override={self.c.cp.server}?inClusterConfig=false&auth={self.c.cp.kubeconfig}",
              "--address=127.0.0.1", f"--port={free_port()}", "--prometheus-address=127.0.0.1",
-             f"--prometheus-port={free_port()}"], stdout=self.out.open("ab"), stderr=subprocess.STDOUT)
+             f"--prometheus-port={free_port()}"], stdout=self.out.open("ab"), stderr=subprocess.STDOUT,
+            env={**os.environ, "NODE_NAME": self.node})           # the DaemonSet's env, from spec.nodeName
 
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:
             self.proc.terminate()
             self.proc.wait(timeout=30)
+
+    def port(self, port: str, state: str | None = None, phys: str | None = None, downed: int | None = None) -> None:
+        """One RDMA port (`mlx5_0/1`) as the RDMA core shows it under /sys/class/infiniband."""
+        dev, number = port.split("/")
+        d = self.sysfs / dev / "ports" / number
+        (d / "counters").mkdir(parents=True, exist_ok=True)
+        for name, value in (("state", state), ("phys_state", phys), ("counters/link_downed", downed)):
+            if value is not None:
+                (d / name).write_text(f"{value}\n")
 
     def kernel(self, line: str) -> None:
         """The driver's line as syslog writes the kernel's messages (kern.log), stamped now."""
@@ -102,4 +129,4 @@ class Detector:
         conditions = self.c.cp.get("node", self.node)["status"].get("conditions", [])
         self.c.cp.kubectl("patch", "node", self.node, "--subresource=status", "--type=json", "-p", json.dumps(
             [{"op": "remove", "path": f"/status/conditions/{i}"} for i, x in reversed(list(enumerate(conditions)))
-             if x["type"] in (CONDITION, BURN_IN_CONDITION)]), check=False)
+             if x["type"] in (CONDITION, BURN_IN_CONDITION, PORT_CONDITION)]), check=False)

@@ -13,7 +13,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from components.k8s.health import BURN_IN_CONDITION
+from components.k8s.health import BURN_IN_CONDITION, PORT_CONDITION
 from components.k8s.labels import QUARANTINE_TAINT
 from components.k8s.quarantine import RULE
 
@@ -202,3 +202,32 @@ def test_with_no_healthy_room_left_kueue_evicts_the_job_and_readmits_it_once_the
         d.forget()
         _unquarantine(clean)
         clean.delete_jobs(job, rest)
+
+
+def test_a_fabric_port_that_goes_down_quarantines_the_node_until_it_is_back_and_burned_in(clean: Cluster,
+                                                                                          tmp_path: Path):
+    """The detector's port plugin over the host's RDMA ports (a stand-in for /sys/class/infiniband), with the
+    node's name from the detector's environment as the DaemonSet sets it."""
+    rule = _enforced_rule(clean)
+    node = next((h.hostname for p in clean.spec.node_pools if p.nics for h in p.hosts), None)
+    if node is None or not clean.spec.fabric.rdma:
+        pytest.skip("no GPU host with RDMA NICs")
+    d = _watched(clean, node, tmp_path)
+    try:
+        d.wait_condition("False", "FabricPortsActive", PORT_CONDITION)
+        port = d.ports[-1]
+        d.port(port, "1: DOWN", "2: Polling", 1)
+        held = d.wait_condition("True", "FabricPortDownOrFlapping", PORT_CONDITION)
+        assert f"{port}: DOWN/Polling" in held["message"]
+        d.wait_condition("True", "FaultSinceBurnIn", BURN_IN_CONDITION)
+        assert readiness.reconcile(clean.cp, rule, node)
+        d.port(port, "4: ACTIVE", "5: LinkUp")            # the cable is reseated
+        d.wait_condition("False", "FabricPortsActive", PORT_CONDITION)
+        d.wait_condition("True", "FaultSinceBurnIn", BURN_IN_CONDITION)
+        assert readiness.reconcile(clean.cp, rule, node)      # still held: no burn-in since
+        d.burn_in()
+        d.wait_condition("False", "NoFaultSinceBurnIn", BURN_IN_CONDITION)
+        assert not readiness.reconcile(clean.cp, rule, node)
+    finally:
+        d.forget()
+        _unquarantine(clean)

@@ -333,6 +333,18 @@ def test_in_prod_a_tenant_reaches_no_other_tenant_and_not_every_address(prod_run
     assert findings(_opened(dev_run, "dev"), "tenancy-prod-network-bounds") == []
 
 
+def test_the_health_checks_namespace_is_the_platforms_not_a_tenants(dev_run):
+    """It carries the tenant label for Kueue and is privileged for its hostPath; it is a system namespace of the
+    stack, so tenant policies leave it alone, and only that makes them do so."""
+    for name in ("tenancy-namespace-restricted", "tenancy-local-queue", "tenancy-clusterqueue-one-tenant",
+                 "k8s-no-host-access"):
+        assert findings(dev_run, name) == [], name
+    run = changed(dev_run, "dev", lambda o: o["system_namespaces"].remove("gpu-health-checks"))
+    assert findings(run, "tenancy-namespace-restricted") == [
+        "tenant namespace gpu-health-checks enforces Pod Security level privileged; tenant namespaces enforce "
+        "restricted"]
+
+
 def test_a_compliant_hand_written_job_passes_every_workload_policy(dev_run):
     run = with_resource(dev_run, JOB, "train", job())
     for name in ("k8s-gpu-limits", "k8s-tenant-queue-name", "k8s-no-host-access"):

@@ -57,7 +57,7 @@ def test_system_namespaces_get_the_pod_security_they_need(dev_spec):
               for m in render_namespaces(dev_spec)}
     assert levels == {"node-feature-discovery": "privileged", "gpu-operator": "privileged",
                       "network-operator": "privileged", "kueue-system": "baseline", "mpi-operator": "restricted",
-                      "nrr-system": "restricted"}
+                      "nrr-system": "restricted", "gpu-health-checks": "privileged"}
 
 
 def test_no_network_operator_namespace_on_plain_ethernet(make_spec):
@@ -147,7 +147,7 @@ def test_alerts_use_only_metrics_dcgm_exports(dev_spec):
         assert used <= exported, rule["alert"]
     assert {r["alert"] for r in rules} == {"GpuTemperatureHigh", "GpuXidError", "GpuEccDoubleBitError",
                                            "GpuThermalThrottling", "GpuPowerThrottling", "GpusMissingH100",
-                                           "GpuHardwareFault", "GpuNodeQuarantined"}
+                                           "GpuHardwareFault", "GpuNodeQuarantined", "GpuHealthCheckFailed"}
     assert next(r for r in rules if r["alert"] == "GpuTemperatureHigh")["expr"].endswith("> 85")
     assert next(r for r in rules if r["alert"] == "GpusMissingH100")["expr"].endswith("< 8")
 
@@ -167,7 +167,8 @@ def test_dashboard_is_valid_json_grafana_loads(dev_spec):
     cm = monitoring.render_dashboard(dev_spec, "monitoring").obj
     assert cm["metadata"]["labels"] == {"grafana_dashboard": "1"}
     dashboard = json.loads(cm["data"]["gpucluster-gpu.json"])
-    assert dashboard["uid"] == "gpucluster-dev" and len(dashboard["panels"]) == 11     # with the quarantine
+    # with the quarantine and the health checks
+    assert dashboard["uid"] == "gpucluster-dev" and len(dashboard["panels"]) == 12
 
 
 # --- bad input ------------------------------------------------------------------------------------------
@@ -254,7 +255,8 @@ def test_every_kueue_object_waits_for_the_kueue_release(stack_run):
     urns = {short(r.urn): r for r in stack_run.records}
     kueue_release = urns["dev-k8s-kueue"].urn
     kueue_objects = [r for r in stack_run.records if r.type.startswith("kubernetes:kueue.x-k8s.io")]
-    assert len(kueue_objects) == 9             # a flavor, topology, cohort, 2 priorities, 2 CQs, 2 LQs
+    # a flavor, topology, cohort, 2 priorities, 2 tenants' CQs and LQs, the health checks' CQ and LQ
+    assert len(kueue_objects) == 11
     for r in kueue_objects:
         assert kueue_release in r.dependencies, short(r.urn)
 
@@ -348,11 +350,46 @@ def test_the_quarantine_alert_holds_while_the_node_carries_the_quarantine_taint(
 
 
 @PROMTOOL
+def test_a_failed_health_check_alerts_for_a_day_and_a_passed_one_never(dev_spec, tmp_path):
+    """Over kube-state-metrics' Job series in the checks' namespace (the failed Job is kept for its history)."""
+    job = 'namespace="gpu-health-checks", job_name="gpu-check-gpu-dev-01-29410920"'
+    ok = 'namespace="gpu-health-checks", job_name="gpu-check-gpu-dev-02-29410920"'
+    old = 'namespace="gpu-health-checks", job_name="gpu-check-gpu-dev-02-29409480"'
+    promtool(dev_spec, tmp_path, [
+        {"series": f'kube_job_status_failed{{{job}, reason="BackoffLimitExceeded"}}', "values": "0 0 1x30"},
+        {"series": f"kube_job_status_start_time{{{job}}}", "values": "60x32"},
+        {"series": f'kube_job_status_failed{{{ok}, reason="BackoffLimitExceeded"}}', "values": "0x32"},
+        {"series": f"kube_job_status_start_time{{{ok}}}", "values": "60x32"},
+        # a failure more than a day old: its node has been seen to since
+        {"series": f'kube_job_status_failed{{{old}, reason="DeadlineExceeded"}}', "values": "1x32"},
+        {"series": f"kube_job_status_start_time{{{old}}}", "values": "-86340x32"},
+    ], [
+        {"eval_time": "1m", "alertname": "GpuHealthCheckFailed", "exp_alerts": []},
+        {"eval_time": "3m", "alertname": "GpuHealthCheckFailed", "exp_alerts": [{
+            "exp_labels": {"severity": "warning", "job_name": "gpu-check-gpu-dev-01-29410920"},
+            "exp_annotations": {"summary": "GPU health check gpu-check-gpu-dev-01-29410920 failed: a failed test "
+                                           "holds its node in quarantine until a burn-in passes; without one the "
+                                           "check could not run. `kubectl -n gpu-health-checks logs "
+                                           "job/gpu-check-gpu-dev-01-29410920` says which"}}]},
+    ])
+
+
+def panel_query(spec, tmp_path, title: str, series: list[dict], eval_time: str, samples: list[dict]) -> dict:
+    """Prometheus's own engine over the query of the dashboard's panel whose title holds `title`; the panel."""
+    cm = monitoring.render_dashboard(spec, "monitoring").obj
+    (panel,) = [p for p in json.loads(cm["data"]["gpucluster-gpu.json"])["panels"] if title in p["title"]]
+    (tmp_path / "test.yaml").write_text(yaml.safe_dump({"rule_files": [], "evaluation_interval": "1m", "tests": [{
+        "interval": "1m", "input_series": series, "promql_expr_test": [{
+            "expr": panel["targets"][0]["expr"], "eval_time": eval_time, "exp_samples": samples}]}]}))
+    out = subprocess.run(["promtool", "test", "rules", "test.yaml"], cwd=tmp_path, capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+    return panel
+
+
+@PROMTOOL
 def test_the_quarantine_panel_lists_each_quarantined_node_with_the_condition_that_holds_it(dev_spec, tmp_path):
     """Prometheus's own engine over the panel's query: a tainted node once per true condition; a node with a
     condition but no taint (observe mode, or not yet acted on) is not quarantined."""
-    cm = monitoring.render_dashboard(dev_spec, "monitoring").obj
-    (panel,) = [p for p in json.loads(cm["data"]["gpucluster-gpu.json"])["panels"] if "Quarantined" in p["title"]]
     condition = 'kube_node_status_condition{{node="{}", condition="{}", status="{}"}}'
     taint = 'kube_node_spec_taint{{node="{}", key="readiness.k8s.io/gpucluster-gpu-health", value="gpu-fault", ' \
             'effect="NoExecute"}}'
@@ -360,10 +397,18 @@ def test_the_quarantine_panel_lists_each_quarantined_node_with_the_condition_tha
               {"series": condition.format("gpu-dev-01", "GpuHardwareFault", "true"), "values": "0 0"},
               {"series": taint.format("gpu-dev-01"), "values": "1 1"},
               {"series": condition.format("gpu-dev-02", "GpuHardwareFault", "true"), "values": "1 1"}]
-    (tmp_path / "test.yaml").write_text(yaml.safe_dump({"rule_files": [], "evaluation_interval": "1m", "tests": [{
-        "interval": "1m", "input_series": series, "promql_expr_test": [{
-            "expr": panel["targets"][0]["expr"], "eval_time": "1m",
-            "exp_samples": [{"labels": '{condition="GpuBurnInRequired", node="gpu-dev-01"}', "value": 1}]}]}]}))
-    out = subprocess.run(["promtool", "test", "rules", "test.yaml"], cwd=tmp_path, capture_output=True, text=True)
-    assert out.returncode == 0, out.stdout + out.stderr
+    panel = panel_query(dev_spec, tmp_path, "Quarantined", series, "1m",
+                        [{"labels": '{condition="GpuBurnInRequired", node="gpu-dev-01"}', "value": 1}])
     assert panel["targets"][0]["legendFormat"] == "{{node}}: {{condition}}"
+
+
+@PROMTOOL
+def test_the_health_check_panel_shows_the_hours_since_each_nodes_last_passing_check(dev_spec, tmp_path):
+    last = 'kube_cronjob_status_last_successful_time{{namespace="{}", cronjob="{}"}}'
+    series = [{"series": last.format("gpu-health-checks", "gpu-check-gpu-dev-01"), "values": "0x60"},
+              {"series": last.format("gpu-health-checks", "gpu-check-gpu-dev-02"), "values": "-7200x60"},
+              {"series": last.format("team-a", "nightly"), "values": "0x60"}]         # a tenant's CronJob: not ours
+    panel = panel_query(dev_spec, tmp_path, "health check", series, "60m",
+                        [{"labels": '{cronjob="gpu-check-gpu-dev-01"}', "value": 1},
+                         {"labels": '{cronjob="gpu-check-gpu-dev-02"}', "value": 3}])
+    assert panel["targets"][0]["legendFormat"] == "{{cronjob}}" and panel["fieldConfig"]["defaults"]["unit"] == "h"

@@ -11,8 +11,9 @@ import time
 import kubernetes_validate
 import pytest
 
-from components.k8s.health import (BURN_IN_CHECK, BURN_IN_MONITOR, CONDITION, MONITOR, burn_in_check,
-                                   burn_in_monitor_config, monitor_config, render_gpu_health)
+from components.k8s.health import (BURN_IN_CHECK, BURN_IN_MONITOR, CONDITION, MONITOR, PORT_CHECK, PORT_MONITOR,
+                                   PORTS_FILE, burn_in_check, burn_in_monitor_config, expected_ports, monitor_config,
+                                   port_check, port_monitor_config, render_gpu_health)
 from components.nodes.burn_in import RESULT, VERDICT_FILE
 from components.k8s.labels import POOL_LABEL
 from components.spec import ClusterSpec
@@ -224,7 +225,7 @@ def test_the_detector_runs_the_check_with_the_hosts_state_and_kernel_log(dev):
     objs = {m.obj["kind"]: m.obj for m in render_gpu_health(dev)}
     pod = objs["DaemonSet"]["spec"]["template"]["spec"]
     (container,) = pod["containers"]
-    assert f"--config.custom-plugin-monitor=/config/{BURN_IN_MONITOR}" in container["command"]
+    assert f"--config.custom-plugin-monitor=/config/{BURN_IN_MONITOR},/config/{PORT_MONITOR}" in container["command"]
     mounts = {m["name"]: m for m in container["volumeMounts"]}
     volumes = {v["name"]: v for v in pod["volumes"]}
     rule = burn_in_monitor_config()["rules"][0]
@@ -241,3 +242,107 @@ def test_the_detectors_objects_are_valid_kubernetes(dev):
     """Strict schema of the stack's Kubernetes version: the hostPath type, the executable config mode."""
     for m in render_gpu_health(dev):
         kubernetes_validate.validate(m.obj, dev.kubernetes.version, strict=True)
+
+
+# --- the fabric port monitor: a port down or flapping holds the node until a burn-in after it -----------------
+
+class Ports:
+    """A host's /sys/class/infiniband as the RDMA core writes it (port state "4: ACTIVE", phys_state "5: LinkUp",
+    the link_downed counter), the plugin's script as the detector runs it, and the burn-in plugin beside it."""
+
+    def __init__(self, tmp_path, spec: ClusterSpec, node: str = "gpu-dev-01"):
+        self.spec, self.node, self.sysfs = spec, node, tmp_path / "infiniband"
+        self.script = tmp_path / PORT_CHECK
+        self.script.write_text(port_check())
+        self.script.chmod(0o755)
+        self.ports = tmp_path / PORTS_FILE
+        self.ports.write_text(expected_ports(spec))
+        self.host = Host(tmp_path, spec)
+        for dev in ("mlx5_0", "mlx5_1"):
+            self.set(dev, "4: ACTIVE", "5: LinkUp", 0)
+
+    def set(self, dev: str, state: str | None = None, phys: str | None = None, downed: int | None = None) -> None:
+        port = self.sysfs / dev / "ports" / "1"
+        (port / "counters").mkdir(parents=True, exist_ok=True)
+        for name, value in (("state", state), ("phys_state", phys), ("counters/link_downed", downed)):
+            if value is not None:
+                (port / name).write_text(f"{value}\n")
+
+    def check(self, node: str | None = None) -> tuple[int, str]:
+        rule = port_monitor_config()["rules"][0]
+        assert rule["args"][1] == "/sys/class/infiniband" and rule["args"][2].endswith(PORTS_FILE)
+        env = {"PATH": "/usr/bin:/bin", **({"NODE_NAME": node or self.node} if node != "" else {})}
+        out = subprocess.run([str(self.script), str(self.host.state), str(self.sysfs), str(self.ports)],
+                             capture_output=True, text=True, timeout=10, env=env)
+        return out.returncode, out.stdout.strip()
+
+
+@pytest.fixture
+def ports(tmp_path, dev) -> Ports:
+    p = Ports(tmp_path, dev)
+    p.host.burn_in()
+    return p
+
+
+def test_the_expected_ports_are_each_hosts_rdma_nics():
+    assert expected_ports(load_stack("dev")) == "gpu-dev-01 mlx5_0/1 mlx5_1/1\ngpu-dev-02 mlx5_0/1 mlx5_1/1\n"
+
+
+def test_active_ports_are_healthy_and_a_port_down_holds_the_node_until_it_is_back_and_burned_in(ports):
+    assert ports.check() == (0, "every fabric port of gpu-dev-01 is active")
+    ports.set("mlx5_1", "1: DOWN", "3: Disabled", 1)
+    code, message = ports.check()
+    assert code == 1 and message == "fabric port down or flapping on gpu-dev-01: mlx5_1/1: DOWN/Disabled; " \
+                                    "mlx5_1/1: link went down 1 time(s)"
+    assert ports.host.check() == (1, f"no burn-in passed since this GPU fault: {message}")
+    ports.host.burn_in()                 # a burn-in while the port is still down does not count
+    assert ports.check()[0] == 1 and ports.host.check()[0] == 1
+    ports.set("mlx5_1", "4: ACTIVE", "5: LinkUp")
+    assert ports.check()[0] == 0
+    assert ports.host.check()[0] == 1    # back, but not yet burned in
+    ports.host.burn_in()
+    assert ports.host.check() == (0, "a burn-in passed after the last GPU hardware fault")
+
+
+def test_a_port_that_flapped_between_two_looks_is_caught_by_its_counter(ports):
+    ports.check()
+    ports.set("mlx5_0", downed=3)        # went down and came back three times; ACTIVE again by now
+    code, message = ports.check()
+    assert code == 1 and message.endswith("mlx5_0/1: link went down 3 time(s)")
+    assert ports.check()[0] == 0         # the condition clears; the record holds the node for a burn-in
+    assert ports.host.check()[0] == 1
+
+
+def test_a_reboot_that_resets_the_counters_is_no_flap(ports):
+    ports.set("mlx5_0", downed=7)
+    ports.check()
+    ports.host.burn_in()
+    ports.set("mlx5_0", downed=0)
+    assert ports.check()[0] == 0 and ports.host.check()[0] == 0
+
+
+@pytest.mark.parametrize("node, code, message", [
+    ("gpu-dev-09", 0, "no fabric port is expected on gpu-dev-09"),
+    ("", 2, "NODE_NAME is not set: cannot tell this node's ports")])
+def test_a_node_without_ports_or_a_name_is_no_fault(ports, node, code, message):
+    assert ports.check(node) == (code, message)
+
+
+def test_a_missing_rdma_device_is_a_fault(ports):
+    shutil.rmtree(ports.sysfs / "mlx5_1")
+    assert ports.check() == (1, "fabric port down or flapping on gpu-dev-01: mlx5_1/1: no such port")
+
+
+@pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck is not installed (.ci/run installs it)")
+def test_the_port_check_passes_shellcheck(ports):
+    out = subprocess.run(["shellcheck", "-S", "style", str(ports.script)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout
+
+
+def test_the_detector_runs_the_port_check_with_the_hosts_sysfs_and_its_own_node_name(dev):
+    objs = {m.obj["kind"]: m.obj for m in render_gpu_health(dev)}
+    (container,) = objs["DaemonSet"]["spec"]["template"]["spec"]["containers"]
+    assert f"--config.custom-plugin-monitor=/config/{BURN_IN_MONITOR},/config/{PORT_MONITOR}" in container["command"]
+    assert {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}} in container["env"]
+    assert container["securityContext"] == {"privileged": True}      # reads the host's /sys
+    assert objs["ConfigMap"]["data"][PORTS_FILE] == expected_ports(dev)

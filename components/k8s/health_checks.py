@@ -1,0 +1,172 @@
+"""Active health checks between jobs: a short DCGM diagnostic on each idle GPU node, queued through Kueue.
+
+Kueue is the engine that knows when a node is idle, so the check is a Kueue workload, not a timer of our own:
+- one CronJob per host queues a Job that asks for all of the host's GPUs, on that host only (a nodeSelector that
+  Kueue's topology-aware scheduling honours), so it is admitted only while no tenant's pod holds a GPU there;
+- its ClusterQueue is in the tenants' cohort with no quota of its own: it borrows what tenants leave unused, and
+  never preempts (reclaimWithinCohort, borrowWithinCohort and withinClusterQueue all Never), while tenants reclaim
+  their lent GPUs from it as from any borrower (their default reclaimWithinCohort Any);
+- its PriorityClass is below every workload priority of the spec and never preempts pods (preemptionPolicy
+  Never), so neither Kueue nor the kube-scheduler puts it before a tenant.
+Kueue manages jobs only in namespaces that carry the tenant label (its managedJobsNamespaceSelector), so the
+check's namespace carries it too, with its own name as the value; no tenant can have that namespace (it is a
+system namespace), and the policies treat it as the platform's, not a tenant's. It enforces Pod Security
+privileged: the check writes its failure on the host (a hostPath), beside the burn-in's verdict, where the
+detector's custom plugin (health.py) reads it and holds the node in quarantine until a burn-in passes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import PurePosixPath
+from typing import Any
+
+from ..bash import fill
+from ..spec import ClusterSpec, Host, NodePool
+from ..spec.cluster import OPERATOR_NAMESPACES, checked_pools
+from ..spec.kubernetes import LOWEST_PRIORITY
+from ..spec.hardware import GPU_RESOURCE
+from .health import CHECK_RECORD, STATE_DIR
+from .images import mirrored
+from .jobs import QUEUE_LABEL
+from .labels import POOL_LABEL
+from .objects import Manifest
+from .tenant import KUEUE_API, LOCAL_QUEUE, QUEUE_RESOURCES, TENANT_LABEL
+
+NAMESPACE = OPERATOR_NAMESPACES["health_checks"]
+# Below every job: the spec's WorkloadPriorityClasses start one above it. A fixed value, since a PriorityClass's
+# value is immutable and one derived from the spec would need replacing on day 2.
+PRIORITY = LOWEST_PRIORITY
+NAME = "gpucluster-health-checks"         # the ClusterQueue and the PriorityClass
+HOST_LABEL = "gpucluster.io/host"         # on each CronJob, its Jobs and their pods: which node a result is for
+SCRIPT = "run-check.sh"
+HOSTNAME = "kubernetes.io/hostname"
+_LABELS = {"app.kubernetes.io/name": NAME, "app.kubernetes.io/managed-by": "pulumi"}
+_CRONJOB_NAME_MAX = 52                    # the API server's limit: the controller appends 11 characters
+
+
+def namespace_labels() -> dict[str, str]:
+    """What makes Kueue manage the check's Jobs (and the policies tell it from a tenant's namespace)."""
+    return {TENANT_LABEL: NAMESPACE}
+
+
+
+
+def cronjob_name(hostname: str) -> str:
+    """gpu-check-<host>, shortened with a hash of the host where the API server's 52 characters do not hold it."""
+    name = f"gpu-check-{hostname}"
+    if len(name) <= _CRONJOB_NAME_MAX:
+        return name
+    digest = hashlib.sha256(hostname.encode()).hexdigest()[:8]
+    return f"{name[:_CRONJOB_NAME_MAX - 9].rstrip('.-')}-{digest}"
+
+
+# Run in validation.dcgm_image (Ubuntu, bash and awk) with every GPU of the host. Exit 0: passed; 1: a test
+# failed, recorded on the host so that the node is quarantined; 2: no verdict (the diagnostic did not run or
+# printed no result), which fails the Job (an alert) but holds no node: a tool's failure is not the GPU's.
+_CHECK = r'''#!/bin/bash
+set -euo pipefail
+state=$1     # the host's /var/lib/gpucluster, where the detector reads the record
+level=$2     # dcgmi diag -r <level>
+record=$state/@RECORD@
+nv-hostengine >/dev/null || { echo "nv-hostengine did not start: no verdict on the GPUs"; exit 2; }
+status=0
+out=$(dcgmi diag -r "$level" 2>&1) || status=$?
+printf '%s\n' "$out"
+# dcgmi's result table: "| test | result |" rows; a test's further rows (per GPU) leave the name blank.
+rows() {
+  awk -F'|' 'NF == 4 { name = $2; result = $3; gsub(/^ +| +$/, "", name); gsub(/^ +| +$/, "", result)
+    if (name != "") test = name
+    if (result ~ /^(Pass|Fail|Skip|Warn)/) print test "|" result }' <<<"$out"
+}
+ran=$(rows | cut -d'|' -f1 | sort -u | grep -c . || true)
+failed=$(rows | awk -F'|' '$2 ~ /^Fail/ { printf "%s%s: %s", sep, $1, $2; sep = "; " }')
+if [[ -n $failed ]]; then
+  mkdir -p "$state"
+  printf 'check %s failed\n%s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "dcgmi diag -r $level failed: $failed" \
+    > "$record.new"
+  mv -f "$record.new" "$record"
+  echo "FAILED: dcgmi diag -r $level: $failed; the node stays quarantined until a burn-in passes"
+  exit 1
+fi
+if (( status != 0 || ran == 0 )); then
+  echo "dcgmi diag -r $level exited $status with no failed test among $ran: no verdict on the GPUs"
+  exit 2
+fi
+echo "passed: dcgmi diag -r $level, $ran tests"
+'''
+
+
+def check_script() -> str:
+    return fill(_CHECK, RECORD=PurePosixPath(CHECK_RECORD).name)
+
+
+def _cluster_queue(spec: ClusterSpec, pools: list[NodePool]) -> dict[str, Any]:
+    resources = [*QUEUE_RESOURCES[:2], GPU_RESOURCE]
+    return {"apiVersion": KUEUE_API, "kind": "ClusterQueue", "metadata": {"name": NAME, "labels": dict(_LABELS)},
+            "spec": {"cohortName": spec.kubernetes.kueue.cohort,
+                     "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": NAMESPACE}},
+                     # One host's check waiting for its host must not hold back another host's.
+                     "queueingStrategy": "BestEffortFIFO",
+                     "resourceGroups": [{"coveredResources": resources, "flavors": [
+                         {"name": p.name, "resources": [{"name": r, "nominalQuota": 0} for r in resources]}
+                         for p in pools]}],
+                     "preemption": {"reclaimWithinCohort": "Never", "borrowWithinCohort": {"policy": "Never"},
+                                    "withinClusterQueue": "Never"}}}
+
+
+def _cronjob(spec: ClusterSpec, pool: NodePool, host: Host) -> Manifest:
+    a = spec.kubernetes.health.active_checks
+    labels = {**_LABELS, HOST_LABEL: host.hostname, POOL_LABEL: pool.name}
+    pod = {
+        "restartPolicy": "Never", "priorityClassName": NAME, "nodeSelector": {HOSTNAME: host.hostname},
+        "containers": [{
+            "name": "dcgm-diag", "image": mirrored(spec.validation.dcgm_image, spec),
+            "command": ["/bin/bash", f"/check/{SCRIPT}", STATE_DIR, str(a.dcgm_level)],
+            # Every GPU of the host: admitted only while none is in use. DCGM's host engine and the diagnostic's
+            # plugins want a few GiB of host memory; no limit, so a large host never kills the check for it.
+            "resources": {"requests": {"cpu": "2", "memory": "8Gi"}, "limits": {GPU_RESOURCE: pool.gpu.count}},
+            "volumeMounts": [{"name": "state", "mountPath": STATE_DIR},
+                             {"name": "check", "mountPath": "/check", "readOnly": True}]}],
+        "volumes": [{"name": "state", "hostPath": {"path": STATE_DIR, "type": "DirectoryOrCreate"}},
+                    {"name": "check", "configMap": {"name": "gpu-check", "defaultMode": 0o555}}]}
+    return Manifest(f"gpu-check-{host.hostname}", {
+        "apiVersion": "batch/v1", "kind": "CronJob",
+        "metadata": {"name": cronjob_name(host.hostname), "namespace": NAMESPACE, "labels": dict(labels)},
+        "spec": {"schedule": a.schedule, "timeZone": "Etc/UTC",
+                 # A check waiting for its host to be idle is the next one too; a missed run is not made up.
+                 "concurrencyPolicy": "Forbid", "startingDeadlineSeconds": 600,
+                 "successfulJobsHistoryLimit": 1, "failedJobsHistoryLimit": 3,
+                 "jobTemplate": {"metadata": {"labels": {**labels, QUEUE_LABEL: LOCAL_QUEUE}}, "spec": {
+                     # Counted from admission: a Job suspended in its queue has not started.
+                     "backoffLimit": 0, "activeDeadlineSeconds": a.timeout_s,
+                     "template": {"metadata": {"labels": dict(labels)}, "spec": pod}}}}})
+
+
+def render_health_checks(spec: ClusterSpec) -> list[Manifest]:
+    """The PriorityClass, ClusterQueue and LocalQueue the checks go through, their script, a CronJob per host."""
+    pools = checked_pools(spec)
+    if not pools:
+        return []
+    return [
+        Manifest("health-check-priority", {
+            "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+            "metadata": {"name": NAME, "labels": dict(_LABELS)}, "value": PRIORITY,
+            "preemptionPolicy": "Never", "globalDefault": False,
+            "description": "gpucluster's active GPU health checks: below every tenant's job, never preempting"}),
+        Manifest("health-check-queue", _cluster_queue(spec, pools)),
+        Manifest("health-check-local-queue", {
+            "apiVersion": KUEUE_API, "kind": "LocalQueue",
+            "metadata": {"name": LOCAL_QUEUE, "namespace": NAMESPACE, "labels": dict(_LABELS)},
+            "spec": {"clusterQueue": NAME}}),
+        # The check talks to nothing but its own host engine, over the pod's loopback.
+        Manifest("health-check-deny", {
+            "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+            "metadata": {"name": "default-deny", "namespace": NAMESPACE, "labels": dict(_LABELS)},
+            "spec": {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}}),
+        Manifest("health-check-script", {
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "gpu-check", "namespace": NAMESPACE, "labels": dict(_LABELS)},
+            "data": {SCRIPT: check_script()}}),
+        *(_cronjob(spec, pool, host) for pool in pools for host in pool.hosts),
+    ]

@@ -1,0 +1,281 @@
+"""Active health checks between jobs: the check's script over dcgmi's real output, the detector that turns its
+failure into quarantine, and the Kueue objects that keep it off busy nodes and below every tenant."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from components.k8s import health_checks
+from components.k8s.gpu_stack import GpuKubernetesStack, render_namespaces
+from components.k8s.health import CHECK_RECORD, STATE_DIR, burn_in_check, burn_in_monitor_config
+from components.k8s.jobs import QUEUE_LABEL
+from components.k8s.tenant import TENANT_LABEL
+from components.nodes.burn_in import RESULT
+from components.offline.diff import diff_plans
+from components.offline.plan import build_plan
+from components.spec import parse_spec
+from components.spec.cluster import checked_pools
+from components.spec.kubernetes import LOWEST_PRIORITY
+from tests.conftest import ROOT, problems_of
+
+SAMPLES = ROOT / "tests" / "samples"
+# dcgmi diag -r 2 on an HGX H100 with a GPU whose memory test failed, and the same run's level-1 part (the
+# deployment tests: what `-r 1` prints), all passing.
+FAILED = (SAMPLES / "dcgmi_diag_r2_fail.txt").read_text()
+PASSED = (SAMPLES / "dcgmi_diag_r1_pass.txt").read_text()
+# What dcgmi prints when no host engine answers (DCGM's dcgmi/CommandLineParser and dcgmi_common messages).
+NO_ENGINE = ("Error: unable to establish a connection to the specified host: localhost\n"
+             "Error: Unable to connect to host engine. Host engine connection invalid/disconnected.\n")
+
+
+class Node:
+    """One host's /var/lib/gpucluster, the check as its CronJob runs it (doubles for nv-hostengine and dcgmi, the
+    tools that need a GPU), and the detector's plugin reading the same directory."""
+
+    def __init__(self, tmp_path: Path, spec):
+        self.spec, self.state, self.bin = spec, tmp_path / "state", tmp_path / "bin"
+        self.bin.mkdir()
+        self.script = tmp_path / health_checks.SCRIPT
+        self.script.write_text(health_checks.check_script())
+        self.plugin = tmp_path / "check-burn-in.sh"
+        self.plugin.write_text(burn_in_check(spec))
+        self.plugin.chmod(0o755)
+        self.log, self.boot = tmp_path / "kern.log", tmp_path / "boot_id"
+        self.log.write_text("")
+        self.boot.write_text("b1\n")
+        self.engine(0)
+
+    def engine(self, code: int) -> None:
+        self._tool("nv-hostengine", "Started host engine version 3.3.9 using port number: 5555\n", code)
+
+    def dcgmi(self, output: str, code: int) -> None:
+        self._tool("dcgmi", output, code)
+
+    def _tool(self, name: str, output: str, code: int) -> None:
+        (self.bin / f"{name}.out").write_text(output)
+        tool = self.bin / name
+        tool.write_text(f'#!/bin/bash\ncat "{self.bin}/{name}.out"\nexit {code}\n')
+        tool.chmod(0o755)
+
+    def check(self, level: int = 1) -> tuple[int, str]:
+        out = subprocess.run(["/bin/bash", str(self.script), str(self.state), str(level)], capture_output=True,
+                             text=True, timeout=30, env={"PATH": f"{self.bin}:/usr/bin:/bin"})
+        return out.returncode, out.stdout.strip().splitlines()[-1]
+
+    def detector(self) -> tuple[int, str]:
+        rule = burn_in_monitor_config()["rules"][0]
+        assert rule["args"][0] == STATE_DIR
+        out = subprocess.run([str(self.plugin), str(self.state), str(self.log), str(self.boot)],
+                             capture_output=True, text=True, timeout=10)
+        return out.returncode, out.stdout.strip()
+
+    def burn_in(self, verdict: str = "passed") -> None:
+        time.sleep(0.01)
+        self.state.mkdir(exist_ok=True)
+        (self.state / "burn-in").write_text(f"{RESULT}{verdict}\n")
+
+
+@pytest.fixture
+def node(tmp_path, dev_spec) -> Node:
+    n = Node(tmp_path, dev_spec)
+    n.burn_in()                        # the burn-in that admitted the node
+    return n
+
+
+def test_a_failed_test_is_recorded_and_holds_the_node_until_a_burn_in_passes(node):
+    node.dcgmi(FAILED, 226)
+    code, last = node.check(2)
+    assert code == 1 and "GPU Memory: Fail - GPU: 3" in last
+    record = node.state / Path(CHECK_RECORD).name
+    assert record.read_text().splitlines()[1] == "dcgmi diag -r 2 failed: GPU Memory: Fail - GPU: 3"
+    code, message = node.detector()
+    assert code == 1 and message == "no burn-in passed since this GPU fault: dcgmi diag -r 2 failed: GPU Memory: " \
+                                    "Fail - GPU: 3"
+    node.burn_in("failed: dcgmi diag -r 2 failed")
+    assert node.detector()[0] == 1
+    node.burn_in()
+    assert node.detector() == (0, "a burn-in passed after the last GPU hardware fault")
+
+
+def test_a_passing_check_writes_nothing_and_leaves_the_node_alone(node):
+    node.dcgmi(PASSED, 0)
+    assert node.check() == (0, "passed: dcgmi diag -r 1, 9 tests")
+    assert not (node.state / Path(CHECK_RECORD).name).exists()
+    assert node.detector() == (0, "no GPU hardware fault recorded on this host")
+
+
+@pytest.mark.parametrize("engine, output, code", [(1, PASSED, 0), (0, NO_ENGINE, 255), (0, "", 0)])
+def test_a_check_that_gets_no_verdict_fails_without_quarantining(node, engine, output, code):
+    """A tool's failure is not the GPU's: the Job fails (an alert), the node keeps working."""
+    node.engine(engine)
+    node.dcgmi(output, code)
+    assert node.check()[0] == 2
+    assert not (node.state / Path(CHECK_RECORD).name).exists()
+    assert node.detector()[0] == 0
+
+
+def test_the_newer_of_a_fault_and_a_failed_check_is_the_one_a_burn_in_must_follow(node):
+    node.dcgmi(FAILED, 226)
+    node.check()
+    node.burn_in()
+    assert node.detector()[0] == 0
+    time.sleep(0.01)
+    node.check()                        # fails again after that burn-in
+    assert node.detector()[0] == 1
+
+
+@pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck is not installed (.ci/run installs it)")
+def test_the_check_passes_shellcheck(node):
+    out = subprocess.run(["shellcheck", "-S", "style", str(node.script)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout
+
+
+# --- what Kueue and the kube-scheduler are told --------------------------------------------------------------
+
+def _objects(spec) -> dict[tuple[str, str], dict]:
+    return {(m.obj["kind"], m.obj["metadata"]["name"]): m.obj for m in health_checks.render_health_checks(spec)}
+
+
+def test_the_queue_borrows_only_and_never_preempts(dev_spec):
+    cq = _objects(dev_spec)[("ClusterQueue", health_checks.NAME)]["spec"]
+    assert cq["cohortName"] == dev_spec.kubernetes.kueue.cohort
+    assert cq["preemption"] == {"reclaimWithinCohort": "Never", "borrowWithinCohort": {"policy": "Never"},
+                                "withinClusterQueue": "Never"}
+    assert cq["queueingStrategy"] == "BestEffortFIFO"
+    (group,) = cq["resourceGroups"]
+    assert [f["name"] for f in group["flavors"]] == [p.name for p in dev_spec.node_pools]
+    assert all(r["nominalQuota"] == 0 and "borrowingLimit" not in r for f in group["flavors"]
+               for r in f["resources"])
+    assert cq["namespaceSelector"] == {"matchLabels": {"kubernetes.io/metadata.name": health_checks.NAMESPACE}}
+
+
+def test_the_check_is_below_every_tenants_job_and_never_preempts_a_pod(dev_spec):
+    pc = _objects(dev_spec)[("PriorityClass", health_checks.NAME)]
+    assert pc["value"] == LOWEST_PRIORITY and pc["preemptionPolicy"] == "Never" and not pc["globalDefault"]
+    assert all(c.value > pc["value"] for c in dev_spec.kubernetes.kueue.priority_classes)
+
+
+def test_each_host_has_a_check_asking_for_all_its_gpus_on_that_host_only(dev_spec):
+    objs = _objects(dev_spec)
+    for pool in dev_spec.node_pools:
+        for host in pool.hosts:
+            cron = objs[("CronJob", f"gpu-check-{host.hostname}")]
+            assert cron["spec"]["concurrencyPolicy"] == "Forbid"
+            job = cron["spec"]["jobTemplate"]
+            assert job["metadata"]["labels"][QUEUE_LABEL] == "default"
+            assert job["spec"]["activeDeadlineSeconds"] == dev_spec.kubernetes.health.active_checks.timeout_s
+            pod = job["spec"]["template"]["spec"]
+            assert pod["nodeSelector"] == {"kubernetes.io/hostname": host.hostname}
+            assert pod["priorityClassName"] == health_checks.NAME
+            (c,) = pod["containers"]
+            assert c["resources"]["limits"] == {"nvidia.com/gpu": pool.gpu.count}
+            assert c["command"][-2:] == [STATE_DIR, "1"]
+            volumes = {v["name"]: v for v in pod["volumes"]}
+            assert volumes["state"]["hostPath"]["path"] == STATE_DIR == str(Path(CHECK_RECORD).parent)
+    assert objs[("LocalQueue", "default")]["spec"] == {"clusterQueue": health_checks.NAME}
+
+
+def test_the_namespace_is_kueue_managed_privileged_and_the_platforms(dev_spec):
+    (ns,) = [m.obj for m in render_namespaces(dev_spec) if m.obj["metadata"]["name"] == health_checks.NAMESPACE]
+    labels = ns["metadata"]["labels"]
+    assert labels[TENANT_LABEL] == health_checks.NAMESPACE         # Kueue's managedJobsNamespaceSelector
+    assert labels["pod-security.kubernetes.io/enforce"] == "privileged"
+    assert health_checks.NAMESPACE in dev_spec.system_namespaces and \
+        health_checks.NAMESPACE in dev_spec.reserved_namespaces
+    # ... but the check holds GPUs like a job: a burn-in or a rollout waits for it or drains it.
+    assert health_checks.NAMESPACE not in dev_spec.agent_namespaces
+
+
+def test_the_objects_are_valid_kubernetes(dev_spec):
+    for obj in _objects(dev_spec).values():
+        if not obj["apiVersion"].startswith("kueue.x-k8s.io"):
+            kubernetes_validate.validate(obj, dev_spec.kubernetes.version, strict=True)
+
+
+def test_a_long_host_name_gives_a_cronjob_name_the_api_server_takes():
+    a, b = "x" * 50 + ".example.com", "x" * 50 + ".example.org"
+    assert len(health_checks.cronjob_name(a)) <= 52 and health_checks.cronjob_name(a) != \
+        health_checks.cronjob_name(b)
+    assert health_checks.cronjob_name("gpu-01") == "gpu-check-gpu-01"
+
+
+def _pool(make_spec, **changes):
+    def edit(d):
+        extra = json.loads(json.dumps(d["node_pools"][0]))
+        extra.update(name="extra", hosts=[{"hostname": "gpu-dev-09", "address": "10.10.0.19", "rack": "r01"}],
+                     **changes)
+        d["node_pools"].append(extra)
+        d["sites"][0]["racks"][0]["pdu_capacity_kw"] = 60
+    return make_spec(edit)
+
+
+@pytest.mark.parametrize("changes", [{"burn_in": {"enabled": False}}, {"sharing": {"time_slicing_replicas": 4}},
+                                     {"sharing": {"mig_config": "all-1g.10gb"}}])
+def test_pools_a_check_cannot_serve_are_left_out_with_a_warning(make_spec, changes):
+    spec = _pool(make_spec, **changes)
+    assert [p.name for p in checked_pools(spec)] == ["h100"]
+    assert ("CronJob", "gpu-check-gpu-dev-09") not in _objects(spec)
+    assert any("extra get no active health checks" in w for w in spec.warnings())
+
+
+@pytest.mark.parametrize("health", [{"active_checks": {"enabled": False}}, {"enabled": False}])
+def test_checks_off_install_nothing(make_spec, health):
+    spec = make_spec(lambda d: d["kubernetes"].setdefault("health", {}).update(health))
+    assert health_checks.render_health_checks(spec) == []
+    assert health_checks.NAMESPACE not in {m.obj["metadata"]["name"] for m in render_namespaces(spec)}
+    assert health_checks.NAMESPACE not in spec.system_namespaces
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"schedule": "0 */6 * *"}, "kubernetes.health.active_checks.schedule: '0 */6 * *' is not a cron schedule"),
+    ({"schedule": "0 25 * * *"}, "'25' is not a valid hour"),
+    ({"schedule": "*/0 * * * *"}, "'*/0' is not a valid minute"),
+    ({"schedule": "CRON_TZ=UTC 0 * * * *"}, "is not a cron schedule"),
+    ({"dcgm_level": 3}, "kubernetes.health.active_checks.dcgm_level"),
+    ({"timeout_s": 10}, "kubernetes.health.active_checks.timeout_s"),
+])
+def test_bad_check_settings_are_refused_with_the_field(dev_data, settings, message):
+    dev_data["kubernetes"].setdefault("health", {})["active_checks"] = settings
+    assert any(message in p for p in problems_of(dev_data)), problems_of(dev_data)
+
+
+def test_the_lowest_priority_is_kept_for_the_checks(dev_data):
+    dev_data["kubernetes"]["kueue"]["priority_classes"] = [{"name": "idle", "value": LOWEST_PRIORITY}]
+    assert any("kubernetes.kueue.priority_classes[0].value" in p for p in problems_of(dev_data))
+
+
+@pytest.mark.parametrize("schedule", ["@daily", "15 1,13 * * 1-5", "0 */6 * * *"])
+def test_schedules_the_api_server_takes_are_accepted(dev_data, schedule):
+    dev_data["kubernetes"].setdefault("health", {})["active_checks"] = {"schedule": schedule}
+    assert problems_of(dev_data) == []
+
+
+# --- day 2 ----------------------------------------------------------------------------------------------------
+
+def _actions(record, before_data, after_data):
+    def plan(data):
+        spec = parse_spec(yaml.safe_dump(data))
+        return build_plan(record(lambda: GpuKubernetesStack("dev-k8s", spec), stack="dev")).document
+    return {d.urn.rsplit("::", 1)[-1]: d.action for d in diff_plans(plan(before_data), plan(after_data))
+            if GpuKubernetesStack.TYPE not in d.urn.rsplit("::", 2)[-2].rsplit("$", 1)[-1]}
+
+
+def test_a_new_schedule_or_level_updates_only_the_cronjobs(record, dev_data):
+    after = json.loads(json.dumps(dev_data))
+    after["kubernetes"].setdefault("health", {})["active_checks"] = {"schedule": "@daily", "dcgm_level": 2}
+    assert _actions(record, dev_data, after) == {f"dev-k8s-gpu-check-gpu-dev-0{i}": "update" for i in (1, 2)}
+
+
+def test_a_new_priority_class_leaves_the_checks_priority_alone(record, dev_data):
+    """A PriorityClass's value is immutable: a value derived from the spec would need a replacement."""
+    after = json.loads(json.dumps(dev_data))
+    after["kubernetes"]["kueue"]["priority_classes"].append({"name": "scavenger", "value": -1000})
+    assert _actions(record, dev_data, after) == {"dev-k8s-priority-scavenger": "create"}
