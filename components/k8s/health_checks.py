@@ -62,12 +62,14 @@ def cronjob_name(hostname: str) -> str:
 
 
 # Run in validation.dcgm_image (Ubuntu, bash and awk) with every GPU of the host. Exit 0: passed; 1: a test
-# failed, recorded on the host so that the node is quarantined; 2: no verdict (the diagnostic did not run or
+# failed or, on an NVSwitch board, an NVLink is down or trained below full speed, recorded on the host so that
+# the node is quarantined; 2: no verdict (the diagnostic did not run or
 # printed no result), which fails the Job (an alert) but holds no node: a tool's failure is not the GPU's.
 _CHECK = r'''#!/bin/bash
 set -euo pipefail
 state=$1     # the host's /var/lib/gpucluster, where the detector reads the record
 level=$2     # dcgmi diag -r <level>
+nvlink=$3    # 1: an NVSwitch board, where every NVLink of every GPU must be up at full speed
 record=$state/@RECORD@
 nv-hostengine >/dev/null || { echo "nv-hostengine did not start: no verdict on the GPUs"; exit 2; }
 status=0
@@ -81,12 +83,30 @@ rows() {
 }
 ran=$(rows | cut -d'|' -f1 | sort -u | grep -c . || true)
 failed=$(rows | awk -F'|' '$2 ~ /^Fail/ { printf "%s%s: %s", sep, $1, $2; sep = "; " }')
+failed=${failed:+dcgmi diag -r $level: $failed}
+if (( nvlink )) && (( ran > 0 )); then
+  # nvidia-smi's "GPU <n>: <name> (UUID: ...)" then "Link <n>: <speed> GB/s" or "<inactive>" per link; a link
+  # trained down runs below the others' speed; NVML says when a GPU has no active link at all.
+  links=$(nvidia-smi nvlink -s 2>&1) || { echo "nvidia-smi nvlink -s failed: no verdict on the GPUs"; exit 2; }
+  printf '%s\n' "$links"
+  down=$(awk '/^GPU [0-9]+:/ { gpu = $2; sub(/:$/, "", gpu) }
+    /all links are inActive/ { bad[++b] = "GPU " gpu ": no active link" }
+    $1 == "Link" { link = $2; sub(/:$/, "", link); n++
+      if ($3 == "<inactive>") bad[++b] = "GPU " gpu " link " link ": inactive"
+      else { speed[n] = $3 + 0; where[n] = "GPU " gpu " link " link; if (speed[n] > top) top = speed[n] } }
+    END { for (i = 1; i <= n; i++)
+        if (i in speed && speed[i] < top) bad[++b] = where[i] ": " speed[i] " of " top " GB/s"
+      if (n == 0 && b == 0) bad[++b] = "no NVLink reported"
+      for (i = 1; i <= b; i++) printf "%s%s", (i > 1 ? ", " : ""), bad[i] }' <<<"$links")
+  if [[ -n $down ]]; then
+    failed="${failed:+$failed; }NVLink: $down"
+  fi
+fi
 if [[ -n $failed ]]; then
   mkdir -p "$state"
-  printf 'check %s failed\n%s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "dcgmi diag -r $level failed: $failed" \
-    > "$record.new"
+  printf 'check %s failed\n%s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "active check failed: $failed" > "$record.new"
   mv -f "$record.new" "$record"
-  echo "FAILED: dcgmi diag -r $level: $failed; the node stays quarantined until a burn-in passes"
+  echo "FAILED: $failed; the node stays quarantined until a burn-in passes"
   exit 1
 fi
 if (( status != 0 || ran == 0 )); then
@@ -122,7 +142,9 @@ def _cronjob(spec: ClusterSpec, pool: NodePool, host: Host) -> Manifest:
         "restartPolicy": "Never", "priorityClassName": NAME, "nodeSelector": {HOSTNAME: host.hostname},
         "containers": [{
             "name": "dcgm-diag", "image": mirrored(spec.validation.dcgm_image, spec),
-            "command": ["/bin/bash", f"/check/{SCRIPT}", STATE_DIR, str(a.dcgm_level)],
+            "command": ["/bin/bash", f"/check/{SCRIPT}", STATE_DIR, str(a.dcgm_level), str(int(pool.gpu.nvswitch))],
+            # nvidia-smi comes with the driver's utilities, which the container toolkit mounts on request.
+            "env": [{"name": "NVIDIA_DRIVER_CAPABILITIES", "value": "compute,utility"}],
             # Every GPU of the host: admitted only while none is in use. DCGM's host engine and the diagnostic's
             # plugins want a few GiB of host memory; no limit, so a large host never kills the check for it.
             "resources": {"requests": {"cpu": "2", "memory": "8Gi"}, "limits": {GPU_RESOURCE: pool.gpu.count}},

@@ -205,11 +205,11 @@ class QuarantineSettings(CrdSource):
 
 
 class ActiveCheckSettings(SpecModel):
-    """A short DCGM diagnostic on every idle GPU node, between tenants' jobs. Each host has a CronJob in the
-    namespace gpu-health-checks whose Job asks Kueue for all of the host's GPUs on that host only, at the lowest
-    priority, through a ClusterQueue with no quota of its own: it borrows what tenants leave unused, never
-    preempts (tenants reclaim from it), and topology-aware scheduling admits it only while every GPU of its host
-    is free. A failed check records the failure on the host, and the detector's GpuBurnInRequired holds the node
+    """A short DCGM diagnostic (and, on NVSwitch boards, every NVLink up at full speed) on every idle GPU node,
+    between tenants' jobs. Each host has a CronJob in the namespace gpu-health-checks whose Job asks Kueue for all
+    of the host's GPUs on that host only, at the lowest priority, through a ClusterQueue with no quota of its
+    own: it borrows what tenants leave unused, never preempts (tenants reclaim from it), and topology-aware
+    scheduling admits it only while every GPU of its host is free. A failed check records the failure on the host, and the detector's GpuBurnInRequired holds the node
     in quarantine until a burn-in passes. Runs on pools that burn in and give pods whole GPUs (a shared pool's
     jobs would never leave the host idle long enough; MIG slices are not diagnosed by DCGM)."""
 

@@ -126,10 +126,12 @@ def _run_check(c: Cluster, state: Path, work: Path, output: Path, code: int) -> 
     script.write_text(config["data"][health_checks.SCRIPT])
     tools = work / "tools"
     tools.mkdir(exist_ok=True)
-    for name, body in (("nv-hostengine", "exit 0"), ("dcgmi", f'cat "{output}"; exit {code}')):
+    links = SAMPLES / "nvidia_smi_nvlink_s_8xh100.txt"
+    for name, body in (("nv-hostengine", "exit 0"), ("dcgmi", f'cat "{output}"; exit {code}'),
+                       ("nvidia-smi", f'cat "{links}"')):
         (tools / name).write_text(f"#!/bin/bash\n{body}\n")
         (tools / name).chmod(0o755)
-    return subprocess.run(["/bin/bash", str(script), str(state), "2"], capture_output=True, text=True,
+    return subprocess.run(["/bin/bash", str(script), str(state), "2", "1"], capture_output=True, text=True,
                           timeout=30, env={"PATH": f"{tools}:/usr/bin:/bin"})
 
 
@@ -143,7 +145,7 @@ def test_a_failed_check_quarantines_its_node_until_a_burn_in_passes(clean: Clust
         out = _run_check(clean, d.state, tmp_path, SAMPLES / "dcgmi_diag_r2_fail.txt", 226)
         assert out.returncode == 1, out.stdout + out.stderr
         held = d.wait_condition("True", "FaultSinceBurnIn", BURN_IN_CONDITION)
-        assert "dcgmi diag -r 2 failed: GPU Memory: Fail - GPU: 3" in held["message"]
+        assert "active check failed: dcgmi diag -r 2: GPU Memory: Fail - GPU: 3" in held["message"]
         assert readiness.reconcile(clean.cp, rule, node)
         # No tenant's new work lands there.
         job = clean.submit(_pinned(clean.job(g.tenant, g.pool, "onto-the-failed-node", pods=1, gpus_per_pod=1),

@@ -32,6 +32,14 @@ SAMPLES = ROOT / "tests" / "samples"
 FAILED = (SAMPLES / "dcgmi_diag_r2_fail.txt").read_text()
 PASSED = (SAMPLES / "dcgmi_diag_r1_pass.txt").read_text()
 # What dcgmi prints when no host engine answers (DCGM's dcgmi/CommandLineParser and dcgmi_common messages).
+# `nvidia-smi nvlink -s` on an 8-GPU HGX H100 in the format of real captures (per GPU its name and UUID line, then
+# one tab-indented line per link: 18 links at 26.562 GB/s each on Hopper); and the same board with GPU 5's link 2
+# trained down to 1.562 GB/s and its link 10 `<inactive>`, as captures of degraded boards show them.
+NVLINK_OK = (SAMPLES / "nvidia_smi_nvlink_s_8xh100.txt").read_text()
+NVLINK_DEGRADED = (SAMPLES / "nvidia_smi_nvlink_s_degraded.txt").read_text()
+# What nvidia-smi prints for a GPU none of whose links came up (a real RTX A6000 capture's form).
+NVLINK_NONE = ("GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-02c05ee3-bdb5-aac7-f9e8-a4c8f3f725b3)\n"
+               "NVML: Unable to retrieve NVLink information as all links are inActive\n")
 NO_ENGINE = ("Error: unable to establish a connection to the specified host: localhost\n"
              "Error: Unable to connect to host engine. Host engine connection invalid/disconnected.\n")
 
@@ -52,6 +60,10 @@ class Node:
         self.log.write_text("")
         self.boot.write_text("b1\n")
         self.engine(0)
+        self.links(NVLINK_OK, 0)
+
+    def links(self, output: str, code: int) -> None:
+        self._tool("nvidia-smi", output, code)
 
     def engine(self, code: int) -> None:
         self._tool("nv-hostengine", "Started host engine version 3.3.9 using port number: 5555\n", code)
@@ -65,8 +77,9 @@ class Node:
         tool.write_text(f'#!/bin/bash\ncat "{self.bin}/{name}.out"\nexit {code}\n')
         tool.chmod(0o755)
 
-    def check(self, level: int = 1) -> tuple[int, str]:
-        out = subprocess.run(["/bin/bash", str(self.script), str(self.state), str(level)], capture_output=True,
+    def check(self, level: int = 1, nvlink: int = 1) -> tuple[int, str]:
+        out = subprocess.run(["/bin/bash", str(self.script), str(self.state), str(level), str(nvlink)],
+                             capture_output=True,
                              text=True, timeout=30, env={"PATH": f"{self.bin}:/usr/bin:/bin"})
         return out.returncode, out.stdout.strip().splitlines()[-1]
 
@@ -95,10 +108,10 @@ def test_a_failed_test_is_recorded_and_holds_the_node_until_a_burn_in_passes(nod
     code, last = node.check(2)
     assert code == 1 and "GPU Memory: Fail - GPU: 3" in last
     record = node.state / Path(CHECK_RECORD).name
-    assert record.read_text().splitlines()[1] == "dcgmi diag -r 2 failed: GPU Memory: Fail - GPU: 3"
+    assert record.read_text().splitlines()[1] == "active check failed: dcgmi diag -r 2: GPU Memory: Fail - GPU: 3"
     code, message = node.detector()
-    assert code == 1 and message == "no burn-in passed since this GPU fault: dcgmi diag -r 2 failed: GPU Memory: " \
-                                    "Fail - GPU: 3"
+    assert code == 1 and message == "no burn-in passed since this GPU fault: active check failed: dcgmi diag -r 2: " \
+                                    "GPU Memory: Fail - GPU: 3"
     node.burn_in("failed: dcgmi diag -r 2 failed")
     assert node.detector()[0] == 1
     node.burn_in()
@@ -110,6 +123,24 @@ def test_a_passing_check_writes_nothing_and_leaves_the_node_alone(node):
     assert node.check() == (0, "passed: dcgmi diag -r 1, 9 tests")
     assert not (node.state / Path(CHECK_RECORD).name).exists()
     assert node.detector() == (0, "no GPU hardware fault recorded on this host")
+
+
+@pytest.mark.parametrize("links, nvlink, message", [
+    (NVLINK_DEGRADED, 1, "NVLink: GPU 5 link 10: inactive, GPU 5 link 2: 1.562 of 26.562 GB/s"),
+    (NVLINK_NONE, 1, "NVLink: GPU 0: no active link"),
+    ("", 1, "NVLink: no NVLink reported")])
+def test_an_nvlink_down_or_trained_down_on_an_nvswitch_board_fails_the_check(node, links, nvlink, message):
+    node.dcgmi(PASSED, 0)
+    node.links(links, 0)
+    code, last = node.check(nvlink=nvlink)
+    assert code == 1 and last == f"FAILED: {message}; the node stays quarantined until a burn-in passes"
+    assert node.detector()[0] == 1
+
+
+def test_a_board_without_nvswitch_is_not_asked_for_nvlink(node):
+    node.dcgmi(PASSED, 0)
+    node.links(NVLINK_NONE, 0)            # PCIe cards: no NVLink, or only a bridge between two
+    assert node.check(nvlink=0) == (0, "passed: dcgmi diag -r 1, 9 tests")
 
 
 @pytest.mark.parametrize("engine, output, code", [(1, PASSED, 0), (0, NO_ENGINE, 255), (0, "", 0)])
@@ -177,7 +208,8 @@ def test_each_host_has_a_check_asking_for_all_its_gpus_on_that_host_only(dev_spe
             assert pod["priorityClassName"] == health_checks.NAME
             (c,) = pod["containers"]
             assert c["resources"]["limits"] == {"nvidia.com/gpu": pool.gpu.count}
-            assert c["command"][-2:] == [STATE_DIR, "1"]
+            assert c["command"][-3:] == [STATE_DIR, "1", "1"]          # level 1; an NVSwitch board (HGX H100)
+            assert {"name": "NVIDIA_DRIVER_CAPABILITIES", "value": "compute,utility"} in c["env"]
             volumes = {v["name"]: v for v in pod["volumes"]}
             assert volumes["state"]["hostPath"]["path"] == STATE_DIR == str(Path(CHECK_RECORD).parent)
     assert objs[("LocalQueue", "default")]["spec"] == {"clusterQueue": health_checks.NAME}
