@@ -48,6 +48,13 @@ PORT_CONDITION = "FabricPortFault"
 PORT_MONITOR = "fabric-port-monitor.json"
 PORT_CHECK = "check-fabric-ports.sh"
 PORTS_FILE = "fabric-ports.txt"
+# The hosts' ports in a ConfigMap of their own, outside the config checksum: the check reads it on every look, so
+# a host added to a pool updates it without restarting the detector anywhere.
+PORTS_DIR = "/ports"
+PORTS_CONFIG = f"{NAME}-fabric-ports"
+# What the quarantine holds a node for: a hardware XID this boot, a fault (XID, failed check, port) not yet
+# followed by a passing burn-in, and a fabric port down now (on a pool without burn-in too).
+QUARANTINE_CONDITIONS = (CONDITION, BURN_IN_CONDITION, PORT_CONDITION)
 SYSFS_RDMA = "/sys/class/infiniband"
 BOOT_ID = "/proc/sys/kernel/random/boot_id"             # not namespaced: the host's boot, seen from the pod
 # The bootstrap ClusterRole every apiserver creates for node-problem-detector: read nodes, patch their status,
@@ -219,7 +226,7 @@ def port_monitor_config() -> dict[str, Any]:
         "conditions": [{"type": PORT_CONDITION, "reason": "FabricPortsActive",
                         "message": "every fabric port of this node is active and has not gone down"}],
         "rules": [{"type": "permanent", "condition": PORT_CONDITION, "reason": "FabricPortDownOrFlapping",
-                   "path": f"/config/{PORT_CHECK}", "args": [STATE_DIR, SYSFS_RDMA, f"/config/{PORTS_FILE}"],
+                   "path": f"/config/{PORT_CHECK}", "args": [STATE_DIR, SYSFS_RDMA, f"{PORTS_DIR}/{PORTS_FILE}"],
                    "timeout": "10s"}],
     }
 
@@ -229,7 +236,8 @@ def image(spec: ClusterSpec) -> str:
 
 
 def render_gpu_health(spec: ClusterSpec) -> list[Manifest]:
-    """Service account bound to the bootstrap role, the monitor's ConfigMap and the DaemonSet on GPU nodes."""
+    """Service account bound to the bootstrap role, the monitors' ConfigMap, the hosts' fabric ports and the
+    DaemonSet on GPU nodes."""
     meta = {"namespace": NAMESPACE, "labels": dict(_LABELS)}
     container = {
         "name": "node-problem-detector", "image": image(spec),
@@ -243,17 +251,23 @@ def render_gpu_health(spec: ClusterSpec) -> list[Manifest]:
         "volumeMounts": [{"name": "kmsg", "mountPath": "/dev/kmsg", "readOnly": True},
                          {"name": "state", "mountPath": STATE_DIR},
                          {"name": "localtime", "mountPath": "/etc/localtime", "readOnly": True},
-                         {"name": "config", "mountPath": "/config", "readOnly": True}]}
+                         {"name": "config", "mountPath": "/config", "readOnly": True},
+                         {"name": "ports", "mountPath": PORTS_DIR, "readOnly": True}]}
     selector = {"app.kubernetes.io/name": NAME}
     data = {MONITOR: json.dumps(monitor_config(spec), indent=2) + "\n",
             BURN_IN_MONITOR: json.dumps(burn_in_monitor_config(), indent=2) + "\n",
             BURN_IN_CHECK: burn_in_check(spec), PORT_MONITOR: json.dumps(port_monitor_config(), indent=2) + "\n",
-            PORT_CHECK: port_check(), PORTS_FILE: expected_ports(spec)}
+            PORT_CHECK: port_check()}
     # The detector reads its config once, at start: a changed config rolls the pods (the look back finds any
     # fault again, and the record on the host outlives the pod).
     checksum = {"gpucluster.io/config-sha256": hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()}
     gpu_nodes = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
         {"matchExpressions": [{"key": POOL_LABEL, "operator": "Exists"}]}]}}}
+    volumes = [{"name": "kmsg", "hostPath": {"path": "/dev/kmsg", "type": "CharDevice"}},
+               {"name": "localtime", "hostPath": {"path": "/etc/localtime", "type": "File"}},
+               {"name": "state", "hostPath": {"path": STATE_DIR, "type": "DirectoryOrCreate"}},
+               {"name": "config", "configMap": {"name": NAME, "defaultMode": 0o555}},
+               {"name": "ports", "configMap": {"name": PORTS_CONFIG}}]
     return [
         Manifest("gpu-health-sa", {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": NAME, **meta}}),
         Manifest("gpu-health-binding", {
@@ -263,6 +277,9 @@ def render_gpu_health(spec: ClusterSpec) -> list[Manifest]:
             "subjects": [{"kind": "ServiceAccount", "name": NAME, "namespace": NAMESPACE}]}),
         Manifest("gpu-health-config", {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": NAME, **meta},
                                        "data": data}),
+        Manifest("gpu-health-ports", {"apiVersion": "v1", "kind": "ConfigMap",
+                                      "metadata": {"name": PORTS_CONFIG, **meta},
+                                      "data": {PORTS_FILE: expected_ports(spec)}}),
         Manifest("gpu-health", {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": NAME, **meta},
                                 "spec": {"selector": {"matchLabels": selector}, "template": {
                                     "metadata": {"labels": {**_LABELS, **selector}, "annotations": checksum},
@@ -270,11 +287,5 @@ def render_gpu_health(spec: ClusterSpec) -> list[Manifest]:
                                         "serviceAccountName": NAME, "priorityClassName": "system-node-critical",
                                         "affinity": gpu_nodes, "containers": [container],
                                         "tolerations": [dict(t) for t in TOLERATE_EVERY_TAINT],
-                                        "volumes": [
-                                            {"name": "kmsg", "hostPath": {"path": "/dev/kmsg", "type": "CharDevice"}},
-                                            {"name": "localtime", "hostPath": {"path": "/etc/localtime", "type": "File"}},
-                                            {"name": "state", "hostPath": {"path": STATE_DIR,
-                                                                           "type": "DirectoryOrCreate"}},
-                                            {"name": "config", "configMap": {"name": NAME,
-                                                                             "defaultMode": 0o555}}]}}}}),
+                                        "volumes": volumes}}}}),
     ]

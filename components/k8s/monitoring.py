@@ -14,7 +14,7 @@ from ..spec import ClusterSpec
 from ..spec.cluster import checked_pools
 from ..spec.hardware import HARDWARE_XIDS
 from . import health_checks, quarantine
-from .health import BURN_IN_CONDITION, CONDITION as HEALTH_CONDITION
+from .health import CONDITION as HEALTH_CONDITION, QUARANTINE_CONDITIONS
 from .labels import POOL_LABEL, QUARANTINE_TAINT
 from .objects import Manifest
 
@@ -163,8 +163,9 @@ def render_dashboard(spec: ClusterSpec, namespace: str) -> Manifest:
         # Each quarantined node, once per condition that holds it (kube-state-metrics' taint and condition
         # series): GpuHardwareFault until the reboot, GpuBurnInRequired until a burn-in passes after it.
         title = "Quarantined GPU nodes (and the condition that holds each)"
-        panels.append((title, f'max by (node, condition) (kube_node_status_condition{{condition=~"{HEALTH_CONDITION}|'
-                              f'{BURN_IN_CONDITION}",status="true"}} == 1) * on (node) group_left () max by (node) '
+        held = "|".join(QUARANTINE_CONDITIONS)
+        panels.append((title, f'max by (node, condition) (kube_node_status_condition{{condition=~"{held}",'
+                              f'status="true"}} == 1) * on (node) group_left () max by (node) '
                               f'(kube_node_spec_taint{{key="{QUARANTINE_TAINT}"}})', "none"))
         legends[title] = "{{node}}: {{condition}}"
     if checked_pools(spec):

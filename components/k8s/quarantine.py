@@ -1,7 +1,7 @@
 """Quarantine: node-readiness-controller (kubernetes-sigs) taints a GPU node while its health conditions say so.
 
-One NodeReadinessRule on every GPU node, in continuous enforcement: its taint stays while GpuHardwareFault or
-GpuBurnInRequired (health.py) is anything but False, and goes once both are False again. A condition the
+One NodeReadinessRule on every GPU node, in continuous enforcement: its taint stays while GpuHardwareFault,
+GpuBurnInRequired or FabricPortFault (health.py) is anything but False, and goes once all are False again. A condition the
 detector has not yet reported counts as False (the rule's defaultStatus; upstream's "problem gate" pattern), so
 a new node waits only for its burn-in taint. Draining is Kubernetes' own: a NoExecute taint makes the taint
 eviction controller evict every pod that does not tolerate it, and Kueue (TASReplaceNodeOnNodeTaints and
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from ..spec import ClusterSpec
 from ..spec.cluster import OPERATOR_NAMESPACES
-from .health import BURN_IN_CONDITION, CONDITION
+from .health import QUARANTINE_CONDITIONS
 from .images import mirrored
 from .labels import POOL_LABEL, QUARANTINE_TAINT, TOLERATE_EVERY_TAINT
 from .objects import Manifest, rbac_rule
@@ -60,7 +60,7 @@ def render_rule(spec: ClusterSpec) -> Manifest:
         "metadata": {"name": RULE, "labels": dict(_LABELS)},
         "spec": {
             "conditions": [{"type": c, "requiredStatus": "False", "defaultStatus": "False"}
-                           for c in (CONDITION, BURN_IN_CONDITION)],
+                           for c in QUARANTINE_CONDITIONS],
             "taint": {"key": QUARANTINE_TAINT, "value": "gpu-fault", "effect": taint_effect(spec)},
             "enforcementMode": "continuous",
             "nodeSelector": {"matchExpressions": [{"key": POOL_LABEL, "operator": "Exists"}]},

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from html import escape
 from typing import Any, Sequence
 
+from ..k8s.health import QUARANTINE_CONDITIONS
 from ..k8s.health_checks import HOST_LABEL, NAMESPACE as HEALTH_CHECKS
 from ..k8s.labels import QUARANTINE_TAINT
 from ..k8s.quarantine import RULE
@@ -168,7 +169,8 @@ def _quarantine_line(spec: ClusterSpec) -> str:
         return "Quarantine is off (`kubernetes.health.quarantine.mode: off`): a faulty node stays schedulable."
     effect = "NoExecute: its pods are evicted and Kueue requeues their jobs" if q.drain else \
         "NoSchedule: running jobs finish, no new pod lands there"
-    when = "while `GpuHardwareFault` or `GpuBurnInRequired` is true"
+    when = "while " + ", ".join(f"`{c}`" for c in QUARANTINE_CONDITIONS[:-1]) + \
+        f" or `{QUARANTINE_CONDITIONS[-1]}` is true"
     what = (f"node-readiness-controller {q.version} taints a GPU node `{QUARANTINE_TAINT}` ({effect}) {when}"
             if q.mode == "enforce" else
             f"Observe only: node-readiness-controller {q.version} taints no node; the status of the "

@@ -186,8 +186,9 @@ class MonitoringSettings(SpecModel):
 
 class QuarantineSettings(CrdSource):
     """What a GPU fault does to its node, through node-readiness-controller (kubernetes-sigs): one rule taints a
-    GPU node while GpuHardwareFault is True (a hardware XID since boot) or GpuBurnInRequired is True (a fault was
-    recorded after the node's last passing burn-in). The taint is readiness.k8s.io/gpucluster-gpu-health. A node
+    GPU node while GpuHardwareFault is True (a hardware XID since boot), GpuBurnInRequired is True (a fault, a
+    failed active check or a fabric port that went down was recorded after the node's last passing burn-in) or
+    FabricPortFault is True (an RDMA port of the node is down now). The taint is readiness.k8s.io/gpucluster-gpu-health. A node
     leaves only once both are False: after the reboot that clears the fault, a burn-in that passes
     (`pulumi up --replace` of the host's burn-in). Its CRD upstream: the release's crds.yaml."""
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from components.k8s.health import (BURN_IN_CHECK, BURN_IN_CONDITION, BURN_IN_MONITOR, CONDITION, MONITOR, NAME,
-                                   PORT_CHECK, PORT_CONDITION, PORT_MONITOR, PORTS_FILE)
+                                   PORT_CHECK, PORT_CONDITION, PORT_MONITOR, PORTS_CONFIG, PORTS_FILE)
 from components.nodes.burn_in import RESULT
 
 from .conftest import Cluster, wait_for
@@ -51,8 +51,11 @@ class Detector:
         rule.update(path=str(script), args=[str(self.state), str(self.log), str(self.boot_id)])
         # The fabric port plugin: this node's ports in a stand-in for /sys/class/infiniband, every one ACTIVE.
         self.sysfs, ports_file = work / "infiniband", work / PORTS_FILE
-        ports_file.write_text(data[PORTS_FILE])
-        self.ports = next((line.split()[1:] for line in data[PORTS_FILE].splitlines() if line.split()[0] == node), [])
+        (ports_config,) = [o for o in c.plan.objects if o["kind"] == "ConfigMap"
+                           and o["metadata"]["name"] == PORTS_CONFIG]
+        listed = ports_config["data"][PORTS_FILE]
+        ports_file.write_text(listed)
+        self.ports = next((line.split()[1:] for line in listed.splitlines() if line.split()[0] == node), [])
         for port in self.ports:
             self.port(port, "4: ACTIVE", "5: LinkUp", 0)
         port_script = work / PORT_CHECK

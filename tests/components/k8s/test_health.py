@@ -12,7 +12,7 @@ import kubernetes_validate
 import pytest
 
 from components.k8s.health import (BURN_IN_CHECK, BURN_IN_MONITOR, CONDITION, MONITOR, PORT_CHECK, PORT_MONITOR,
-                                   PORTS_FILE, burn_in_check, burn_in_monitor_config, expected_ports, monitor_config,
+                                   PORTS_CONFIG, PORTS_FILE, burn_in_check, burn_in_monitor_config, expected_ports, monitor_config,
                                    port_check, port_monitor_config, render_gpu_health)
 from components.nodes.burn_in import RESULT, VERDICT_FILE
 from components.k8s.labels import POOL_LABEL
@@ -222,8 +222,8 @@ def test_the_check_passes_shellcheck(host):
 
 
 def test_the_detector_runs_the_check_with_the_hosts_state_and_kernel_log(dev):
-    objs = {m.obj["kind"]: m.obj for m in render_gpu_health(dev)}
-    pod = objs["DaemonSet"]["spec"]["template"]["spec"]
+    objs = {m.role: m.obj for m in render_gpu_health(dev)}
+    pod = objs["gpu-health"]["spec"]["template"]["spec"]
     (container,) = pod["containers"]
     assert f"--config.custom-plugin-monitor=/config/{BURN_IN_MONITOR},/config/{PORT_MONITOR}" in container["command"]
     mounts = {m["name"]: m for m in container["volumeMounts"]}
@@ -235,7 +235,7 @@ def test_the_detector_runs_the_check_with_the_hosts_state_and_kernel_log(dev):
     assert mounts["state"]["mountPath"] == volumes["state"]["hostPath"]["path"] == state
     assert not mounts["state"].get("readOnly")                             # the record is written there
     assert f"{state}/burn-in" == VERDICT_FILE                              # where the burn-in writes its verdict
-    assert json.loads(objs["ConfigMap"]["data"][BURN_IN_MONITOR]) == burn_in_monitor_config()
+    assert json.loads(objs["gpu-health-config"]["data"][BURN_IN_MONITOR]) == burn_in_monitor_config()
 
 
 def test_the_detectors_objects_are_valid_kubernetes(dev):
@@ -340,9 +340,13 @@ def test_the_port_check_passes_shellcheck(ports):
 
 
 def test_the_detector_runs_the_port_check_with_the_hosts_sysfs_and_its_own_node_name(dev):
-    objs = {m.obj["kind"]: m.obj for m in render_gpu_health(dev)}
-    (container,) = objs["DaemonSet"]["spec"]["template"]["spec"]["containers"]
+    objs = {m.role: m.obj for m in render_gpu_health(dev)}
+    (container,) = objs["gpu-health"]["spec"]["template"]["spec"]["containers"]
     assert f"--config.custom-plugin-monitor=/config/{BURN_IN_MONITOR},/config/{PORT_MONITOR}" in container["command"]
     assert {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}} in container["env"]
     assert container["securityContext"] == {"privileged": True}      # reads the host's /sys
-    assert objs["ConfigMap"]["data"][PORTS_FILE] == expected_ports(dev)
+    assert objs["gpu-health-ports"]["metadata"]["name"] == PORTS_CONFIG
+    assert objs["gpu-health-ports"]["data"] == {PORTS_FILE: expected_ports(dev)}
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    rule = port_monitor_config()["rules"][0]
+    assert rule["args"][2] == f"{mounts['ports']}/{PORTS_FILE}"

@@ -28,12 +28,13 @@ def with_quarantine(make_spec, **settings):
     return make_spec(lambda d: d["kubernetes"].setdefault("health", {}).update(quarantine=settings))
 
 
-def test_the_rule_holds_the_taint_until_both_health_conditions_are_false(dev_spec):
+def test_the_rule_holds_the_taint_until_every_health_condition_is_false(dev_spec):
     rule = quarantine.render_rule(dev_spec).obj["spec"]
-    detector = {c["type"] for cfg in (health.monitor_config(dev_spec), health.burn_in_monitor_config())
-                for c in cfg["conditions"]}
+    detector = {c["type"] for cfg in (health.monitor_config(dev_spec), health.burn_in_monitor_config(),
+                                      health.port_monitor_config()) for c in cfg["conditions"]}
     # exactly the conditions the detector sets; one it had not yet reported counts as healthy (a new node)
-    assert {c["type"] for c in rule["conditions"]} == detector == {health.CONDITION, health.BURN_IN_CONDITION}
+    assert {c["type"] for c in rule["conditions"]} == detector == {health.CONDITION, health.BURN_IN_CONDITION,
+                                                                   health.PORT_CONDITION}
     assert all(c["requiredStatus"] == "False" == c["defaultStatus"] for c in rule["conditions"])
     assert rule["enforcementMode"] == "continuous"        # v0.5.0 requires every condition (no conditionPolicy)
     assert rule["taint"]["key"] == QUARANTINE_TAINT
