@@ -1,4 +1,5 @@
-"""Active health checks between jobs: a short DCGM diagnostic on each idle GPU node, queued through Kueue.
+"""Active health checks between jobs: a short DCGM diagnostic (and the NVLinks of an NVSwitch board) on each idle
+GPU node, queued through Kueue.
 
 Kueue is the engine that knows when a node is idle, so the check is a Kueue workload, not a timer of our own:
 - one CronJob per host queues a Job that asks for all of the host's GPUs, on that host only (a nodeSelector that
@@ -48,8 +49,6 @@ _CRONJOB_NAME_MAX = 52                    # the API server's limit: the controll
 def namespace_labels() -> dict[str, str]:
     """What makes Kueue manage the check's Jobs (and the policies tell it from a tenant's namespace)."""
     return {TENANT_LABEL: NAMESPACE}
-
-
 
 
 def cronjob_name(hostname: str) -> str:
