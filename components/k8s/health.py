@@ -139,17 +139,25 @@ def burn_in_check(spec: ClusterSpec) -> str:
                 PORT=PurePosixPath(PORT_RECORD).name)
 
 
-def burn_in_monitor_config() -> dict[str, Any]:
-    """The custom plugin monitor's configuration (node-problem-detector's custom-plugin-monitor format)."""
+def _plugin_monitor(source: str, condition: str, healthy: tuple[str, str], fault_reason: str, script: str,
+                    args: list[str]) -> dict[str, Any]:
+    """A custom plugin monitor (node-problem-detector's custom-plugin-monitor format): one permanent condition,
+    `healthy` (reason, message) by default, set by the script's exit status every 30 s."""
+    reason, message = healthy
     return {
         "plugin": "custom",
         "pluginConfig": {"invoke_interval": "30s", "timeout": "10s", "max_output_length": 300, "concurrency": 1},
-        "source": "gpu-burn-in-monitor", "metricsReporting": True,
-        "conditions": [{"type": BURN_IN_CONDITION, "reason": "NoFaultSinceBurnIn",
-                        "message": "no GPU hardware fault after the last passing burn-in"}],
-        "rules": [{"type": "permanent", "condition": BURN_IN_CONDITION, "reason": "FaultSinceBurnIn",
-                   "path": f"/config/{BURN_IN_CHECK}", "args": [STATE_DIR, "kmsg", BOOT_ID], "timeout": "10s"}],
+        "source": source, "metricsReporting": True,
+        "conditions": [{"type": condition, "reason": reason, "message": message}],
+        "rules": [{"type": "permanent", "condition": condition, "reason": fault_reason,
+                   "path": f"/config/{script}", "args": args, "timeout": "10s"}],
     }
+
+
+def burn_in_monitor_config() -> dict[str, Any]:
+    return _plugin_monitor("gpu-burn-in-monitor", BURN_IN_CONDITION,
+                           ("NoFaultSinceBurnIn", "no GPU hardware fault after the last passing burn-in"),
+                           "FaultSinceBurnIn", BURN_IN_CHECK, [STATE_DIR, "kmsg", BOOT_ID])
 
 
 # The fabric port plugin: every RDMA port the spec gives this host (its NICs' devices, port 1) must be ACTIVE and
@@ -218,17 +226,9 @@ def expected_ports(spec: ClusterSpec) -> str:
 
 
 def port_monitor_config() -> dict[str, Any]:
-    """The fabric port plugin monitor (node-problem-detector's custom-plugin-monitor format)."""
-    return {
-        "plugin": "custom",
-        "pluginConfig": {"invoke_interval": "30s", "timeout": "10s", "max_output_length": 300, "concurrency": 1},
-        "source": "fabric-port-monitor", "metricsReporting": True,
-        "conditions": [{"type": PORT_CONDITION, "reason": "FabricPortsActive",
-                        "message": "every fabric port of this node is active and has not gone down"}],
-        "rules": [{"type": "permanent", "condition": PORT_CONDITION, "reason": "FabricPortDownOrFlapping",
-                   "path": f"/config/{PORT_CHECK}", "args": [STATE_DIR, SYSFS_RDMA, f"{PORTS_DIR}/{PORTS_FILE}"],
-                   "timeout": "10s"}],
-    }
+    return _plugin_monitor("fabric-port-monitor", PORT_CONDITION,
+                           ("FabricPortsActive", "every fabric port of this node is active and has not gone down"),
+                           "FabricPortDownOrFlapping", PORT_CHECK, [STATE_DIR, SYSFS_RDMA, f"{PORTS_DIR}/{PORTS_FILE}"])
 
 
 def image(spec: ClusterSpec) -> str:

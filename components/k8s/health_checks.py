@@ -35,9 +35,6 @@ from .objects import Manifest
 from .tenant import KUEUE_API, LOCAL_QUEUE, QUEUE_RESOURCES, TENANT_LABEL
 
 NAMESPACE = OPERATOR_NAMESPACES["health_checks"]
-# Below every job: the spec's WorkloadPriorityClasses start one above it. A fixed value, since a PriorityClass's
-# value is immutable and one derived from the spec would need replacing on day 2.
-PRIORITY = LOWEST_PRIORITY
 NAME = "gpucluster-health-checks"         # the ClusterQueue and the PriorityClass
 HOST_LABEL = "gpucluster.io/host"         # on each CronJob, its Jobs and their pods: which node a result is for
 SCRIPT = "run-check.sh"
@@ -172,7 +169,10 @@ def render_health_checks(spec: ClusterSpec) -> list[Manifest]:
     return [
         Manifest("health-check-priority", {
             "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
-            "metadata": {"name": NAME, "labels": dict(_LABELS)}, "value": PRIORITY,
+            "metadata": {"name": NAME, "labels": dict(_LABELS)},
+            # Below every job: the spec's WorkloadPriorityClasses start one above it. A fixed value, since a
+            # PriorityClass's value is immutable and one derived from the spec would need replacing on day 2.
+            "value": LOWEST_PRIORITY,
             "preemptionPolicy": "Never", "globalDefault": False,
             "description": "gpucluster's active GPU health checks: below every tenant's job, never preempting"}),
         Manifest("health-check-queue", _cluster_queue(spec, pools)),

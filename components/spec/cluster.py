@@ -231,7 +231,8 @@ class ClusterSpec(SpecModel):
                        "enforced (set storage.quotas)")
         health = self.kubernetes.health
         if health.enabled and health.active_checks.enabled:
-            skipped = [p.name for p in self.node_pools if p not in checked_pools(self)]
+            checked = {p.name for p in checked_pools(self)}
+            skipped = [p.name for p in self.node_pools if p.name not in checked]
             if skipped:
                 out.append(f"pool(s) {', '.join(skipped[:5])} get no active health checks between jobs: only pools "
                            "that burn in (a failed check holds the node until a burn-in passes) and give pods "

@@ -188,9 +188,10 @@ class QuarantineSettings(CrdSource):
     """What a GPU fault does to its node, through node-readiness-controller (kubernetes-sigs): one rule taints a
     GPU node while GpuHardwareFault is True (a hardware XID since boot), GpuBurnInRequired is True (a fault, a
     failed active check or a fabric port that went down was recorded after the node's last passing burn-in) or
-    FabricPortFault is True (an RDMA port of the node is down now). The taint is readiness.k8s.io/gpucluster-gpu-health. A node
-    leaves only once both are False: after the reboot that clears the fault, a burn-in that passes
-    (`pulumi up --replace` of the host's burn-in). Its CRD upstream: the release's crds.yaml."""
+    FabricPortFault is True (an RDMA port of the node is down now). The taint is
+    readiness.k8s.io/gpucluster-gpu-health. A node leaves only once all are False: after the repair (the reboot
+    that clears the fault, the port back up) and a burn-in that passes (`pulumi up --replace` of the host's
+    burn-in). Its CRD upstream: the release's crds.yaml."""
 
     mode: Literal["enforce", "observe", "off"] = Field(
         "enforce", description="enforce: the rule taints faulty nodes. observe: the rule runs in dry run and only "

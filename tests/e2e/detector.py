@@ -30,6 +30,20 @@ def plan_config(c: Cluster) -> dict[str, str]:
     return config["data"]
 
 
+def _plugin(work: Path, data: dict[str, str], monitor: str, script: str, args: list[Path]) -> Path:
+    """One custom plugin monitor of the plan, its script and args pointed at this host's stand-ins, run every
+    second instead of every 30; the monitor's config file."""
+    path = work / script
+    path.write_text(data[script])
+    path.chmod(0o755)
+    config = json.loads(data[monitor])
+    config["pluginConfig"]["invoke_interval"] = "1s"
+    (rule,) = config["rules"]
+    rule.update(path=str(path), args=[str(a) for a in args])
+    (work / monitor).write_text(json.dumps(config))
+    return work / monitor
+
+
 class Detector:
     """node-problem-detector for one node; `state` stands for the host's /var/lib/gpucluster."""
 
@@ -42,13 +56,7 @@ class Detector:
         kernel = {**json.loads(data[MONITOR]), "plugin": "filelog", "logPath": str(self.log),
                   "pluginConfig": {"timestamp": "^.{15}", "message": r"kernel: \[.*\] (.*)",
                                    "timestampFormat": "Jan _2 15:04:05"}}
-        script = work / BURN_IN_CHECK
-        script.write_text(data[BURN_IN_CHECK])
-        script.chmod(0o755)
-        plugin = json.loads(data[BURN_IN_MONITOR])
-        plugin["pluginConfig"]["invoke_interval"] = "1s"
-        (rule,) = plugin["rules"]
-        rule.update(path=str(script), args=[str(self.state), str(self.log), str(self.boot_id)])
+        burn_in = _plugin(work, data, BURN_IN_MONITOR, BURN_IN_CHECK, [self.state, self.log, self.boot_id])
         # The fabric port plugin: this node's ports in a stand-in for /sys/class/infiniband, every one ACTIVE.
         self.sysfs, ports_file = work / "infiniband", work / PORTS_FILE
         (ports_config,) = [o for o in c.plan.objects if o["kind"] == "ConfigMap"
@@ -58,18 +66,9 @@ class Detector:
         self.ports = next((line.split()[1:] for line in listed.splitlines() if line.split()[0] == node), [])
         for port in self.ports:
             self.port(port, "4: ACTIVE", "5: LinkUp", 0)
-        port_script = work / PORT_CHECK
-        port_script.write_text(data[PORT_CHECK])
-        port_script.chmod(0o755)
-        port_plugin = json.loads(data[PORT_MONITOR])
-        port_plugin["pluginConfig"]["invoke_interval"] = "1s"
-        (port_rule,) = port_plugin["rules"]
-        port_rule.update(path=str(port_script), args=[str(self.state), str(self.sysfs), str(ports_file)])
-        (work / PORT_MONITOR).write_text(json.dumps(port_plugin))
-        (work / BURN_IN_MONITOR).write_text(json.dumps(plugin))
+        ports = _plugin(work, data, PORT_MONITOR, PORT_CHECK, [self.state, self.sysfs, ports_file])
         (work / MONITOR).write_text(json.dumps(kernel))
-        self.configs = {"system-log-monitor": str(work / MONITOR),
-                        "custom-plugin-monitor": f"{work / BURN_IN_MONITOR},{work / PORT_MONITOR}"}
+        self.configs = {"system-log-monitor": str(work / MONITOR), "custom-plugin-monitor": f"{burn_in},{ports}"}
         self.out = work / "npd.log"
         self.proc: subprocess.Popen[bytes] | None = None
 

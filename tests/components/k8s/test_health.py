@@ -216,9 +216,14 @@ def test_a_check_that_cannot_read_the_host_says_unknown(host):
 
 
 @pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck is not installed (.ci/run installs it)")
-def test_the_check_passes_shellcheck(host):
-    out = subprocess.run(["shellcheck", "-S", "style", str(host.script)], capture_output=True, text=True)
-    assert out.returncode == 0, out.stdout
+def test_every_script_of_the_detector_passes_shellcheck(dev, tmp_path):
+    (config,) = [m.obj for m in render_gpu_health(dev) if m.role == "gpu-health-config"]
+    scripts = {name: text for name, text in config["data"].items() if name.endswith(".sh")}
+    assert set(scripts) == {BURN_IN_CHECK, PORT_CHECK}
+    for name, text in scripts.items():
+        (tmp_path / name).write_text(text)
+        out = subprocess.run(["shellcheck", "-S", "style", str(tmp_path / name)], capture_output=True, text=True)
+        assert out.returncode == 0, out.stdout
 
 
 def test_the_detector_runs_the_check_with_the_hosts_state_and_kernel_log(dev):
@@ -331,12 +336,6 @@ def test_a_node_without_ports_or_a_name_is_no_fault(ports, node, code, message):
 def test_a_missing_rdma_device_is_a_fault(ports):
     shutil.rmtree(ports.sysfs / "mlx5_1")
     assert ports.check() == (1, "fabric port down or flapping on gpu-dev-01: mlx5_1/1: no such port")
-
-
-@pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck is not installed (.ci/run installs it)")
-def test_the_port_check_passes_shellcheck(ports):
-    out = subprocess.run(["shellcheck", "-S", "style", str(ports.script)], capture_output=True, text=True)
-    assert out.returncode == 0, out.stdout
 
 
 def test_the_detector_runs_the_port_check_with_the_hosts_sysfs_and_its_own_node_name(dev):

@@ -15,15 +15,15 @@ import yaml
 
 from components.k8s import health_checks
 from components.k8s.gpu_stack import GpuKubernetesStack, render_namespaces
-from components.k8s.health import CHECK_RECORD, STATE_DIR, burn_in_check, burn_in_monitor_config
+from components.k8s.health import CHECK_RECORD, STATE_DIR, burn_in_monitor_config
 from components.k8s.jobs import QUEUE_LABEL
 from components.k8s.tenant import TENANT_LABEL
-from components.nodes.burn_in import RESULT
 from components.offline.diff import diff_plans
 from components.offline.plan import build_plan
 from components.spec import parse_spec
 from components.spec.cluster import checked_pools
 from components.spec.kubernetes import LOWEST_PRIORITY
+from tests.components.k8s.test_health import Host
 from tests.conftest import ROOT, problems_of
 
 SAMPLES = ROOT / "tests" / "samples"
@@ -49,16 +49,11 @@ class Node:
     tools that need a GPU), and the detector's plugin reading the same directory."""
 
     def __init__(self, tmp_path: Path, spec):
-        self.spec, self.state, self.bin = spec, tmp_path / "state", tmp_path / "bin"
+        self.host = Host(tmp_path, spec)               # the detector's plugin over this host's directory
+        self.state, self.bin = self.host.state, tmp_path / "bin"
         self.bin.mkdir()
         self.script = tmp_path / health_checks.SCRIPT
         self.script.write_text(health_checks.check_script())
-        self.plugin = tmp_path / "check-burn-in.sh"
-        self.plugin.write_text(burn_in_check(spec))
-        self.plugin.chmod(0o755)
-        self.log, self.boot = tmp_path / "kern.log", tmp_path / "boot_id"
-        self.log.write_text("")
-        self.boot.write_text("b1\n")
         self.engine(0)
         self.links(NVLINK_OK, 0)
 
@@ -79,21 +74,15 @@ class Node:
 
     def check(self, level: int = 1, nvlink: int = 1) -> tuple[int, str]:
         out = subprocess.run(["/bin/bash", str(self.script), str(self.state), str(level), str(nvlink)],
-                             capture_output=True,
-                             text=True, timeout=30, env={"PATH": f"{self.bin}:/usr/bin:/bin"})
+                             capture_output=True, text=True, timeout=30, env={"PATH": f"{self.bin}:/usr/bin:/bin"})
         return out.returncode, out.stdout.strip().splitlines()[-1]
 
     def detector(self) -> tuple[int, str]:
-        rule = burn_in_monitor_config()["rules"][0]
-        assert rule["args"][0] == STATE_DIR
-        out = subprocess.run([str(self.plugin), str(self.state), str(self.log), str(self.boot)],
-                             capture_output=True, text=True, timeout=10)
-        return out.returncode, out.stdout.strip()
+        assert burn_in_monitor_config()["rules"][0]["args"][0] == STATE_DIR     # where the check writes
+        return self.host.check()
 
     def burn_in(self, verdict: str = "passed") -> None:
-        time.sleep(0.01)
-        self.state.mkdir(exist_ok=True)
-        (self.state / "burn-in").write_text(f"{RESULT}{verdict}\n")
+        self.host.burn_in(verdict)
 
 
 @pytest.fixture
