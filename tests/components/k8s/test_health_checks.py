@@ -262,6 +262,9 @@ def test_checks_off_install_nothing(make_spec, health):
     ({"schedule": "CRON_TZ=UTC 0 * * * *"}, "is not a cron schedule"),
     ({"dcgm_level": 3}, "kubernetes.health.active_checks.dcgm_level"),
     ({"timeout_s": 10}, "kubernetes.health.active_checks.timeout_s"),
+    ({"timeout_s": "900"}, "kubernetes.health.active_checks.timeout_s: Input should be a valid integer"),
+    ({"enabled": "yes"}, "kubernetes.health.active_checks.enabled: Input should be a valid boolean"),
+    ({"schedule": 6}, "kubernetes.health.active_checks.schedule: Input should be a valid string"),
 ])
 def test_bad_check_settings_are_refused_with_the_field(dev_data, settings, message):
     dev_data["kubernetes"].setdefault("health", {})["active_checks"] = settings
