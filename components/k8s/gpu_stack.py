@@ -14,7 +14,7 @@ import pulumi_kubernetes as k8s
 from ..spec import ClusterSpec
 from ..spec.cluster import checked_pools, network_operator_enabled
 from ..spec.versions import StackVersions, find
-from . import (gpu_operator, health, health_checks, kueue, monitoring, mpi_operator, network_operator, nfd,
+from . import (gpu_operator, health, health_checks, health_nvml, kueue, monitoring, mpi_operator, network_operator, nfd,
                quarantine)
 from .helm import release
 from .objects import Manifest, register
@@ -117,7 +117,7 @@ class GpuKubernetesStack(pulumi.ComponentResource):
             for m in mpi_operator.render_mpi_operator(spec):
                 register(f"{name}-{m.role}", m.obj, after(namespaces[mpi_operator.NAMESPACE], crd))
         if spec.kubernetes.health.enabled:
-            for m in health.render_gpu_health(spec):
+            for m in [*health.render_gpu_health(spec), *health_nvml.render_gpu_nvml(spec)]:
                 register(f"{name}-{m.role}", m.obj, pulumi.ResourceOptions(parent=self))
         if quarantine.enabled(spec):
             crd = k8s.yaml.v2.ConfigFile(f"{name}-nodereadinessrule-crd", file=quarantine.crd_source(spec),

@@ -43,6 +43,7 @@ STATE_DIR = str(PurePosixPath(VERDICT_FILE).parent)     # the host's; mounted at
 FAULT_RECORD = f"{STATE_DIR}/gpu-fault"
 CHECK_RECORD = f"{STATE_DIR}/gpu-check"                 # a failed active check (health_checks.py)
 PORT_RECORD = f"{STATE_DIR}/fabric-fault"               # a fabric port that went down or flapped
+NVML_RECORD = f"{STATE_DIR}/gpu-nvml-fault"             # a GPU overheated or an NVLink down (health_nvml.py)
 PORT_SEEN = f"{STATE_DIR}/fabric-ports"                 # each port's link_downed count at the last look
 PORT_CONDITION = "FabricPortFault"
 PORT_MONITOR = "fabric-port-monitor.json"
@@ -60,8 +61,9 @@ BOOT_ID = "/proc/sys/kernel/random/boot_id"             # not namespaced: the ho
 # The bootstrap ClusterRole every apiserver creates for node-problem-detector: read nodes, patch their status,
 # write events (kubernetes/plugin/pkg/auth/authorizer/rbac/bootstrappolicy).
 CLUSTER_ROLE = "system:node-problem-detector"
-_LABELS = {"app.kubernetes.io/name": NAME, "app.kubernetes.io/managed-by": "pulumi"}
+LABELS = {"app.kubernetes.io/name": NAME, "app.kubernetes.io/managed-by": "pulumi"}
 _ANY_XID = XID_LINE + "[0-9]+,"
+STATE_VOLUME = {"name": "state", "hostPath": {"path": STATE_DIR, "type": "DirectoryOrCreate"}}
 
 
 def monitor_config(spec: ClusterSpec) -> dict[str, Any]:
@@ -106,9 +108,9 @@ if (( count > 0 )) && ! grep -qx "boot $boot faults $count" "$record" 2>/dev/nul
   mv -f "$record.new" "$record"
 fi
 # The newest record is the fault a burn-in must follow: this check's XIDs, a failed active check between jobs,
-# a fabric port that went down.
+# a fabric port that went down, a GPU that overheated or lost an NVLink while jobs ran.
 latest=$record
-for other in @CHECK@ @PORT@; do
+for other in @CHECK@ @PORT@ @NVML@; do
   if [[ -f $state/$other && ( ! -f $latest || $state/$other -nt $latest ) ]]; then
     latest=$state/$other
   fi
@@ -131,33 +133,53 @@ exit 1
 '''
 
 
+# awk over `nvidia-smi nvlink -s`: "GPU <n>: <name> (UUID: ...)" then "Link <n>: <speed> GB/s" or "<inactive>"
+# per link. A link trained down runs below the others' speed; NVML says when a GPU has no active link at all.
+# Prints the links that are down, comma-separated, or nothing. Used between jobs (health_checks.py) and while
+# they run (health_nvml.py).
+NVLINK_DOWN = '''/^GPU [0-9]+:/ { gpu = $2; sub(/:$/, "", gpu) }
+    /all links are inActive/ { bad[++b] = "GPU " gpu ": no active link" }
+    $1 == "Link" { link = $2; sub(/:$/, "", link); n++
+      if ($3 == "<inactive>") bad[++b] = "GPU " gpu " link " link ": inactive"
+      else { speed[n] = $3 + 0; where[n] = "GPU " gpu " link " link; if (speed[n] > top) top = speed[n] } }
+    END { for (i = 1; i <= n; i++)
+        if (i in speed && speed[i] < top) bad[++b] = where[i] ": " speed[i] " of " top " GB/s"
+      if (n == 0 && b == 0) bad[++b] = "no NVLink reported"
+      for (i = 1; i <= b; i++) printf "%s%s", (i > 1 ? ", " : ""), bad[i] }'''
+
+
 def burn_in_check(spec: ClusterSpec) -> str:
     """The custom plugin's script: the same hardware XIDs as the kernel monitor's condition."""
     pattern = xid_pattern(sorted(set(spec.kubernetes.health.fault_xids)))
     return fill(_BURN_IN_CHECK, PATTERN=pattern, RESULT=RESULT, RECORD=PurePosixPath(FAULT_RECORD).name,
                 VERDICT=PurePosixPath(VERDICT_FILE).name, CHECK=PurePosixPath(CHECK_RECORD).name,
-                PORT=PurePosixPath(PORT_RECORD).name)
+                PORT=PurePosixPath(PORT_RECORD).name, NVML=PurePosixPath(NVML_RECORD).name)
 
 
-def _plugin_monitor(source: str, condition: str, healthy: tuple[str, str], fault_reason: str, script: str,
-                    args: list[str]) -> dict[str, Any]:
-    """A custom plugin monitor (node-problem-detector's custom-plugin-monitor format): one permanent condition,
-    `healthy` (reason, message) by default, set by the script's exit status every 30 s."""
-    reason, message = healthy
+# One permanent condition of a custom plugin monitor: its type, (reason, message) while healthy, the reason
+# while the script exits 1 (its output the message), the script in /config and its arguments.
+PluginRule = tuple[str, tuple[str, str], str, str, list[str]]
+
+
+def plugin_monitor(source: str, rules: list[PluginRule], interval: str = "30s",
+                   timeout: str = "10s") -> dict[str, Any]:
+    """A custom plugin monitor (node-problem-detector's custom-plugin-monitor format): each rule's script sets
+    its condition by its exit status every `interval`."""
     return {
         "plugin": "custom",
-        "pluginConfig": {"invoke_interval": "30s", "timeout": "10s", "max_output_length": 300, "concurrency": 1},
+        "pluginConfig": {"invoke_interval": interval, "timeout": timeout, "max_output_length": 300,
+                         "concurrency": 1},
         "source": source, "metricsReporting": True,
-        "conditions": [{"type": condition, "reason": reason, "message": message}],
-        "rules": [{"type": "permanent", "condition": condition, "reason": fault_reason,
-                   "path": f"/config/{script}", "args": args, "timeout": "10s"}],
+        "conditions": [{"type": c, "reason": reason, "message": message} for c, (reason, message), *_ in rules],
+        "rules": [{"type": "permanent", "condition": c, "reason": fault, "path": f"/config/{script}", "args": args,
+                   "timeout": timeout} for c, _, fault, script, args in rules],
     }
 
 
 def burn_in_monitor_config() -> dict[str, Any]:
-    return _plugin_monitor("gpu-burn-in-monitor", BURN_IN_CONDITION,
-                           ("NoFaultSinceBurnIn", "no GPU hardware fault after the last passing burn-in"),
-                           "FaultSinceBurnIn", BURN_IN_CHECK, [STATE_DIR, "kmsg", BOOT_ID])
+    return plugin_monitor("gpu-burn-in-monitor", [(
+        BURN_IN_CONDITION, ("NoFaultSinceBurnIn", "no GPU hardware fault after the last passing burn-in"),
+        "FaultSinceBurnIn", BURN_IN_CHECK, [STATE_DIR, "kmsg", BOOT_ID])])
 
 
 # The fabric port plugin: every RDMA port the spec gives this host (its NICs' devices, port 1) must be ACTIVE and
@@ -226,66 +248,84 @@ def expected_ports(spec: ClusterSpec) -> str:
 
 
 def port_monitor_config() -> dict[str, Any]:
-    return _plugin_monitor("fabric-port-monitor", PORT_CONDITION,
-                           ("FabricPortsActive", "every fabric port of this node is active and has not gone down"),
-                           "FabricPortDownOrFlapping", PORT_CHECK, [STATE_DIR, SYSFS_RDMA, f"{PORTS_DIR}/{PORTS_FILE}"])
+    return plugin_monitor("fabric-port-monitor", [(
+        PORT_CONDITION, ("FabricPortsActive", "every fabric port of this node is active and has not gone down"),
+        "FabricPortDownOrFlapping", PORT_CHECK, [STATE_DIR, SYSFS_RDMA, f"{PORTS_DIR}/{PORTS_FILE}"])])
 
 
 def image(spec: ClusterSpec) -> str:
     return mirrored(f"{IMAGE}:{spec.kubernetes.health.npd_version}", spec)
 
 
-def render_gpu_health(spec: ClusterSpec) -> list[Manifest]:
-    """Service account bound to the bootstrap role, the monitors' ConfigMap, the hosts' fabric ports and the
-    DaemonSet on GPU nodes."""
-    meta = {"namespace": NAMESPACE, "labels": dict(_LABELS)}
-    container = {
+def detector(spec: ClusterSpec, role: str, name: str, container: dict[str, Any], volumes: list[dict[str, Any]],
+             data: dict[str, str], **pod: Any) -> list[Manifest]:
+    """A node-problem-detector DaemonSet on every GPU node, tolerating every taint (a monitor must keep running on
+    a quarantined node), and its ConfigMap of monitors and scripts mounted at /config. The detector reads its
+    config once, at start: a changed config rolls the pods (the look back finds any fault again, and the record
+    on the host outlives the pod)."""
+    selector = {"app.kubernetes.io/name": name}
+    meta = {"namespace": NAMESPACE, "labels": {**LABELS, **selector}}
+    checksum = {"gpucluster.io/config-sha256": hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()}
+    gpu_nodes = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": POOL_LABEL, "operator": "Exists"}]}]}}}
+    return [
+        Manifest(f"{role}-config", {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, **meta},
+                                    "data": data}),
+        Manifest(role, {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": name, **meta},
+                        "spec": {"selector": {"matchLabels": selector}, "template": {
+                            "metadata": {"labels": {**LABELS, **selector}, "annotations": checksum},
+                            "spec": {
+                                "serviceAccountName": NAME, "priorityClassName": "system-node-critical",
+                                "affinity": gpu_nodes, **pod, "containers": [container],
+                                "tolerations": [dict(t) for t in TOLERATE_EVERY_TAINT],
+                                "volumes": [*volumes, {"name": "config",
+                                                       "configMap": {"name": name, "defaultMode": 0o555}}]}}}}),
+    ]
+
+
+def detector_container(spec: ClusterSpec, flags: list[str], mounts: list[dict[str, Any]],
+                       **extra: Any) -> dict[str, Any]:
+    """node-problem-detector's container: privileged (it reads /dev/kmsg and writes the host's state, as
+    upstream's deployment runs it), the node's name in NODE_NAME, the config at /config."""
+    return {
         "name": "node-problem-detector", "image": image(spec),
-        "command": ["/node-problem-detector", "--logtostderr", f"--config.system-log-monitor=/config/{MONITOR}",
-                    f"--config.custom-plugin-monitor=/config/{BURN_IN_MONITOR},/config/{PORT_MONITOR}"],
+        "command": ["/node-problem-detector", "--logtostderr", *flags],
         "env": [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
         # No requests (nor limits, which would set them): a GPU job may take a node's whole allocatable, and a
         # request would leave the detector pending there or, at its critical priority, preempt the tenant's pod.
         # Upstream's 10m and 80Mi are what it uses; the priority keeps the kubelet from evicting it first.
-        "securityContext": {"privileged": True},           # reads /dev/kmsg, as upstream's deployment does
-        "volumeMounts": [{"name": "kmsg", "mountPath": "/dev/kmsg", "readOnly": True},
-                         {"name": "state", "mountPath": STATE_DIR},
-                         {"name": "localtime", "mountPath": "/etc/localtime", "readOnly": True},
-                         {"name": "config", "mountPath": "/config", "readOnly": True},
-                         {"name": "ports", "mountPath": PORTS_DIR, "readOnly": True}]}
-    selector = {"app.kubernetes.io/name": NAME}
+        "securityContext": {"privileged": True},
+        "volumeMounts": [*mounts, {"name": "config", "mountPath": "/config", "readOnly": True}], **extra}
+
+
+def render_gpu_health(spec: ClusterSpec) -> list[Manifest]:
+    """Service account bound to the bootstrap role, the monitors' ConfigMap, the hosts' fabric ports and the
+    DaemonSet on GPU nodes."""
+    meta = {"namespace": NAMESPACE, "labels": dict(LABELS)}
+    container = detector_container(
+        spec, [f"--config.system-log-monitor=/config/{MONITOR}",
+               f"--config.custom-plugin-monitor=/config/{BURN_IN_MONITOR},/config/{PORT_MONITOR}"],
+        [{"name": "kmsg", "mountPath": "/dev/kmsg", "readOnly": True},
+         {"name": "state", "mountPath": STATE_DIR},
+         {"name": "localtime", "mountPath": "/etc/localtime", "readOnly": True},
+         {"name": "ports", "mountPath": PORTS_DIR, "readOnly": True}])
     data = {MONITOR: json.dumps(monitor_config(spec), indent=2) + "\n",
             BURN_IN_MONITOR: json.dumps(burn_in_monitor_config(), indent=2) + "\n",
             BURN_IN_CHECK: burn_in_check(spec), PORT_MONITOR: json.dumps(port_monitor_config(), indent=2) + "\n",
             PORT_CHECK: port_check()}
-    # The detector reads its config once, at start: a changed config rolls the pods (the look back finds any
-    # fault again, and the record on the host outlives the pod).
-    checksum = {"gpucluster.io/config-sha256": hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()}
-    gpu_nodes = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-        {"matchExpressions": [{"key": POOL_LABEL, "operator": "Exists"}]}]}}}
     volumes = [{"name": "kmsg", "hostPath": {"path": "/dev/kmsg", "type": "CharDevice"}},
                {"name": "localtime", "hostPath": {"path": "/etc/localtime", "type": "File"}},
-               {"name": "state", "hostPath": {"path": STATE_DIR, "type": "DirectoryOrCreate"}},
-               {"name": "config", "configMap": {"name": NAME, "defaultMode": 0o555}},
+               STATE_VOLUME,
                {"name": "ports", "configMap": {"name": PORTS_CONFIG}}]
     return [
         Manifest("gpu-health-sa", {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": NAME, **meta}}),
         Manifest("gpu-health-binding", {
             "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-            "metadata": {"name": NAME, "labels": dict(_LABELS)},
+            "metadata": {"name": NAME, "labels": dict(LABELS)},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": CLUSTER_ROLE},
             "subjects": [{"kind": "ServiceAccount", "name": NAME, "namespace": NAMESPACE}]}),
-        Manifest("gpu-health-config", {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": NAME, **meta},
-                                       "data": data}),
         Manifest("gpu-health-ports", {"apiVersion": "v1", "kind": "ConfigMap",
                                       "metadata": {"name": PORTS_CONFIG, **meta},
                                       "data": {PORTS_FILE: expected_ports(spec)}}),
-        Manifest("gpu-health", {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": NAME, **meta},
-                                "spec": {"selector": {"matchLabels": selector}, "template": {
-                                    "metadata": {"labels": {**_LABELS, **selector}, "annotations": checksum},
-                                    "spec": {
-                                        "serviceAccountName": NAME, "priorityClassName": "system-node-critical",
-                                        "affinity": gpu_nodes, "containers": [container],
-                                        "tolerations": [dict(t) for t in TOLERATE_EVERY_TAINT],
-                                        "volumes": volumes}}}}),
+        *detector(spec, "gpu-health", NAME, container, volumes, data),
     ]

@@ -27,7 +27,7 @@ from ..spec import ClusterSpec, Host, NodePool
 from ..spec.cluster import OPERATOR_NAMESPACES, checked_pools
 from ..spec.kubernetes import LOWEST_PRIORITY
 from ..spec.hardware import GPU_RESOURCE
-from .health import CHECK_RECORD, STATE_DIR
+from .health import CHECK_RECORD, NVLINK_DOWN, STATE_DIR
 from .images import mirrored
 from .jobs import QUEUE_LABEL
 from .labels import POOL_LABEL
@@ -85,15 +85,7 @@ if (( nvlink )) && (( ran > 0 )); then
   # trained down runs below the others' speed; NVML says when a GPU has no active link at all.
   links=$(nvidia-smi nvlink -s 2>&1) || { echo "nvidia-smi nvlink -s failed: no verdict on the GPUs"; exit 2; }
   printf '%s\n' "$links"
-  down=$(awk '/^GPU [0-9]+:/ { gpu = $2; sub(/:$/, "", gpu) }
-    /all links are inActive/ { bad[++b] = "GPU " gpu ": no active link" }
-    $1 == "Link" { link = $2; sub(/:$/, "", link); n++
-      if ($3 == "<inactive>") bad[++b] = "GPU " gpu " link " link ": inactive"
-      else { speed[n] = $3 + 0; where[n] = "GPU " gpu " link " link; if (speed[n] > top) top = speed[n] } }
-    END { for (i = 1; i <= n; i++)
-        if (i in speed && speed[i] < top) bad[++b] = where[i] ": " speed[i] " of " top " GB/s"
-      if (n == 0 && b == 0) bad[++b] = "no NVLink reported"
-      for (i = 1; i <= b; i++) printf "%s%s", (i > 1 ? ", " : ""), bad[i] }' <<<"$links")
+  down=$(awk @NVLINK@ <<<"$links")
   if [[ -n $down ]]; then
     failed="${failed:+$failed; }NVLink: $down"
   fi
@@ -114,7 +106,7 @@ echo "passed: dcgmi diag -r $level, $ran tests"
 
 
 def check_script() -> str:
-    return fill(_CHECK, RECORD=PurePosixPath(CHECK_RECORD).name)
+    return fill(_CHECK, RECORD=PurePosixPath(CHECK_RECORD).name, NVLINK=NVLINK_DOWN)
 
 
 def _cluster_queue(spec: ClusterSpec, pools: list[NodePool]) -> dict[str, Any]:

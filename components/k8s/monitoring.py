@@ -13,8 +13,8 @@ from typing import Any
 from ..spec import ClusterSpec
 from ..spec.cluster import checked_pools
 from ..spec.hardware import HARDWARE_XIDS
-from . import health_checks, quarantine
-from .health import CONDITION as HEALTH_CONDITION, QUARANTINE_CONDITIONS
+from . import health_checks, health_nvml, quarantine
+from .health import CONDITION as HEALTH_CONDITION
 from .labels import POOL_LABEL, QUARANTINE_TAINT
 from .objects import Manifest
 
@@ -89,6 +89,14 @@ def render_alert_rules(spec: ClusterSpec) -> list[dict[str, Any]]:
                                 'status="true"}) == 1', "0m", "critical",
             f"node {{{{ $labels.node }}}} logged a GPU hardware XID ({HEALTH_CONDITION}); `kubectl describe node "
             f"{{{{ $labels.node }}}}` shows which GPU and XID: take it out of service"))
+        if health_nvml.enabled(spec):
+            # The NVML detector's conditions (health_nvml.py), quarantining or not: the condition says which.
+            conditions = "|".join(health_nvml.CONDITIONS.values())
+            rules.append(_rule(
+                "GpuNodeUnhealthy", f'max by (node, condition) (kube_node_status_condition{{condition=~"{conditions}",'
+                                    'status="true"}) == 1', "0m", "critical",
+                "node {{ $labels.node }}: {{ $labels.condition }} (a GPU above the temperature limit for too long, or "
+                "an NVLink down); `kubectl describe node {{ $labels.node }}` says which GPU"))
         if quarantine.enabled(spec):
             # The taint node-readiness-controller keeps (kube-state-metrics' kube_node_spec_taint), joined with
             # the condition that holds it past the reboot: the alert says what releases the node.
@@ -163,7 +171,7 @@ def render_dashboard(spec: ClusterSpec, namespace: str) -> Manifest:
         # Each quarantined node, once per condition that holds it (kube-state-metrics' taint and condition
         # series): GpuHardwareFault until the reboot, GpuBurnInRequired until a burn-in passes after it.
         title = "Quarantined GPU nodes (and the condition that holds each)"
-        held = "|".join(QUARANTINE_CONDITIONS)
+        held = "|".join(quarantine.conditions(spec))
         panels.append((title, f'max by (node, condition) (kube_node_status_condition{{condition=~"{held}",'
                               f'status="true"}} == 1) * on (node) group_left () max by (node) '
                               f'(kube_node_spec_taint{{key="{QUARANTINE_TAINT}"}})', "none"))

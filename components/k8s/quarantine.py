@@ -1,7 +1,8 @@
 """Quarantine: node-readiness-controller (kubernetes-sigs) taints a GPU node while its health conditions say so.
 
 One NodeReadinessRule on every GPU node, in continuous enforcement: its taint stays while GpuHardwareFault,
-GpuBurnInRequired or FabricPortFault (health.py) is anything but False, and goes once all are False again. A condition the
+GpuBurnInRequired or FabricPortFault (health.py), or GpuOverheating or GpuNvlinkDown (health_nvml.py, when the spec
+quarantines on them) is anything but False, and goes once all are False again. A condition the
 detector has not yet reported counts as False (the rule's defaultStatus; upstream's "problem gate" pattern), so
 a new node waits only for its burn-in taint. Draining is Kubernetes' own: a NoExecute taint makes the taint
 eviction controller evict every pod that does not tolerate it, and Kueue (TASReplaceNodeOnNodeTaints and
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 from ..spec import ClusterSpec
 from ..spec.cluster import OPERATOR_NAMESPACES
+from . import health_nvml
 from .health import QUARANTINE_CONDITIONS
 from .images import mirrored
 from .labels import POOL_LABEL, QUARANTINE_TAINT, TOLERATE_EVERY_TAINT
@@ -45,6 +47,12 @@ def crd_source(spec: ClusterSpec) -> str:
         f"https://github.com/kubernetes-sigs/node-readiness-controller/releases/download/{q.version}/crds.yaml"
 
 
+def conditions(spec: ClusterSpec) -> tuple[str, ...]:
+    """The conditions that hold a node: the kernel detector's, and those of the NVML detector the spec
+    quarantines on (health.gpu_monitor.quarantine_on)."""
+    return QUARANTINE_CONDITIONS + health_nvml.quarantine_conditions(spec)
+
+
 def image(spec: ClusterSpec) -> str:
     return mirrored(f"{IMAGE}:{spec.kubernetes.health.quarantine.version}", spec)
 
@@ -60,7 +68,7 @@ def render_rule(spec: ClusterSpec) -> Manifest:
         "metadata": {"name": RULE, "labels": dict(_LABELS)},
         "spec": {
             "conditions": [{"type": c, "requiredStatus": "False", "defaultStatus": "False"}
-                           for c in QUARANTINE_CONDITIONS],
+                           for c in conditions(spec)],
             "taint": {"key": QUARANTINE_TAINT, "value": "gpu-fault", "effect": taint_effect(spec)},
             "enforcementMode": "continuous",
             "nodeSelector": {"matchExpressions": [{"key": POOL_LABEL, "operator": "Exists"}]},

@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from html import escape
 from typing import Any, Sequence
 
-from ..k8s.health import QUARANTINE_CONDITIONS
+from ..k8s import health_nvml
+from ..k8s.quarantine import conditions as quarantine_conditions
 from ..k8s.health_checks import HOST_LABEL, NAMESPACE as HEALTH_CHECKS
 from ..k8s.labels import QUARANTINE_TAINT
 from ..k8s.quarantine import RULE
@@ -153,7 +154,7 @@ def render_report(spec: ClusterSpec, thresholds: Thresholds = Thresholds(),
               + (" and fires the `GpuHardwareFault` alert" if spec.kubernetes.monitoring.enabled else "")
               + "; every XID is a Node event. `kubectl get nodes -o custom-columns="
               "NAME:.metadata.name,FAULT:'.status.conditions[?(@.type==\"GpuHardwareFault\")].reason'` lists "
-              "them.", "", _quarantine_line(spec), "", _active_checks_line(spec), ""] if h.enabled else \
+              "them.", "", _nvml_line(spec), "", _quarantine_line(spec), "", _active_checks_line(spec), ""] if h.enabled else \
         ["Off (`kubernetes.health.enabled: false`): a GPU fault after burn-in shows only in DCGM's alerts.", ""]
     if policies is not None:
         lines += ["## Policy results", "",
@@ -163,14 +164,31 @@ def render_report(spec: ClusterSpec, thresholds: Thresholds = Thresholds(),
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
+def _nvml_line(spec: ClusterSpec) -> str:
+    m = spec.kubernetes.health.gpu_monitor
+    if not m.enabled:
+        return ("No GPU is read while jobs run (`kubernetes.health.gpu_monitor.enabled: false`): a GPU that "
+                "overheats or loses an NVLink shows only in DCGM's alerts.")
+    limit = spec.kubernetes.monitoring.gpu_temperature_limit_c
+    nvswitch = sum(len(p.hosts) for p in spec.node_pools if p.gpu.nvswitch)
+    held = health_nvml.quarantine_conditions(spec)
+    alone = [c for c in health_nvml.CONDITIONS.values() if c not in held]
+    return (f"A second detector reads every GPU through NVML each minute (runtime class `{m.runtime_class}`): "
+            f"`{health_nvml.TEMPERATURE_CONDITION}` when a GPU stays above {limit} C for {m.temperature_for_s} s, "
+            f"`{health_nvml.NVLINK_CONDITION}` when an NVLink of the {nvswitch} NVSwitch node(s) is down or "
+            "trained below full speed. "
+            + " ".join([f"{' and '.join(f'`{c}`' for c in held)} quarantine the node."] * bool(held)
+                       + [f"{' and '.join(f'`{c}`' for c in alone)} only alert (`quarantine_on`)."] * bool(alone)))
+
+
 def _quarantine_line(spec: ClusterSpec) -> str:
     q = spec.kubernetes.health.quarantine
     if q.mode == "off":
         return "Quarantine is off (`kubernetes.health.quarantine.mode: off`): a faulty node stays schedulable."
     effect = "NoExecute: its pods are evicted and Kueue requeues their jobs" if q.drain else \
         "NoSchedule: running jobs finish, no new pod lands there"
-    when = "while " + ", ".join(f"`{c}`" for c in QUARANTINE_CONDITIONS[:-1]) + \
-        f" or `{QUARANTINE_CONDITIONS[-1]}` is true"
+    held = quarantine_conditions(spec)
+    when = "while " + ", ".join(f"`{c}`" for c in held[:-1]) + f" or `{held[-1]}` is true"
     what = (f"node-readiness-controller {q.version} taints a GPU node `{QUARANTINE_TAINT}` ({effect}) {when}"
             if q.mode == "enforce" else
             f"Observe only: node-readiness-controller {q.version} taints no node; the status of the "

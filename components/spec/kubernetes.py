@@ -175,7 +175,9 @@ class MonitoringSettings(SpecModel):
 
     enabled: bool = Field(True, description="Omitted: DCGM metrics, alert rules and dashboards are installed.")
     namespace: DnsLabel = Field("monitoring", description="Namespace of the Prometheus stack. Omitted: monitoring.")
-    gpu_temperature_limit_c: int = Field(85, ge=40, le=110, description="Omitted: alert above 85 C.")
+    gpu_temperature_limit_c: int = Field(85, ge=40, le=110, description="Omitted: alert above 85 C (and a GPU "
+                                                                        "above it for health.gpu_monitor."
+                                                                        "temperature_for_s is GpuOverheating).")
     rule_labels: Labels = Field(
         default_factory=lambda: {"release": "kube-prometheus-stack"},
         description="Labels Prometheus selects rules and ServiceMonitors by. Omitted: release=kube-prometheus-stack.")
@@ -188,7 +190,8 @@ class QuarantineSettings(CrdSource):
     """What a GPU fault does to its node, through node-readiness-controller (kubernetes-sigs): one rule taints a
     GPU node while GpuHardwareFault is True (a hardware XID since boot), GpuBurnInRequired is True (a fault, a
     failed active check or a fabric port that went down was recorded after the node's last passing burn-in) or
-    FabricPortFault is True (an RDMA port of the node is down now). The taint is
+    FabricPortFault is True (an RDMA port of the node is down now), and GpuOverheating or GpuNvlinkDown is True
+    when gpu_monitor.quarantine_on names them. The taint is
     readiness.k8s.io/gpucluster-gpu-health. A node leaves only once all are False: after the repair (the reboot
     that clears the fault, the port back up) and a burn-in that passes (`pulumi up --replace` of the host's
     burn-in). Its CRD upstream: the release's crds.yaml."""
@@ -227,6 +230,28 @@ class ActiveCheckSettings(SpecModel):
                                                             "counts as failed to run. Omitted: 900.")
 
 
+class GpuMonitorSettings(SpecModel):
+    """The GPUs read through NVML while jobs run: a second node-problem-detector on every GPU node, started in the
+    GPU Operator's runtime class with every GPU visible (as DCGM's exporter is), runs nvidia-smi every minute.
+    GpuOverheating: a GPU above monitoring.gpu_temperature_limit_c at every look for temperature_for_s.
+    GpuNvlinkDown: on an NVSwitch board, an NVLink inactive or trained below the others' speed. A detector of its
+    own, so that a node where the runtime cannot start it still has its kernel log and fabric ports watched."""
+
+    enabled: bool = Field(True, description="Omitted: every GPU node's temperatures and NVLinks are read each "
+                                            "minute.")
+    runtime_class: DnsLabel = Field("nvidia", description="RuntimeClass that makes the GPUs and nvidia-smi visible "
+                                                          "in the detector (the GPU Operator's "
+                                                          "operator.runtimeClass). Omitted: nvidia.")
+    temperature_for_s: int = Field(600, ge=120, le=86400,
+                                   description="How long a GPU must stay above monitoring.gpu_temperature_limit_c "
+                                               "before GpuOverheating is set (a spike under load is not a "
+                                               "cooling fault). Omitted: 600.")
+    quarantine_on: list[Literal["temperature", "nvlink"]] = Field(
+        default_factory=lambda: ["temperature", "nvlink"], max_length=2,
+        description="Faults that quarantine the node and, on pools that burn in, hold it until a burn-in passes "
+                    "after them; a fault left out only sets its condition and alerts. Omitted: both.")
+
+
 class HealthSettings(SpecModel):
     """Runtime GPU health: node-problem-detector on every GPU node turns a GPU hardware XID in the kernel log into
     the node condition GpuHardwareFault (reason GpuXid<N>, the driver's line as message) and every XID into a Node
@@ -247,6 +272,9 @@ class HealthSettings(SpecModel):
     active_checks: ActiveCheckSettings = Field(default_factory=ActiveCheckSettings,
                                                description="Omitted: `dcgmi diag -r 1` on every idle node every "
                                                            "six hours.")
+    gpu_monitor: GpuMonitorSettings = Field(default_factory=GpuMonitorSettings,
+                                            description="Omitted: temperatures and NVLinks read every minute, both "
+                                                        "faults quarantining.")
 
 
 class KubernetesSpec(SpecModel):

@@ -219,6 +219,12 @@ def running_cluster(stack: str | Path, work: Path) -> Iterator[Cluster]:
         # What the stack expects to exist already: the Prometheus Operator stack's namespace.
         if plan.spec.kubernetes.monitoring.enabled:
             cp.kubectl("create", "namespace", plan.spec.kubernetes.monitoring.namespace)
+        # The GPU Operator's RuntimeClass (its ClusterPolicy's operator.runtimeClass), which the operator creates
+        # at run time rather than its chart: the NVML detector's pods run in it.
+        gpu_monitor = plan.spec.kubernetes.health.gpu_monitor
+        if plan.spec.kubernetes.health.enabled and gpu_monitor.enabled:
+            cp.apply_objects([{"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
+                               "metadata": {"name": gpu_monitor.runtime_class}, "handler": "nvidia"}])
         mpi = plan.spec.kubernetes.mpi_operator
         if mpi.enabled:                 # the stack's ConfigFile: the CRD before the controller's objects
             cp.install_mpi_crd()

@@ -1,8 +1,10 @@
 """node-problem-detector, built from its Go module at the version the stack deploys, run for one KWOK GPU node with
 the plan's own monitors: the kernel monitor (kmsg swapped for its filelog plugin over a file this test appends
-the driver's lines to: `plugin`, `logPath` and the parser are the only change) and the burn-in custom plugin (the
-plan's script, its args pointed at this host's stand-ins for /var/lib/gpucluster, the kernel log and the boot
-id; it runs every second instead of every 30 so the tests do not wait)."""
+the driver's lines to: `plugin`, `logPath` and the parser are the only change) and the custom plugins (the
+plan's scripts, their args pointed at this host's stand-ins for /var/lib/gpucluster, the kernel log, the boot
+id, /sys/class/infiniband; they run every second instead of every 30 so the tests do not wait). The NVML
+detector (health_nvml.py) is a second node-problem-detector for the same node and state directory, its
+nvidia-smi a double that prints real output (no GPU here)."""
 
 from __future__ import annotations
 
@@ -13,8 +15,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from components.k8s.health import (BURN_IN_CHECK, BURN_IN_CONDITION, BURN_IN_MONITOR, CONDITION, MONITOR, NAME,
-                                   PORT_CHECK, PORT_CONDITION, PORT_MONITOR, PORTS_CONFIG, PORTS_FILE)
+from components.k8s import health_nvml
+from components.k8s.health import (BOOT_ID, BURN_IN_CHECK, BURN_IN_CONDITION, BURN_IN_MONITOR, CONDITION, MONITOR,
+                                   NAME, PORT_CHECK, PORT_CONDITION, PORT_MONITOR, PORTS_CONFIG, PORTS_DIR,
+                                   PORTS_FILE, STATE_DIR, SYSFS_RDMA)
 from components.nodes.burn_in import RESULT
 
 from .conftest import Cluster, wait_for
@@ -25,23 +29,34 @@ JOB_XID = next(line for line in SAMPLE if "): 13, pid=" in line)         # a job
 FELL_OFF = next(line for line in SAMPLE if "): 79, pid=1582259" in line)  # the GPU fell off the bus
 
 
-def plan_config(c: Cluster) -> dict[str, str]:
-    (config,) = [o for o in c.plan.objects if o["kind"] == "ConfigMap" and o["metadata"]["name"] == NAME]
+def plan_config(c: Cluster, name: str = NAME) -> dict[str, str]:
+    (config,) = [o for o in c.plan.objects if o["kind"] == "ConfigMap" and o["metadata"]["name"] == name]
     return config["data"]
 
 
-def _plugin(work: Path, data: dict[str, str], monitor: str, script: str, args: list[Path]) -> Path:
-    """One custom plugin monitor of the plan, its script and args pointed at this host's stand-ins, run every
-    second instead of every 30; the monitor's config file."""
+def _plugin(work: Path, data: dict[str, str], monitor: str, script: str, stand_ins: dict[str, Path]) -> Path:
+    """One custom plugin monitor of the plan, its script and the host paths among its rules' args swapped for
+    this host's stand-ins, run every second; the monitor's config file."""
     path = work / script
     path.write_text(data[script])
     path.chmod(0o755)
     config = json.loads(data[monitor])
     config["pluginConfig"]["invoke_interval"] = "1s"
-    (rule,) = config["rules"]
-    rule.update(path=str(path), args=[str(a) for a in args])
+    for rule in config["rules"]:
+        rule.update(path=str(path), args=[str(stand_ins.get(a, a)) for a in rule["args"]])
     (work / monitor).write_text(json.dumps(config))
     return work / monitor
+
+
+def _npd(c: Cluster, node: str, configs: dict[str, str], out: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """node-problem-detector for `node`, with the DaemonSet's NODE_NAME (from spec.nodeName)."""
+    return subprocess.Popen(
+        [str(TOOLS / "bin" / "node-problem-detector"), "--logtostderr", f"--hostname-override={node}",
+         *(f"--config.{kind}={path}" for kind, path in configs.items()),
+         f"--apiserver-override={c.cp.server}?inClusterConfig=false&auth={c.cp.kubeconfig}",
+         "--address=127.0.0.1", f"--port={free_port()}", "--prometheus-address=127.0.0.1",
+         f"--prometheus-port={free_port()}"], stdout=out.open("ab"), stderr=subprocess.STDOUT,
+        env={**os.environ, **env, "NODE_NAME": node})
 
 
 class Detector:
@@ -56,7 +71,8 @@ class Detector:
         kernel = {**json.loads(data[MONITOR]), "plugin": "filelog", "logPath": str(self.log),
                   "pluginConfig": {"timestamp": "^.{15}", "message": r"kernel: \[.*\] (.*)",
                                    "timestampFormat": "Jan _2 15:04:05"}}
-        burn_in = _plugin(work, data, BURN_IN_MONITOR, BURN_IN_CHECK, [self.state, self.log, self.boot_id])
+        burn_in = _plugin(work, data, BURN_IN_MONITOR, BURN_IN_CHECK,
+                          {STATE_DIR: self.state, "kmsg": self.log, BOOT_ID: self.boot_id})
         # The fabric port plugin: this node's ports in a stand-in for /sys/class/infiniband, every one ACTIVE.
         self.sysfs, ports_file = work / "infiniband", work / PORTS_FILE
         (ports_config,) = [o for o in c.plan.objects if o["kind"] == "ConfigMap"
@@ -66,20 +82,15 @@ class Detector:
         self.ports = next((line.split()[1:] for line in listed.splitlines() if line.split()[0] == node), [])
         for port in self.ports:
             self.port(port, "4: ACTIVE", "5: LinkUp", 0)
-        ports = _plugin(work, data, PORT_MONITOR, PORT_CHECK, [self.state, self.sysfs, ports_file])
+        ports = _plugin(work, data, PORT_MONITOR, PORT_CHECK,
+                        {STATE_DIR: self.state, SYSFS_RDMA: self.sysfs, f"{PORTS_DIR}/{PORTS_FILE}": ports_file})
         (work / MONITOR).write_text(json.dumps(kernel))
         self.configs = {"system-log-monitor": str(work / MONITOR), "custom-plugin-monitor": f"{burn_in},{ports}"}
         self.out = work / "npd.log"
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
-        self.proc = subprocess.Popen(
-            [str(TOOLS / "bin" / "node-problem-detector"), "--logtostderr", f"--hostname-override={self.node}",
-             *(f"--config.{kind}={path}" for kind, path in self.configs.items()),
-             f"--apiserver-override={self.c.cp.server}?inClusterConfig=false&auth={self.c.cp.kubeconfig}",
-             "--address=127.0.0.1", f"--port={free_port()}", "--prometheus-address=127.0.0.1",
-             f"--prometheus-port={free_port()}"], stdout=self.out.open("ab"), stderr=subprocess.STDOUT,
-            env={**os.environ, "NODE_NAME": self.node})           # the DaemonSet's env, from spec.nodeName
+        self.proc = _npd(self.c, self.node, self.configs, self.out, {})
 
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:
@@ -131,4 +142,39 @@ class Detector:
         conditions = self.c.cp.get("node", self.node)["status"].get("conditions", [])
         self.c.cp.kubectl("patch", "node", self.node, "--subresource=status", "--type=json", "-p", json.dumps(
             [{"op": "remove", "path": f"/status/conditions/{i}"} for i, x in reversed(list(enumerate(conditions)))
-             if x["type"] in (CONDITION, BURN_IN_CONDITION, PORT_CONDITION)]), check=False)
+             if x["type"] in (CONDITION, BURN_IN_CONDITION, PORT_CONDITION, *health_nvml.CONDITIONS.values())]),
+            check=False)
+
+
+class NvmlDetector:
+    """The NVML detector for a Detector's node and state directory: the plan's monitor and script, with an
+    nvidia-smi double on PATH that prints what the test gives it (real captures)."""
+
+    def __init__(self, d: Detector, work: Path):
+        self.d, self.bin = d, work / "nvml-bin"
+        self.bin.mkdir()
+        hosts = work / health_nvml.HOSTS_FILE
+        hosts.write_text(plan_config(d.c, health_nvml.HOSTS_CONFIG)[health_nvml.HOSTS_FILE])
+        monitor = _plugin(work, plan_config(d.c, health_nvml.NAME), health_nvml.MONITOR, health_nvml.CHECK,
+                          {STATE_DIR: d.state, f"{health_nvml.HOSTS_DIR}/{health_nvml.HOSTS_FILE}": hosts})
+        self.configs = {"custom-plugin-monitor": str(monitor)}
+        self.out = work / "npd-nvml.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def smi(self, query: str, links: str) -> None:
+        """What `nvidia-smi -q ...` and `nvidia-smi nvlink -s` print from now on."""
+        (self.bin / "query.txt").write_text(query)
+        (self.bin / "links.txt").write_text(links)
+        tool = self.bin / "nvidia-smi"
+        tool.write_text(f"#!/bin/bash\nif [[ $1 == nvlink ]]; then cat {self.bin}/links.txt; "
+                        f"else cat {self.bin}/query.txt; fi\n")
+        tool.chmod(0o755)
+
+    def start(self) -> None:
+        self.proc = _npd(self.d.c, self.d.node, self.configs, self.out,
+                         {"PATH": f"{self.bin}:{os.environ['PATH']}"})
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(timeout=30)

@@ -9,6 +9,7 @@ from typing import Iterator
 
 import pytest
 
+from components.k8s import health_nvml
 from components.k8s.health import BURN_IN_CONDITION, NAME
 
 from .conftest import Cluster, wait_for
@@ -66,8 +67,10 @@ def test_the_burn_in_monitor_holds_a_fault_past_the_reboot_until_a_burn_in_passe
     detector.wait_condition("False", "NoFaultSinceBurnIn", BURN_IN_CONDITION)
 
 
-def test_the_detector_runs_on_every_gpu_node(clean: Cluster):
+@pytest.mark.parametrize("name", [NAME, health_nvml.NAME])
+def test_each_detector_runs_on_every_gpu_node(clean: Cluster, name: str):
+    """The NVML detector's pods pass the RuntimeClass admission with the GPU Operator's runtime class."""
     gpu_nodes = {h.hostname for _, h in clean.spec.hosts()}
     pods = lambda: {p["spec"].get("nodeName") for p in clean.cp.get(  # noqa: E731
-        "pods", namespace="kube-system", selector=f"app.kubernetes.io/name={NAME}")["items"]}
-    wait_for(lambda: pods() == gpu_nodes, 60, lambda: f"detector pods on {sorted(pods())}, GPU nodes {sorted(gpu_nodes)}")
+        "pods", namespace="kube-system", selector=f"app.kubernetes.io/name={name}")["items"]}
+    wait_for(lambda: pods() == gpu_nodes, 60, lambda: f"{name} pods on {sorted(pods())}, GPU nodes {sorted(gpu_nodes)}")

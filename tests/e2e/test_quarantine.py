@@ -14,15 +14,21 @@ from typing import Any, Iterator
 import pytest
 
 from components.k8s.health import BURN_IN_CONDITION, PORT_CONDITION
+from components.k8s.health_nvml import NVLINK_CONDITION, TEMPERATURE_CONDITION, HOT_SINCE
 from components.k8s.labels import QUARANTINE_TAINT
 from components.k8s.quarantine import RULE
 
 from . import readiness
 from .conftest import Cluster, wait_for
-from .detector import FELL_OFF, Detector
+from .detector import FELL_OFF, Detector, NvmlDetector
 from .scenarios import Grant, grants
 
 pytestmark = pytest.mark.e2e
+
+SAMPLES = Path(__file__).resolve().parents[1] / "samples"
+QUERY = (SAMPLES / "nvidia_smi_q_h800.txt").read_text()         # real `nvidia-smi -q`: GPU 00000000:18:00.0 at 35 C
+NVLINK_OK = (SAMPLES / "nvidia_smi_nvlink_s_8xh100.txt").read_text()
+NVLINK_DEGRADED = (SAMPLES / "nvidia_smi_nvlink_s_degraded.txt").read_text()
 
 
 def plan_rule(c: Cluster) -> dict[str, Any]:
@@ -229,5 +235,59 @@ def test_a_fabric_port_that_goes_down_quarantines_the_node_until_it_is_back_and_
         d.wait_condition("False", "NoFaultSinceBurnIn", BURN_IN_CONDITION)
         assert not readiness.reconcile(clean.cp, rule, node)
     finally:
+        d.forget()
+        _unquarantine(clean)
+
+
+def test_a_gpu_that_stays_too_hot_or_loses_an_nvlink_quarantines_the_node_until_a_burn_in(clean: Cluster,
+                                                                                         tmp_path: Path):
+    """The real NVML detector beside the real kernel detector on one node, each patching its own conditions;
+    nvidia-smi prints real captures. Its looks of the last eleven minutes are the state file it keeps."""
+    rule = _enforced_rule(clean)
+    if TEMPERATURE_CONDITION not in {c["type"] for c in rule["spec"]["conditions"]}:
+        pytest.skip("the stack does not quarantine on temperature")
+    node = next((h.hostname for p in clean.spec.node_pools if p.gpu.nvswitch for h in p.hosts), None)
+    if node is None:
+        pytest.skip("no GPU host on an NVSwitch board")
+    d = _watched(clean, node, tmp_path)
+    n = NvmlDetector(d, tmp_path)
+    n.smi(QUERY, NVLINK_OK)
+    n.start()
+    try:
+        d.wait_condition("False", "GpuTemperatureNormal", TEMPERATURE_CONDITION)
+        d.wait_condition("False", "NvlinksUp", NVLINK_CONDITION)
+        assert not readiness.reconcile(clean.cp, rule, node)
+        limit = clean.spec.kubernetes.monitoring.gpu_temperature_limit_c
+        n.smi(QUERY.replace("GPU Current Temp                  : 35 C",
+                            f"GPU Current Temp                  : {limit + 6} C"), NVLINK_OK)
+        since = d.state / HOT_SINCE
+        wait_for(lambda: since.exists() and since.read_text().strip(), 30, lambda: "no look above the limit")
+
+
+        def hot_for_eleven_minutes() -> dict[str, Any] | None:
+            # Rewritten until the detector reads it: a look may have read the file just before a write.
+            now = int(time.time())
+            since.write_text(f"00000000:18:00.0 {now - 660} {now}\n")
+            x = d.condition(TEMPERATURE_CONDITION)
+            return x if x and x["status"] == "True" else None
+        held = wait_for(hot_for_eleven_minutes, 60, lambda: f"{d.condition(TEMPERATURE_CONDITION)}\n"
+                                                            f"{n.out.read_text()[-2000:]}")
+        assert held["reason"] == "GpuAboveTemperatureLimit"
+        assert f"GPU 00000000:18:00.0 at {limit + 6} C for 11 min" in held["message"]
+        d.wait_condition("True", "FaultSinceBurnIn", BURN_IN_CONDITION)
+        assert d.condition()["status"] == "False"           # the kernel detector's condition is its own
+        assert readiness.reconcile(clean.cp, rule, node)
+        n.smi(QUERY, NVLINK_OK)                               # the fan is replaced: 35 C again
+        d.wait_condition("False", "GpuTemperatureNormal", TEMPERATURE_CONDITION)
+        assert readiness.reconcile(clean.cp, rule, node)      # held until a burn-in passes
+        d.burn_in()
+        d.wait_condition("False", "NoFaultSinceBurnIn", BURN_IN_CONDITION)
+        assert not readiness.reconcile(clean.cp, rule, node)
+        n.smi(QUERY, NVLINK_DEGRADED)                         # while jobs run, a link drops out
+        down = d.wait_condition("True", "NvlinkDownOrDegraded", NVLINK_CONDITION)
+        assert down["message"].startswith(f"NVLink down on {node}: GPU ")
+        assert readiness.reconcile(clean.cp, rule, node)
+    finally:
+        n.stop()
         d.forget()
         _unquarantine(clean)

@@ -130,5 +130,6 @@ def test_a_host_added_mid_pool_moves_later_hosts_to_later_batches_and_changes_no
     drain = next(u for u in old if u.endswith("::dev-h100-gpu-dev-02-drain"))
     assert old[drain]["dependsOn"] != new[drain]["dependsOn"]          # it now waits for gpu-dev-01a's batch
     touched = {d.urn.rsplit("::", 1)[-1] for d in diff_plans(before, after) if d.action not in ("create", "read")}
-    # components' intent, and the detector's list of fabric ports (read on every look: no pod restarts)
-    assert touched <= {"dev-h100", "dev-fabric", "dev", "dev-k8s-gpu-health-ports"}, touched
+    # components' intent, and the detectors' lists of fabric ports and NVSwitch hosts (read on every look: no
+    # pod restarts)
+    assert touched <= {"dev-h100", "dev-fabric", "dev", "dev-k8s-gpu-health-ports", "dev-k8s-gpu-nvml-hosts"}, touched

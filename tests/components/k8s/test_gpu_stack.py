@@ -147,7 +147,8 @@ def test_alerts_use_only_metrics_dcgm_exports(dev_spec):
         assert used <= exported, rule["alert"]
     assert {r["alert"] for r in rules} == {"GpuTemperatureHigh", "GpuXidError", "GpuEccDoubleBitError",
                                            "GpuThermalThrottling", "GpuPowerThrottling", "GpusMissingH100",
-                                           "GpuHardwareFault", "GpuNodeQuarantined", "GpuHealthCheckFailed"}
+                                           "GpuHardwareFault", "GpuNodeUnhealthy", "GpuNodeQuarantined",
+                                           "GpuHealthCheckFailed"}
     assert next(r for r in rules if r["alert"] == "GpuTemperatureHigh")["expr"].endswith("> 85")
     assert next(r for r in rules if r["alert"] == "GpusMissingH100")["expr"].endswith("< 8")
 
@@ -346,6 +347,25 @@ def test_the_quarantine_alert_holds_while_the_node_carries_the_quarantine_taint(
                                            "reboot, burn it in again with `pulumi up --replace` of its "
                                            "<pool>-<host>-burn-in resource"}}]},
         {"eval_time": "6m", "alertname": "GpuNodeQuarantined", "exp_alerts": []},    # the taint is gone
+    ])
+
+
+@PROMTOOL
+def test_the_unhealthy_alert_names_each_nvml_condition_a_node_carries(dev_spec, tmp_path):
+    """Over kube-state-metrics' node condition series: one alert per node and condition of the NVML detector;
+    the kernel detector's conditions have alerts of their own."""
+    series = 'kube_node_status_condition{{node="gpu-dev-01", condition="{}", status="{}"}}'
+    promtool(dev_spec, tmp_path, [
+        {"series": series.format("GpuOverheating", "true"), "values": "0 1 1 0"},
+        {"series": series.format("GpuNvlinkDown", "true"), "values": "0 0 1 1"},
+        {"series": series.format("GpuBurnInRequired", "true"), "values": "1 1 1 1"},
+    ], [
+        {"eval_time": "0m", "alertname": "GpuNodeUnhealthy", "exp_alerts": []},
+        {"eval_time": "2m", "alertname": "GpuNodeUnhealthy", "exp_alerts": [
+            {"exp_labels": {"severity": "critical", "node": "gpu-dev-01", "condition": c},
+             "exp_annotations": {"summary": f"node gpu-dev-01: {c} (a GPU above the temperature limit for too "
+                                            "long, or an NVLink down); `kubectl describe node gpu-dev-01` says "
+                                            "which GPU"}} for c in ("GpuOverheating", "GpuNvlinkDown")]},
     ])
 
 

@@ -11,7 +11,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from components.k8s import gpu_operator, health, network_operator, nfd, quarantine
+from components.k8s import gpu_operator, health, health_nvml, network_operator, nfd, quarantine
 from components.k8s.gpu_stack import GpuKubernetesStack, render_namespaces
 from components.k8s.labels import POOL_LABEL, QUARANTINE_TAINT, system_tolerations
 from components.offline.diff import diff_plans
@@ -31,10 +31,12 @@ def with_quarantine(make_spec, **settings):
 def test_the_rule_holds_the_taint_until_every_health_condition_is_false(dev_spec):
     rule = quarantine.render_rule(dev_spec).obj["spec"]
     detector = {c["type"] for cfg in (health.monitor_config(dev_spec), health.burn_in_monitor_config(),
-                                      health.port_monitor_config()) for c in cfg["conditions"]}
-    # exactly the conditions the detector sets; one it had not yet reported counts as healthy (a new node)
-    assert {c["type"] for c in rule["conditions"]} == detector == {health.CONDITION, health.BURN_IN_CONDITION,
-                                                                   health.PORT_CONDITION}
+                                      health.port_monitor_config(), health_nvml.monitor_config(dev_spec))
+                for c in cfg["conditions"]}
+    # exactly the conditions the detectors set; one not yet reported counts as healthy (a new node)
+    assert {c["type"] for c in rule["conditions"]} == detector == {
+        health.CONDITION, health.BURN_IN_CONDITION, health.PORT_CONDITION, health_nvml.TEMPERATURE_CONDITION,
+        health_nvml.NVLINK_CONDITION}
     assert all(c["requiredStatus"] == "False" == c["defaultStatus"] for c in rule["conditions"])
     assert rule["enforcementMode"] == "continuous"        # v0.5.0 requires every condition (no conditionPolicy)
     assert rule["taint"]["key"] == QUARANTINE_TAINT
