@@ -1,5 +1,5 @@
-"""Active health checks between jobs: a short DCGM diagnostic (and the NVLinks of an NVSwitch board) on each idle
-GPU node, queued through Kueue.
+"""Active health checks between jobs: a short DCGM diagnostic (and the NVLinks of an NVSwitch board), then an NCCL
+all_reduce across the node's GPUs, on each idle GPU node, queued through Kueue.
 
 Kueue is the engine that knows when a node is idle, so the check is a Kueue workload, not a timer of our own:
 - one CronJob per host queues a Job that asks for all of the host's GPUs, on that host only (a nodeSelector that
@@ -27,6 +27,9 @@ from ..spec import ClusterSpec, Host, NodePool
 from ..spec.cluster import OPERATOR_NAMESPACES, checked_pools
 from ..spec.kubernetes import LOWEST_PRIORITY
 from ..spec.hardware import GPU_RESOURCE
+from ..fabric.checks import NCCL_TESTS
+from ..fabric.nccl import LARGEST_BUSBW_AWK
+from ..nodes.burn_in import min_busbw
 from .health import CHECK_RECORD, NVLINK_DOWN, STATE_DIR
 from .images import mirrored
 from .jobs import QUEUE_LABEL
@@ -38,6 +41,7 @@ NAMESPACE = OPERATOR_NAMESPACES["health_checks"]
 NAME = "gpucluster-health-checks"         # the ClusterQueue and the PriorityClass
 HOST_LABEL = "gpucluster.io/host"         # on each CronJob, its Jobs and their pods: which node a result is for
 SCRIPT = "run-check.sh"
+NCCL_SCRIPT = "run-nccl.sh"
 HOSTNAME = "kubernetes.io/hostname"
 _LABELS = {"app.kubernetes.io/name": NAME, "app.kubernetes.io/managed-by": "pulumi"}
 _CRONJOB_NAME_MAX = 52                    # the API server's limit: the controller appends 11 characters
@@ -57,6 +61,17 @@ def cronjob_name(hostname: str) -> str:
     return f"{name[:_CRONJOB_NAME_MAX - 9].rstrip('.-')}-{digest}"
 
 
+# A failed test, recorded on the host where the detector reads it and holds the node until a burn-in passes.
+_FAIL = r'''record=$state/@RECORD@
+fail() {
+  mkdir -p "$state"
+  printf 'check %s failed\n%s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "active check failed: $1" > "$record.new"
+  mv -f "$record.new" "$record"
+  echo "FAILED: $1; the node stays quarantined until a burn-in passes"
+  exit 1
+}
+'''
+
 # Run in validation.dcgm_image (Ubuntu, bash and awk) with every GPU of the host. Exit 0: passed; 1: a test
 # failed or, on an NVSwitch board, an NVLink is down or trained below full speed, recorded on the host so that
 # the node is quarantined; 2: no verdict (the diagnostic did not run or
@@ -66,7 +81,7 @@ set -euo pipefail
 state=$1     # the host's /var/lib/gpucluster, where the detector reads the record
 level=$2     # dcgmi diag -r <level>
 nvlink=$3    # 1: an NVSwitch board, where every NVLink of every GPU must be up at full speed
-record=$state/@RECORD@
+RECORD_FAILURE
 nv-hostengine >/dev/null || { echo "nv-hostengine did not start: no verdict on the GPUs"; exit 2; }
 status=0
 out=$(dcgmi diag -r "$level" 2>&1) || status=$?
@@ -91,11 +106,7 @@ if (( nvlink )) && (( ran > 0 )); then
   fi
 fi
 if [[ -n $failed ]]; then
-  mkdir -p "$state"
-  printf 'check %s failed\n%s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "active check failed: $failed" > "$record.new"
-  mv -f "$record.new" "$record"
-  echo "FAILED: $failed; the node stays quarantined until a burn-in passes"
-  exit 1
+  fail "$failed"
 fi
 if (( status != 0 || ran == 0 )); then
   echo "dcgmi diag -r $level exited $status with no failed test among $ran: no verdict on the GPUs"
@@ -105,8 +116,44 @@ echo "passed: dcgmi diag -r $level, $ran tests"
 '''
 
 
+# Run in fabric.checks.nccl_tests_image once the DCGM diagnostic passed, with every GPU of the host in one
+# process: all_reduce at 8 GiB only, the size whose bus bandwidth the burn-in judges (seconds, not the burn-in's
+# sweep). Exit 1: values came back wrong (nccl-tests' own check, "Out of bounds values : N FAILED", which also
+# makes it exit 1: data corruption) or the bus bandwidth is below the pool's burn-in minimum, recorded like a
+# failed test; 2: no verdict (it did not run or printed no bandwidth).
+_NCCL = r'''#!/bin/bash
+set -euo pipefail
+state=$1     # the host's /var/lib/gpucluster, where the detector reads the record
+gpus=$2      # every GPU of the host
+min=$3       # GB/s: the pool's burn-in minimum at 8 GiB
+RECORD_FAILURE
+status=0
+out=$(@BIN@ -b 8G -e 8G -g "$gpus" 2>&1) || status=$?
+printf '%s\n' "$out"
+wrong=$(sed -n 's/^[# ]*Out of bounds values : \([0-9]*\) FAILED.*/\1/p' <<<"$out")
+if [[ -n $wrong ]]; then
+  fail "NCCL all_reduce on $gpus GPUs returned $wrong wrong value(s)"
+fi
+busbw=$(LARGEST_BUSBW <<<"$out")
+if (( status != 0 )) || [[ -z $busbw ]]; then
+  echo "all_reduce_perf exited $status with no bus bandwidth: no verdict on the GPUs"
+  exit 2
+fi
+if awk -v b="$busbw" -v min="$min" 'BEGIN { exit !(b < min) }'; then
+  fail "NCCL all_reduce bus bandwidth $busbw GB/s at 8 GiB on $gpus GPUs is below $min GB/s"
+fi
+echo "passed: NCCL all_reduce bus bandwidth $busbw GB/s at 8 GiB on $gpus GPUs (minimum $min)"
+'''
+
+
 def check_script() -> str:
-    return fill(_CHECK, RECORD=PurePosixPath(CHECK_RECORD).name, NVLINK=NVLINK_DOWN)
+    return fill(_CHECK.replace("RECORD_FAILURE\n", _FAIL), RECORD=PurePosixPath(CHECK_RECORD).name,
+                NVLINK=NVLINK_DOWN)
+
+
+def nccl_script() -> str:
+    return fill(_NCCL.replace("RECORD_FAILURE\n", _FAIL).replace("LARGEST_BUSBW", LARGEST_BUSBW_AWK),
+                RECORD=PurePosixPath(CHECK_RECORD).name, BIN=NCCL_TESTS)
 
 
 def _cluster_queue(spec: ClusterSpec, pools: list[NodePool]) -> dict[str, Any]:
@@ -126,18 +173,22 @@ def _cluster_queue(spec: ClusterSpec, pools: list[NodePool]) -> dict[str, Any]:
 def _cronjob(spec: ClusterSpec, pool: NodePool, host: Host) -> Manifest:
     a = spec.kubernetes.health.active_checks
     labels = {**_LABELS, HOST_LABEL: host.hostname, POOL_LABEL: pool.name}
-    pod = {
-        "restartPolicy": "Never", "priorityClassName": NAME, "nodeSelector": {HOSTNAME: host.hostname},
-        "containers": [{
-            "name": "dcgm-diag", "image": mirrored(spec.validation.dcgm_image, spec),
+    # Every GPU of the host: admitted only while none is in use. DCGM's host engine and the diagnostic's plugins
+    # want a few GiB of host memory; no limit, so a large host never kills the check for it.
+    step = {"resources": {"requests": {"cpu": "2", "memory": "8Gi"}, "limits": {GPU_RESOURCE: pool.gpu.count}},
+            "volumeMounts": [{"name": "state", "mountPath": STATE_DIR},
+                             {"name": "check", "mountPath": "/check", "readOnly": True}]}
+    dcgm = {"name": "dcgm-diag", "image": mirrored(spec.validation.dcgm_image, spec),
             "command": ["/bin/bash", f"/check/{SCRIPT}", STATE_DIR, str(a.dcgm_level), str(int(pool.gpu.nvswitch))],
             # nvidia-smi comes with the driver's utilities, which the container toolkit mounts on request.
-            "env": [{"name": "NVIDIA_DRIVER_CAPABILITIES", "value": "compute,utility"}],
-            # Every GPU of the host: admitted only while none is in use. DCGM's host engine and the diagnostic's
-            # plugins want a few GiB of host memory; no limit, so a large host never kills the check for it.
-            "resources": {"requests": {"cpu": "2", "memory": "8Gi"}, "limits": {GPU_RESOURCE: pool.gpu.count}},
-            "volumeMounts": [{"name": "state", "mountPath": STATE_DIR},
-                             {"name": "check", "mountPath": "/check", "readOnly": True}]}],
+            "env": [{"name": "NVIDIA_DRIVER_CAPABILITIES", "value": "compute,utility"}], **step}
+    # The NCCL test runs once the diagnostic passed: an init container's failure ends the pod before it.
+    nccl = {"name": "nccl-all-reduce", "image": mirrored(spec.fabric.checks.nccl_tests_image, spec),
+            "command": ["/bin/bash", f"/check/{NCCL_SCRIPT}", STATE_DIR, str(pool.gpu.count), str(min_busbw(pool))],
+            **step}
+    pod = {
+        "restartPolicy": "Never", "priorityClassName": NAME, "nodeSelector": {HOSTNAME: host.hostname},
+        **({"initContainers": [dcgm], "containers": [nccl]} if a.nccl else {"containers": [dcgm]}),
         "volumes": [{"name": "state", "hostPath": {"path": STATE_DIR, "type": "DirectoryOrCreate"}},
                     {"name": "check", "configMap": {"name": "gpu-check", "defaultMode": 0o555}}]}
     return Manifest(f"gpu-check-{host.hostname}", {
@@ -180,6 +231,6 @@ def render_health_checks(spec: ClusterSpec) -> list[Manifest]:
         Manifest("health-check-script", {
             "apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": "gpu-check", "namespace": NAMESPACE, "labels": dict(_LABELS)},
-            "data": {SCRIPT: check_script()}}),
+            "data": {SCRIPT: check_script(), NCCL_SCRIPT: nccl_script()}}),
         *(_cronjob(spec, pool, host) for pool in pools for host in pool.hosts),
     ]

@@ -206,8 +206,9 @@ def _active_checks_line(spec: ClusterSpec) -> str:
         return ("No active checks between jobs" + (" (`kubernetes.health.active_checks.enabled: false`)."
                                                    if not a.enabled else ": no pool burns in with whole GPUs."))
     hosts = sum(len(p.hosts) for p in pools)
-    return (f"Active checks between jobs: `dcgmi diag -r {a.dcgm_level}` (and the NVLinks of NVSwitch boards) on "
-            f"each of the {hosts} nodes of "
+    nccl = ", then an NCCL all_reduce at 8 GiB across the node's GPUs at its burn-in minimum," if a.nccl else ""
+    return (f"Active checks between jobs: `dcgmi diag -r {a.dcgm_level}` (and the NVLinks of NVSwitch boards){nccl} "
+            f"on each of the {hosts} nodes of "
             f"{', '.join(p.name for p in pools)} (`{a.schedule}`, UTC), queued by Kueue in `{HEALTH_CHECKS}` at the "
             "lowest priority and admitted only while every GPU of the node is free; it never preempts a tenant, "
             "and tenants reclaim their GPUs from it. A failed test is recorded on the host and holds the node "

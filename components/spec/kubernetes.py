@@ -210,13 +210,14 @@ class QuarantineSettings(CrdSource):
 
 
 class ActiveCheckSettings(SpecModel):
-    """A short DCGM diagnostic (and, on NVSwitch boards, every NVLink up at full speed) on every idle GPU node,
-    between tenants' jobs. Each host has a CronJob in the namespace gpu-health-checks whose Job asks Kueue for all
-    of the host's GPUs on that host only, at the lowest priority, through a ClusterQueue with no quota of its
-    own: it borrows what tenants leave unused, never preempts (tenants reclaim from it), and topology-aware
-    scheduling admits it only while every GPU of its host is free. A failed check records the failure on the host, and the detector's GpuBurnInRequired holds the node
-    in quarantine until a burn-in passes. Runs on pools that burn in and give pods whole GPUs (a shared pool's
-    jobs would never leave the host idle long enough; MIG slices are not diagnosed by DCGM)."""
+    """A short DCGM diagnostic (and, on NVSwitch boards, every NVLink up at full speed), then an NCCL all_reduce
+    across the host's GPUs, on every idle GPU node, between tenants' jobs. Each host has a CronJob in the
+    namespace gpu-health-checks whose Job asks Kueue for all of the host's GPUs on that host only, at the lowest
+    priority, through a ClusterQueue with no quota of its own: it borrows what tenants leave unused, never
+    preempts (tenants reclaim from it), and topology-aware scheduling admits it only while every GPU of its host
+    is free. A failed check records the failure on the host, and the detector's GpuBurnInRequired holds the
+    node in quarantine until a burn-in passes. Runs on pools that burn in and give pods whole GPUs (a shared
+    pool's jobs would never leave the host idle long enough; MIG slices are not diagnosed by DCGM)."""
 
     enabled: bool = Field(True, description="Omitted: every idle GPU node is checked on the schedule.")
     schedule: CronSchedule = Field("0 */6 * * *", description="When each host's check is queued (cron, UTC). A "
@@ -228,6 +229,9 @@ class ActiveCheckSettings(SpecModel):
                        "about two minutes). Omitted: 1. The image is validation.dcgm_image.")
     timeout_s: int = Field(900, ge=60, le=3600, description="How long a check may run once admitted before it "
                                                             "counts as failed to run. Omitted: 900.")
+    nccl: bool = Field(True, description="After the diagnostic, an NCCL all_reduce at 8 GiB across the host's GPUs "
+                                         "(fabric.checks.nccl_tests_image) must return right values at the pool's "
+                                         "burn-in minimum bus bandwidth. Omitted: yes.")
 
 
 class GpuMonitorSettings(SpecModel):

@@ -13,6 +13,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from components.fabric.checks import NCCL_TESTS
 from components.k8s import health_checks
 from components.k8s.gpu_stack import GpuKubernetesStack, render_namespaces
 from components.k8s.health import CHECK_RECORD, STATE_DIR, burn_in_monitor_config
@@ -23,6 +24,7 @@ from components.offline.plan import build_plan
 from components.spec import parse_spec
 from components.spec.cluster import checked_pools
 from components.spec.kubernetes import LOWEST_PRIORITY
+from components.nodes.burn_in import min_busbw
 from tests.components.k8s.test_health import Host
 from tests.conftest import ROOT, problems_of
 
@@ -158,6 +160,86 @@ def test_the_check_passes_shellcheck(node):
     assert out.returncode == 0, out.stdout
 
 
+# --- the NCCL step: all_reduce across the host's GPUs after the diagnostic --------------------------------------
+
+# all_reduce_perf's table at 8 GiB on 8 H100s (the sample's last row: 473.39 GB/s out of place), as `-b 8G -e 8G`
+# prints it; the same row at a third of the bandwidth (a GPU's NVLinks trained down); and nccl-tests' verdict
+# when values come back wrong (it exits 1 then: common.cu).
+NCCL_ROWS = (SAMPLES / "all_reduce_perf_8xh100.txt").read_text().splitlines()[2:]     # past the file's note
+_TABLE = next(i for i, line in enumerate(NCCL_ROWS) if not line.startswith("#"))
+NCCL_OK = "\n".join([*NCCL_ROWS[:_TABLE], NCCL_ROWS[-4], "# Out of bounds values : 0 OK",
+                      "# Avg bus bandwidth    : 473.39", "#"]) + "\n"
+NCCL_SLOW = NCCL_OK.replace("473.39      0", "157.80      0")
+NCCL_WRONG = NCCL_OK.replace("# Out of bounds values : 0 OK", "# Out of bounds values : 12 FAILED")
+
+
+class Nccl:
+    """The NCCL step as its container runs it, all_reduce_perf a double printing nccl-tests' output (the
+    script's path to it is the one change), and the detector's plugin over the same host directory."""
+
+    def __init__(self, tmp_path: Path, spec):
+        self.pool = spec.node_pools[0]
+        self.host = Host(tmp_path, spec)
+        self.tool = tmp_path / "all_reduce_perf"
+        self.script = tmp_path / health_checks.NCCL_SCRIPT
+        self.script.write_text(health_checks.nccl_script().replace(NCCL_TESTS, str(self.tool)))
+
+    def run(self, output: str, code: int = 0) -> tuple[int, str]:
+        (self.tool.parent / "nccl.out").write_text(output)
+        self.tool.write_text(f'#!/bin/bash\n[[ "$*" == "-b 8G -e 8G -g {self.pool.gpu.count}" ]] || exit 9\n'
+                             f'cat "{self.tool.parent}/nccl.out"\nexit {code}\n')
+        self.tool.chmod(0o755)
+        out = subprocess.run(["/bin/bash", str(self.script), str(self.host.state), str(self.pool.gpu.count),
+                              str(min_busbw(self.pool))], capture_output=True, text=True, timeout=30)
+        return out.returncode, out.stdout.strip().splitlines()[-1]
+
+
+@pytest.fixture
+def nccl(tmp_path, dev_spec) -> Nccl:
+    n = Nccl(tmp_path, dev_spec)
+    n.host.burn_in()
+    return n
+
+
+def test_the_nccl_step_passes_at_the_burn_ins_bandwidth(nccl):
+    minimum = min_busbw(nccl.pool)
+    assert nccl.run(NCCL_OK) == (0, f"passed: NCCL all_reduce bus bandwidth 473.39 GB/s at 8 GiB on 8 GPUs "
+                                    f"(minimum {minimum})")
+    assert not (nccl.host.state / Path(CHECK_RECORD).name).exists() and nccl.host.check()[0] == 0
+
+
+@pytest.mark.parametrize("output, code, failure", [
+    (NCCL_SLOW, 0, "NCCL all_reduce bus bandwidth 157.80 GB/s at 8 GiB on 8 GPUs is below {min} GB/s"),
+    (NCCL_WRONG, 1, "NCCL all_reduce on 8 GPUs returned 12 wrong value(s)")])
+def test_slow_or_wrong_all_reduce_holds_the_node_until_a_burn_in_passes(nccl, output, code, failure):
+    failure = failure.format(min=min_busbw(nccl.pool))
+    assert nccl.run(output, code) == (1, f"FAILED: {failure}; the node stays quarantined until a burn-in passes")
+    assert nccl.host.check() == (1, f"no burn-in passed since this GPU fault: active check failed: {failure}")
+    nccl.host.burn_in()
+    assert nccl.host.check()[0] == 0
+
+
+@pytest.mark.parametrize("output, code", [("", 1), ("NCCL failure common.cu:1011 'unhandled cuda error'\n", 1),
+                                          ("\n".join(NCCL_ROWS[:_TABLE]) + "\n", 0)])     # the header only
+def test_an_nccl_step_that_gets_no_bandwidth_fails_without_quarantining(nccl, output, code):
+    got, message = nccl.run(output, code)
+    assert got == 2 and message.endswith("with no bus bandwidth: no verdict on the GPUs")
+    assert nccl.host.check()[0] == 0
+
+
+@pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck is not installed (.ci/run installs it)")
+def test_the_nccl_step_passes_shellcheck(nccl):
+    out = subprocess.run(["shellcheck", "-S", "style", str(nccl.script)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout
+
+
+def test_without_nccl_the_diagnostic_is_the_whole_check(make_spec):
+    spec = make_spec(lambda d: d["kubernetes"].setdefault("health", {}).update(active_checks={"nccl": False}))
+    pod = next(o for (kind, _), o in _objects(spec).items() if kind == "CronJob")["spec"]["jobTemplate"]["spec"][
+        "template"]["spec"]
+    assert "initContainers" not in pod and [c["name"] for c in pod["containers"]] == ["dcgm-diag"]
+
+
 # --- what Kueue and the kube-scheduler are told --------------------------------------------------------------
 
 def _objects(spec) -> dict[tuple[str, str], dict]:
@@ -195,10 +277,14 @@ def test_each_host_has_a_check_asking_for_all_its_gpus_on_that_host_only(dev_spe
             pod = job["spec"]["template"]["spec"]
             assert pod["nodeSelector"] == {"kubernetes.io/hostname": host.hostname}
             assert pod["priorityClassName"] == health_checks.NAME
-            (c,) = pod["containers"]
-            assert c["resources"]["limits"] == {"nvidia.com/gpu": pool.gpu.count}
+            # The diagnostic first (an init container: its failure ends the pod), then the NCCL test.
+            (c,), (nccl,) = pod["initContainers"], pod["containers"]
+            assert c["resources"]["limits"] == nccl["resources"]["limits"] == {"nvidia.com/gpu": pool.gpu.count}
             assert c["command"][-3:] == [STATE_DIR, "1", "1"]          # level 1; an NVSwitch board (HGX H100)
             assert {"name": "NVIDIA_DRIVER_CAPABILITIES", "value": "compute,utility"} in c["env"]
+            assert nccl["image"] == dev_spec.fabric.checks.nccl_tests_image
+            assert nccl["command"][1:] == [f"/check/{health_checks.NCCL_SCRIPT}", STATE_DIR, str(pool.gpu.count),
+                                           str(min_busbw(pool))]      # the burn-in's own minimum
             volumes = {v["name"]: v for v in pod["volumes"]}
             assert volumes["state"]["hostPath"]["path"] == STATE_DIR == str(Path(CHECK_RECORD).parent)
     assert objs[("LocalQueue", "default")]["spec"] == {"clusterQueue": health_checks.NAME}
