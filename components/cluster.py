@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import pulumi
 
@@ -47,54 +47,61 @@ class GpuCluster(pulumi.ComponentResource):
                  opts: pulumi.ResourceOptions | None = None, *, kubeconfig: pulumi.Input[str] | None = None,
                  kube_context: str | None = None):
         super().__init__(self.TYPE, name, {"name": spec.name, "environment": spec.environment}, opts)
-        child = pulumi.ResourceOptions(parent=self)
-        self.fabric = Fabric(f"{name}-fabric", spec, ssh_private_key, opts=child, gpu_hosts=False)
-        # Each GPU host's fabric settings run in its preparation's SSH session; hosts wait for the subnet
-        # managers, so pools with one go first.
-        sms = set(spec.fabric.subnet_managers)
-        after = list(self.fabric.subnet_managers)
-        # A Node opens to work only once its filesystem client is mounted, and the client is set up after the
-        # host's preparation: the pools' Node patches wait on a value each host's client resolves later.
-        mounted: dict[str, asyncio.Future[pulumi.Resource]] = {
-            h.hostname: asyncio.get_event_loop().create_future() for _, h in spec.hosts()}
-        self.node_pools = {}
-        for p in sorted(spec.node_pools, key=lambda p: not any(h.hostname in sms for h in p.hosts)):
-            pool = GpuNodePool(f"{name}-{p.name}", NodePoolArgs.from_spec(spec, p), ssh_private_key, opts=child,
-                               fabric={h.hostname: self.fabric.host_scripts[h.hostname] for h in p.hosts
-                                       if h.hostname in self.fabric.host_scripts},
-                               after=after, subnet_managers=sms,
-                               host_ready={h.hostname: [mounted[h.hostname]] for h in p.hosts},
-                               kubeconfig=kubeconfig, kube_context=kube_context)
-            after = after + pool.subnet_managers
-            self.node_pools[p.name] = pool
-        self.node_pools = {p.name: self.node_pools[p.name] for p in spec.node_pools}
-        ready = {h: [r] for pool in self.node_pools.values() for h, r in pool.prepared.items()}
-        # Storage servers set up their filesystem once their fabric settings (RoCE QoS, a subnet manager) are in.
-        ready.update({h: [r] for h, r in self.fabric.host_commands.items() if h not in ready})
-        self.kubernetes = GpuKubernetesStack(f"{name}-k8s", spec, opts=child)
-        self.tenancy = tenancy_of(spec)
-        self.tenants = {t.name: Tenant(f"{name}-{t.name}", TenantArgs.from_tenancy(self.tenancy, t),
-                                       kueue_ready=self.kubernetes.kueue_ready, opts=child)
-                        for t in spec.tenants}
-        self.storage = None
-        try:
-            if spec.storage.kind != "none":
-                self.storage = ParallelFilesystem(
-                    f"{name}-storage", spec, ssh_private_key, opts=child, host_ready=ready,
-                    namespaces={t.namespace_name: self.tenants[t.name].namespace for t in spec.tenants})
-        finally:     # resolved even when the filesystem fails to build, so no registration waits forever
-            clients = self.storage.clients if self.storage is not None else {}
-            for host, future in mounted.items():
-                future.set_result(clients.get(host) or ready[host][0])
-        # The whole spec is an output, not an input, so a change shows only on the components and resources whose
-        # slice it is; and one JSON text, not a tree, since each child already registers its slice for policies
-        # and the SDK serializes a tree value by value. What the children register is theirs alone.
-        self.register_outputs({
-            "spec_json": spec.model_dump_json(),
-            "environment": spec.environment,
-            "racks": {name: {"pdu_capacity_kw": p.capacity_kw, "pdu_redundancy": p.redundancy,
-                             "peak_kw": p.peak_kw, "peak": p.listing(), "unknown": list(p.unknown)}
-                      for name, p in spec.rack_power().items()},
-            "system_namespaces": sorted(spec.system_namespaces),
-            "gpus": spec.gpus,
-        })
+        compose(self, name, spec, ssh_private_key, kubeconfig=kubeconfig, kube_context=kube_context)
+
+
+def compose(cluster: Any, name: str, spec: ClusterSpec, ssh_private_key: pulumi.Input[str], *,
+            kubeconfig: pulumi.Input[str] | None, kube_context: str | None) -> None:
+    """GpuCluster's children and outputs, under `cluster`: a GpuCluster, or the component provider's
+    (provider.py), which registers the same children under the same type from args any language can give."""
+    child = pulumi.ResourceOptions(parent=cluster)
+    cluster.fabric = Fabric(f"{name}-fabric", spec, ssh_private_key, opts=child, gpu_hosts=False)
+    # Each GPU host's fabric settings run in its preparation's SSH session; hosts wait for the subnet
+    # managers, so pools with one go first.
+    sms = set(spec.fabric.subnet_managers)
+    after = list(cluster.fabric.subnet_managers)
+    # A Node opens to work only once its filesystem client is mounted, and the client is set up after the
+    # host's preparation: the pools' Node patches wait on a value each host's client resolves later.
+    mounted: dict[str, asyncio.Future[pulumi.Resource]] = {
+        h.hostname: asyncio.get_event_loop().create_future() for _, h in spec.hosts()}
+    cluster.node_pools = {}
+    for p in sorted(spec.node_pools, key=lambda p: not any(h.hostname in sms for h in p.hosts)):
+        pool = GpuNodePool(f"{name}-{p.name}", NodePoolArgs.from_spec(spec, p), ssh_private_key, opts=child,
+                           fabric={h.hostname: cluster.fabric.host_scripts[h.hostname] for h in p.hosts
+                                   if h.hostname in cluster.fabric.host_scripts},
+                           after=after, subnet_managers=sms,
+                           host_ready={h.hostname: [mounted[h.hostname]] for h in p.hosts},
+                           kubeconfig=kubeconfig, kube_context=kube_context)
+        after = after + pool.subnet_managers
+        cluster.node_pools[p.name] = pool
+    cluster.node_pools = {p.name: cluster.node_pools[p.name] for p in spec.node_pools}
+    ready = {h: [r] for pool in cluster.node_pools.values() for h, r in pool.prepared.items()}
+    # Storage servers set up their filesystem once their fabric settings (RoCE QoS, a subnet manager) are in.
+    ready.update({h: [r] for h, r in cluster.fabric.host_commands.items() if h not in ready})
+    cluster.kubernetes = GpuKubernetesStack(f"{name}-k8s", spec, opts=child)
+    cluster.tenancy = tenancy_of(spec)
+    cluster.tenants = {t.name: Tenant(f"{name}-{t.name}", TenantArgs.from_tenancy(cluster.tenancy, t),
+                                   kueue_ready=cluster.kubernetes.kueue_ready, opts=child)
+                    for t in spec.tenants}
+    cluster.storage = None
+    try:
+        if spec.storage.kind != "none":
+            cluster.storage = ParallelFilesystem(
+                f"{name}-storage", spec, ssh_private_key, opts=child, host_ready=ready,
+                namespaces={t.namespace_name: cluster.tenants[t.name].namespace for t in spec.tenants})
+    finally:     # resolved even when the filesystem fails to build, so no registration waits forever
+        clients = cluster.storage.clients if cluster.storage is not None else {}
+        for host, future in mounted.items():
+            future.set_result(clients.get(host) or ready[host][0])
+    # The whole spec is an output, not an input, so a change shows only on the components and resources whose
+    # slice it is; and one JSON text, not a tree, since each child already registers its slice for policies
+    # and the SDK serializes a tree value by value. What the children register is theirs alone.
+    cluster.register_outputs({
+        "spec_json": spec.model_dump_json(),
+        "environment": spec.environment,
+        "racks": {name: {"pdu_capacity_kw": p.capacity_kw, "pdu_redundancy": p.redundancy,
+                         "peak_kw": p.peak_kw, "peak": p.listing(), "unknown": list(p.unknown)}
+                  for name, p in spec.rack_power().items()},
+        "system_namespaces": sorted(spec.system_namespaces),
+        "gpus": spec.gpus,
+    })

@@ -57,6 +57,8 @@ class ParallelFilesystem(pulumi.ComponentResource):
     """Mount point, manager, capacity and the expected aggregate read bandwidth against the GPUs."""
     clients: dict[str, pulumi.Resource]
     """The client of each GPU host, by hostname (what needs the filesystem mounted waits on these)."""
+    auth: pulumi.Output[str] | None
+    """BeeGFS's connection secret (a Pulumi secret), for clients this library does not set up; None without."""
 
     def __init__(self, name: str, spec: ClusterSpec, ssh_private_key: pulumi.Input[str],
                  opts: pulumi.ResourceOptions | None = None, host_ready: dict[str, list[pulumi.Resource]] | None = None,
@@ -75,6 +77,7 @@ class ParallelFilesystem(pulumi.ComponentResource):
             else None
 
         stdin = secret.result if secret is not None else None        # push() keeps it secret
+        self.auth = stdin
         done: list[pulumi.Resource] = []
         for stage in sorted({min(ROLE_ORDER[t.role] for t in layout.on(s.hostname)) for s in layout.servers}):
             started = []
