@@ -30,7 +30,7 @@ from ..spec.hardware import GPU_RESOURCE
 from ..fabric.checks import NCCL_TESTS
 from ..fabric.nccl import LARGEST_BUSBW_AWK
 from ..nodes.burn_in import min_busbw
-from .health import CHECK_RECORD, NVLINK_DOWN, STATE_DIR
+from .health import CHECK_RECORD, NVLINK_DOWN, STATE_DIR, STATE_VOLUME
 from .images import mirrored
 from .jobs import QUEUE_LABEL
 from .labels import POOL_LABEL
@@ -189,7 +189,7 @@ def _cronjob(spec: ClusterSpec, pool: NodePool, host: Host) -> Manifest:
     pod = {
         "restartPolicy": "Never", "priorityClassName": NAME, "nodeSelector": {HOSTNAME: host.hostname},
         **({"initContainers": [dcgm], "containers": [nccl]} if a.nccl else {"containers": [dcgm]}),
-        "volumes": [{"name": "state", "hostPath": {"path": STATE_DIR, "type": "DirectoryOrCreate"}},
+        "volumes": [dict(STATE_VOLUME),
                     {"name": "check", "configMap": {"name": "gpu-check", "defaultMode": 0o555}}]}
     return Manifest(f"gpu-check-{host.hostname}", {
         "apiVersion": "batch/v1", "kind": "CronJob",

@@ -154,7 +154,8 @@ def render_report(spec: ClusterSpec, thresholds: Thresholds = Thresholds(),
               + (" and fires the `GpuHardwareFault` alert" if spec.kubernetes.monitoring.enabled else "")
               + "; every XID is a Node event. `kubectl get nodes -o custom-columns="
               "NAME:.metadata.name,FAULT:'.status.conditions[?(@.type==\"GpuHardwareFault\")].reason'` lists "
-              "them.", "", _nvml_line(spec), "", _quarantine_line(spec), "", _active_checks_line(spec), ""] if h.enabled else \
+              "them.", "", _nvml_line(spec), "", _quarantine_line(spec), "", _active_checks_line(spec), ""] \
+        if h.enabled else \
         ["Off (`kubernetes.health.enabled: false`): a GPU fault after burn-in shows only in DCGM's alerts.", ""]
     if policies is not None:
         lines += ["## Policy results", "",

@@ -21,6 +21,7 @@ from components.k8s.health import (BOOT_ID, BURN_IN_CHECK, BURN_IN_CONDITION, BU
                                    PORTS_FILE, STATE_DIR, SYSFS_RDMA)
 from components.nodes.burn_in import RESULT
 
+from ..doubles import nvidia_smi
 from .conftest import Cluster, wait_for
 from .controlplane import TOOLS, free_port
 
@@ -163,12 +164,7 @@ class NvmlDetector:
 
     def smi(self, query: str, links: str) -> None:
         """What `nvidia-smi -q ...` and `nvidia-smi nvlink -s` print from now on."""
-        (self.bin / "query.txt").write_text(query)
-        (self.bin / "links.txt").write_text(links)
-        tool = self.bin / "nvidia-smi"
-        tool.write_text(f"#!/bin/bash\nif [[ $1 == nvlink ]]; then cat {self.bin}/links.txt; "
-                        f"else cat {self.bin}/query.txt; fi\n")
-        tool.chmod(0o755)
+        nvidia_smi(self.bin, query, links)
 
     def start(self) -> None:
         self.proc = _npd(self.d.c, self.d.node, self.configs, self.out,

@@ -20,6 +20,7 @@ from components.k8s.monitoring import render_alert_rules
 from components.spec import ClusterSpec
 from tests.components.k8s.test_health import Host
 from tests.conftest import ROOT, problems_of
+from tests.doubles import nvidia_smi
 
 SAMPLES = ROOT / "tests" / "samples"
 # `nvidia-smi -q -i 0` on an 8x H800 HGX node (driver 525.105.17), a published capture trimmed to whole
@@ -55,13 +56,7 @@ class Gpus:
         self.smi(QUERY, NVLINK_OK)
 
     def smi(self, query: str, links: str, code: int = 0) -> None:
-        (self.bin / "query.txt").write_text(query)
-        (self.bin / "links.txt").write_text(links)
-        tool = self.bin / "nvidia-smi"
-        tool.write_text(f'#!/bin/bash\necho "$*" >> {self.calls}\n'
-                        f'if [[ $1 == nvlink ]]; then cat {self.bin}/links.txt; else cat {self.bin}/query.txt; fi\n'
-                        f"exit {code}\n")
-        tool.chmod(0o755)
+        nvidia_smi(self.bin, query, links, code, self.calls)
 
     def check(self, kind: str, node: str | None = None) -> tuple[int, str]:
         (rule,) = [r for r in monitor_config(self.spec)["rules"] if r["args"][2] == kind]
@@ -247,7 +242,8 @@ def test_the_monitor_off_renders_nothing_and_holds_no_node_for_it(make_spec):
 
 
 @pytest.mark.parametrize("settings, message", [
-    ({"quarantine_on": ["fan"]}, "kubernetes.health.gpu_monitor.quarantine_on[0]: Input should be 'temperature' or 'nvlink' (got 'fan')"),
+    ({"quarantine_on": ["fan"]},
+     "kubernetes.health.gpu_monitor.quarantine_on[0]: Input should be 'temperature' or 'nvlink' (got 'fan')"),
     ({"temperature_for_s": 30}, "kubernetes.health.gpu_monitor.temperature_for_s"),
     ({"runtime_class": "Nvidia_RT"}, "kubernetes.health.gpu_monitor.runtime_class"),
     ({"temperature_for_s": "600"}, "kubernetes.health.gpu_monitor.temperature_for_s")])
