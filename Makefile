@@ -10,7 +10,11 @@ E2E    ?= .e2e
 ACTIONLINT_VERSION := v1.7.12
 ACTIONLINT := $(BIN)/actionlint-$(ACTIONLINT_VERSION)
 
-.PHONY: plan test e2e e2e-tools install schema bench clean
+# The TypeScript example, type-checked in `make test` against the SDK generated from the provider's schema.
+TS_EXAMPLE := examples/tenant-and-pool/typescript
+TS_STAMP   := $(TS_EXAMPLE)/node_modules/.installed
+
+.PHONY: plan test e2e e2e-tools engine-e2e install schema sdk bench clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -28,7 +32,11 @@ $(ACTIONLINT): $(STAMP)
 	mv $(BIN)/.actionlint/actionlint $@ && rmdir $(BIN)/.actionlint
 	ln -sf $(notdir $@) $(BIN)/actionlint
 
-test: $(STAMP) $(ACTIONLINT)
+$(TS_STAMP): $(TS_EXAMPLE)/package-lock.json $(wildcard $(TS_EXAMPLE)/sdks/gpucluster/*)
+	cd $(TS_EXAMPLE) && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+test: $(STAMP) $(ACTIONLINT) $(TS_STAMP)
 	$(BIN)/python -m pytest -q
 
 # The real control plane (etcd, apiserver, controller-manager, scheduler, kubectl, KWOK, Kueue) from Go modules;
@@ -39,6 +47,12 @@ e2e-tools:
 e2e: $(STAMP) e2e-tools
 	GPUCLUSTER_E2E=1 GPUCLUSTER_E2E_TOOLS=$(abspath $(E2E)) $(BIN)/python -m pytest -q -m e2e tests/e2e
 
+# The real Pulumi engine (the CLI and its YAML language host, from Go modules: about 12 minutes cold, so CI leaves
+# it out) runs the YAML example against the component provider.
+engine-e2e: $(STAMP)
+	e2e/build-tools.sh $(E2E) engine
+	GPUCLUSTER_ENGINE_E2E=1 GPUCLUSTER_E2E_TOOLS=$(abspath $(E2E)) $(BIN)/python -m pytest -q -m e2e tests/e2e/test_engine.py
+
 # Scale: plan time, memory, graph shape and blast radius from 16 to 2,048 nodes against Pulumi's floor
 # (about an hour on 2 cores at full size; `$(BIN)/python bench/bench.py 16 128` for a quick look).
 bench: $(STAMP)
@@ -46,6 +60,14 @@ bench: $(STAMP)
 
 schema: $(STAMP)
 	$(BIN)/gpucluster schema --out stacks/clusterspec.schema.json
+
+# The component package's schema (provider/schema.json) and the TypeScript SDK generated from it, after a change
+# to what components/provider.py exposes (a test says when). The generator is Pulumi's, built from its Go module.
+sdk: $(STAMP)
+	cd e2e/sdkgen && go build -o $(abspath $(BIN))/sdkgen .
+	$(BIN)/python -m components.provider schema > provider/schema.json
+	rm -rf $(TS_EXAMPLE)/sdks/gpucluster
+	$(BIN)/sdkgen provider/schema.json $(TS_EXAMPLE)/sdks/gpucluster
 
 clean:
 	rm -rf build $(VENV)

@@ -14,6 +14,7 @@ from .nodes import GpuNodePool, NodePoolArgs
 from .spec import ClusterSpec
 from .spec.tenants import Tenancy
 from .storage import ParallelFilesystem
+from .types import token
 
 
 class GpuCluster(pulumi.ComponentResource):
@@ -28,7 +29,7 @@ class GpuCluster(pulumi.ComponentResource):
     provider is given. Omitted: kubectl's own configuration (KUBECONFIG or ~/.kube/config).
     """
 
-    TYPE: ClassVar[str] = "gpucluster:index:GpuCluster"
+    TYPE: ClassVar[str] = token("GpuCluster")
 
     node_pools: dict[str, GpuNodePool]
     """Node pool components by pool name."""

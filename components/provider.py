@@ -1,12 +1,12 @@
-"""The library as a Pulumi component provider: GpuCluster for programs in any Pulumi language.
+"""The library as a Pulumi component provider: its components for programs in any Pulumi language.
 
 The Python SDK's component provider host (pulumi.provider.experimental) infers the package schema from type
-annotations, so the hosted component takes a plain, documented TypedDict (pydantic models do not cross that
+annotations, so each hosted component takes a plain, documented TypedDict (pydantic models do not cross that
 boundary) and converts it at the edge with the same loader, the same validation and the same messages as the
-Python path. It registers the same children under the same type token as components.GpuCluster, through one
-composition (cluster.compose), so a stack moved from one path to the other keeps its URNs. A bad spec is an
-InputPropertiesError: the engine prints its message and the property it names, never a Python traceback.
-The analyzer has no secret marker, so the schema's secret flags are set here (SECRETS).
+Python path. It registers the same children under the same type token as the Python component, through the
+same function (each module's `compose`), so a stack moved from one path to the other keeps its URNs. A bad
+input is an InputPropertiesError: the engine prints its message and the property it names, never a Python
+traceback. The analyzer has no secret marker, so the schema's secret flags are set here (SECRETS).
 """
 
 # No `from __future__ import annotations`: the analyzer reads the annotations as types, not strings.
@@ -20,31 +20,66 @@ import pulumi
 from pulumi.errors import InputPropertiesError, InputPropertyError
 from pulumi.provider import main
 from pulumi.provider.experimental.component import ComponentProvider
+from pulumi.provider.experimental.util import camel_case
 from pulumi.provider.provider import ConstructResult
 from pulumi.provider.server import ComponentInitError
 from typing_extensions import NotRequired
 
 from . import cluster
-from .spec import ClusterSpec, SpecError, load_spec, parse_spec
+from .fabric import fabric
+from .k8s import gpu_stack, tenant as k8s_tenant
+from .nodes import NodePoolArgs, node_pool
+from .spec import ClusterSpec, SpecError, Tenant as TenantSpec, load_spec, parse_spec
+from .spec.loader import located_error, read_object
+from .spec.tenants import Tenancy, no_directories, tenancy_problems
+from .storage import filesystem
+from .types import PACKAGE, token, with_aliases
 
-PACKAGE = "gpucluster"
 
 
-class GpuClusterArgs(TypedDict):
-    """The inputs of a GpuCluster: its spec (a file or the text) and how to reach the hosts and the cluster."""
+class SpecArgs(TypedDict):
+    """The cluster spec a component is built from: a file or its text."""
 
     spec_file: NotRequired[str]
     """Path of the cluster spec (YAML, as in the library's stacks/), relative to the program's directory. Give
     it or specYaml."""
     spec_yaml: NotRequired[str]
-    """The cluster spec itself, as YAML or JSON text. Give it or specFile."""
+    """The cluster spec itself, as YAML or JSON text (a GpuCluster's specJson is one). Give it or specFile."""
+
+
+class HostsArgs(SpecArgs):
+    """A cluster spec, and the key that reaches its hosts."""
+
     ssh_private_key: pulumi.Input[str]
     """Private key (OpenSSH or PEM) for SSH to the hosts, switches and storage servers; a secret."""
+
+
+class GpuClusterArgs(HostsArgs):
+    """The inputs of a GpuCluster: its spec (a file or the text) and how to reach the hosts and the cluster."""
+
     kubeconfig: NotRequired[pulumi.Input[str]]
     """Kubeconfig (the content or a path) for kubectl where pulumi runs, which drains nodes in a rollout; give
     what the Kubernetes provider is given; a secret. Omitted: kubectl's own configuration."""
     kube_context: NotRequired[str]
     """Context of that kubeconfig. Omitted: its current context."""
+
+
+class GpuNodePoolArgs(GpuClusterArgs):
+    """One node pool of a cluster spec, and how to reach its hosts and the cluster."""
+
+    pool: str
+    """The pool's name among the spec's node_pools."""
+
+
+class TenantArgs(TypedDict):
+    """One tenant, onboarded onto a platform whose facts it is given."""
+
+    tenancy: pulumi.Input[dict[str, Any]]
+    """What the platform tells its tenants: a GpuCluster's `tenancy` output, or the platform stack's `tenancy`
+    export read through a StackReference."""
+    tenant: dict[str, Any]
+    """The tenant, with the fields of an entry of the cluster spec's `tenants` as stacks/*.yaml write them
+    (snake_case): name, gpu_quota, groups and the rest (stacks/clusterspec.schema.json)."""
 
 
 class GpuCluster(pulumi.ComponentResource):
@@ -72,6 +107,8 @@ class GpuCluster(pulumi.ComponentResource):
     """BeeGFS's connection secret, for clients set up elsewhere; a secret. Absent on Lustre or without auth."""
     system_namespaces: pulumi.Output[list[str]]
     """Namespaces the platform keeps for itself, which no tenant may take."""
+    tenancy: pulumi.Output[dict[str, Any]]
+    """What tenants built apart from the platform need (a Tenant's `tenancy`; export it for other stacks)."""
     spec_json: pulumi.Output[str]
     """The validated spec, defaults filled in, as JSON."""
 
@@ -87,36 +124,207 @@ class GpuCluster(pulumi.ComponentResource):
         self.nccl_env = pulumi.Output.from_input(self.fabric.nccl_env)
         self.tenant_namespaces = pulumi.Output.from_input({n: t.namespace for n, t in self.tenants.items()})
         self.tenant_local_queues = pulumi.Output.from_input({n: t.local_queue for n, t in self.tenants.items()})
-        claims = {t.name: [c[0] for c in spec.filesystem_claims(t)] for t in spec.tenants} \
-            if self.storage is not None else {}
-        self.filesystem_claims = pulumi.Output.from_input(claims)
-        self.filesystem_auth = pulumi.Output.secret(self.storage.auth) \
-            if self.storage is not None and self.storage.auth is not None else pulumi.Output.from_input(None)
+        self.filesystem_claims = pulumi.Output.from_input(claims_of(spec) if self.storage is not None else {})
+        self.filesystem_auth = _secret(self.storage.auth if self.storage is not None else None)
         self.system_namespaces = pulumi.Output.from_input(sorted(spec.system_namespaces))
+        self.tenancy = pulumi.Output.from_input(self.tenancy.model_dump(mode="json"))
         self.spec_json = pulumi.Output.from_input(spec.model_dump_json())
 
 
-def spec_of(args: GpuClusterArgs) -> ClusterSpec:
-    """The validated spec of a GpuCluster's args; the loader's own problems, each naming the property."""
+class GpuNodePool(pulumi.ComponentResource):
+    """A pool of bare-metal GPU hosts: prepared over SSH (driver, fabric settings, container runtime), burned
+    in, then labelled and tainted in Kubernetes; a change rolls through the pool in batches, each host drained
+    first. Fabric settings of its hosts come from a Fabric over the same spec."""
+
+    burn_in: pulumi.Output[dict[str, str]]
+    """Burn-in verdict per host ("passed" or "failed: why"); "skipped" when the pool has no burn-in."""
+    gpus: pulumi.Output[int]
+    """GPUs in the pool."""
+    hosts: pulumi.Output[list[str]]
+    """The pool's hosts (their Kubernetes node names)."""
+
+    def __init__(self, name: str, args: GpuNodePoolArgs, opts: Optional[pulumi.ResourceOptions] = None):
+        spec = spec_of(args)
+        pool = next((p for p in spec.node_pools if p.name == args.get("pool")), None)
+        if pool is None:
+            raise InputPropertyError("pool", f"the spec has no node pool {args.get('pool')!r}; its pools: "
+                                             f"{', '.join(p.name for p in spec.node_pools)}")
+        pool_args = NodePoolArgs.from_spec(spec, pool)
+        super().__init__(node_pool.GpuNodePool.TYPE, name, {"spec": pool_args.model_dump(mode="json")},
+                         with_aliases(node_pool.GpuNodePool.TYPE, opts))
+        node_pool.compose(self, name, pool_args, args["ssh_private_key"], kubeconfig=args.get("kubeconfig"),
+                          kube_context=args.get("kube_context"))
+        self.burn_in = pulumi.Output.from_input(self.burn_in)
+        self.gpus = pulumi.Output.from_input(pool.gpus)
+        self.hosts = pulumi.Output.from_input([h.hostname for h in pool.hosts])
+
+
+class Fabric(pulumi.ComponentResource):
+    """The InfiniBand or RoCEv2 fabric of a cluster spec: host settings (and subnet managers) on every host,
+    switch settings on managed switches, over SSH; the NCCL settings and checks that match it."""
+
+    nccl_env: pulumi.Output[dict[str, dict[str, str]]]
+    """NCCL settings per node pool (also in /etc/nccl.conf on its hosts), for job templates."""
+    topology: pulumi.Output[dict[str, Any]]
+    """Rail-optimized or not, bisection bandwidth, and per leaf its links and oversubscription."""
+    data_plane: pulumi.Output[dict[str, Any]]
+    """MTU, RoCE priority, DSCP and PFC per pool's hosts and per managed switch; data and control interfaces."""
+    checks: pulumi.Output[dict[str, str]]
+    """Scripts and job specs to run after `pulumi up` (ib_write_bw per rail, multi-node all_reduce_perf)."""
+
+    def __init__(self, name: str, args: HostsArgs, opts: Optional[pulumi.ResourceOptions] = None):
+        spec = spec_of(args)
+        super().__init__(fabric.Fabric.TYPE, name, {"spec": spec.fabric.model_dump(mode="json")},
+                         with_aliases(fabric.Fabric.TYPE, opts))
+        fabric.compose(self, name, spec, args["ssh_private_key"], gpu_hosts=True)
+        for output in ("nccl_env", "topology", "data_plane", "checks"):
+            setattr(self, output, pulumi.Output.from_input(getattr(self, output)))
+
+
+class ParallelFilesystem(pulumi.ComponentResource):
+    """The Lustre or BeeGFS filesystem of a cluster spec: servers and the GPU hosts' clients set up over SSH,
+    its directories and quotas, and a PersistentVolume and claim per tenant that asks for one."""
+
+    summary: pulumi.Output[dict[str, Any]]
+    """Kind, version, mount point, manager, capacity and the expected aggregate read bandwidth against the GPUs."""
+    claims: pulumi.Output[dict[str, list[str]]]
+    """The PersistentVolumeClaims in each tenant's namespace, by tenant name."""
+    auth: pulumi.Output[Optional[str]]
+    """BeeGFS's connection secret, for clients set up elsewhere; a secret. Absent on Lustre or without auth."""
+
+    def __init__(self, name: str, args: HostsArgs, opts: Optional[pulumi.ResourceOptions] = None):
+        spec = spec_of(args)
+        if spec.storage.kind == "none":
+            raise InputPropertyError(_spec_property(args), "the spec's storage.kind is none: give a spec with a "
+                                                           "Lustre or BeeGFS filesystem (storage.kind)")
+        super().__init__(filesystem.ParallelFilesystem.TYPE, name, {"spec": spec.storage.model_dump(mode="json")},
+                         with_aliases(filesystem.ParallelFilesystem.TYPE, opts))
+        filesystem.compose(self, name, spec, args["ssh_private_key"], host_ready=None, namespaces=None)
+        self.summary = pulumi.Output.from_input(self.outputs)
+        self.claims = pulumi.Output.from_input(claims_of(spec))
+        self.auth = _secret(self.auth)
+
+
+class GpuKubernetesStack(pulumi.ComponentResource):
+    """What a GPU cluster needs on Kubernetes, from a cluster spec, in dependency order: Node Feature Discovery,
+    the NVIDIA GPU and Network Operators, Kueue with a flavor per node pool, GPU health and quarantine, and
+    monitoring."""
+
+    flavors: pulumi.Output[dict[str, str]]
+    """Kueue ResourceFlavor of each node pool, by pool name."""
+    rdma_resource: pulumi.Output[Optional[str]]
+    """The extended resource a pod asks for to use the fabric's RDMA devices; absent without the Network
+    Operator."""
+    networks: pulumi.Output[list[str]]
+    """Secondary networks a pod lists in k8s.v1.cni.cncf.io/networks, in rail order."""
+
+    def __init__(self, name: str, args: SpecArgs, opts: Optional[pulumi.ResourceOptions] = None):
+        spec = spec_of(args)
+        super().__init__(gpu_stack.GpuKubernetesStack.TYPE, name, {"spec": spec.kubernetes.model_dump(mode="json")},
+                         with_aliases(gpu_stack.GpuKubernetesStack.TYPE, opts))
+        gpu_stack.compose(self, name, spec)
+        for output in ("flavors", "rdma_resource", "networks"):
+            setattr(self, output, pulumi.Output.from_input(getattr(self, output)))
+
+
+class Tenant(pulumi.ComponentResource):
+    """A tenant's namespace with RBAC, network isolation, limits and its Kueue queues, cut from the platform's
+    pools. Its facts (pools, capacities, cohort, NCCL settings) may be another stack's output: the tenant is then
+    built once they are known, so a preview before the platform exists shows no children."""
+
+    namespace: pulumi.Output[str]
+    """Name of the tenant's namespace."""
+    local_queue: pulumi.Output[str]
+    """LocalQueue jobs name in the `kueue.x-k8s.io/queue-name` label (also the namespace default)."""
+    cluster_queue: pulumi.Output[str]
+    """The tenant's ClusterQueue."""
+
+    def __init__(self, name: str, args: TenantArgs, opts: Optional[pulumi.ResourceOptions] = None):
+        tenant = tenant_of(args)
+        tenancy = args.get("tenancy")
+        # Built where the platform's facts are known: now, or in an apply once another stack's output is read.
+        known = not isinstance(tenancy, pulumi.Output)
+        built = tenant_args_of(tenancy, tenant) if known else \
+            pulumi.Output.from_input(tenancy).apply(lambda t: tenant_args_of(t, tenant))
+        intent = k8s_tenant.intent(built) if known else \
+            {"spec": built.apply(lambda a: k8s_tenant.intent(a)["spec"])}
+        super().__init__(k8s_tenant.Tenant.TYPE, name, intent, with_aliases(k8s_tenant.Tenant.TYPE, opts))
+        if known:
+            self.namespace, self.local_queue, self.cluster_queue = k8s_tenant.compose(self, name, built, ())
+        else:
+            queues = built.apply(lambda a: pulumi.Output.all(*k8s_tenant.compose(self, name, a, ())))
+            self.namespace, self.local_queue, self.cluster_queue = (queues.apply(lambda q, i=i: q[i])
+                                                                    for i in range(3))
+
+
+def spec_of(args: SpecArgs) -> ClusterSpec:
+    """The validated spec of a component's args; the loader's own problems, each naming the property."""
     given = [k for k in ("spec_file", "spec_yaml") if args.get(k) is not None]
     if len(given) != 1:
         raise InputPropertyError("specFile", "give the cluster spec as specFile (a path) or as specYaml (its "
                                              f"text), one of them{'; got both' if given else ''}")
-    prop = "specFile" if given == ["spec_file"] else "specYaml"
+    prop = _spec_property(args)
     value = args[given[0]]            # type: ignore[literal-required]
     if not isinstance(value, str):
-        raise InputPropertyError(prop, f"must be a plain string, got {type(value).__name__}")
+        raise InputPropertyError(prop, f"must be a plain string known when the program starts (a path or the "
+                                       f"text), not another resource's output; got {type(value).__name__}")
     try:
         return load_spec(value) if prop == "specFile" else parse_spec(value, prop)
     except SpecError as e:
-        raise InputPropertiesError(str(e), [{"property_path": prop, "reason": p} for p in e.problems]) from None
+        raise _refused(prop, e) from None
+
+
+def tenant_of(args: TenantArgs) -> TenantSpec:
+    """The tenant of a Tenant's args, checked as the tenants project checks its tenants."""
+    try:
+        tenant = read_object(args.get("tenant"), "tenant", TenantSpec, "the tenant")
+        problems = list(no_directories([tenant], ()))
+        if problems:
+            raise located_error("tenant", [p._replace(loc=p.loc[1:]) for p in problems], {}, "the tenant")
+    except SpecError as e:
+        raise _refused("tenant", e) from None
+    return tenant
+
+
+def tenant_args_of(tenancy: Any, tenant: TenantSpec) -> k8s_tenant.TenantArgs:
+    """The tenant's args on the platform `tenancy` describes; what that platform refuses of it, by property."""
+    try:
+        facts = read_object(tenancy, "tenancy", Tenancy, "the platform's tenancy")
+    except SpecError as e:
+        raise _refused("tenancy", e) from None
+    problems = tenancy_problems(facts, [tenant])
+    if problems:        # located like the tenant's own problems: tenants[0].gpu_quota.x is the tenant's gpu_quota.x
+        raise _refused("tenant", located_error("tenant", [p._replace(loc=p.loc[2:]) for p in problems], {},
+                                               "the tenant"))
+    return k8s_tenant.TenantArgs.from_tenancy(facts, tenant)
+
+
+def claims_of(spec: ClusterSpec) -> dict[str, list[str]]:
+    return {t.name: [c[0] for c in spec.filesystem_claims(t)] for t in spec.tenants}
+
+
+def _spec_property(args: SpecArgs) -> str:
+    return "specYaml" if args.get("spec_yaml") is not None and args.get("spec_file") is None else "specFile"
+
+
+def _refused(prop: str, e: SpecError) -> InputPropertiesError:
+    return InputPropertiesError(str(e), [{"property_path": prop, "reason": p} for p in e.problems])
+
+
+def _secret(value: Optional[pulumi.Input[str]]) -> pulumi.Output[Optional[str]]:
+    return pulumi.Output.secret(value) if value is not None else pulumi.Output.from_input(None)
 
 
 # Inputs and outputs the schema flags secret, by component: SDKs then wrap them as secrets on both sides.
 SECRETS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "GpuCluster": (frozenset({"sshPrivateKey", "kubeconfig"}), frozenset({"filesystemAuth"})),
+    "GpuNodePool": (frozenset({"sshPrivateKey", "kubeconfig"}), frozenset()),
+    "Fabric": (frozenset({"sshPrivateKey"}), frozenset()),
+    "ParallelFilesystem": (frozenset({"sshPrivateKey"}), frozenset({"auth"})),
 }
-COMPONENTS: list[type[pulumi.ComponentResource]] = [GpuCluster]
+COMPONENTS: list[type[pulumi.ComponentResource]] = [GpuCluster, GpuNodePool, Fabric, ParallelFilesystem,
+                                                    GpuKubernetesStack, Tenant]
+ARGS = [SpecArgs, HostsArgs, GpuClusterArgs, GpuNodePoolArgs, TenantArgs]
 
 
 class GpuClusterProvider(ComponentProvider):
@@ -124,13 +332,19 @@ class GpuClusterProvider(ComponentProvider):
 
     def __init__(self, version: str):
         super().__init__(COMPONENTS, PACKAGE, version=version)
-        schema = _flowed(json.loads(self.schema or "{}"))
-        for component, (inputs, outputs) in SECRETS.items():
-            resource = schema["resources"][f"{PACKAGE}:index:{component}"]
+        schema = json.loads(self.schema or "{}")
+        # The analyzer reads an input's docstring in the args class analyzed, not in the base declaring it.
+        docs = {camel_case(key): doc for args in ARGS for key in args.__annotations__
+                if (doc := self.analyzer.get_docstring(args, key))}
+        for component in COMPONENTS:
+            resource = schema["resources"][token(component.__name__)]
+            inputs, outputs = SECRETS.get(component.__name__, (frozenset(), frozenset()))
             for props, secret in ((resource["inputProperties"], inputs), (resource["properties"], outputs)):
                 for prop in secret:
                     props[prop]["secret"] = True
-        self.schema = json.dumps(schema)
+            for prop, value in resource["inputProperties"].items():
+                value.setdefault("description", docs.get(prop))
+        self.schema = json.dumps(_flowed(schema))
 
     def construct(self, name: str, resource_type: str, inputs: pulumi.Inputs,
                   options: Optional[pulumi.ResourceOptions] = None) -> ConstructResult:
@@ -162,3 +376,15 @@ def serve(args: list[str] | None = None) -> None:
     """Run the provider's gRPC server as the engine starts a plugin: `python <plugin dir> <engine address>`;
     it prints its port on stdout."""
     main(GpuClusterProvider(semver(metadata.version(PACKAGE))), sys.argv[1:] if args is None else args)
+
+
+def package_schema() -> str:
+    """The schema GetSchema returns, as provider/schema.json keeps it for SDK generators (`make sdk`)."""
+    return json.dumps(json.loads(GpuClusterProvider(semver(metadata.version(PACKAGE))).schema), indent=2) + "\n"
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["schema"]:
+        sys.exit("usage: python -m components.provider schema   (prints the package schema; `make sdk` keeps it "
+                 "in provider/schema.json)")
+    sys.stdout.write(package_schema())

@@ -5,6 +5,8 @@
 # module changed, so later runs take seconds.
 # Usage: e2e/build-tools.sh [OUT_DIR]   (default .e2e; binaries in OUT_DIR/bin; KWOK stages, Kueue's and the MPI
 # operator's CRDs beside)
+#        e2e/build-tools.sh OUT_DIR engine   (only the Pulumi CLI and its YAML language host, for `make engine-e2e`;
+# about 12 minutes cold, which is why `make e2e` and CI leave them out)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=$(realpath -m "${1:-.e2e}")
@@ -48,6 +50,12 @@ build() {
 module_dir() {
   (cd "$tools/$1" && go mod download -json "$2" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
 }
+
+if [[ ${2:-} == engine ]]; then
+  build pulumi pulumi github.com/pulumi/pulumi/pkg/v3/cmd/pulumi
+  build pulumi-yaml pulumi-language-yaml github.com/pulumi/pulumi-yaml/cmd/pulumi-language-yaml
+  exit 0
+fi
 
 k8s_version=$(sed -n 's/^require k8s.io\/kubernetes \(v[0-9.]*\)$/\1/p' "$tools/kubernetes/go.mod")
 IFS=. read -r k8s_major k8s_minor _ <<<"${k8s_version#v}"

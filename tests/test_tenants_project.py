@@ -41,9 +41,10 @@ def run_tenants(outputs, tenants_file=None):
 def test_a_team_is_onboarded_from_the_platforms_exported_tenancy(prod_outputs):
     run = run_tenants(prod_outputs)
     types = {r.type for r in run.records}
-    assert "gpucluster:k8s:Tenant" in types and "pulumi:pulumi:StackReference" in types
-    assert not {t for t in types if t.startswith(("gpucluster:fabric", "gpucluster:nodes", "gpucluster:storage",
-                                                  "command:"))}
+    assert "gpucluster:index:Tenant" in types and "pulumi:pulumi:StackReference" in types
+    assert not types & {"gpucluster:index:Fabric", "gpucluster:index:GpuNodePool",
+                        "gpucluster:index:ParallelFilesystem"}
+    assert not {t for t in types if t.startswith("command:")}
     by_name = {r.name: r for r in run.records}
     cq = by_name["prod-team-d-cq"].inputs["spec"]
     assert cq["cohortName"] == "gpu-cluster"

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from ..offline.diff import diff_outputs, diff_plans, load_plan, render_diff
 from ..spec import SpecError
+from ..types import moved_urn
 from .common import EXIT_FAILED, EXIT_OK, report_bad_input
 
 HELP = ("list resources added, removed and changed (field by field), and changed stack exports and component "
@@ -25,7 +26,7 @@ def run(args: argparse.Namespace) -> int:
     except SpecError as e:
         return report_bad_input(e)
     diffs, outputs = diff_plans(old, new), diff_outputs(old, new)
-    unchanged = len({r["urn"] for r in new["resources"]} & {r["urn"] for r in old["resources"]}) - sum(
-        d.action in ("update", "replace") for d in diffs)
+    urns = [{moved_urn(r["urn"]) for r in plan["resources"]} for plan in (old, new)]
+    unchanged = len(urns[0] & urns[1]) - sum(d.action in ("update", "replace") for d in diffs)
     print(render_diff(diffs, unchanged, outputs), end="")
     return EXIT_FAILED if (args.exit_code and (diffs or outputs)) else EXIT_OK

@@ -17,6 +17,7 @@ from ..spec.hardware import Nic
 from ..spec.topology import plan_topology
 from ..ssh import Script, SshTarget, push
 from ..yamltext import to_yaml_all
+from ..types import token, with_aliases
 from .checks import render_link_check, render_nccl_job
 from .host import render_fabric_host
 from .nccl import nccl_envs
@@ -98,7 +99,7 @@ def render_checks(spec: ClusterSpec) -> dict[str, str]:
 
 
 class Fabric(pulumi.ComponentResource):
-    TYPE: ClassVar[str] = "gpucluster:fabric:Fabric"
+    TYPE: ClassVar[str] = token("Fabric")
 
     topology: dict[str, Any]
     """Rail-optimized or not, bisection bandwidth, and per leaf its links and oversubscription."""
@@ -121,30 +122,37 @@ class Fabric(pulumi.ComponentResource):
         `host_scripts` in the same session (GpuCluster's node pools do), one SSH session fewer per host, and
         applies what bounces links (MTU, trust, PFC) where no tenant works, or leaves it to the pool's rollout."""
         intent = {"spec": spec.fabric.model_dump(mode="json")}
-        super().__init__(self.TYPE, name, intent, opts)
-        self.topology = plan_topology(spec)[0].summary({h.hostname: p.name for p, h in spec.hosts()})
-        self.data_plane = data_plane(spec)
-        self.nccl_env = nccl_envs(spec)
-        self.checks = render_checks(spec)
-        sms = set(spec.fabric.subnet_managers)
-        pooled = {h.hostname for _, h in spec.hosts()}
-        self.host_scripts, self.host_commands, self.subnet_managers = {}, {}, []
-        for hostname, target, nics, env, storage in fabric_hosts(spec):
-            prepared_here = hostname in pooled and not gpu_hosts     # by its pool, which pays restart-fabric
-            self.host_scripts[hostname] = render_fabric_host(spec, hostname, nics, env, storage,
-                                                             in_place=prepared_here)
-            if prepared_here:
-                continue
-            resource = push(f"{name}-{hostname}", target, self.host_scripts[hostname], ssh_private_key, parent=self,
-                            depends_on=[] if hostname in sms else self.subnet_managers)
-            if hostname in sms:
-                self.subnet_managers.append(resource)
-            self.host_commands[hostname] = resource
-        if spec.fabric.kind == "rocev2":
-            for switch in spec.fabric.switches:
-                if switch.managed:
-                    target = SshTarget(switch.address, switch.ssh_user, 22, switch.host_key, spec.ssh.bastion)
-                    push(f"{name}-{switch.name}", target, render_switch(switch, spec.fabric), ssh_private_key,
-                         parent=self)
-        self.register_outputs({**intent, "topology": self.topology, "data_plane": self.data_plane,
-                               "nccl_env": self.nccl_env, "checks": self.checks})
+        super().__init__(self.TYPE, name, intent, with_aliases(self.TYPE, opts))
+        compose(self, name, spec, ssh_private_key, gpu_hosts=gpu_hosts)
+
+
+def compose(fabric: Any, name: str, spec: ClusterSpec, ssh_private_key: pulumi.Input[str], *,
+            gpu_hosts: bool) -> None:
+    """A Fabric's children and outputs, under `fabric`: a Fabric, or the component provider's (provider.py)."""
+    intent = {"spec": spec.fabric.model_dump(mode="json")}
+    fabric.topology = plan_topology(spec)[0].summary({h.hostname: p.name for p, h in spec.hosts()})
+    fabric.data_plane = data_plane(spec)
+    fabric.nccl_env = nccl_envs(spec)
+    fabric.checks = render_checks(spec)
+    sms = set(spec.fabric.subnet_managers)
+    pooled = {h.hostname for _, h in spec.hosts()}
+    fabric.host_scripts, fabric.host_commands, fabric.subnet_managers = {}, {}, []
+    for hostname, target, nics, env, storage in fabric_hosts(spec):
+        prepared_here = hostname in pooled and not gpu_hosts     # by its pool, which pays restart-fabric
+        fabric.host_scripts[hostname] = render_fabric_host(spec, hostname, nics, env, storage,
+                                                           in_place=prepared_here)
+        if prepared_here:
+            continue
+        resource = push(f"{name}-{hostname}", target, fabric.host_scripts[hostname], ssh_private_key,
+                        parent=fabric, depends_on=[] if hostname in sms else fabric.subnet_managers)
+        if hostname in sms:
+            fabric.subnet_managers.append(resource)
+        fabric.host_commands[hostname] = resource
+    if spec.fabric.kind == "rocev2":
+        for switch in spec.fabric.switches:
+            if switch.managed:
+                target = SshTarget(switch.address, switch.ssh_user, 22, switch.host_key, spec.ssh.bastion)
+                push(f"{name}-{switch.name}", target, render_switch(switch, spec.fabric), ssh_private_key,
+                     parent=fabric)
+    fabric.register_outputs({**intent, "topology": fabric.topology, "data_plane": fabric.data_plane,
+                             "nccl_env": fabric.nccl_env, "checks": fabric.checks})

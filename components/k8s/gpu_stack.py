@@ -14,6 +14,7 @@ import pulumi_kubernetes as k8s
 from ..spec import ClusterSpec
 from ..spec.cluster import checked_pools, network_operator_enabled
 from ..spec.versions import StackVersions, find
+from ..types import token, with_aliases
 from . import (gpu_operator, health, health_checks, health_nvml, kueue, monitoring, mpi_operator, network_operator, nfd,
                quarantine)
 from .helm import release
@@ -69,7 +70,7 @@ class GpuKubernetesStack(pulumi.ComponentResource):
     passes; Kueue's probe passes only once its webhook server is serving, so nothing is created too early.
     """
 
-    TYPE: ClassVar[str] = "gpucluster:k8s:GpuKubernetesStack"
+    TYPE: ClassVar[str] = token("GpuKubernetesStack")
 
     kueue_ready: list[pulumi.Resource]
     """Resources Kueue objects elsewhere (tenant queues) must depend on."""
@@ -82,61 +83,68 @@ class GpuKubernetesStack(pulumi.ComponentResource):
 
     def __init__(self, name: str, spec: ClusterSpec, opts: pulumi.ResourceOptions | None = None):
         intent = {"spec": spec.kubernetes.model_dump(mode="json")}
-        super().__init__(self.TYPE, name, intent, opts)
-        namespaces = {m.obj["metadata"]["name"]: register(f"{name}-{m.role}", m.obj,
-                                                          pulumi.ResourceOptions(parent=self))
-                      for m in render_namespaces(spec)}
+        super().__init__(self.TYPE, name, intent, with_aliases(self.TYPE, opts))
+        compose(self, name, spec)
 
-        def after(*deps: pulumi.Resource) -> pulumi.ResourceOptions:
-            return pulumi.ResourceOptions(parent=self, depends_on=list(deps))
 
-        def helm(role: str, module: Any, values: dict[str, Any], *deps: pulumi.Resource):
-            return release(f"{name}-{role}", role, module.chart(spec), module.NAMESPACE, values,
-                           after(namespaces[module.NAMESPACE], *deps))
+def compose(stack: Any, name: str, spec: ClusterSpec) -> None:
+    """A GpuKubernetesStack's children and outputs, under `stack`: a GpuKubernetesStack, or the component
+    provider's (provider.py)."""
+    intent = {"spec": spec.kubernetes.model_dump(mode="json")}
+    namespaces = {m.obj["metadata"]["name"]: register(f"{name}-{m.role}", m.obj,
+                                                      pulumi.ResourceOptions(parent=stack))
+                  for m in render_namespaces(spec)}
 
-        nfd_release = helm("node-feature-discovery", nfd, nfd.render_nfd_values(spec))
-        helm("gpu-operator", gpu_operator, gpu_operator.render_gpu_operator_values(spec), nfd_release)
-        self.rdma_resource, self.networks = None, []
-        if network_operator_enabled(spec):
-            net = helm("network-operator", network_operator,
-                       network_operator.render_network_operator_values(spec), nfd_release)
-            for m in [network_operator.render_nic_cluster_policy(spec, network_images_row(spec)),
-                      *network_operator.render_secondary_networks(spec)]:
-                register(f"{name}-{m.role}", m.obj, after(net))
-            self.rdma_resource = network_operator.rdma_resource(spec)
-            self.networks = network_operator.network_names(spec)
-        kueue_release = helm("kueue", kueue, kueue.render_kueue_values(spec))
-        self.kueue_ready = [kueue_release]
-        for m in kueue.render_kueue_objects(spec):
-            register(f"{name}-{m.role}", m.obj, after(kueue_release))
-        self.flavors = {p.name: p.name for p in spec.node_pools}
-        if spec.kubernetes.mpi_operator.enabled:
-            # The CRD from the pinned release (upstream ships no chart); the controller starts once it exists.
-            crd = k8s.yaml.v2.ConfigFile(f"{name}-mpijob-crd", file=mpi_operator.crd_source(spec),
-                                         opts=pulumi.ResourceOptions(parent=self))
-            for m in mpi_operator.render_mpi_operator(spec):
-                register(f"{name}-{m.role}", m.obj, after(namespaces[mpi_operator.NAMESPACE], crd))
-        if spec.kubernetes.health.enabled:
-            for m in [*health.render_gpu_health(spec), *health_nvml.render_gpu_nvml(spec)]:
-                register(f"{name}-{m.role}", m.obj, pulumi.ResourceOptions(parent=self))
-        if quarantine.enabled(spec):
-            crd = k8s.yaml.v2.ConfigFile(f"{name}-nodereadinessrule-crd", file=quarantine.crd_source(spec),
-                                         opts=pulumi.ResourceOptions(parent=self))
-            for m in quarantine.render_controller(spec):
-                register(f"{name}-{m.role}", m.obj, after(namespaces[quarantine.NAMESPACE]))
-            rule = quarantine.render_rule(spec)
-            # Its spec is immutable; deleting the old rule first lifts its taints before the new rule decides.
-            register(f"{name}-{rule.role}", rule.obj, pulumi.ResourceOptions(
-                parent=self, depends_on=[crd], replace_on_changes=["spec"], delete_before_replace=True))
-        for m in health_checks.render_health_checks(spec):
-            # Kueue's webhooks must be serving before a check's Job is created, so that it is queued.
-            deps = [kueue_release] + ([namespaces[health_checks.NAMESPACE]]
-                                      if m.obj["metadata"].get("namespace") else [])
-            register(f"{name}-{m.role}", m.obj, after(*deps))
-        if spec.kubernetes.monitoring.enabled:
-            ns = spec.kubernetes.monitoring.namespace
-            for m in (monitoring.render_prometheus_rule(spec, ns), monitoring.render_dashboard(spec, ns)):
-                register(f"{name}-{m.role}", m.obj, pulumi.ResourceOptions(parent=self))
-        self.register_outputs({**intent, "known_good_versions": stack_versions(spec) is not None,
-                               "flavors": self.flavors, "rdma_resource": self.rdma_resource,
-                               "networks": self.networks, "kueue_release": kueue_release.name})
+    def after(*deps: pulumi.Resource) -> pulumi.ResourceOptions:
+        return pulumi.ResourceOptions(parent=stack, depends_on=list(deps))
+
+    def helm(role: str, module: Any, values: dict[str, Any], *deps: pulumi.Resource):
+        return release(f"{name}-{role}", role, module.chart(spec), module.NAMESPACE, values,
+                       after(namespaces[module.NAMESPACE], *deps))
+
+    nfd_release = helm("node-feature-discovery", nfd, nfd.render_nfd_values(spec))
+    helm("gpu-operator", gpu_operator, gpu_operator.render_gpu_operator_values(spec), nfd_release)
+    stack.rdma_resource, stack.networks = None, []
+    if network_operator_enabled(spec):
+        net = helm("network-operator", network_operator,
+                   network_operator.render_network_operator_values(spec), nfd_release)
+        for m in [network_operator.render_nic_cluster_policy(spec, network_images_row(spec)),
+                  *network_operator.render_secondary_networks(spec)]:
+            register(f"{name}-{m.role}", m.obj, after(net))
+        stack.rdma_resource = network_operator.rdma_resource(spec)
+        stack.networks = network_operator.network_names(spec)
+    kueue_release = helm("kueue", kueue, kueue.render_kueue_values(spec))
+    stack.kueue_ready = [kueue_release]
+    for m in kueue.render_kueue_objects(spec):
+        register(f"{name}-{m.role}", m.obj, after(kueue_release))
+    stack.flavors = {p.name: p.name for p in spec.node_pools}
+    if spec.kubernetes.mpi_operator.enabled:
+        # The CRD from the pinned release (upstream ships no chart); the controller starts once it exists.
+        crd = k8s.yaml.v2.ConfigFile(f"{name}-mpijob-crd", file=mpi_operator.crd_source(spec),
+                                     opts=pulumi.ResourceOptions(parent=stack))
+        for m in mpi_operator.render_mpi_operator(spec):
+            register(f"{name}-{m.role}", m.obj, after(namespaces[mpi_operator.NAMESPACE], crd))
+    if spec.kubernetes.health.enabled:
+        for m in [*health.render_gpu_health(spec), *health_nvml.render_gpu_nvml(spec)]:
+            register(f"{name}-{m.role}", m.obj, pulumi.ResourceOptions(parent=stack))
+    if quarantine.enabled(spec):
+        crd = k8s.yaml.v2.ConfigFile(f"{name}-nodereadinessrule-crd", file=quarantine.crd_source(spec),
+                                     opts=pulumi.ResourceOptions(parent=stack))
+        for m in quarantine.render_controller(spec):
+            register(f"{name}-{m.role}", m.obj, after(namespaces[quarantine.NAMESPACE]))
+        rule = quarantine.render_rule(spec)
+        # Its spec is immutable; deleting the old rule first lifts its taints before the new rule decides.
+        register(f"{name}-{rule.role}", rule.obj, pulumi.ResourceOptions(
+            parent=stack, depends_on=[crd], replace_on_changes=["spec"], delete_before_replace=True))
+    for m in health_checks.render_health_checks(spec):
+        # Kueue's webhooks must be serving before a check's Job is created, so that it is queued.
+        deps = [kueue_release] + ([namespaces[health_checks.NAMESPACE]]
+                                  if m.obj["metadata"].get("namespace") else [])
+        register(f"{name}-{m.role}", m.obj, after(*deps))
+    if spec.kubernetes.monitoring.enabled:
+        ns = spec.kubernetes.monitoring.namespace
+        for m in (monitoring.render_prometheus_rule(spec, ns), monitoring.render_dashboard(spec, ns)):
+            register(f"{name}-{m.role}", m.obj, pulumi.ResourceOptions(parent=stack))
+    stack.register_outputs({**intent, "known_good_versions": stack_versions(spec) is not None,
+                            "flavors": stack.flavors, "rdma_resource": stack.rdma_resource,
+                            "networks": stack.networks, "kueue_release": kueue_release.name})

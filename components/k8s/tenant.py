@@ -13,7 +13,7 @@ Who guards what (a deliberate split, see ../shared/reference/k8s-gpu-stack.md):
 
 from __future__ import annotations
 
-from typing import Any, Callable, ClassVar, Sequence
+from typing import Any, Callable, ClassVar, NamedTuple, Sequence
 
 import pulumi
 from pydantic import Field
@@ -22,6 +22,7 @@ from ..spec import ClusterSpec, FlavorQuota, Share, Tenant as TenantSpec
 from ..spec.tenants import Tenancy, quotas_for
 from ..fabric.nccl import nccl_envs, pod_env
 from ..spec.common import SpecModel
+from ..types import token, with_aliases
 from .objects import Manifest, register
 
 # A LocalQueue named "default" also receives jobs that carry no queue-name label (Kueue's defaulting).
@@ -239,7 +240,7 @@ class Tenant(pulumi.ComponentResource):
     created straight away, which is right only when Kueue is already running.
     """
 
-    TYPE: ClassVar[str] = "gpucluster:k8s:Tenant"
+    TYPE: ClassVar[str] = token("Tenant")
 
     namespace: pulumi.Output[str]
     """Name of the tenant's namespace."""
@@ -250,26 +251,44 @@ class Tenant(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: TenantArgs, kueue_ready: Sequence[pulumi.Resource] = (),
                  opts: pulumi.ResourceOptions | None = None):
-        intent = {"spec": args.model_dump(mode="json")}
-        super().__init__(self.TYPE, name, intent, opts)
-        child = pulumi.ResourceOptions(parent=self)
-        manifests = render_tenant(args)
-        ns = register(f"{name}-ns", manifests[0].obj, pulumi.ResourceOptions(parent=self, protect=args.protect))
-        ns_name = ns.metadata.apply(lambda m: m["name"])
-        created: dict[str, pulumi.CustomResource] = {}
-        for m in manifests[1:]:
-            if m.obj["apiVersion"] == KUEUE_API:
-                # The LocalQueue names its ClusterQueue by a plain string, so the order is made explicit.
-                deps = [*kueue_ready, *([created["cq"]] if m.role == "lq" else [])]
-                opts_ = pulumi.ResourceOptions(parent=self, depends_on=deps)
-            else:
-                opts_ = child
-            namespaced = "namespace" in m.obj["metadata"]
-            created[m.role] = register(f"{name}-{m.role}", m.obj, opts_, namespace=ns_name if namespaced else None)
-        cq, lq = created["cq"], created["lq"]
-        self.namespace = ns_name
-        self.cluster_queue = cq.metadata.apply(lambda m: m["name"])
-        # The LocalQueue is usable once its ClusterQueue exists too.
-        self.local_queue = pulumi.Output.all(lq.metadata, self.cluster_queue).apply(lambda a: a[0]["name"])
-        self.register_outputs({**intent, "namespace": self.namespace, "local_queue": self.local_queue,
-                               "cluster_queue": self.cluster_queue})
+        super().__init__(self.TYPE, name, intent(args), with_aliases(self.TYPE, opts))
+        self.namespace, self.local_queue, self.cluster_queue = compose(self, name, args, kueue_ready)
+
+
+def intent(args: TenantArgs) -> dict[str, Any]:
+    """What a Tenant registers as its inputs: its args, for policies."""
+    return {"spec": args.model_dump(mode="json")}
+
+
+class Queues(NamedTuple):
+    namespace: pulumi.Output[str]
+    local_queue: pulumi.Output[str]
+    cluster_queue: pulumi.Output[str]
+
+
+def compose(tenant: pulumi.ComponentResource, name: str, args: TenantArgs,
+            kueue_ready: Sequence[pulumi.Resource]) -> Queues:
+    """A Tenant's children under `tenant` (a Tenant, or the component provider's, provider.py), its outputs
+    registered; returns them. Returned, not set: the provider may build a tenant in an apply, once the platform's
+    facts are known, when its own outputs are long taken."""
+    child = pulumi.ResourceOptions(parent=tenant)
+    manifests = render_tenant(args)
+    ns = register(f"{name}-ns", manifests[0].obj, pulumi.ResourceOptions(parent=tenant, protect=args.protect))
+    ns_name = ns.metadata.apply(lambda m: m["name"])
+    created: dict[str, pulumi.CustomResource] = {}
+    for m in manifests[1:]:
+        if m.obj["apiVersion"] == KUEUE_API:
+            # The LocalQueue names its ClusterQueue by a plain string, so the order is made explicit.
+            deps = [*kueue_ready, *([created["cq"]] if m.role == "lq" else [])]
+            opts_ = pulumi.ResourceOptions(parent=tenant, depends_on=deps)
+        else:
+            opts_ = child
+        namespaced = "namespace" in m.obj["metadata"]
+        created[m.role] = register(f"{name}-{m.role}", m.obj, opts_, namespace=ns_name if namespaced else None)
+    cq, lq = created["cq"], created["lq"]
+    cluster_queue = cq.metadata.apply(lambda m: m["name"])
+    # The LocalQueue is usable once its ClusterQueue exists too.
+    queues = Queues(ns_name, pulumi.Output.all(lq.metadata, cluster_queue).apply(lambda a: a[0]["name"]),
+                    cluster_queue)
+    tenant.register_outputs({**intent(args), **queues._asdict()})
+    return queues

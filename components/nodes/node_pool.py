@@ -31,6 +31,7 @@ from ..spec.hardware import SshSettings
 from ..spec.topology import plan_topology
 from ..bash import in_sequence
 from ..ssh import Script, SshTarget, digest, push
+from ..types import token, with_aliases
 from .burn_in import burn_in_identity, parse_result, render_burn_in
 from .host_prep import PoolPrep, render_pool_prep
 from .retire import render_retirement, undo_guard
@@ -157,7 +158,7 @@ def render_node_patch(args: NodePoolArgs, host: Host, verdict: tuple[bool, str] 
 
 
 class GpuNodePool(pulumi.ComponentResource):
-    TYPE: ClassVar[str] = "gpucluster:nodes:GpuNodePool"
+    TYPE: ClassVar[str] = token("GpuNodePool")
 
     burn_in: dict[str, pulumi.Output[str]]
     """Burn-in verdict per host ("passed" or "failed: why"); "skipped" when the pool has no burn-in."""
@@ -181,84 +182,101 @@ class GpuNodePool(pulumi.ComponentResource):
         Kubernetes provider is given. Omitted: no fabric settings, nothing to wait for, kubectl's own
         configuration (KUBECONFIG or ~/.kube/config)."""
         intent = {"spec": args.model_dump(mode="json")}
-        super().__init__(self.TYPE, name, intent, opts)
-        pool = args.pool
-        fabric = fabric or {}
-        pool_prep = render_pool_preparation(args)
-        self.burn_in, self.prepared, self.subnet_managers = {}, {}, []
-        rolls: dict[str, tuple[remote.Command, Script, pulumi.Resource]] = {}
-        self._kube = (kubeconfig, kube_context)
-        retirements = {h.hostname: render_retirement(pool, h, args.system_namespaces) for h in pool.hosts}
-        for host in sorted(pool.hosts, key=lambda h: h.hostname not in subnet_managers):
-            key = f"{name}-{host.hostname}"
-            target = args.target(host)
-            manager = host.hostname in subnet_managers
-            retire = retirements[host.hostname]
-            # First created, last deleted: a host that leaves the spec loses its Node after everything else.
-            deregister = self._kubectl(f"{key}-deregister", None, retire.deregister, [])
-            leave = push(f"{key}-leave", target, retire.membership, ssh_private_key, parent=self, converge=True,
-                         depends_on=[deregister])
-            script = render_preparation(args, host, fabric.get(host.hostname), pool_prep)
-            prepare = push(f"{key}-prepare", target, script, ssh_private_key, parent=self, converge=True,
-                           depends_on=[leave, *after] if manager else [leave, *after, *self.subnet_managers])
-            self.prepared[host.hostname] = prepare
-            if manager:
-                self.subnet_managers.append(prepare)
-            if pool.burn_in.enabled:
-                burn = push(f"{key}-burn-in", target, render_burn_in(pool, host, args.system_namespaces),
-                            ssh_private_key, parent=self, depends_on=[prepare],
-                            replace_on=burn_in_identity(pool, host))
-                verdict = burn.stdout.apply(parse_result)
-                self.burn_in[host.hostname] = verdict.apply(lambda v: v[1])
-                patch_deps: list[pulumi.Resource] = [burn]
-            else:
-                verdict = pulumi.Output.from_input(None)
-                self.burn_in[host.hostname] = pulumi.Output.from_input("skipped")
-                patch_deps = [prepare]
-            # Name and labels are known at preview; only what the burn-in decides waits for its result. The live
-            # node is read when everything before the patch is done, so the taints kept are as fresh as can be.
-            deps = [*patch_deps, *(host_ready or {}).get(host.hostname, ())]
-            live = k8s.core.v1.Node.get(f"{key}-live", host.hostname,
-                                        opts=pulumi.ResourceOptions(parent=self, depends_on=deps))
-            static = render_node_patch(args, host, None)
-            meta = {**static["metadata"], "annotations": verdict.apply(
-                lambda v, h=host: render_node_patch(args, h, v)["metadata"]["annotations"])}
-            taints = pulumi.Output.all(verdict, live.spec, live.metadata).apply(
-                lambda a: node_taints(pool, a[0], live_taints(a[1]), managed_before(a[2])))
-            patch = k8s.core.v1.NodePatch(f"{key}-node", metadata=meta, spec={"taints": taints},
-                                          opts=pulumi.ResourceOptions(parent=self, depends_on=[*deps, live]))
-            rolls[host.hostname] = (prepare, script, patch)
-        previous: list[pulumi.Resource] = []
-        for batch in rollout_batches(pool):
-            previous = [self._roll(f"{name}-{h.hostname}", args, h, pool_prep, *rolls[h.hostname], ssh_private_key,
-                                   after=previous) for h in batch]
-            # Last created, first deleted: a host that leaves the spec is drained before anything is undone.
-            for h, given_back in zip(batch, previous):
-                self._kubectl(f"{name}-{h.hostname}-retire", None, retirements[h.hostname].retire, [given_back])
-        self.register_outputs({**intent, "burn_in": self.burn_in, "gpus": pool.gpus,
-                               "peak_power_w_per_host": pool.peak_power_w_per_host})
+        super().__init__(self.TYPE, name, intent, with_aliases(self.TYPE, opts))
+        compose(self, name, args, ssh_private_key, host_ready=host_ready, fabric=fabric, after=after,
+                subnet_managers=subnet_managers, kubeconfig=kubeconfig, kube_context=kube_context)
 
-    def _roll(self, key: str, args: NodePoolArgs, host: Host, pool_prep: PoolPrep, prepare: remote.Command,
-              script: Script, patch: pulumi.Resource, ssh_private_key: pulumi.Input[str], *,
-              after: Sequence[pulumi.Resource]) -> pulumi.Resource:
-        """The host's drain, roll and uncordon, after its Node patch and the previous batch; returns the last.
-        All three run again whenever the preparation changes (its digest is in each); each does nothing where
-        nothing is owed."""
-        prepared = digest(script)
-        env = {"GPUCLUSTER_OWED": prepare.stdout.apply(owed_restarts), "GPUCLUSTER_ROLL": prepared}
-        scripts = render_rollout(args.pool, host)
-        drain = self._kubectl(f"{key}-drain", scripts.drain, None, [patch, *after], env)
-        roll = push(f"{key}-roll", args.target(host), pool_prep.roll_for_host(host, prepared), ssh_private_key,
-                    parent=self, converge=True, depends_on=[drain])
-        return self._kubectl(f"{key}-uncordon", scripts.uncordon, None, [roll], env)
 
-    def _kubectl(self, name: str, create: str | None, delete: str | None, deps: Sequence[pulumi.Resource],
-                 env: Mapping[str, pulumi.Input[str]] | None = None) -> local.Command:
-        """A step run by bash where pulumi runs, with kubectl reaching the cluster as the pool was told. A
-        `create` runs again on every change (its `update`); a `delete` runs with the inputs it was stored with."""
-        kubeconfig, kube_context = self._kube
-        environment = {**(env or {}), **({"GPUCLUSTER_CONTEXT": kube_context} if kube_context else {})}
-        return local.Command(
-            name, create=create, update=create, delete=delete, interpreter=["/bin/bash", "-c"],
-            environment=environment or None, stdin=None if kubeconfig is None else pulumi.Output.secret(kubeconfig),
-            add_previous_output_in_env=False, opts=pulumi.ResourceOptions(parent=self, depends_on=list(deps)))
+def compose(component: Any, name: str, args: NodePoolArgs, ssh_private_key: pulumi.Input[str], *,
+            host_ready: Mapping[str, Sequence[pulumi.Input[pulumi.Resource]]] | None = None,
+            fabric: Mapping[str, Script] | None = None, after: Sequence[pulumi.Resource] = (),
+            subnet_managers: Collection[str] = (), kubeconfig: pulumi.Input[str] | None = None,
+            kube_context: str | None = None) -> None:
+    """A GpuNodePool's children and outputs, under `component`: a GpuNodePool, or the component provider's
+    (provider.py)."""
+    intent = {"spec": args.model_dump(mode="json")}
+    pool = args.pool
+    fabric = fabric or {}
+    pool_prep = render_pool_preparation(args)
+    component.burn_in, component.prepared, component.subnet_managers = {}, {}, []
+    rolls: dict[str, tuple[remote.Command, Script, pulumi.Resource]] = {}
+    kube = (kubeconfig, kube_context)
+    retirements = {h.hostname: render_retirement(pool, h, args.system_namespaces) for h in pool.hosts}
+    for host in sorted(pool.hosts, key=lambda h: h.hostname not in subnet_managers):
+        key = f"{name}-{host.hostname}"
+        target = args.target(host)
+        manager = host.hostname in subnet_managers
+        retire = retirements[host.hostname]
+        # First created, last deleted: a host that leaves the spec loses its Node after everything else.
+        deregister = _kubectl(component, kube, f"{key}-deregister", None, retire.deregister, [])
+        leave = push(f"{key}-leave", target, retire.membership, ssh_private_key, parent=component, converge=True,
+                     depends_on=[deregister])
+        script = render_preparation(args, host, fabric.get(host.hostname), pool_prep)
+        prepare = push(f"{key}-prepare", target, script, ssh_private_key, parent=component, converge=True,
+                       depends_on=[leave, *after] if manager else [leave, *after, *component.subnet_managers])
+        component.prepared[host.hostname] = prepare
+        if manager:
+            component.subnet_managers.append(prepare)
+        if pool.burn_in.enabled:
+            burn = push(f"{key}-burn-in", target, render_burn_in(pool, host, args.system_namespaces),
+                        ssh_private_key, parent=component, depends_on=[prepare],
+                        replace_on=burn_in_identity(pool, host))
+            verdict = burn.stdout.apply(parse_result)
+            component.burn_in[host.hostname] = verdict.apply(lambda v: v[1])
+            patch_deps: list[pulumi.Resource] = [burn]
+        else:
+            verdict = pulumi.Output.from_input(None)
+            component.burn_in[host.hostname] = pulumi.Output.from_input("skipped")
+            patch_deps = [prepare]
+        # Name and labels are known at preview; only what the burn-in decides waits for its result. The live
+        # node is read when everything before the patch is done, so the taints kept are as fresh as can be.
+        deps = [*patch_deps, *(host_ready or {}).get(host.hostname, ())]
+        live = k8s.core.v1.Node.get(f"{key}-live", host.hostname,
+                                    opts=pulumi.ResourceOptions(parent=component, depends_on=deps))
+        static = render_node_patch(args, host, None)
+        meta = {**static["metadata"], "annotations": verdict.apply(
+            lambda v, h=host: render_node_patch(args, h, v)["metadata"]["annotations"])}
+        taints = pulumi.Output.all(verdict, live.spec, live.metadata).apply(
+            lambda a: node_taints(pool, a[0], live_taints(a[1]), managed_before(a[2])))
+        patch = k8s.core.v1.NodePatch(f"{key}-node", metadata=meta, spec={"taints": taints},
+                                      opts=pulumi.ResourceOptions(parent=component, depends_on=[*deps, live]))
+        rolls[host.hostname] = (prepare, script, patch)
+    previous: list[pulumi.Resource] = []
+    for batch in rollout_batches(pool):
+        previous = [_roll(component, kube, f"{name}-{h.hostname}", args, h, pool_prep, *rolls[h.hostname],
+                          ssh_private_key, after=previous) for h in batch]
+        # Last created, first deleted: a host that leaves the spec is drained before anything is undone.
+        for h, given_back in zip(batch, previous):
+            _kubectl(component, kube, f"{name}-{h.hostname}-retire", None, retirements[h.hostname].retire, [given_back])
+    component.register_outputs({**intent, "burn_in": component.burn_in, "gpus": pool.gpus,
+                                "peak_power_w_per_host": pool.peak_power_w_per_host})
+
+
+Kube = tuple[pulumi.Input[str] | None, str | None]      # how kubectl reaches the cluster: kubeconfig, context
+
+
+def _roll(component: Any, kube: Kube, key: str, args: NodePoolArgs, host: Host, pool_prep: PoolPrep,
+          prepare: remote.Command, script: Script, patch: pulumi.Resource, ssh_private_key: pulumi.Input[str], *,
+          after: Sequence[pulumi.Resource]) -> pulumi.Resource:
+    """The host's drain, roll and uncordon, after its Node patch and the previous batch; returns the last.
+    All three run again whenever the preparation changes (its digest is in each); each does nothing where
+    nothing is owed."""
+    prepared = digest(script)
+    env = {"GPUCLUSTER_OWED": prepare.stdout.apply(owed_restarts), "GPUCLUSTER_ROLL": prepared}
+    scripts = render_rollout(args.pool, host)
+    drain = _kubectl(component, kube, f"{key}-drain", scripts.drain, None, [patch, *after], env)
+    roll = push(f"{key}-roll", args.target(host), pool_prep.roll_for_host(host, prepared), ssh_private_key,
+                parent=component, converge=True, depends_on=[drain])
+    return _kubectl(component, kube, f"{key}-uncordon", scripts.uncordon, None, [roll], env)
+
+
+def _kubectl(component: Any, kube: Kube, name: str, create: str | None, delete: str | None,
+             deps: Sequence[pulumi.Resource], env: Mapping[str, pulumi.Input[str]] | None = None) -> local.Command:
+    """A step run by bash where pulumi runs, with kubectl reaching the cluster as the pool was told. A
+    `create` runs again on every change (its `update`); a `delete` runs with the inputs it was stored with."""
+    kubeconfig, kube_context = kube
+    environment = {**(env or {}), **({"GPUCLUSTER_CONTEXT": kube_context} if kube_context else {})}
+    return local.Command(
+        name, create=create, update=create, delete=delete, interpreter=["/bin/bash", "-c"],
+        environment=environment or None, stdin=None if kubeconfig is None else pulumi.Output.secret(kubeconfig),
+        add_previous_output_in_env=False, opts=pulumi.ResourceOptions(parent=component, depends_on=list(deps)))

@@ -9,7 +9,9 @@ from typing import Any
 
 from ..spec import SpecError
 from ..spec.loader import read_json
+from ..types import moved_urn
 
+# Changes the engine records without running a step: the order things run in.
 _ORDER_ONLY = ("dependsOn", "propertyDependencies")
 # Fields whose change makes the provider replace the resource rather than update it in place.
 _REPLACING = ("inputs.metadata.name", "inputs.metadata.namespace", "inputs.apiVersion", "inputs.kind")
@@ -79,7 +81,10 @@ def _flatten(value: Any, prefix: str, out: dict[str, Any]) -> dict[str, Any]:
 
 
 def _comparable(entry: dict[str, Any]) -> dict[str, Any]:
-    return {k: entry.get(k) for k in ("parent", "dependsOn", "propertyDependencies", "provider", "inputs", "options")}
+    """What a change of makes a step; aliases only tell the engine the resource's earlier URN."""
+    options = {k: v for k, v in (entry.get("options") or {}).items() if k != "aliases"}
+    return {**{k: entry.get(k) for k in ("parent", "dependsOn", "propertyDependencies", "provider", "inputs")},
+            "options": options}
 
 
 def _replaces(entry: dict[str, Any], path: str) -> bool:
@@ -89,13 +94,23 @@ def _replaces(entry: dict[str, Any], path: str) -> bool:
     return "*" in declared or path.startswith(prefixes)
 
 
+def _moved(entry: dict[str, Any]) -> dict[str, Any]:
+    """A resource named as the aliases name it now, to match it across plans: a component whose type token
+    moved keeps its state under the new URN, and so do its children."""
+    deps = entry.get("propertyDependencies") or {}
+    return {**entry, "parent": moved_urn(entry["parent"]) if entry.get("parent") else entry.get("parent"),
+            "dependsOn": [moved_urn(u) for u in entry.get("dependsOn") or []],
+            "propertyDependencies": {k: [moved_urn(u) for u in v] for k, v in deps.items()}}
+
+
 def diff_plans(old: dict[str, Any], new: dict[str, Any]) -> list[ResourceDiff]:
     """What the engine would do: a read (Resource.get) that is new is read, one that is gone is discarded; a
     read neither creates nor deletes anything, and a read present in both is read again, not shown."""
-    before = {r["urn"]: r for r in old["resources"]}
-    after = {r["urn"]: r for r in new["resources"]}
-    out = [ResourceDiff(u, "discard" if before[u].get("read") else "delete") for u in sorted(before.keys() - after.keys())]
-    out += [ResourceDiff(u, "read" if after[u].get("read") else "create") for u in sorted(after.keys() - before.keys())]
+    before, after = ({moved_urn(r["urn"]): _moved(r) for r in plan["resources"]} for plan in (old, new))
+    out = [ResourceDiff(before[u]["urn"], "discard" if before[u].get("read") else "delete")
+           for u in sorted(before.keys() - after.keys())]
+    out += [ResourceDiff(after[u]["urn"], "read" if after[u].get("read") else "create")
+            for u in sorted(after.keys() - before.keys())]
     for urn in sorted(before.keys() & after.keys()):
         if after[urn].get("read"):
             continue
@@ -104,7 +119,7 @@ def diff_plans(old: dict[str, Any], new: dict[str, Any]) -> list[ResourceDiff]:
         # Dependencies alone (the order things run in) are a same step: the engine records them, runs nothing.
         if any(not c.path.startswith(_ORDER_ONLY) for c in changes):
             action = "replace" if any(_replaces(after[urn], c.path) for c in changes) else "update"
-            out.append(ResourceDiff(urn, action, changes))
+            out.append(ResourceDiff(after[urn]["urn"], action, changes))
     order = {"delete": 0, "discard": 0, "replace": 1, "update": 2, "create": 3, "read": 4}
     return sorted(out, key=lambda d: (order[d.action], d.urn))
 

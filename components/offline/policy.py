@@ -166,8 +166,17 @@ def _options(r: Record) -> apb.AnalyzerResourceOptions:
     return apb.AnalyzerResourceOptions(
         protect=bool(o.get("protect")), ignoreChanges=o.get("ignoreChanges", []),
         deleteBeforeReplace=bool(o.get("deleteBeforeReplace")), deleteBeforeReplaceDefined=True,
-        additionalSecretOutputs=o.get("additionalSecretOutputs", []), aliases=o.get("aliases", []),
+        additionalSecretOutputs=o.get("additionalSecretOutputs", []), aliases=_alias_urns(r),
         parent=r.parent or "")
+
+
+def _alias_urns(r: Record) -> list[str]:
+    """A resource's aliases as the engine hands them to analyzers: URNs, its own under each earlier type or
+    name (the parent left empty is its current one)."""
+    prefix, project, chain, name = r.urn.split("::", 3)
+    *ancestors, own = chain.split("$")
+    return ["::".join([prefix, project, "$".join([*ancestors, spec.get("type") or own]), spec.get("name") or name])
+            for spec in (a.get("spec", {}) for a in r.options.get("aliases", []))]
 
 
 def evaluate(run: ProgramRun, policies: list[Any],

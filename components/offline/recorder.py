@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pulumi
+from google.protobuf import json_format
 from pulumi.runtime import mocks as _mocks
 from pulumi.runtime import rpc as _rpc
 from pulumi.runtime import settings as _settings
@@ -124,7 +125,8 @@ class RecordingMonitor(_mocks.MockMonitor):
                 "deleteBeforeReplace": request.deleteBeforeReplace,
                 "retainOnDelete": request.retainOnDelete if request.HasField("retainOnDelete") else False,
                 "deletedWith": request.deletedWith,
-                "aliases": sorted(str(a) for a in request.aliases),
+                # Each alias as its set fields ({"spec": {"type": ...}}): the parent left empty is the current one.
+                "aliases": sorted((json_format.MessageToDict(a) for a in request.aliases), key=repr),
             }))
         return resp
 

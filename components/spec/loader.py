@@ -283,8 +283,36 @@ class TenantsFile(NamedTuple):
     lines: dict[Loc, int]
 
     def error(self, problems: list[Problem]) -> SpecError:
-        located = sorted(_line(p.loc, p.message, self.lines, self.source) for p in problems)
-        return SpecError(self.source, [m for _, m in located], "the tenants file")
+        return located_error(self.source, problems, self.lines, "the tenants file")
+
+
+def located_error(source: str, problems: list[Problem], lines: dict[Loc, int], what: str) -> SpecError:
+    """Problems found after validation, as the loader words them (each at its line, where one is known)."""
+    located = sorted(_line(p.loc, p.message, lines, source) for p in problems)
+    return SpecError(source, [m for _, m in located], what)
+
+
+M = typing.TypeVar("M", bound=BaseModel)
+
+
+def read_object(value: Any, source: str, model: type[M], what: str) -> M:
+    """A value a program handed over already parsed (a component provider's input), validated as `model` with
+    the loader's messages. Numbers cross Pulumi's wire as doubles, so whole ones are integers again first."""
+    data = _whole(value)
+    if not isinstance(data, dict):
+        raise SpecError(source, [f"{source}: not a mapping (got {_yaml_kind(data)})"], what)
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        raise SpecError(source, _describe(e, data, {}, source, model), what) from None
+
+
+def _whole(value: Any) -> Any:
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _whole(v) for k, v in value.items()}
+    return [_whole(v) for v in value] if isinstance(value, list) else value
 
 
 def load_tenants(path: str | Path) -> TenantsFile:

@@ -225,6 +225,19 @@ def unique_tenants(tenants: list[Tenant], at: Loc = ("tenants",)) -> Iterator[Pr
                           "namespace", "each tenant needs its own namespace")
 
 
+def no_directories(tenants: list[Tenant], at: Loc = ("tenants",)) -> Iterator[Problem]:
+    """For tenants built apart from the platform: the filesystem's directories are made on its servers by the
+    platform stack, which tenants' projects never reach, so a directory asked for there would silently not exist."""
+    for i, t in enumerate(tenants):
+        for field in ("filesystem_gib", "group_id"):
+            value = getattr(t.storage, field)
+            if value is not None:
+                yield Problem((*at, i, "storage", field),
+                              f"{field} {value} asks for a directory on the parallel filesystem, which only the "
+                              "platform stack creates (this project never reaches the storage servers); move "
+                              "the tenant to the platform spec's tenants, or remove the field")
+
+
 class TenantsSpec(SpecModel):
     """A tenants-only stack: the teams one project onboards onto a platform stack it references."""
 
@@ -236,16 +249,7 @@ class TenantsSpec(SpecModel):
         return unique_tenants(self.tenants)
 
     def _no_filesystem_here(self) -> Iterator[Problem]:
-        """The filesystem's directories are made on its servers by the platform stack; this project never
-        reaches them, so a directory asked for here would silently not exist."""
-        for i, t in enumerate(self.tenants):
-            for field in ("filesystem_gib", "group_id"):
-                value = getattr(t.storage, field)
-                if value is not None:
-                    yield Problem(("tenants", i, "storage", field),
-                                  f"{field} {value} asks for a directory on the parallel filesystem, which only the "
-                                  "platform stack creates (this project never reaches the storage servers); move "
-                                  "the tenant to the platform spec's tenants, or remove the field")
+        return no_directories(self.tenants)
 
     _checks = (_unique, _no_filesystem_here)
 

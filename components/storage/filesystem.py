@@ -20,6 +20,7 @@ import pulumi_random as random
 from ..k8s.objects import register
 from ..spec import ClusterSpec
 from ..ssh import SshTarget, push
+from ..types import token, with_aliases
 from .kubernetes import render_volumes
 from .layout import ROLE_ORDER, Layout, plan_layout
 from .scripts import (render_beegfs_client, render_beegfs_server, render_directories,
@@ -49,7 +50,7 @@ def server_identity(layout: Layout, hostname: str) -> str:
 
 
 class ParallelFilesystem(pulumi.ComponentResource):
-    TYPE: ClassVar[str] = "gpucluster:storage:ParallelFilesystem"
+    TYPE: ClassVar[str] = token("ParallelFilesystem")
 
     layout: Layout
     """Targets, their servers, labels and mounts; the MGS NIDs or mgmtd address; tenants' quota IDs."""
@@ -64,49 +65,58 @@ class ParallelFilesystem(pulumi.ComponentResource):
                  opts: pulumi.ResourceOptions | None = None, host_ready: dict[str, list[pulumi.Resource]] | None = None,
                  namespaces: dict[str, pulumi.Input[str]] | None = None):
         intent = {"spec": spec.storage.model_dump(mode="json")}
-        super().__init__(self.TYPE, name, intent, opts)
-        layout = plan_layout(spec)
-        assert layout is not None, "a ParallelFilesystem needs storage.kind lustre or beegfs"
-        self.layout, self.outputs = layout, filesystem_outputs(spec, layout)
-        ready = host_ready or {}
-        ssh = spec.ssh
-        beegfs = layout.kind == "beegfs"
-        clients = [(p, h) for p, h in spec.hosts()]
-        secret = random.RandomPassword(f"{name}-auth", length=64, special=False,
-                                       opts=pulumi.ResourceOptions(parent=self)) if beegfs and spec.storage.auth \
-            else None
+        super().__init__(self.TYPE, name, intent, with_aliases(self.TYPE, opts))
+        compose(self, name, spec, ssh_private_key, host_ready=host_ready, namespaces=namespaces)
 
-        stdin = secret.result if secret is not None else None        # push() keeps it secret
-        self.auth = stdin
-        done: list[pulumi.Resource] = []
-        for stage in sorted({min(ROLE_ORDER[t.role] for t in layout.on(s.hostname)) for s in layout.servers}):
-            started = []
-            for server in layout.servers:
-                if min(ROLE_ORDER[t.role] for t in layout.on(server.hostname)) != stage:
-                    continue
-                target = SshTarget(server.address, ssh.user, ssh.port, server.host_key, ssh.bastion)
-                rendered = (render_beegfs_server if beegfs else render_lustre_server)(spec, layout, server.hostname)
-                started.append(push(f"{name}-{server.hostname}", target, rendered, ssh_private_key, parent=self,
-                                    depends_on=done + ready.get(server.hostname, []), protect=True, stdin=stdin,
-                                    replace_on=server_identity(layout, server.hostname)))
-            done = done + started
-        self.clients = {}
-        _, first = clients[0]
-        for pool, host in clients:
-            target = SshTarget(host.address, host.ssh_user or ssh.user, host.ssh_port or ssh.port, host.host_key,
-                               ssh.bastion)
-            interface = spec.storage_client_interface(pool) or ""
-            rendered = (render_beegfs_client if beegfs else render_lustre_client)(spec, layout, host.hostname,
-                                                                                  interface)
-            # The first client also applies the shared directories and quotas, in its own session: a change to
-            # them updates that command in place (no remount), a change to the client replaces it.
-            then = render_directories(spec, layout, host.hostname).create if host is first else None
-            self.clients[host.hostname] = push(f"{name}-{host.hostname}", target, rendered, ssh_private_key,
-                                               parent=self, depends_on=done + ready.get(host.hostname, []),
-                                               stdin=stdin, then=then)
-        for manifest in render_volumes(spec, layout):
-            ns = manifest.obj["metadata"].get("namespace")
-            register(f"{name}-{manifest.role}", manifest.obj, pulumi.ResourceOptions(
-                parent=self, depends_on=[self.clients[first.hostname]]),
-                namespace=(namespaces or {}).get(ns) if ns else None)
-        self.register_outputs({**intent, **self.outputs})
+
+def compose(filesystem: Any, name: str, spec: ClusterSpec, ssh_private_key: pulumi.Input[str], *,
+            host_ready: dict[str, list[pulumi.Resource]] | None,
+            namespaces: dict[str, pulumi.Input[str]] | None) -> None:
+    """A ParallelFilesystem's children and outputs, under `filesystem`: a ParallelFilesystem, or the component
+    provider's (provider.py)."""
+    intent = {"spec": spec.storage.model_dump(mode="json")}
+    layout = plan_layout(spec)
+    assert layout is not None, "a ParallelFilesystem needs storage.kind lustre or beegfs"
+    filesystem.layout, filesystem.outputs = layout, filesystem_outputs(spec, layout)
+    ready = host_ready or {}
+    ssh = spec.ssh
+    beegfs = layout.kind == "beegfs"
+    clients = [(p, h) for p, h in spec.hosts()]
+    secret = random.RandomPassword(f"{name}-auth", length=64, special=False,
+                                   opts=pulumi.ResourceOptions(parent=filesystem)) \
+        if beegfs and spec.storage.auth else None
+
+    stdin = secret.result if secret is not None else None        # push() keeps it secret
+    filesystem.auth = stdin
+    done: list[pulumi.Resource] = []
+    for stage in sorted({min(ROLE_ORDER[t.role] for t in layout.on(s.hostname)) for s in layout.servers}):
+        started = []
+        for server in layout.servers:
+            if min(ROLE_ORDER[t.role] for t in layout.on(server.hostname)) != stage:
+                continue
+            target = SshTarget(server.address, ssh.user, ssh.port, server.host_key, ssh.bastion)
+            rendered = (render_beegfs_server if beegfs else render_lustre_server)(spec, layout, server.hostname)
+            started.append(push(f"{name}-{server.hostname}", target, rendered, ssh_private_key,
+                                parent=filesystem, depends_on=done + ready.get(server.hostname, []), protect=True,
+                                stdin=stdin, replace_on=server_identity(layout, server.hostname)))
+        done = done + started
+    filesystem.clients = {}
+    _, first = clients[0]
+    for pool, host in clients:
+        target = SshTarget(host.address, host.ssh_user or ssh.user, host.ssh_port or ssh.port, host.host_key,
+                           ssh.bastion)
+        interface = spec.storage_client_interface(pool) or ""
+        rendered = (render_beegfs_client if beegfs else render_lustre_client)(spec, layout, host.hostname,
+                                                                              interface)
+        # The first client also applies the shared directories and quotas, in its own session: a change to
+        # them updates that command in place (no remount), a change to the client replaces it.
+        then = render_directories(spec, layout, host.hostname).create if host is first else None
+        filesystem.clients[host.hostname] = push(
+            f"{name}-{host.hostname}", target, rendered, ssh_private_key, parent=filesystem,
+            depends_on=done + ready.get(host.hostname, []), stdin=stdin, then=then)
+    for manifest in render_volumes(spec, layout):
+        ns = manifest.obj["metadata"].get("namespace")
+        register(f"{name}-{manifest.role}", manifest.obj, pulumi.ResourceOptions(
+            parent=filesystem, depends_on=[filesystem.clients[first.hostname]]),
+            namespace=(namespaces or {}).get(ns) if ns else None)
+    filesystem.register_outputs({**intent, **filesystem.outputs})

@@ -28,12 +28,13 @@ PROMETHEUS_RULE = "kubernetes:monitoring.coreos.com/v1:PrometheusRule"
 HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
 REMOTE_COMMAND = "command:remote:Command"
 
+# One token per component, from Python and from the component provider alike (components/types.py).
 CLUSTER = "gpucluster:index:GpuCluster"
-NODE_POOL = "gpucluster:nodes:GpuNodePool"
-FABRIC = "gpucluster:fabric:Fabric"
-K8S_STACK = "gpucluster:k8s:GpuKubernetesStack"
-TENANT = "gpucluster:k8s:Tenant"
-FILESYSTEM = "gpucluster:storage:ParallelFilesystem"
+NODE_POOL = "gpucluster:index:GpuNodePool"
+FABRIC = "gpucluster:index:Fabric"
+K8S_STACK = "gpucluster:index:GpuKubernetesStack"
+TENANT = "gpucluster:index:Tenant"
+FILESYSTEM = "gpucluster:index:ParallelFilesystem"
 
 TENANT_LABEL = "gpucluster.io/tenant"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"

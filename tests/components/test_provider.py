@@ -25,9 +25,17 @@ from pulumi.runtime.proto import (engine_pb2_grpc, errors_pb2, provider_pb2, pro
                                   resource_pb2_grpc, status_pb2)
 
 from components import GpuCluster, SpecError, load_spec, parse_spec
+from components.fabric import Fabric
+from components.fabric.nccl import nccl_envs as fabric_nccl
+from components.k8s.gpu_stack import GpuKubernetesStack
+from components.k8s.tenant import Tenant, TenantArgs, tenancy_of
+from components.spec.tenants import tenancy_problems
+from components.nodes import GpuNodePool, NodePoolArgs
+from components.spec import Tenant as TenantSpec
+from components.storage import ParallelFilesystem
 from components.offline.recorder import STACK_TYPE, RecordingMonitor, redact
 from components.offline.runner import run_offline
-from components.provider import SECRETS, semver
+from components.provider import SECRETS, package_schema, semver
 from tests.conftest import ROOT
 
 # Pulumi's package metaschema (pkg/codegen/schema/pulumi.json of github.com/pulumi/pulumi/pkg/v3 v3.274.1, from
@@ -119,13 +127,17 @@ class Provider:
     def schema(self) -> dict[str, Any]:
         return json.loads(self.stub.GetSchema(provider_pb2.GetSchemaRequest(version=0)).schema)
 
-    def construct(self, monitor: str, name: str, inputs: dict[str, Any]) -> provider_pb2.ConstructResponse:
+    def construct(self, monitor: str, name: str, inputs: dict[str, Any], component: str = "GpuCluster",
+                  dependencies: dict[str, list[str]] | None = None) -> provider_pb2.ConstructResponse:
+        """A Construct as the engine sends it: plain values (numbers as doubles), a secret in its wire form
+        (rpc.wrap_rpc_secret), and per input the URNs it depends on (another resource's output)."""
         struct = struct_pb2.Struct()
-        struct.update(inputs)          # plain values, a secret in its wire form (rpc.wrap_rpc_secret)
+        struct.update(inputs)
+        deps = {k: provider_pb2.ConstructRequest.PropertyDependencies(urns=v) for k, v in (dependencies or {}).items()}
         return self.stub.Construct(provider_pb2.ConstructRequest(
             project=PROJECT, stack=STACK, dryRun=True, parallel=8, monitorEndpoint=monitor,
-            type="gpucluster:index:GpuCluster", name=name, parent=STACK_URN, inputs=struct,
-            organization="organization", accepts_output_values=False), timeout=300)
+            type=f"gpucluster:index:{component}", name=name, parent=STACK_URN, inputs=struct,
+            inputDependencies=deps, organization="organization", accepts_output_values=False), timeout=300)
 
     def close(self) -> None:
         self.channel.close()
@@ -153,10 +165,11 @@ def test_the_schema_passes_pulumis_package_metaschema(provider):
 
 def test_every_component_input_and_output_is_described_and_the_secrets_are_flagged(provider):
     resources = provider.schema()["resources"]
-    assert set(resources) == {f"gpucluster:index:{c}" for c in SECRETS}
+    assert set(resources) == {f"gpucluster:index:{c}" for c in ("GpuCluster", "GpuNodePool", "Fabric",
+                                                                 "ParallelFilesystem", "GpuKubernetesStack", "Tenant")}
     for token, resource in resources.items():
         assert resource["isComponent"] and resource["description"]
-        inputs, outputs = SECRETS[token.rsplit(":", 1)[1]]
+        inputs, outputs = SECRETS.get(token.rsplit(":", 1)[1], (frozenset(), frozenset()))
         for props, secret in ((resource["inputProperties"], inputs), (resource["properties"], outputs)):
             for name, prop in props.items():
                 assert prop.get("description") and "\n" not in prop["description"], (token, name)
@@ -185,19 +198,25 @@ def _records(run_records) -> dict[str, tuple]:
             for r in run_records if r.type != STACK_TYPE}
 
 
+def _constructed(provider: Provider, component: str, name: str, inputs: dict[str, Any],
+                 dependencies: dict[str, list[str]] | None = None) -> tuple[provider_pb2.ConstructResponse, Monitor]:
+    monitor = Monitor()
+    server, address = _serve(resource_pb2_grpc.add_ResourceMonitorServicer_to_server, monitor)
+    try:
+        response = provider.construct(address, name, inputs, component, dependencies)
+    finally:
+        server.stop(0)
+    monitor.recorder.finalize()
+    return response, monitor
+
+
 def test_construct_registers_what_the_python_path_registers_for_the_same_spec(provider):
     spec_file = ROOT / "stacks" / "dev.yaml"
     spec = load_spec(spec_file)
     python = run_offline(lambda: GpuCluster(spec.name, spec, ssh_private_key=pulumi.Output.secret(KEY)),
                          project=PROJECT, stack=STACK)
-    monitor = Monitor()
-    server, address = _serve(resource_pb2_grpc.add_ResourceMonitorServicer_to_server, monitor)
-    try:
-        response = provider.construct(address, spec.name, {"specFile": str(spec_file),
-                                                           "sshPrivateKey": rpc.wrap_rpc_secret(KEY)})
-    finally:
-        server.stop(0)
-    monitor.recorder.finalize()
+    response, monitor = _constructed(provider, "GpuCluster", spec.name,
+                                     {"specFile": str(spec_file), "sshPrivateKey": rpc.wrap_rpc_secret(KEY)})
     assert response.urn == f"urn:pulumi:{STACK}::{PROJECT}::gpucluster:index:GpuCluster::{spec.name}"
     got, want = _records(monitor.recorder.records), _records(python.records)
     assert set(got) == set(want)
@@ -206,11 +225,79 @@ def test_construct_registers_what_the_python_path_registers_for_the_same_spec(pr
     assert state["gpus"] == spec.gpus and state["flavors"] == {p.name: p.name for p in spec.node_pools}
     assert rpc.is_rpc_secret(state["filesystemAuth"])          # BeeGFS's connection secret goes out as one
     assert state["tenantLocalQueues"] == {t.name: "default" for t in spec.tenants} or state["tenantLocalQueues"]
+    assert state["tenancy"] == tenancy_of(spec).model_dump(mode="json", exclude_none=True)   # the wire drops nulls
     # The key came in as a secret and reaches every SSH connection as one (the connection holds it).
     commands = [r for r in monitor.recorder.records if r.type == "command:remote:Command"]
     assert commands and all(rpc.is_rpc_secret(r.inputs["connection"]) for r in commands)
     assert KEY not in json.dumps(redact([r.inputs for r in monitor.recorder.records]))
 
+
+# Each composable component from the same spec, as a program composing them would build it in Python.
+PARTS: dict[str, Any] = {
+    "GpuNodePool": lambda spec, key: GpuNodePool(f"{spec.name}-h100", NodePoolArgs.from_spec(spec, spec.node_pools[0]),
+                                                 key),
+    "Fabric": lambda spec, key: Fabric(f"{spec.name}-h100", spec, key),
+    "ParallelFilesystem": lambda spec, key: ParallelFilesystem(f"{spec.name}-h100", spec, key),
+    "GpuKubernetesStack": lambda spec, key: GpuKubernetesStack(f"{spec.name}-h100", spec),
+}
+
+
+@pytest.mark.parametrize("component", sorted(PARTS))
+def test_each_component_registers_what_the_python_path_registers(provider, component):
+    spec_file = ROOT / "stacks" / "dev.yaml"
+    spec = load_spec(spec_file)
+    python = run_offline(lambda: PARTS[component](spec, pulumi.Output.secret(KEY)), project=PROJECT, stack=STACK)
+    inputs = {"specYaml": spec_file.read_text()}
+    if component != "GpuKubernetesStack":
+        inputs["sshPrivateKey"] = rpc.wrap_rpc_secret(KEY)
+    if component == "GpuNodePool":
+        inputs["pool"] = spec.node_pools[0].name
+    response, monitor = _constructed(provider, component, f"{spec.name}-h100", inputs)
+    assert response.urn == f"urn:pulumi:{STACK}::{PROJECT}::gpucluster:index:{component}::{spec.name}-h100"
+    got, want = _records(monitor.recorder.records), _records(python.records)
+    assert len(got) > 1 and set(got) == set(want)
+    assert [u for u in got if got[u] != want[u]] == []
+    state = rpc.deserialize_properties(response.state, keep_unknowns=True)
+    if component == "GpuNodePool":
+        assert state["gpus"] == spec.node_pools[0].gpus
+        assert state["hosts"] == [h.hostname for h in spec.node_pools[0].hosts]
+    elif component == "ParallelFilesystem":
+        assert rpc.is_rpc_secret(state["auth"]) and state["summary"]["kind"] == "beegfs"
+        assert state["claims"] == {t.name: [c[0] for c in spec.filesystem_claims(t)] for t in spec.tenants}
+    elif component == "Fabric":
+        assert state["ncclEnv"] == fabric_nccl(spec)
+    else:
+        assert state["flavors"] == {"h100": "h100"}
+    assert KEY not in json.dumps(redact([r.inputs for r in monitor.recorder.records]))
+
+
+NEW_TEAM = {"name": "vision", "groups": {"edit": ["oidc:vision"]}, "gpu_quota": {"h100": {"nominal": 0,
+                                                                                         "borrowing_limit": 4}}}
+
+
+@pytest.mark.parametrize("from_another_stack", [False, True], ids=["known", "another-stacks-output"])
+def test_a_tenant_registers_what_the_python_path_registers_on_the_platforms_tenancy(provider, from_another_stack):
+    """The platform's facts known when the program starts, or another resource's output (a StackReference):
+    then the tenant is built once they are known, with the same children."""
+    spec = load_spec(ROOT / "stacks" / "dev.yaml")
+    tenancy = tenancy_of(spec)
+    python = run_offline(lambda: Tenant("dev-vision", TenantArgs.from_tenancy(tenancy, TenantSpec(**NEW_TEAM))),
+                         project=PROJECT, stack=STACK)
+    reference = f"urn:pulumi:{STACK}::{PROJECT}::pulumi:pulumi:StackReference::platform"
+    response, monitor = _constructed(
+        provider, "Tenant", "dev-vision", {"tenancy": tenancy.model_dump(mode="json"), "tenant": NEW_TEAM},
+        {"tenancy": [reference]} if from_another_stack else None)
+    got, want = _records(monitor.recorder.records), _records(python.records)
+    component = f"urn:pulumi:{STACK}::{PROJECT}::gpucluster:index:Tenant::dev-vision"
+    if from_another_stack:         # the component waits on the stack it read the facts from, its children do not
+        assert got[component][4] == [reference]
+        got[component] = (*got[component][:4], [], got[component][5])
+    assert len(got) > 5 and set(got) == set(want)
+    assert [u for u in got if got[u] != want[u]] == []
+    state = rpc.deserialize_properties(response.state, keep_unknowns=True)
+    assert (state["namespace"], state["localQueue"]) == ("vision", "default")
+    cq = next(r for r in python.records if r.name == "dev-vision-cq")
+    assert state["clusterQueue"] == cq.inputs["metadata"]["name"]
 
 
 # --- bad args: the Python path's messages, by property, no traceback, nothing registered --------------------
@@ -249,6 +336,77 @@ def test_a_missing_or_unreadable_spec_is_refused_naming_the_property(provider, i
     assert monitor.recorder.records == []
 
 
+def _refused_as(provider: Provider, component: str, inputs: dict[str, Any],
+                dependencies: dict[str, list[str]] | None = None) -> tuple[grpc.RpcError, Monitor]:
+    monitor = Monitor()
+    server, address = _serve(resource_pb2_grpc.add_ResourceMonitorServicer_to_server, monitor)
+    try:
+        with pytest.raises(grpc.RpcError) as refused:
+            provider.construct(address, "bad", inputs, component, dependencies)
+    finally:
+        server.stop(0)
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT, refused.value.details()
+    assert "Traceback" not in refused.value.details() + _property_errors(refused.value)
+    return refused.value, monitor
+
+
+def test_a_pool_the_spec_lacks_and_a_filesystem_it_lacks_are_refused_by_property(provider, dev_data):
+    key = rpc.wrap_rpc_secret(KEY)
+    error, monitor = _refused_as(provider, "GpuNodePool", {"specFile": str(ROOT / "stacks" / "dev.yaml"),
+                                                            "sshPrivateKey": key, "pool": "a100"})
+    assert _property_errors(error) == "pool: the spec has no node pool 'a100'; its pools: h100"
+    assert monitor.recorder.records == []
+    dev_data["storage"] = {"kind": "none"}
+    dev_data["tenants"][1].pop("storage")
+    error, monitor = _refused_as(provider, "ParallelFilesystem", {"specYaml": yaml.safe_dump(dev_data),
+                                                                   "sshPrivateKey": key})
+    assert _property_errors(error).startswith("specYaml: the spec's storage.kind is none")
+    assert monitor.recorder.records == []
+
+
+def _tenancy_problems(tenant: dict[str, Any]) -> list[str]:
+    """What the tenants project says of this tenant on the dev platform (its own check, its own words)."""
+    return [p.message for p in tenancy_problems(tenancy_of(load_spec(ROOT / "stacks" / "dev.yaml")),
+                                                [TenantSpec(**tenant)])]
+
+
+@pytest.mark.parametrize("from_another_stack", [False, True], ids=["known", "another-stacks-output"])
+def test_a_tenant_the_platform_refuses_gets_the_tenants_projects_words_by_property(provider, from_another_stack):
+    spec = load_spec(ROOT / "stacks" / "dev.yaml")
+    team = {"name": "team-a", "gpu_quota": {"h100": {"nominal": 2}, "a100": {"nominal": 1}}}
+    error, monitor = _refused_as(
+        provider, "Tenant", {"tenancy": tenancy_of(spec).model_dump(mode="json"), "tenant": team},
+        {"tenancy": ["urn:pulumi:dev::gpucluster::pulumi:pulumi:StackReference::platform"]}
+        if from_another_stack else None)
+    reasons = _property_errors(error).splitlines()
+    expected = _tenancy_problems(team)
+    assert len(reasons) == len(expected) == 3
+    for message in expected:       # namespace taken, no pool a100, 18 of 16 GPUs guaranteed
+        assert any(r.startswith("tenant: tenant: ") and r.endswith(message) for r in reasons), (message, reasons)
+    assert any(r.startswith("tenant: tenant: name: namespace 'team-a' is already taken") for r in reasons)
+    assert not [r for r in monitor.recorder.records if r.custom]          # no Kubernetes object is made
+
+
+@pytest.mark.parametrize("tenant, reason", [
+    ({"name": "vision", "gpu_quota": {"h100": {"nominal": "four"}}},
+     "tenant: gpu_quota.h100"),
+    ({"name": "vision", "colour": "blue"}, "tenant: colour: unknown field"),
+    ({"name": "vision", "storage": {"filesystem_gib": 100}},
+     "tenant: storage.filesystem_gib: filesystem_gib 100 asks for a directory on the parallel filesystem"),
+])
+def test_a_bad_tenant_is_refused_with_the_loaders_message_and_nothing_registered(provider, tenant, reason):
+    tenancy = tenancy_of(load_spec(ROOT / "stacks" / "dev.yaml")).model_dump(mode="json")
+    error, monitor = _refused_as(provider, "Tenant", {"tenancy": tenancy, "tenant": tenant})
+    assert reason in _property_errors(error), _property_errors(error)
+    assert monitor.recorder.records == []
+
+
+def test_a_tenancy_of_another_shape_is_refused_naming_it(provider):
+    error, monitor = _refused_as(provider, "Tenant", {"tenancy": {"cluster": "dev"}, "tenant": NEW_TEAM})
+    assert _property_errors(error).startswith("tenancy: tenancy: ")
+    assert "pools" in _property_errors(error) and monitor.recorder.records == []
+
+
 def _property_errors(error: grpc.RpcError) -> str:
     """The property errors the engine prints under the message (google.rpc.Status details, as the SDK packs
     them)."""
@@ -263,20 +421,90 @@ def _property_errors(error: grpc.RpcError) -> str:
     return "\n".join(out)
 
 
-# --- the examples --------------------------------------------------------------------------------------------
+# --- the examples ----------------------------------------------------------------------------------------------
 
-def test_the_yaml_example_uses_the_schemas_names_and_a_valid_spec(provider):
-    """What Pulumi YAML binds against the schema: the type, every property given and every output read."""
-    example = ROOT / "examples" / "pulumi-yaml"
-    program = yaml.safe_load((example / "Pulumi.yaml").read_text())
+TS_EXAMPLE = ROOT / "examples" / "tenant-and-pool" / "typescript"
+SDK = TS_EXAMPLE / "sdks" / "gpucluster"
+
+
+@pytest.mark.parametrize("example", ["pulumi-yaml", "tenant-and-pool/yaml"])
+def test_the_yaml_examples_use_the_schemas_names_and_valid_specs(provider, example):
+    """What Pulumi YAML binds against the schema: each type, every property given and every output read; and
+    what the provider checks of the values, checked here the same way."""
+    directory = ROOT / "examples" / example
+    program = yaml.safe_load((directory / "Pulumi.yaml").read_text())
     resources = provider.schema()["resources"]
-    assert program["runtime"] == "yaml" and program["packages"] == {"gpucluster": "../../provider"}
-    assert (example / program["packages"]["gpucluster"]).resolve() == ROOT / "provider"
+    assert program["runtime"] == "yaml"
+    assert (directory / program["packages"]["gpucluster"]).resolve() == ROOT / "provider"
+    types = {}
     for name, resource in program["resources"].items():
+        if not resource["type"].startswith("gpucluster:"):
+            assert resource["type"] == "pulumi:pulumi:StackReference"
+            continue
         package, component = resource["type"].split(":")
-        schema = resources[f"{package}:index:{component}"]
+        types[name] = schema = resources[f"{package}:index:{component}"]
         given = resource["properties"]
         assert set(given) <= set(schema["inputProperties"]) and set(schema["requiredInputs"]) <= set(given)
-        load_spec(example / given["specFile"])              # the spec it points at is valid, from there
-    outputs = {re.fullmatch(r"\$\{cluster\.(\w+)\}", v).group(1) for v in program["outputs"].values()}
-    assert outputs <= set(resources["gpucluster:index:GpuCluster"]["properties"])
+        if "specFile" in given:
+            spec = load_spec(directory / given["specFile"])          # valid, from the program's directory
+            assert given.get("pool", spec.node_pools[0].name) in {p.name for p in spec.node_pools}
+        if "tenant" in given:                                       # as the provider checks it, on dev's tenancy
+            assert given["tenancy"] == '${platform.outputs["tenancy"]}'
+            assert tenancy_problems(tenancy_of(load_spec(ROOT / "stacks" / "dev.yaml")),
+                                    [TenantSpec(**given["tenant"])]) == []
+    for value in program["outputs"].values():
+        name, output = re.fullmatch(r"\$\{(\w+)\.(\w+)\}", value).groups()
+        assert output in types[name]["properties"], value
+
+
+def test_the_checked_in_schema_is_what_the_provider_serves():
+    """provider/schema.json is what SDK generators read and what the checked-in TypeScript SDK was generated
+    from; after a change to components/provider.py, `make sdk` writes both again."""
+    assert (ROOT / "provider" / "schema.json").read_text() == package_schema(), "run `make sdk`"
+
+
+def _ts_members(text: str, block: str, pattern: str) -> dict[str, bool]:
+    body = re.search(block + r" \{\n(.*?)\n\}", text, re.S)
+    assert body, block
+    return {m.group(1): not m.group(2) for m in re.finditer(pattern, body.group(1), re.M)}
+
+
+def test_the_checked_in_sdk_declares_every_component_input_and_output_of_the_schema():
+    schema = json.loads((ROOT / "provider" / "schema.json").read_text())
+    assert json.loads((SDK / "package.json").read_text())["version"] == schema["version"]
+    for token, resource in schema["resources"].items():
+        component = token.rsplit(":", 1)[1]
+        text = (SDK / f"{component[0].lower()}{component[1:]}.ts").read_text()
+        assert f"__pulumiType = '{token}'" in text and ", true /*remote*/);" in text
+        inputs = _ts_members(text, f"export interface {component}Args", r"^    (\w+)(\?)?: ")
+        assert inputs == {p: p in resource.get("requiredInputs", []) for p in resource["inputProperties"]}
+        outputs = _ts_members(text, f"export class {component} extends pulumi.ComponentResource",
+                              r"^    declare public /\*out\*/ readonly (\w+)(\?)?: ")
+        assert set(outputs) == set(resource["properties"])
+
+
+def _tsc(project: Path) -> subprocess.CompletedProcess:
+    tsc = TS_EXAMPLE / "node_modules" / ".bin" / "tsc"
+    assert tsc.exists(), f"{tsc} is missing: `make test` installs the example's packages (npm ci) first"
+    return subprocess.run([str(tsc), "--noEmit", "-p", str(project)], capture_output=True, text=True, timeout=300)
+
+
+def test_the_typescript_example_type_checks_against_the_generated_sdk():
+    done = _tsc(TS_EXAMPLE)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_program_misnaming_an_input_or_leaving_one_out_fails_the_type_check(tmp_path):
+    """The type check is real: the SDK's types refuse what the provider would refuse by property."""
+    program = (TS_EXAMPLE / "index.ts").read_text()
+    program = program.replace('    pool: "l40s",', '    pools: "l40s",')
+    program = re.sub(r"    tenant: \{.*?\n    \},\n", "", program, flags=re.S)
+    (tmp_path / "index.ts").write_text(program)
+    config = json.loads((TS_EXAMPLE / "tsconfig.json").read_text())
+    config["compilerOptions"].update(baseUrl=str(TS_EXAMPLE), paths={"*": ["node_modules/*"]},
+                                     typeRoots=[str(TS_EXAMPLE / "node_modules" / "@types")])
+    (tmp_path / "tsconfig.json").write_text(json.dumps(config))
+    done = _tsc(tmp_path)
+    assert done.returncode != 0
+    assert "'pools' does not exist in type 'GpuNodePoolArgs'" in done.stdout, done.stdout
+    assert "Property 'tenant' is missing" in done.stdout, done.stdout

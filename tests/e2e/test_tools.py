@@ -41,3 +41,12 @@ def test_the_mpi_operator_is_built_at_the_version_the_stack_installs():
 def test_node_problem_detector_is_built_at_the_version_the_stack_deploys():
     assert _required("node-problem-detector", "k8s.io/node-problem-detector") == \
         KubernetesSpec().health.npd_version.lstrip("v")
+
+
+def test_the_engine_and_the_sdk_generator_are_one_pulumi_release():
+    """The CLI that runs the engine test, the generator of the TypeScript SDK and the pinned package metaschema
+    (tests/components/pulumi_package_metaschema.json) come from one github.com/pulumi/pulumi/pkg/v3 release."""
+    cli = _required("pulumi", "github.com/pulumi/pulumi/pkg/v3")
+    generator = re.search(r"^require github\.com/pulumi/pulumi/pkg/v3 v([0-9.]+)$",
+                          (ROOT / "e2e" / "sdkgen" / "go.mod").read_text(), re.M)
+    assert generator and generator.group(1) == cli == "3.274.1"

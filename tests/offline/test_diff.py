@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
+
 import yaml
 
 from components.offline.diff import diff_outputs, diff_plans, render_diff
 from components.offline.plan import build_plan
 from components.cluster import GpuCluster
 from components.spec import parse_spec
+from components.types import MOVED, moved_urn
 from tests.conftest import ssh_key
 
 
@@ -133,3 +136,46 @@ def test_a_host_added_mid_pool_moves_later_hosts_to_later_batches_and_changes_no
     # components' intent, and the detectors' lists of fabric ports and NVSwitch hosts (read on every look: no
     # pod restarts)
     assert touched <= {"dev-h100", "dev-fabric", "dev", "dev-k8s-gpu-health-ports", "dev-k8s-gpu-nvml-hosts"}, touched
+
+
+def _before_the_move(plan: dict) -> dict:
+    """The plan as a release before the components moved to the `index` module wrote it: the earlier tokens in
+    every URN, no aliases."""
+    text = json.dumps(plan)
+    for before, now in MOVED.items():
+        text = text.replace(now, before)
+    old = json.loads(text)
+    for r in old["resources"]:
+        (r.get("options") or {}).pop("aliases", None)
+    return old
+
+
+def test_a_plan_from_before_the_type_tokens_moved_matches_todays_through_the_aliases(record, dev_data):
+    now = plan_of(record, dev_data)
+    old = _before_the_move(now)
+    assert {r["urn"] for r in old["resources"]} != {r["urn"] for r in now["resources"]}
+    assert diff_plans(old, now) == []                       # the engine updates nothing: each alias names the URN
+    moved = [r for r in now["resources"] if r["type"] in MOVED.values()]
+    assert moved and all(r["options"]["aliases"] == [{"spec": {"type": old_type, "parentUrn": ""}}]
+                         for r in moved for old_type in [k for k, v in MOVED.items() if v == r["type"]])
+    dev_data["tenants"][0]["gpu_quota"]["h100"]["nominal"] = 8
+    dev_data["tenants"][0].update(cpu_cores=140, memory_gib=2560)
+    dev_data["tenants"].pop(1)
+    dev_data["storage"]["datasets"] = []
+    diffs = diff_plans(old, plan_of(record, dev_data))
+    updated = {d.urn for d in diffs if d.action == "update"}
+    assert "urn:pulumi:dev::gpucluster::gpucluster:index:GpuCluster$gpucluster:index:Tenant$" \
+           "kubernetes:kueue.x-k8s.io/v1beta2:ClusterQueue::dev-team-a-cq" in updated
+    deleted = [d.urn for d in diffs if d.action == "delete"]        # named as the state names them
+    assert deleted and all("gpucluster:index:Tenant" not in u for u in deleted)
+    assert any("gpucluster:k8s:Tenant$kubernetes:core/v1:Namespace::dev-team-b-ns" in u for u in deleted)
+
+
+def test_moved_urns_name_every_component_of_the_chain_by_todays_token():
+    old = ("urn:pulumi:dev::gpucluster::gpucluster:index:GpuCluster$gpucluster:nodes:GpuNodePool$"
+           "command:remote:Command::dev-h100-gpu-dev-01-burn-in")
+    assert moved_urn(old) == ("urn:pulumi:dev::gpucluster::gpucluster:index:GpuCluster$gpucluster:index:GpuNodePool$"
+                              "command:remote:Command::dev-h100-gpu-dev-01-burn-in")
+    assert moved_urn(moved_urn(old)) == moved_urn(old)
+    assert moved_urn("urn:pulumi:dev::p::gpucluster:k8s:Tenant::a::gpucluster:k8s:Tenant") == \
+        "urn:pulumi:dev::p::gpucluster:index:Tenant::a::gpucluster:k8s:Tenant"    # a name may hold "::"

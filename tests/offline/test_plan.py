@@ -35,7 +35,7 @@ def test_every_resource_hangs_under_the_cluster_with_engine_urns(dev_plan):
         if urn not in (stack, cluster):
             assert r["parent"] in resources, urn
             assert urn.startswith("urn:pulumi:dev::gpucluster::gpucluster:index:GpuCluster$"), urn
-    assert "urn:pulumi:dev::gpucluster::gpucluster:index:GpuCluster$gpucluster:k8s:Tenant$" \
+    assert "urn:pulumi:dev::gpucluster::gpucluster:index:GpuCluster$gpucluster:index:Tenant$" \
            "kubernetes:core/v1:Namespace::dev-team-a-ns" in resources
 
 

@@ -157,3 +157,18 @@ def test_every_workload_kind_is_held_to_the_workload_policies(group, kind, dev_r
                                        '{"a_image": ["x:latest"], "b": [{"c_image": null}]}'])
 def test_a_cluster_spec_text_that_is_not_the_library_s_is_read_as_absent(dev_run, spec_json):
     assert _guarded(changed(dev_run, "dev", _set(["spec_json"], spec_json))) == []
+
+
+def test_policies_see_a_moved_components_earlier_urn_among_its_aliases(dev_run):
+    """As the engine hands them to analyzers: URNs, the component's own under its earlier type token."""
+    seen: dict[str, list[str]] = {}
+
+    def aliases(args, report):
+        if args.resource_type in ("gpucluster:index:Tenant", "gpucluster:index:GpuCluster"):
+            seen[args.name] = list(args.opts.aliases)
+    evaluate(dev_run, [ResourceValidationPolicy(name="k8s-aliases", description="Records aliases.",
+                                                enforcement_level=EnforcementLevel.ADVISORY, validate=aliases)])
+    tenant = next(r for r in dev_run.records if r.name == "dev-team-a")
+    assert seen["dev"] == [] and seen["dev-team-a"] == [tenant.urn.replace("$gpucluster:index:Tenant::",
+                                                                       "$gpucluster:k8s:Tenant::")]
+    assert "gpucluster:k8s:Tenant" not in tenant.urn

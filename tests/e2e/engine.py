@@ -1,0 +1,136 @@
+"""The Pulumi engine (the CLI, built from its Go module) running this repository's programs against the component
+provider, for test_engine.py.
+
+What the module proxy does not serve is stood in for, and nothing else: the kubernetes, command and random
+provider plugins (EchoProvider: accepts what it is given, outputs its inputs, diffs by top-level property), and
+the Python language host that would launch the component provider (the provider is started here, as that host
+starts it, and the engine attaches to it through PULUMI_DEBUG_PROVIDERS; the SDK's provider server lacks the
+Attach call that takes, so `attachable` adds it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+from concurrent import futures
+from importlib import metadata
+from pathlib import Path
+
+import grpc
+from google.protobuf import empty_pb2, json_format, struct_pb2
+from pulumi.runtime.proto import plugin_pb2, provider_pb2, provider_pb2_grpc
+
+# The plugin versions the SDKs pinned in constraints.txt ask the engine for.
+PLUGINS = {"kubernetes": "4.34.2", "command": "1.2.1", "random": "4.21.4"}
+
+
+class EchoProvider(provider_pb2_grpc.ResourceProviderServicer):
+    """A resource provider plugin that creates nothing: what it is given is what it outputs. A command's stdout
+    is unknown in a preview and empty after `up`, as a command that printed nothing."""
+
+    def __init__(self, version: str):
+        self.version = version
+        self.created: list[str] = []
+
+    def Handshake(self, request, context):
+        return provider_pb2.ProviderHandshakeResponse(accept_secrets=True, accept_resources=True,
+                                                      accept_outputs=True)
+
+    def Attach(self, request, context):
+        return empty_pb2.Empty()
+
+    def GetPluginInfo(self, request, context):
+        return plugin_pb2.PluginInfo(version=self.version)
+
+    def CheckConfig(self, request, context):
+        return provider_pb2.CheckResponse(inputs=request.news)
+
+    def DiffConfig(self, request, context):
+        return provider_pb2.DiffResponse()
+
+    def Configure(self, request, context):
+        return provider_pb2.ConfigureResponse(acceptSecrets=True, supportsPreview=True, acceptResources=True,
+                                              acceptOutputs=True)
+
+    def Check(self, request, context):
+        return provider_pb2.CheckResponse(inputs=request.news)
+
+    def Diff(self, request, context):
+        olds, news = json_format.MessageToDict(request.olds), json_format.MessageToDict(request.news)
+        changed = sorted(k for k in olds.keys() | news.keys()
+                         if k not in ("stdout", "stderr") and olds.get(k) != news.get(k))
+        return provider_pb2.DiffResponse(diffs=changed, changes=provider_pb2.DiffResponse.DIFF_SOME if changed
+                                         else provider_pb2.DiffResponse.DIFF_NONE)
+
+    def Create(self, request, context):
+        props = struct_pb2.Struct()
+        if not request.preview:
+            props.update({"stdout": "", "stderr": ""})
+            self.created.append(request.urn)
+        props.MergeFrom(request.properties)
+        return provider_pb2.CreateResponse(id=request.urn.rsplit("::", 1)[-1], properties=props)
+
+    def Read(self, request, context):
+        props = struct_pb2.Struct()
+        props.update({"metadata": {"name": request.id}, "spec": {}})
+        return provider_pb2.ReadResponse(id=request.id, properties=props, inputs=request.inputs)
+
+    def Update(self, request, context):
+        return provider_pb2.UpdateResponse(properties=request.news)
+
+    def Delete(self, request, context):
+        return empty_pb2.Empty()
+
+    def Cancel(self, request, context):
+        return empty_pb2.Empty()
+
+
+def serve_echo(version: str) -> tuple[grpc.Server, int, EchoProvider]:
+    echo = EchoProvider(version)
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=16))
+    provider_pb2_grpc.add_ResourceProviderServicer_to_server(echo, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    return server, port, echo
+
+
+def start_component_provider(cwd: Path, stderr: Path) -> tuple[subprocess.Popen, int]:
+    """The component provider as `python provider <engine>` runs it, in the program's directory, attachable."""
+    proc = subprocess.Popen([sys.executable, "-m", "tests.e2e.engine", "attachable"], cwd=cwd,
+                            env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+                            stdout=subprocess.PIPE, stderr=stderr.open("wb"))
+    assert proc.stdout is not None
+    port = proc.stdout.readline().decode().strip()
+    assert port.isdigit(), stderr.read_text()
+    return proc, int(port)
+
+
+def _attachable() -> None:
+    from pulumi.provider import server as sdk_server
+
+    from components.provider import GpuClusterProvider, semver
+
+    class Attachable(sdk_server.ProviderServicer):
+        async def Attach(self, request, context):
+            self.engine_address = request.address      # where the SDK sends log lines, as its argument would say
+            return empty_pb2.Empty()
+
+        async def Handshake(self, request, context):   # the engine then falls back, as for any older plugin
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, "no handshake")
+
+    async def serve() -> None:
+        server = grpc.aio.server(options=sdk_server._GRPC_CHANNEL_OPTIONS)
+        servicer = Attachable(GpuClusterProvider(semver(metadata.version("gpucluster"))), [], engine_address="")
+        provider_pb2_grpc.add_ResourceProviderServicer_to_server(servicer, server)
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        print(port, flush=True)
+        await server.wait_for_termination()
+
+    asyncio.run(serve())
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["attachable"]:
+    _attachable()
