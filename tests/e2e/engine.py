@@ -2,7 +2,8 @@
 provider, for test_engine.py.
 
 What the module proxy does not serve is stood in for, and nothing else: the kubernetes, command and random
-provider plugins (EchoProvider: accepts what it is given, outputs its inputs, diffs by top-level property), and
+provider plugins (EchoProvider: accepts what it is given, outputs its inputs, diffs by top-level property, and
+registers its own components without children), and
 the Python language host that would launch the component provider (the provider is started here, as that host
 starts it, and the engine attaches to it through PULUMI_DEBUG_PROVIDERS; the SDK's provider server lacks the
 Attach call that takes, so `attachable` adds it).
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import secrets
 import subprocess
 import sys
 from concurrent import futures
@@ -20,7 +22,7 @@ from pathlib import Path
 
 import grpc
 from google.protobuf import empty_pb2, json_format, struct_pb2
-from pulumi.runtime.proto import plugin_pb2, provider_pb2, provider_pb2_grpc
+from pulumi.runtime.proto import plugin_pb2, provider_pb2, provider_pb2_grpc, resource_pb2, resource_pb2_grpc
 
 # The plugin versions the SDKs pinned in constraints.txt ask the engine for.
 PLUGINS = {"kubernetes": "4.34.2", "command": "1.2.1", "random": "4.21.4"}
@@ -58,16 +60,18 @@ class EchoProvider(provider_pb2_grpc.ResourceProviderServicer):
         return provider_pb2.CheckResponse(inputs=request.news)
 
     def Diff(self, request, context):
-        olds, news = json_format.MessageToDict(request.olds), json_format.MessageToDict(request.news)
-        changed = sorted(k for k in olds.keys() | news.keys()
-                         if k not in ("stdout", "stderr") and olds.get(k) != news.get(k))
+        """By top-level input, against the inputs of the last update (what it computed is not an input)."""
+        olds, news = json_format.MessageToDict(request.old_inputs), json_format.MessageToDict(request.news)
+        changed = sorted(k for k in olds.keys() | news.keys() if olds.get(k) != news.get(k))
         return provider_pb2.DiffResponse(diffs=changed, changes=provider_pb2.DiffResponse.DIFF_SOME if changed
                                          else provider_pb2.DiffResponse.DIFF_NONE)
 
     def Create(self, request, context):
         props = struct_pb2.Struct()
-        if not request.preview:
+        if not request.preview:      # what the real plugins compute: a command's output, a password
             props.update({"stdout": "", "stderr": ""})
+            if request.type == "random:index/randomPassword:RandomPassword":
+                props.update({"result": secrets.token_urlsafe(48)})
             self.created.append(request.urn)
         props.MergeFrom(request.properties)
         return provider_pb2.CreateResponse(id=request.urn.rsplit("::", 1)[-1], properties=props)
@@ -85,6 +89,18 @@ class EchoProvider(provider_pb2_grpc.ResourceProviderServicer):
 
     def Cancel(self, request, context):
         return empty_pb2.Empty()
+
+    def Construct(self, request, context):
+        """A component of the plugin's own (kubernetes:yaml/v2:ConfigFile): registered, with no children, as
+        the offline plan's mocks register it."""
+        with grpc.insecure_channel(request.monitorEndpoint) as channel:
+            monitor = resource_pb2_grpc.ResourceMonitorStub(channel)
+            urn = monitor.RegisterResource(resource_pb2.RegisterResourceRequest(
+                type=request.type, name=request.name, parent=request.parent, custom=False,
+                object=struct_pb2.Struct(), dependencies=list(request.dependencies))).urn
+            monitor.RegisterResourceOutputs(resource_pb2.RegisterResourceOutputsRequest(urn=urn,
+                                                                                       outputs=struct_pb2.Struct()))
+        return provider_pb2.ConstructResponse(urn=urn)
 
 
 def serve_echo(version: str) -> tuple[grpc.Server, int, EchoProvider]:
