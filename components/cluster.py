@@ -47,8 +47,13 @@ class GpuCluster(pulumi.ComponentResource):
     def __init__(self, name: str, spec: ClusterSpec, ssh_private_key: pulumi.Input[str],
                  opts: pulumi.ResourceOptions | None = None, *, kubeconfig: pulumi.Input[str] | None = None,
                  kube_context: str | None = None):
-        super().__init__(self.TYPE, name, {"name": spec.name, "environment": spec.environment}, opts)
+        super().__init__(self.TYPE, name, intent(spec), opts)
         compose(self, name, spec, ssh_private_key, kubeconfig=kubeconfig, kube_context=kube_context)
+
+
+def intent(spec: ClusterSpec) -> dict[str, Any]:
+    """A GpuCluster's registered inputs: which environment it is (each child registers its own slice)."""
+    return {"name": spec.name, "environment": spec.environment}
 
 
 def compose(cluster: Any, name: str, spec: ClusterSpec, ssh_private_key: pulumi.Input[str], *,

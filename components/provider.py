@@ -114,7 +114,7 @@ class GpuCluster(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: GpuClusterArgs, opts: Optional[pulumi.ResourceOptions] = None):
         spec = spec_of(args)          # before anything registers: a bad spec leaves nothing half-made
-        super().__init__(cluster.GpuCluster.TYPE, name, {"name": spec.name, "environment": spec.environment}, opts)
+        super().__init__(cluster.GpuCluster.TYPE, name, cluster.intent(spec), opts)
         cluster.compose(self, name, spec, args["ssh_private_key"], kubeconfig=args.get("kubeconfig"),
                         kube_context=args.get("kube_context"))
         self.gpus = pulumi.Output.from_input(spec.gpus)
@@ -150,7 +150,7 @@ class GpuNodePool(pulumi.ComponentResource):
             raise InputPropertyError("pool", f"the spec has no node pool {args.get('pool')!r}; its pools: "
                                              f"{', '.join(p.name for p in spec.node_pools)}")
         pool_args = NodePoolArgs.from_spec(spec, pool)
-        super().__init__(node_pool.GpuNodePool.TYPE, name, {"spec": pool_args.model_dump(mode="json")},
+        super().__init__(node_pool.GpuNodePool.TYPE, name, node_pool.intent(pool_args),
                          with_aliases(node_pool.GpuNodePool.TYPE, opts))
         node_pool.compose(self, name, pool_args, args["ssh_private_key"], kubeconfig=args.get("kubeconfig"),
                           kube_context=args.get("kube_context"))
@@ -174,7 +174,7 @@ class Fabric(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: HostsArgs, opts: Optional[pulumi.ResourceOptions] = None):
         spec = spec_of(args)
-        super().__init__(fabric.Fabric.TYPE, name, {"spec": spec.fabric.model_dump(mode="json")},
+        super().__init__(fabric.Fabric.TYPE, name, fabric.intent(spec),
                          with_aliases(fabric.Fabric.TYPE, opts))
         fabric.compose(self, name, spec, args["ssh_private_key"], gpu_hosts=True)
         for output in ("nccl_env", "topology", "data_plane", "checks"):
@@ -197,7 +197,7 @@ class ParallelFilesystem(pulumi.ComponentResource):
         if spec.storage.kind == "none":
             raise InputPropertyError(_spec_property(args), "the spec's storage.kind is none: give a spec with a "
                                                            "Lustre or BeeGFS filesystem (storage.kind)")
-        super().__init__(filesystem.ParallelFilesystem.TYPE, name, {"spec": spec.storage.model_dump(mode="json")},
+        super().__init__(filesystem.ParallelFilesystem.TYPE, name, filesystem.intent(spec),
                          with_aliases(filesystem.ParallelFilesystem.TYPE, opts))
         filesystem.compose(self, name, spec, args["ssh_private_key"], host_ready=None, namespaces=None)
         self.summary = pulumi.Output.from_input(self.outputs)
@@ -220,7 +220,7 @@ class GpuKubernetesStack(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: SpecArgs, opts: Optional[pulumi.ResourceOptions] = None):
         spec = spec_of(args)
-        super().__init__(gpu_stack.GpuKubernetesStack.TYPE, name, {"spec": spec.kubernetes.model_dump(mode="json")},
+        super().__init__(gpu_stack.GpuKubernetesStack.TYPE, name, gpu_stack.intent(spec),
                          with_aliases(gpu_stack.GpuKubernetesStack.TYPE, opts))
         gpu_stack.compose(self, name, spec)
         for output in ("flavors", "rdma_resource", "networks"):

@@ -34,10 +34,20 @@ def with_aliases(type_: str, opts: pulumi.ResourceOptions | None) -> pulumi.Reso
         (opts or pulumi.ResourceOptions())
 
 
+def urn_parts(urn: str) -> tuple[str, list[str], str]:
+    """`urn:pulumi:STACK::PROJECT`, the type chain (every ancestor's type but the stack's, then its own) and the
+    name, which may itself hold "::"."""
+    stack, project, chain, name = urn.split("::", 3)
+    return f"{stack}::{project}", chain.split("$"), name
+
+
+def urn_of(head: str, types: list[str], name: str) -> str:
+    return f"{head}::{'$'.join(types)}::{name}"
+
+
 def moved_urn(urn: str) -> str:
     """A URN with each earlier component token in its type chain replaced by today's (what the aliases say)."""
-    parts = urn.split("::", 3)           # urn:pulumi:STACK, PROJECT, TYPE CHAIN, NAME (which may hold "::")
-    if len(parts) != 4:
+    if urn.count("::") < 3:
         return urn
-    parts[2] = "$".join(MOVED.get(t, t) for t in parts[2].split("$"))
-    return "::".join(parts)
+    head, types, name = urn_parts(urn)
+    return urn_of(head, [MOVED.get(t, t) for t in types], name)

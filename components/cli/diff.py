@@ -5,9 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..offline.diff import diff_outputs, diff_plans, load_plan, render_diff
+from ..offline.diff import diff_outputs, diff_plans, load_plan, render_diff, unchanged_count
 from ..spec import SpecError
-from ..types import moved_urn
 from .common import EXIT_FAILED, EXIT_OK, report_bad_input
 
 HELP = ("list resources added, removed and changed (field by field), and changed stack exports and component "
@@ -26,7 +25,5 @@ def run(args: argparse.Namespace) -> int:
     except SpecError as e:
         return report_bad_input(e)
     diffs, outputs = diff_plans(old, new), diff_outputs(old, new)
-    urns = [{moved_urn(r["urn"]) for r in plan["resources"]} for plan in (old, new)]
-    unchanged = len(urns[0] & urns[1]) - sum(d.action in ("update", "replace") for d in diffs)
-    print(render_diff(diffs, unchanged, outputs), end="")
+    print(render_diff(diffs, unchanged_count(old, new, diffs), outputs), end="")
     return EXIT_FAILED if (args.exit_code and (diffs or outputs)) else EXIT_OK

@@ -121,15 +121,18 @@ class Fabric(pulumi.ComponentResource):
         """`gpu_hosts`: push the node pools' hosts' scripts too. False: whoever prepares those hosts runs
         `host_scripts` in the same session (GpuCluster's node pools do), one SSH session fewer per host, and
         applies what bounces links (MTU, trust, PFC) where no tenant works, or leaves it to the pool's rollout."""
-        intent = {"spec": spec.fabric.model_dump(mode="json")}
-        super().__init__(self.TYPE, name, intent, with_aliases(self.TYPE, opts))
+        super().__init__(self.TYPE, name, intent(spec), with_aliases(self.TYPE, opts))
         compose(self, name, spec, ssh_private_key, gpu_hosts=gpu_hosts)
+
+
+def intent(spec: ClusterSpec) -> dict[str, Any]:
+    """A Fabric's registered inputs: the spec's fabric, for policies."""
+    return {"spec": spec.fabric.model_dump(mode="json")}
 
 
 def compose(fabric: Any, name: str, spec: ClusterSpec, ssh_private_key: pulumi.Input[str], *,
             gpu_hosts: bool) -> None:
     """A Fabric's children and outputs, under `fabric`: a Fabric, or the component provider's (provider.py)."""
-    intent = {"spec": spec.fabric.model_dump(mode="json")}
     fabric.topology = plan_topology(spec)[0].summary({h.hostname: p.name for p, h in spec.hosts()})
     fabric.data_plane = data_plane(spec)
     fabric.nccl_env = nccl_envs(spec)
@@ -154,5 +157,5 @@ def compose(fabric: Any, name: str, spec: ClusterSpec, ssh_private_key: pulumi.I
                 target = SshTarget(switch.address, switch.ssh_user, 22, switch.host_key, spec.ssh.bastion)
                 push(f"{name}-{switch.name}", target, render_switch(switch, spec.fabric), ssh_private_key,
                      parent=fabric)
-    fabric.register_outputs({**intent, "topology": fabric.topology, "data_plane": fabric.data_plane,
+    fabric.register_outputs({**intent(spec), "topology": fabric.topology, "data_plane": fabric.data_plane,
                              "nccl_env": fabric.nccl_env, "checks": fabric.checks})

@@ -82,15 +82,18 @@ class GpuKubernetesStack(pulumi.ComponentResource):
     """Secondary network attachments, in rail order, for the k8s.v1.cni.cncf.io/networks annotation."""
 
     def __init__(self, name: str, spec: ClusterSpec, opts: pulumi.ResourceOptions | None = None):
-        intent = {"spec": spec.kubernetes.model_dump(mode="json")}
-        super().__init__(self.TYPE, name, intent, with_aliases(self.TYPE, opts))
+        super().__init__(self.TYPE, name, intent(spec), with_aliases(self.TYPE, opts))
         compose(self, name, spec)
+
+
+def intent(spec: ClusterSpec) -> dict[str, Any]:
+    """A GpuKubernetesStack's registered inputs: the spec's kubernetes section, for policies."""
+    return {"spec": spec.kubernetes.model_dump(mode="json")}
 
 
 def compose(stack: Any, name: str, spec: ClusterSpec) -> None:
     """A GpuKubernetesStack's children and outputs, under `stack`: a GpuKubernetesStack, or the component
     provider's (provider.py)."""
-    intent = {"spec": spec.kubernetes.model_dump(mode="json")}
     namespaces = {m.obj["metadata"]["name"]: register(f"{name}-{m.role}", m.obj,
                                                       pulumi.ResourceOptions(parent=stack))
                   for m in render_namespaces(spec)}
@@ -145,6 +148,6 @@ def compose(stack: Any, name: str, spec: ClusterSpec) -> None:
         ns = spec.kubernetes.monitoring.namespace
         for m in (monitoring.render_prometheus_rule(spec, ns), monitoring.render_dashboard(spec, ns)):
             register(f"{name}-{m.role}", m.obj, pulumi.ResourceOptions(parent=stack))
-    stack.register_outputs({**intent, "known_good_versions": stack_versions(spec) is not None,
+    stack.register_outputs({**intent(spec), "known_good_versions": stack_versions(spec) is not None,
                             "flavors": stack.flavors, "rdma_resource": stack.rdma_resource,
                             "networks": stack.networks, "kueue_release": kueue_release.name})

@@ -181,10 +181,14 @@ class GpuNodePool(pulumi.ComponentResource):
         how kubectl, where pulumi runs, reaches the cluster to drain and uncordon nodes; give what the
         Kubernetes provider is given. Omitted: no fabric settings, nothing to wait for, kubectl's own
         configuration (KUBECONFIG or ~/.kube/config)."""
-        intent = {"spec": args.model_dump(mode="json")}
-        super().__init__(self.TYPE, name, intent, with_aliases(self.TYPE, opts))
+        super().__init__(self.TYPE, name, intent(args), with_aliases(self.TYPE, opts))
         compose(self, name, args, ssh_private_key, host_ready=host_ready, fabric=fabric, after=after,
                 subnet_managers=subnet_managers, kubeconfig=kubeconfig, kube_context=kube_context)
+
+
+def intent(args: NodePoolArgs) -> dict[str, Any]:
+    """A GpuNodePool's registered inputs: its args, for policies."""
+    return {"spec": args.model_dump(mode="json")}
 
 
 def compose(component: Any, name: str, args: NodePoolArgs, ssh_private_key: pulumi.Input[str], *,
@@ -194,7 +198,6 @@ def compose(component: Any, name: str, args: NodePoolArgs, ssh_private_key: pulu
             kube_context: str | None = None) -> None:
     """A GpuNodePool's children and outputs, under `component`: a GpuNodePool, or the component provider's
     (provider.py)."""
-    intent = {"spec": args.model_dump(mode="json")}
     pool = args.pool
     fabric = fabric or {}
     pool_prep = render_pool_preparation(args)
@@ -248,7 +251,7 @@ def compose(component: Any, name: str, args: NodePoolArgs, ssh_private_key: pulu
         # Last created, first deleted: a host that leaves the spec is drained before anything is undone.
         for h, given_back in zip(batch, previous):
             _kubectl(component, kube, f"{name}-{h.hostname}-retire", None, retirements[h.hostname].retire, [given_back])
-    component.register_outputs({**intent, "burn_in": component.burn_in, "gpus": pool.gpus,
+    component.register_outputs({**intent(args), "burn_in": component.burn_in, "gpus": pool.gpus,
                                 "peak_power_w_per_host": pool.peak_power_w_per_host})
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from ..spec import SpecError
 from ..spec.loader import read_json
-from ..types import moved_urn
+from ..types import moved_urn, urn_parts
 
 # Changes the engine records without running a step: the order things run in.
 _ORDER_ONLY = ("dependsOn", "propertyDependencies")
@@ -103,10 +103,19 @@ def _moved(entry: dict[str, Any]) -> dict[str, Any]:
             "propertyDependencies": {k: [moved_urn(u) for u in v] for k, v in deps.items()}}
 
 
+def _keyed(plan: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {moved_urn(r["urn"]): _moved(r) for r in plan["resources"]}
+
+
+def unchanged_count(old: dict[str, Any], new: dict[str, Any], diffs: list[ResourceDiff]) -> int:
+    """Resources in both plans (matched as diff_plans matches them) that the diff leaves alone."""
+    return len(_keyed(old).keys() & _keyed(new).keys()) - sum(d.action in ("update", "replace") for d in diffs)
+
+
 def diff_plans(old: dict[str, Any], new: dict[str, Any]) -> list[ResourceDiff]:
     """What the engine would do: a read (Resource.get) that is new is read, one that is gone is discarded; a
     read neither creates nor deletes anything, and a read present in both is read again, not shown."""
-    before, after = ({moved_urn(r["urn"]): _moved(r) for r in plan["resources"]} for plan in (old, new))
+    before, after = _keyed(old), _keyed(new)
     out = [ResourceDiff(before[u]["urn"], "discard" if before[u].get("read") else "delete")
            for u in sorted(before.keys() - after.keys())]
     out += [ResourceDiff(after[u]["urn"], "read" if after[u].get("read") else "create")
@@ -148,7 +157,8 @@ def _short(value: Any, limit: int = 80) -> str:
 def render_diff(diffs: list[ResourceDiff], unchanged: int, outputs: list[Change] | None = None) -> str:
     lines = []
     for d in diffs:
-        kind, name = d.urn.split("::")[-2].split("$")[-1], d.urn.split("::")[-1]
+        _, types, name = urn_parts(d.urn)
+        kind = types[-1]
         lines.append(f"{_SIGN[d.action]:<2} {d.action:<7} {kind} {name}")
         lines += [f"      {c.path}: {_short(c.old)} -> {_short(c.new)}" for c in d.changes]
     counts = {a: sum(d.action == a for d in diffs) for a in ("create", "update", "replace", "delete")}

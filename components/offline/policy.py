@@ -24,6 +24,7 @@ from pulumi.runtime.proto import analyzer_pb2 as apb
 from ..spec import SpecError
 from ..spec.common import shown
 from ..spec.loader import json_of, lines_of, read_text
+from ..types import urn_of, urn_parts
 from .recorder import STACK_TYPE, Record
 from .report import Thresholds
 from .runner import ProgramRun
@@ -173,9 +174,8 @@ def _options(r: Record) -> apb.AnalyzerResourceOptions:
 def _alias_urns(r: Record) -> list[str]:
     """A resource's aliases as the engine hands them to analyzers: URNs, its own under each earlier type or
     name (the parent left empty is its current one)."""
-    prefix, project, chain, name = r.urn.split("::", 3)
-    *ancestors, own = chain.split("$")
-    return ["::".join([prefix, project, "$".join([*ancestors, spec.get("type") or own]), spec.get("name") or name])
+    head, types, name = urn_parts(r.urn)
+    return [urn_of(head, [*types[:-1], spec.get("type") or types[-1]], spec.get("name") or name)
             for spec in (a.get("spec", {}) for a in r.options.get("aliases", []))]
 
 

@@ -64,9 +64,13 @@ class ParallelFilesystem(pulumi.ComponentResource):
     def __init__(self, name: str, spec: ClusterSpec, ssh_private_key: pulumi.Input[str],
                  opts: pulumi.ResourceOptions | None = None, host_ready: dict[str, list[pulumi.Resource]] | None = None,
                  namespaces: dict[str, pulumi.Input[str]] | None = None):
-        intent = {"spec": spec.storage.model_dump(mode="json")}
-        super().__init__(self.TYPE, name, intent, with_aliases(self.TYPE, opts))
+        super().__init__(self.TYPE, name, intent(spec), with_aliases(self.TYPE, opts))
         compose(self, name, spec, ssh_private_key, host_ready=host_ready, namespaces=namespaces)
+
+
+def intent(spec: ClusterSpec) -> dict[str, Any]:
+    """A ParallelFilesystem's registered inputs: the spec's storage, for policies."""
+    return {"spec": spec.storage.model_dump(mode="json")}
 
 
 def compose(filesystem: Any, name: str, spec: ClusterSpec, ssh_private_key: pulumi.Input[str], *,
@@ -74,7 +78,6 @@ def compose(filesystem: Any, name: str, spec: ClusterSpec, ssh_private_key: pulu
             namespaces: dict[str, pulumi.Input[str]] | None) -> None:
     """A ParallelFilesystem's children and outputs, under `filesystem`: a ParallelFilesystem, or the component
     provider's (provider.py)."""
-    intent = {"spec": spec.storage.model_dump(mode="json")}
     layout = plan_layout(spec)
     assert layout is not None, "a ParallelFilesystem needs storage.kind lustre or beegfs"
     filesystem.layout, filesystem.outputs = layout, filesystem_outputs(spec, layout)
@@ -119,4 +122,4 @@ def compose(filesystem: Any, name: str, spec: ClusterSpec, ssh_private_key: pulu
         register(f"{name}-{manifest.role}", manifest.obj, pulumi.ResourceOptions(
             parent=filesystem, depends_on=[filesystem.clients[first.hostname]]),
             namespace=(namespaces or {}).get(ns) if ns else None)
-    filesystem.register_outputs({**intent, **filesystem.outputs})
+    filesystem.register_outputs({**intent(spec), **filesystem.outputs})

@@ -5,6 +5,7 @@ the Python import path for the same inputs."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from importlib import metadata
@@ -198,14 +199,21 @@ def _records(run_records) -> dict[str, tuple]:
             for r in run_records if r.type != STACK_TYPE}
 
 
-def _constructed(provider: Provider, component: str, name: str, inputs: dict[str, Any],
-                 dependencies: dict[str, list[str]] | None = None) -> tuple[provider_pb2.ConstructResponse, Monitor]:
+@contextlib.contextmanager
+def _monitor() -> Iterator[tuple[Monitor, str]]:
+    """A resource monitor served over gRPC for one Construct, and its address."""
     monitor = Monitor()
     server, address = _serve(resource_pb2_grpc.add_ResourceMonitorServicer_to_server, monitor)
     try:
-        response = provider.construct(address, name, inputs, component, dependencies)
+        yield monitor, address
     finally:
         server.stop(0)
+
+
+def _constructed(provider: Provider, component: str, name: str, inputs: dict[str, Any],
+                 dependencies: dict[str, list[str]] | None = None) -> tuple[provider_pb2.ConstructResponse, Monitor]:
+    with _monitor() as (monitor, address):
+        response = provider.construct(address, name, inputs, component, dependencies)
     monitor.recorder.finalize()
     return response, monitor
 
@@ -302,14 +310,13 @@ def test_a_tenant_registers_what_the_python_path_registers_on_the_platforms_tena
 
 # --- bad args: the Python path's messages, by property, no traceback, nothing registered --------------------
 
-def _refused(provider: Provider, inputs: dict[str, Any]) -> tuple[grpc.RpcError, Monitor]:
-    monitor = Monitor()
-    server, address = _serve(resource_pb2_grpc.add_ResourceMonitorServicer_to_server, monitor)
-    try:
-        with pytest.raises(grpc.RpcError) as refused:
-            provider.construct(address, "bad", inputs)
-    finally:
-        server.stop(0)
+def _refused(provider: Provider, inputs: dict[str, Any], component: str = "GpuCluster",
+             dependencies: dict[str, list[str]] | None = None) -> tuple[grpc.RpcError, Monitor]:
+    """A Construct the provider refuses as an input error, reported without a traceback."""
+    with _monitor() as (monitor, address), pytest.raises(grpc.RpcError) as refused:
+        provider.construct(address, "bad", inputs, component, dependencies)
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT, refused.value.details()
+    assert "Traceback" not in refused.value.details() + _property_errors(refused.value)
     return refused.value, monitor
 
 
@@ -336,30 +343,16 @@ def test_a_missing_or_unreadable_spec_is_refused_naming_the_property(provider, i
     assert monitor.recorder.records == []
 
 
-def _refused_as(provider: Provider, component: str, inputs: dict[str, Any],
-                dependencies: dict[str, list[str]] | None = None) -> tuple[grpc.RpcError, Monitor]:
-    monitor = Monitor()
-    server, address = _serve(resource_pb2_grpc.add_ResourceMonitorServicer_to_server, monitor)
-    try:
-        with pytest.raises(grpc.RpcError) as refused:
-            provider.construct(address, "bad", inputs, component, dependencies)
-    finally:
-        server.stop(0)
-    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT, refused.value.details()
-    assert "Traceback" not in refused.value.details() + _property_errors(refused.value)
-    return refused.value, monitor
-
-
 def test_a_pool_the_spec_lacks_and_a_filesystem_it_lacks_are_refused_by_property(provider, dev_data):
     key = rpc.wrap_rpc_secret(KEY)
-    error, monitor = _refused_as(provider, "GpuNodePool", {"specFile": str(ROOT / "stacks" / "dev.yaml"),
-                                                            "sshPrivateKey": key, "pool": "a100"})
+    error, monitor = _refused(provider, {"specFile": str(ROOT / "stacks" / "dev.yaml"), "sshPrivateKey": key,
+                                        "pool": "a100"}, "GpuNodePool")
     assert _property_errors(error) == "pool: the spec has no node pool 'a100'; its pools: h100"
     assert monitor.recorder.records == []
     dev_data["storage"] = {"kind": "none"}
     dev_data["tenants"][1].pop("storage")
-    error, monitor = _refused_as(provider, "ParallelFilesystem", {"specYaml": yaml.safe_dump(dev_data),
-                                                                   "sshPrivateKey": key})
+    error, monitor = _refused(provider, {"specYaml": yaml.safe_dump(dev_data), "sshPrivateKey": key},
+                             "ParallelFilesystem")
     assert _property_errors(error).startswith("specYaml: the spec's storage.kind is none")
     assert monitor.recorder.records == []
 
@@ -374,8 +367,8 @@ def _tenancy_problems(tenant: dict[str, Any]) -> list[str]:
 def test_a_tenant_the_platform_refuses_gets_the_tenants_projects_words_by_property(provider, from_another_stack):
     spec = load_spec(ROOT / "stacks" / "dev.yaml")
     team = {"name": "team-a", "gpu_quota": {"h100": {"nominal": 2}, "a100": {"nominal": 1}}}
-    error, monitor = _refused_as(
-        provider, "Tenant", {"tenancy": tenancy_of(spec).model_dump(mode="json"), "tenant": team},
+    error, monitor = _refused(
+        provider, {"tenancy": tenancy_of(spec).model_dump(mode="json"), "tenant": team}, "Tenant",
         {"tenancy": ["urn:pulumi:dev::gpucluster::pulumi:pulumi:StackReference::platform"]}
         if from_another_stack else None)
     reasons = _property_errors(error).splitlines()
@@ -396,13 +389,13 @@ def test_a_tenant_the_platform_refuses_gets_the_tenants_projects_words_by_proper
 ])
 def test_a_bad_tenant_is_refused_with_the_loaders_message_and_nothing_registered(provider, tenant, reason):
     tenancy = tenancy_of(load_spec(ROOT / "stacks" / "dev.yaml")).model_dump(mode="json")
-    error, monitor = _refused_as(provider, "Tenant", {"tenancy": tenancy, "tenant": tenant})
+    error, monitor = _refused(provider, {"tenancy": tenancy, "tenant": tenant}, "Tenant")
     assert reason in _property_errors(error), _property_errors(error)
     assert monitor.recorder.records == []
 
 
 def test_a_tenancy_of_another_shape_is_refused_naming_it(provider):
-    error, monitor = _refused_as(provider, "Tenant", {"tenancy": {"cluster": "dev"}, "tenant": NEW_TEAM})
+    error, monitor = _refused(provider, {"tenancy": {"cluster": "dev"}, "tenant": NEW_TEAM}, "Tenant")
     assert _property_errors(error).startswith("tenancy: tenancy: ")
     assert "pools" in _property_errors(error) and monitor.recorder.records == []
 
