@@ -16,7 +16,7 @@ from ..spec.cluster import checked_pools, network_operator_enabled
 from ..spec.versions import StackVersions, find
 from ..types import token, with_aliases
 from . import (gpu_operator, health, health_checks, health_nvml, kueue, monitoring, mpi_operator, network_operator, nfd,
-               quarantine)
+               quarantine, slurm)
 from .helm import release
 from .objects import Manifest, register
 
@@ -75,7 +75,7 @@ class GpuKubernetesStack(pulumi.ComponentResource):
     kueue_ready: list[pulumi.Resource]
     """Resources Kueue objects elsewhere (tenant queues) must depend on."""
     flavors: dict[str, str]
-    """Kueue ResourceFlavor per node pool (pool name -> flavor name)."""
+    """Kueue ResourceFlavor per node pool Kueue schedules (pool name -> flavor name)."""
     rdma_resource: str | None
     """Extended resource pods request for RDMA (e.g. rdma/rdma_shared_devices); None without the Network Operator."""
     networks: list[str]
@@ -106,8 +106,8 @@ def compose(stack: Any, name: str, spec: ClusterSpec) -> None:
                        after(namespaces[module.NAMESPACE], *deps))
 
     nfd_release = helm("node-feature-discovery", nfd, nfd.render_nfd_values(spec))
-    helm("gpu-operator", gpu_operator, gpu_operator.render_gpu_operator_values(spec), nfd_release)
-    stack.rdma_resource, stack.networks = None, []
+    gpu_release = helm("gpu-operator", gpu_operator, gpu_operator.render_gpu_operator_values(spec), nfd_release)
+    stack.rdma_resource, stack.networks, net = None, [], None
     if network_operator_enabled(spec):
         net = helm("network-operator", network_operator,
                    network_operator.render_network_operator_values(spec), nfd_release)
@@ -120,7 +120,7 @@ def compose(stack: Any, name: str, spec: ClusterSpec) -> None:
     stack.kueue_ready = [kueue_release]
     for m in kueue.render_kueue_objects(spec):
         register(f"{name}-{m.role}", m.obj, after(kueue_release))
-    stack.flavors = {p.name: p.name for p in spec.node_pools}
+    stack.flavors = {p.name: p.name for p in spec.kueue_pools}
     if spec.kubernetes.mpi_operator.enabled:
         # The CRD from the pinned release (upstream ships no chart); the controller starts once it exists.
         crd = k8s.yaml.v2.ConfigFile(f"{name}-mpijob-crd", file=mpi_operator.crd_source(spec),
@@ -144,6 +144,10 @@ def compose(stack: Any, name: str, spec: ClusterSpec) -> None:
         deps = [kueue_release] + ([namespaces[health_checks.NAMESPACE]]
                                   if m.obj["metadata"].get("namespace") else [])
         register(f"{name}-{m.role}", m.obj, after(*deps))
+    if spec.kubernetes.slurm.enabled:
+        # After the GPU Operator and Network Operator: slurmd pods ask for the GPUs and RDMA devices they serve.
+        stack.slurm = slurm.SlurmCluster(f"{name}-slurm", spec, pulumi.ResourceOptions(parent=stack, depends_on=[
+            r for r in (gpu_release, net) if r is not None]))
     if spec.kubernetes.monitoring.enabled:
         ns = spec.kubernetes.monitoring.namespace
         for m in (monitoring.render_prometheus_rule(spec, ns), monitoring.render_dashboard(spec, ns)):

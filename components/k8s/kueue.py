@@ -65,10 +65,10 @@ def render_kueue_values(spec: ClusterSpec) -> dict[str, Any]:
 
 
 def render_kueue_objects(spec: ClusterSpec) -> list[Manifest]:
-    """A flavor per node pool, the Topology, the shared Cohort and the priority classes."""
+    """A flavor per node pool Kueue schedules, the Topology, the shared Cohort and the priority classes."""
     k = spec.kubernetes.kueue
     out = []
-    for pool in spec.node_pools:
+    for pool in spec.kueue_pools:
         out.append(Manifest(f"flavor-{pool.name}", {
             "apiVersion": KUEUE_API, "kind": "ResourceFlavor", "metadata": {"name": pool.name},
             "spec": {"nodeLabels": {POOL_LABEL: pool.name}, "tolerations": pool_tolerations(pool),

@@ -28,7 +28,7 @@ from ..k8s.labels import BLOCK_LABEL, BURN_IN_TAINT, LEAF_LABEL, RACK_LABEL, poo
 from ..spec import ClusterSpec, Host, NodePool
 from ..spec.common import SpecModel
 from ..spec.hardware import SshSettings
-from ..spec.topology import plan_topology
+from ..spec.topology import network_places
 from ..bash import in_sequence
 from ..ssh import Script, SshTarget, digest, push
 from ..types import token, with_aliases
@@ -58,8 +58,7 @@ class NodePoolArgs(SpecModel):
 
     @classmethod
     def from_spec(cls, spec: ClusterSpec, pool: NodePool) -> NodePoolArgs:
-        blocks = {r.name: r.block or s.name for s in spec.sites for r in s.racks}
-        all_leaves = plan_topology(spec)[0].host_leaves()
+        blocks, all_leaves = network_places(spec)
         leaves = {h.hostname: all_leaves[h.hostname] for h in pool.hosts if h.hostname in all_leaves}
         gpu_operator = spec.kubernetes.gpu_operator
         return cls(pool=pool, ssh=spec.ssh, rdma=spec.fabric.rdma, gpudirect=spec.fabric.effective_gpudirect,

@@ -16,6 +16,7 @@ from ..fabric import Fabric
 from ..fabric.nccl import nccl_envs
 from ..k8s.jobs import render_example_jobs
 from ..k8s.network_operator import rdma_resource
+from ..k8s.slurm import slurm_pools, slurm_tag
 from ..spec import ClusterSpec
 from ..spec.cluster import network_operator_enabled
 from ..spec.loader import loaded_specs
@@ -225,6 +226,16 @@ def _fabric_summary(spec: ClusterSpec) -> list[str]:
     return lines
 
 
+def _slurm_summary(spec: ClusterSpec) -> list[str]:
+    s = spec.kubernetes.slurm
+    if not s.enabled:
+        return []
+    parts = [f"{p.name}{' (default)' if p.name == s.default else ''}: {len(p.hosts)} nodes, {p.gpus} GPUs"
+             for p in slurm_pools(spec)]
+    return ["", f"Slurm (Slinky {s.version}, Slurm {slurm_tag(spec).split('-')[0]}) in namespace {s.namespace}, "
+                f"scheduling these pools instead of Kueue: {'; '.join(parts)}"]
+
+
 def _storage_summary(spec: ClusterSpec) -> list[str]:
     layout = plan_layout(spec)
     if layout is None:
@@ -272,7 +283,7 @@ def render_summary(run: ProgramRun, plan: Plan, clusters: list[ClusterSpec]) -> 
             [name, p.listing(), f"{'>= ' if p.unknown else ''}{p.peak_kw:g}", f"{p.capacity_kw:g}",
              p.redundancy or "not stated", f"{p.peak_kw / p.capacity_kw:.0%}"]
             for name, p in spec.rack_power().items()])
-        lines += ["", *_fabric_summary(spec), *_storage_summary(spec)]
+        lines += ["", *_fabric_summary(spec), *_storage_summary(spec), *_slurm_summary(spec)]
         if spec.tenants:
             lines.append("")
             lines += _table(["tenant", "namespace", "guaranteed GPUs", "borrowing limit", "CPU", "memory"], [

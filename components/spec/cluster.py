@@ -11,6 +11,7 @@ from .common import Check, DnsLabel, Loc, Problem, SpecModel, duplicates, valid
 from .fabric import FabricSpec
 from .hardware import Host, NodePool, Rack, Site, SshSettings
 from .kubernetes import KubernetesSpec, ValidationSpec
+from .slurm import SLINKY_NAMESPACE, slurm_problems
 from .storage import FilesystemClaim, StorageSpec
 from .tenants import FlavorQuota, PoolCapacity, Tenant, quotas_for, unique_tenants
 from .topology import plan_topology
@@ -91,16 +92,22 @@ class ClusterSpec(SpecModel):
     def gpus(self) -> int:
         return sum(p.gpus for p in self.node_pools)
 
+    @property
+    def kueue_pools(self) -> list[NodePool]:
+        """Pools Kueue schedules (a flavor each): all but Slurm's."""
+        slurm = set(self.kubernetes.slurm.pools)
+        return [p for p in self.node_pools if p.name not in slurm]
+
     def tenant_quotas(self, tenant: Tenant) -> dict[str, FlavorQuota]:
         """Per pool the tenant has GPUs on: its GPUs, and the CPU and memory that come with them."""
         return quotas_for(tenant, self.pool_capacities())
 
     def pool_capacities(self) -> dict[str, PoolCapacity]:
-        """What tenants' quotas are cut from, per pool."""
+        """What tenants' quotas are cut from, per pool Kueue schedules."""
         return {p.name: PoolCapacity(gpu_units_per_host=p.gpu_units_per_host, cpu_cores_per_host=p.cpu_cores_per_host,
                                      memory_gib_per_host=p.memory_gib_per_host, gpu_resources=p.gpu_resources,
                                      gpu_resource=p.gpu_resource_name, dedicated_to=p.dedicated_to)
-                for p in self.node_pools}
+                for p in self.kueue_pools}
 
     def rack_power(self) -> dict[str, RackPower]:
         """Per rack, everything its PDUs feed at peak: each pool's hosts (GPUs at TDP plus base power), storage
@@ -167,18 +174,22 @@ class ClusterSpec(SpecModel):
                      "health_checks": bool(checked_pools(self))}
         return frozenset({"kube-system", k.dns_namespace,
                           *(OPERATOR_NAMESPACES[o] for o, on in installed.items() if on),
-                          *([k.monitoring.namespace] if k.monitoring.enabled else [])})
+                          *([k.monitoring.namespace] if k.monitoring.enabled else []),
+                          *((SLINKY_NAMESPACE, k.slurm.namespace) if k.slurm.enabled else ())})
 
     @property
     def agent_namespaces(self) -> frozenset[str]:
         """System namespaces whose pods on a GPU node are node agents, not work: all but the active health
-        checks', whose pod holds every GPU of its host, so a burn-in or a restart waits for it like a job."""
-        return self.system_namespaces - {OPERATOR_NAMESPACES["health_checks"]}
+        checks' and Slurm's, whose pods hold every GPU of their host, so a burn-in or a restart waits for them like
+        for a job."""
+        return self.system_namespaces - {OPERATOR_NAMESPACES["health_checks"], self.kubernetes.slurm.namespace}
 
     @property
     def reserved_namespaces(self) -> frozenset[str]:
         """Names no tenant namespace may have."""
-        return SYSTEM_NAMESPACES | {self.kubernetes.monitoring.namespace, self.kubernetes.dns_namespace}
+        k = self.kubernetes
+        return SYSTEM_NAMESPACES | {k.monitoring.namespace, k.dns_namespace,
+                                    *((SLINKY_NAMESPACE, k.slurm.namespace) if k.slurm.enabled else ())}
 
     def tenant_cpu_cores(self, tenant: Tenant) -> int:
         return sum(q.cpu_cores.nominal for q in self.tenant_quotas(tenant).values())
@@ -232,7 +243,7 @@ class ClusterSpec(SpecModel):
         health = self.kubernetes.health
         if health.enabled and health.active_checks.enabled:
             checked = {p.name for p in checked_pools(self)}
-            skipped = [p.name for p in self.node_pools if p.name not in checked]
+            skipped = [p.name for p in self.kueue_pools if p.name not in checked]
             if skipped:
                 out.append(f"pool(s) {', '.join(skipped[:5])} get no active health checks between jobs: only pools "
                            "that burn in (a failed check holds the node until a burn-in passes) and give pods "
@@ -570,7 +581,7 @@ def checked_pools(spec: ClusterSpec) -> list[NodePool]:
     h = spec.kubernetes.health
     if not (h.enabled and h.active_checks.enabled):
         return []
-    return [p for p in spec.node_pools
+    return [p for p in spec.kueue_pools
             if p.burn_in.enabled and not p.sharing.time_slicing_replicas and not p.sharing.mig_config]
 
 
@@ -643,5 +654,5 @@ def _tenant_claims_fit(spec: ClusterSpec) -> Iterator[Problem]:
 _RULES: tuple[Check, ...] = (_unique_names, _racks_exist, _tenants, _tenant_namespaces_free, _dedicated_pools, _tenant_quotas_fit,
                              _tenant_cpu_memory_fit, _infiniband, _switches, _leaves_reach_spines,
                              _control_plane_apart, _rail_subnets, _nccl_floor_reachable, _nccl_hosts_fit, _cabling,
-                             _kubernetes, _rack_power, _storage_reachable, _tenant_claims_fit)
+                             _kubernetes, slurm_problems, _rack_power, _storage_reachable, _tenant_claims_fit)
 ClusterSpec._checks = _RULES

@@ -353,6 +353,10 @@ class NodePool(SpecModel):
     numa_nodes_per_host: int = Field(
         2, ge=1, le=16, description="NUMA nodes (usually CPU sockets) per host, over which the GPUs are spread "
                                     "evenly. Omitted: 2, as on dual-socket HGX and DGX boards.")
+    threads_per_core: int = Field(
+        2, ge=1, le=8, description="Hardware threads per CPU core (cpu_cores_per_host counts threads); Slurm "
+                                   "numbers cores, not threads, when it ties GPUs to the cores of their NUMA node. "
+                                   "Omitted: 2 (SMT on, as DGX and HGX systems ship).")
     memory_gib_per_host: int = Field(ge=1, le=65536, description="Memory of each host in GiB, as its Node reports "
                                                                  "it (status.capacity.memory: a little below the "
                                                                  "installed RAM). Pods get less: see allocatable.")

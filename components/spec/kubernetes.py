@@ -10,6 +10,7 @@ from pydantic import AfterValidator, Field
 from .common import (ChartRepo, DnsLabel, ImageRef, LabelKey, Labels, Problem, Registry, RelPath, SpecModel, Text,
                      Url, Version, shown)
 from .hardware import GPU_FAULT_XIDS
+from .slurm import SlurmSettings
 from .tenants import Cidr
 
 VERSION = r"^v?[0-9]+\.[0-9]+\.[0-9]+$"
@@ -291,6 +292,8 @@ class KubernetesSpec(SpecModel):
     mpi_operator: MpiOperatorSettings = Field(default_factory=MpiOperatorSettings)
     monitoring: MonitoringSettings = Field(default_factory=MonitoringSettings)
     health: HealthSettings = Field(default_factory=HealthSettings)
+    slurm: SlurmSettings = Field(default_factory=SlurmSettings,
+                                 description="Omitted: no Slurm; Kueue schedules every pool.")
     dns_namespace: DnsLabel = Field("kube-system", description="Namespace of cluster DNS. Omitted: kube-system.")
     image_registry: Registry | None = Field(
         None, description="A registry mirror every image of the operators, Kueue, NFD and the checks is pulled "

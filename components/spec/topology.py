@@ -85,6 +85,13 @@ class Topology:
         }
 
 
+def network_places(spec: ClusterSpec) -> tuple[dict[str, str], dict[str, str]]:
+    """Each rack's network block (its own, or its site's) and each cabled host's leaf: the levels of Kueue's
+    topology (node labels) and of Slurm's switch tree alike."""
+    blocks = {r.name: r.block or s.name for s in spec.sites for r in s.racks}
+    return blocks, plan_topology(spec)[0].host_leaves()
+
+
 _PLANNED: dict[int, tuple[ClusterSpec, tuple[Topology, list[Problem]]]] = {}
 
 

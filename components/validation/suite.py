@@ -138,7 +138,7 @@ def _storage_check(spec: ClusterSpec) -> Check | None:
 
 def _dcgm_checks(spec: ClusterSpec) -> list[Check]:
     v, out = spec.validation, []
-    for pool in spec.node_pools:
+    for pool in spec.kueue_pools:    # a Slurm pool's GPUs are its slurmd pods', so no check pod would get them
         if pool.sharing.time_slicing_replicas or pool.sharing.mig_config:
             continue                 # the diagnostics need whole GPUs; shared pools are diagnosed at burn-in
         level = pool.burn_in.dcgm_level
@@ -170,6 +170,7 @@ def _nodes_check(pool: NodePool) -> Check:
 
 def plan_suite(spec: ClusterSpec) -> list[Check]:
     checks: list[Check] = [_nodes_check(pool) for pool in spec.node_pools]
+    kueue = {p.name for p in spec.kueue_pools}
     for pool in spec.node_pools:
         links = render_link_check(spec, pool)
         if links:
@@ -177,7 +178,7 @@ def plan_suite(spec: ClusterSpec) -> list[Check]:
             checks.append(Check(f"links-{pool.name}", "links",
                                 f"ib_write_bw per rail between neighbouring hosts of {pool.name}", floor, "Gb/s",
                                 script=links))
-        nccl = render_nccl_job(spec, pool)
+        nccl = render_nccl_job(spec, pool) if pool.name in kueue else None
         if nccl:
             checks.append(Check(f"nccl-{pool.name}", "nccl", f"all_reduce_perf across {pool.name}",
                                 nccl_floor_gb_per_s(spec, pool), "GB/s", nccl,
