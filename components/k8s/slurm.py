@@ -11,11 +11,16 @@ node's name is its host's short name (getDaemonSetPodHostname), which the files 
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import pulumi
+import pulumi_kubernetes as k8s
+import pulumi_random as random
 
+from ..bash import call, fill, script
 from ..fabric.nccl import nccl_envs, pod_env
 from ..spec import ClusterSpec, NodePool
 from ..spec.cluster import network_operator_enabled
@@ -37,6 +42,13 @@ IMAGES = "ghcr.io/slinkyproject"
 OPERATOR_REPOSITORIES = {"operator.image": f"{IMAGES}/slurm-operator",
                          "webhook.image": f"{IMAGES}/slurm-operator-webhook"}
 SHM_VOLUME = "dshm"
+MARIADB = "slurm-mariadb"                # the in-cluster database's StatefulSet and Service
+DATABASE_SECRET = "slurm-database"       # its generated password (key `password`)
+# The operator's names (controller_keys.go; the chart's _slurm.tpl): slurm.conf in ConfigMap <controller>-config,
+# the auth/slurm key in Secret <release>-auth-slurm under slurm.key, both read from /etc/slurm.
+OPERATOR_CONFIG, AUTH_SECRET = f"{RELEASE}-config", f"{RELEASE}-auth-slurm"
+ACCOUNTS = "slurm-accounts"
+ACCOUNTS_DIR = "/opt/gpucluster"
 LOG_TAILER = ("docker.io/library/alpine", "3.22")     # the chart's logfile sidecars (it defaults to latest)
 
 
@@ -139,6 +151,10 @@ def render_extra_conf(spec: ClusterSpec) -> str:
         "PriorityWeightFairshare=100000",         # fair share dominates; age breaks ties between equal shares
         "PriorityWeightAge=1000",
         "PriorityMaxAge=7-00:00:00",
+        "PriorityWeightQOS=10000",                # a higher priority class's QOS runs first
+        "PreemptType=preempt/qos",                # ... and requeues lower ones' jobs (each QOS's Preempt list)
+        "PreemptMode=REQUEUE",
+        "AccountingStorageEnforce=associations,limits,qos",   # a job runs under a tenant's account and limits
     ])
 
 
@@ -175,7 +191,7 @@ def render_nodeset(spec: ClusterSpec, pool: NodePool, networks: dict[str, str]) 
 def render_slurm_values(spec: ClusterSpec) -> dict[str, Any]:
     """The slurm chart's values: the chart's example NodeSet, partition and login set are turned off, so only
     the spec's pools are Slurm nodes."""
-    tag = slurm_tag(spec)
+    tag, a = slurm_tag(spec), spec.kubernetes.slurm.accounting
     image = lambda name: {"repository": mirrored(f"{IMAGES}/{name}", spec), "tag": tag}  # noqa: E731
     return {
         "clusterName": spec.name,
@@ -185,11 +201,174 @@ def render_slurm_values(spec: ClusterSpec) -> dict[str, Any]:
                        "logfile": {"image": log_tailer(spec)},
                        "extraConf": render_extra_conf(spec)},
         "restapi": {"slurmrestd": {"image": image("slurmrestd")}},
+        "accounting": {"enabled": True, "slurmdbd": {"image": image("slurmdbd")}, "storageConfig": {
+            "host": a.database_host or MARIADB, "port": a.database_port, "database": a.database_name,
+            "username": a.database_user, "passwordKeyRef": {"name": a.password_secret or DATABASE_SECRET,
+                                                            "key": "password"}}},
         "nodesets": {"slinky": {"enabled": False},
                      **{pool.name: render_nodeset(spec, pool, pod_networks(spec, pool)) for pool in slurm_pools(spec)}},
         "partitions": {"all": {"enabled": False}},
         "loginsets": {"slinky": {"enabled": False}},
     }
+
+
+class Qos(NamedTuple):
+    name: str
+    priority: int            # rank among the QOS: Slurm's QOS priority is unsigned, Kueue's classes may be negative
+    preempts: tuple[str, ...]
+
+
+def render_qos(spec: ClusterSpec) -> list[Qos]:
+    """A QOS per priority class and Slurm's own `normal` (jobs without a class: Kueue's priority 0), ranked by
+    value; each preempts every QOS ranked below it."""
+    values = {"normal": 0, **{pc.name: pc.value for pc in spec.kubernetes.kueue.priority_classes}}
+    ranks = {v: r for r, v in enumerate(sorted(set(values.values())))}
+    return [Qos(name, ranks[v], tuple(sorted(n for n, w in values.items() if w < v)))
+            for name, v in sorted(values.items(), key=lambda kv: (kv[1], kv[0]))]
+
+
+def tenant_accounts(spec: ClusterSpec) -> dict[str, tuple[int, int | None]]:
+    """Per tenant with GPUs on Slurm pools: its fair share (its guaranteed GPUs there) and its GPU limit
+    (guaranteed plus borrowing_limit; None where any of its quotas may borrow without limit), summed over the
+    Slurm pools, as its Kueue quota on them would be."""
+    pools = set(spec.kubernetes.slurm.pools)
+    out = {}
+    for t in spec.tenants:
+        quotas = [q for name, q in t.gpu_quota.items() if name in pools]
+        if quotas:
+            limits = [q.nominal + q.borrowing_limit for q in quotas if q.borrowing_limit is not None]
+            out[t.name] = (max(1, sum(q.nominal for q in quotas)),
+                           sum(limits) if len(limits) == len(quotas) else None)
+    return out
+
+
+def render_accounts_file(spec: ClusterSpec) -> str:
+    """The account tree as `sacctmgr load` reads it (its flat-file format): loading it again adds what is new
+    and changes what differs. A GPU limit is written only where there is one (load takes -1 as a new limit at
+    every run); the script lifts one the spec dropped. An account of a tenant removed from the spec stays, with
+    its usage history; it is deleted by hand (`sacctmgr delete account`)."""
+    qos = ",".join(q.name for q in render_qos(spec))
+    lines = [f"Cluster - '{spec.name}'", "Parent - 'root'"]
+    for name, (share, limit) in sorted(tenant_accounts(spec).items()):
+        cap = f":GrpTRES=gres/gpu={limit}" if limit is not None else ""
+        lines.append(f"Account - '{name}':Description='tenant {name}':Organization='gpucluster':Fairshare={share}"
+                     f"{cap}:QOS='{qos}'")
+    return "\n".join(lines) + "\n"
+
+
+_ACCOUNTS_SCRIPT = r"""
+# slurmctld registers the cluster and its GPU TRES with slurmdbd when it starts; limits in gres/gpu need both.
+for _ in $(seq 1 @TRIES@); do
+  [[ -n "$(sacctmgr -n -P show tres type=gres name=gpu format=id 2>/dev/null || true)" ]] && break
+  sleep 10
+done
+[[ -n "$(sacctmgr -n -P show tres type=gres name=gpu format=id)" ]] ||
+  fail "slurmdbd does not know the GPU TRES (gres/gpu): is slurmctld up and registered with slurmdbd?"
+sorted() { tr ',' '\n' <<<"$1" | LC_ALL=C sort | paste -sd, -; }
+# qos NAME PRIORITY PREEMPT: create it once, then set what it must be (a second run sets the same). An empty
+# Preempt= is not "none" to sacctmgr (a QOS left so makes every QOS that preempts it a "preemption loop"):
+# names no longer preempted are removed with Preempt-=.
+qos() {
+  if [[ "$(sacctmgr -n -P show qos "$1" format=name)" != "$1" ]]; then
+    sacctmgr -i add qos "$1" >/dev/null
+    changed "added QOS $1"
+  fi
+  sacctmgr -i modify qos where name="$1" set Priority="$2" PreemptMode=requeue >/dev/null
+  local now
+  now=$(sorted "$(sacctmgr -n -P show qos "$1" format=preempt)")
+  [[ "$now" == "$3" ]] && return 0
+  if [[ -n "$now" ]]; then sacctmgr -i modify qos where name="$1" set Preempt-="$now" >/dev/null; fi
+  if [[ -n "$3" ]]; then sacctmgr -i modify qos where name="$1" set Preempt="$3" >/dev/null; fi
+  changed "QOS $1 preempts ${3:-no QOS}"
+}
+@QOS@
+sacctmgr -i load file=@FILE@
+# unlimit ACCOUNT: lift a GPU limit the spec no longer sets.
+unlimit() {
+  if [[ "$(sacctmgr -n -P show assoc where cluster=@CLUSTER@ account="$1" user= format=GrpTRES)" == *gres/gpu=* ]]
+  then
+    sacctmgr -i modify account where cluster=@CLUSTER@ name="$1" set GrpTRES=gres/gpu=-1 >/dev/null
+    changed "lifted the GPU limit of account $1"
+  fi
+}
+@UNLIMIT@
+"""
+
+
+def render_accounts_script(spec: ClusterSpec, accounts_file: str, tries: int = 180) -> str:
+    """QOS first (accounts name them), then the account tree; waits up to `tries` x 10 s for slurmctld."""
+    qos = "\n".join(call("qos", q.name, q.priority, ",".join(q.preempts)) for q in render_qos(spec))
+    unlimited = "\n".join(call("unlimit", name) for name, (_, limit) in sorted(tenant_accounts(spec).items())
+                          if limit is None)
+    body = _ACCOUNTS_SCRIPT.replace("@QOS@", qos).replace("@UNLIMIT@", unlimited)
+    return script("Slurm QOS and the tenants' accounts", ACCOUNTS,
+                  fill(body, TRIES=tries, FILE=accounts_file, CLUSTER=spec.name))
+
+
+# What slurmdbd needs of MariaDB (Slurm's accounting guide; Slinky's installation guide sets the same): a buffer
+# pool that holds the job tables and lock waits long enough for its purges and upgrades.
+MARIADB_ARGS = ["--innodb-buffer-pool-size=4096M", "--innodb-lock-wait-timeout=900", "--innodb-log-file-size=1024M",
+                "--max-allowed-packet=256M", "--binlog-format=row", "--innodb-autoinc-lock-mode=2"]
+
+
+def render_mariadb(spec: ClusterSpec) -> list[Manifest]:
+    """The in-cluster database: one MariaDB on a volume of its own, reached by slurmdbd alone. Its password is
+    the Secret the component makes from a generated Pulumi secret; the image creates the database and user on
+    its first start (MARIADB_DATABASE, MARIADB_USER, MARIADB_PASSWORD) and never again."""
+    s = spec.kubernetes.slurm
+    a = s.accounting
+    labels = {"app.kubernetes.io/name": MARIADB, "app.kubernetes.io/part-of": "slurm"}
+    claim = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": f"{a.database_size_gib}Gi"}},
+             **({"storageClassName": a.storage_class} if a.storage_class else {})}
+    password = {"secretKeyRef": {"name": DATABASE_SECRET, "key": "password"}}
+    container = {
+        "name": "mariadb", "image": mirrored(a.mariadb_image, spec), "args": MARIADB_ARGS,
+        "env": [{"name": "MARIADB_DATABASE", "value": a.database_name},
+                {"name": "MARIADB_USER", "value": a.database_user},
+                {"name": "MARIADB_PASSWORD", "valueFrom": password},
+                {"name": "MARIADB_RANDOM_ROOT_PASSWORD", "value": "1"}],
+        "ports": [{"name": "mysql", "containerPort": 3306}],
+        "readinessProbe": {"tcpSocket": {"port": "mysql"}, "periodSeconds": 10},
+        "resources": {"requests": {"cpu": "1", "memory": "6Gi"}, "limits": {"memory": "6Gi"}},
+        "volumeMounts": [{"name": "data", "mountPath": "/var/lib/mysql"}],
+    }
+    return [
+        Manifest("mariadb-service", {"apiVersion": "v1", "kind": "Service", "metadata": {
+            "name": MARIADB, "namespace": s.namespace, "labels": labels}, "spec": {
+            "selector": labels, "ports": [{"name": "mysql", "port": a.database_port, "targetPort": "mysql"}]}}),
+        Manifest("mariadb", {"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {
+            "name": MARIADB, "namespace": s.namespace, "labels": labels}, "spec": {
+            "serviceName": MARIADB, "replicas": 1, "selector": {"matchLabels": labels},
+            "template": {"metadata": {"labels": labels}, "spec": {"containers": [container]}},
+            # The data outlives the StatefulSet: deleting it (or the stack) keeps the accounting history.
+            "persistentVolumeClaimRetentionPolicy": {"whenDeleted": "Retain", "whenScaled": "Retain"},
+            "volumeClaimTemplates": [{"metadata": {"name": "data"}, "spec": claim}]}}),
+    ]
+
+
+def render_accounts_job(spec: ClusterSpec) -> list[Manifest]:
+    """The QOS and accounts applied by sacctmgr in a Job, as a login node would: the slurmctld image (it has
+    sacctmgr), the operator's slurm.conf and auth/slurm key in /etc/slurm. The Job's name carries a digest of
+    what it applies, so a change is a new Job and an unchanged spec none."""
+    s = spec.kubernetes.slurm
+    files = {"accounts.cfg": render_accounts_file(spec)}
+    files["accounts.sh"] = render_accounts_script(spec, f"{ACCOUNTS_DIR}/accounts.cfg")
+    digest = hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()[:10]
+    etc = {"name": "etc-slurm", "projected": {"sources": [
+        {"configMap": {"name": OPERATOR_CONFIG, "items": [{"key": "slurm.conf", "path": "slurm.conf"}]}},
+        {"secret": {"name": AUTH_SECRET, "items": [{"key": "slurm.key", "path": "slurm.key", "mode": 0o600}]}}]}}
+    pod = {"restartPolicy": "OnFailure", "containers": [{
+        "name": "sacctmgr", "image": mirrored(f"{IMAGES}/slurmctld", spec) + f":{slurm_tag(spec)}",
+        "command": ["/bin/bash", f"{ACCOUNTS_DIR}/accounts.sh"],
+        "volumeMounts": [{"name": "etc-slurm", "mountPath": "/etc/slurm", "readOnly": True},
+                         {"name": "accounts", "mountPath": ACCOUNTS_DIR, "readOnly": True}]}],
+        "volumes": [etc, {"name": "accounts", "configMap": {"name": f"{ACCOUNTS}-{digest}"}}]}
+    meta = {"namespace": s.namespace, "labels": {"app.kubernetes.io/name": ACCOUNTS}}
+    return [Manifest("accounts", {"apiVersion": "v1", "kind": "ConfigMap",
+                                  "metadata": {"name": f"{ACCOUNTS}-{digest}", **meta}, "data": files}),
+            Manifest("accounts-job", {"apiVersion": "batch/v1", "kind": "Job",
+                                      "metadata": {"name": f"{ACCOUNTS}-{digest}", **meta},
+                                      "spec": {"backoffLimit": 3, "template": {"spec": pod}}})]
 
 
 def render_operator_values(spec: ClusterSpec) -> dict[str, Any]:
@@ -237,13 +416,26 @@ def compose(cluster: Any, name: str, spec: ClusterSpec) -> None:
     s = spec.kubernetes.slurm
     ns = {m.obj["metadata"]["name"]: register(f"{name}-{m.role}", m.obj, pulumi.ResourceOptions(parent=cluster))
           for m in render_namespaces(spec)}
+    database: list[pulumi.Resource] = []
+    if not s.accounting.database_host:
+        password = random.RandomPassword(f"{name}-database-password", length=32, special=False,
+                                         opts=pulumi.ResourceOptions(parent=cluster))
+        secret = k8s.core.v1.Secret(f"{name}-database-secret", metadata={
+            "name": DATABASE_SECRET, "namespace": s.namespace}, string_data={"password": password.result},
+            opts=pulumi.ResourceOptions(parent=cluster, depends_on=[ns[s.namespace]]))
+        database = [secret, *(register(f"{name}-{m.role}", m.obj, pulumi.ResourceOptions(
+            parent=cluster, depends_on=[secret])) for m in render_mariadb(spec))]
     operator_chart, slurm_chart = charts(spec)
     operator = release(f"{name}-operator", OPERATOR_RELEASE, operator_chart, SLINKY_NAMESPACE,
                        render_operator_values(spec),
                        pulumi.ResourceOptions(parent=cluster, depends_on=[ns[SLINKY_NAMESPACE]]))
     # The NodeSets and Controller are the operator's custom resources: its CRDs and webhook come first.
     cluster_release = release(f"{name}-cluster", RELEASE, slurm_chart, s.namespace, render_slurm_values(spec),
-                              pulumi.ResourceOptions(parent=cluster, depends_on=[ns[s.namespace], operator]))
+                              pulumi.ResourceOptions(parent=cluster,
+                                                     depends_on=[ns[s.namespace], operator, *database]))
+    # slurmctld registers the cluster with slurmdbd once both run; the Job waits for it, and Pulumi for the Job.
+    for m in render_accounts_job(spec):
+        register(f"{name}-{m.role}", m.obj, pulumi.ResourceOptions(parent=cluster, depends_on=[cluster_release]))
     cluster.partitions = {p.name: p.name for p in slurm_pools(spec)}
     cluster.default_partition = s.default or ""
     cluster.register_outputs({**intent(spec), "partitions": cluster.partitions,

@@ -26,3 +26,6 @@ def with_slurm_pool(data: dict[str, Any], hosts: int = 2, two_leaves: bool = Tru
         switches.append({"name": "spine-dev-01", "role": "spine", "vendor": "cumulus", "address": "10.10.0.4",
                          "ports": 32, "port_speed_gbps": 400, "rack": "r02", "power_w": 1500})
     data["kubernetes"]["slurm"] = {"pools": [SLURM_POOL]}
+    # team-a's Slurm account: a share of 4 GPUs, at most 8; team-b's: 2, no limit
+    data["tenants"][0]["gpu_quota"][SLURM_POOL] = {"nominal": 4, "borrowing_limit": 4}
+    data["tenants"][1]["gpu_quota"][SLURM_POOL] = 2

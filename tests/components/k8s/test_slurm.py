@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -111,8 +113,12 @@ def test_kueue_does_not_see_a_slurm_pool(spec):
      "already used"),
     (lambda d: d["kubernetes"]["slurm"].update(default_pool="h100"), "kubernetes.slurm.default_pool",
      "not one of slurm.pools"),
-    (lambda d: d["tenants"][0]["gpu_quota"].update({SLURM_POOL: 4}), f"tenants[0].gpu_quota.{SLURM_POOL}",
-     "scheduled by Slurm"),
+    (lambda d: d["tenants"][0]["gpu_quota"].update({SLURM_POOL: 20}), f"tenants[0].gpu_quota.{SLURM_POOL}",
+     "holds 16"),
+    (lambda d: d["kubernetes"]["slurm"].update(accounting={"database_host": "db.site.example"}),
+     "kubernetes.slurm.accounting.password_secret", "needs password_secret"),
+    (lambda d: d["kubernetes"]["slurm"].update(accounting={"password_secret": "mine"}),
+     "kubernetes.slurm.accounting.password_secret", "generated"),
     (lambda d: d["node_pools"][1].update(sharing={"time_slicing_replicas": 4}), "kubernetes.slurm.pools[0]",
      "shares its GPUs"),
     (lambda d: d["node_pools"][1].update(cpu_cores_per_host=110), "node_pools[1].cpu_cores_per_host",
@@ -150,3 +156,77 @@ def test_without_slurm_pools_nothing_of_slurm_is_registered(record, dev_spec):
     run = record(lambda: GpuKubernetesStack("k8s", dev_spec))
     assert not [r for r in run.records if "slurm" in r.name]
     assert "slurm" not in dev_spec.reserved_namespaces
+
+
+def test_priority_classes_are_qos_in_the_same_order_each_preempting_the_lower(spec):
+    assert slurm.render_qos(spec) == [slurm.Qos("normal", 0, ()), slurm.Qos("experiment", 1, ("normal",)),
+                                      slurm.Qos("production", 2, ("experiment", "normal"))]
+
+
+def test_a_class_below_zero_ranks_below_normal_and_equal_values_do_not_preempt_each_other(make_spec):
+    def classes(d):
+        with_slurm_pool(d)
+        d["kubernetes"]["kueue"]["priority_classes"] = [{"name": "scavenger", "value": -5},
+                                                        {"name": "a", "value": 10}, {"name": "b", "value": 10}]
+    qos = {q.name: q for q in slurm.render_qos(make_spec(classes))}
+    assert qos["scavenger"] == slurm.Qos("scavenger", 0, ())
+    assert qos["normal"].preempts == ("scavenger",) and qos["a"].preempts == qos["b"].preempts == ("normal", "scavenger")
+
+
+def test_each_tenant_with_slurm_gpus_is_an_account_with_its_share_and_limit(spec):
+    assert slurm.tenant_accounts(spec) == {"team-a": (4, 8), "team-b": (2, None)}
+    lines = slurm.render_accounts_file(spec).splitlines()
+    assert lines[:2] == ["Cluster - 'dev'", "Parent - 'root'"]
+    assert lines[2] == ("Account - 'team-a':Description='tenant team-a':Organization='gpucluster':Fairshare=4:"
+                        "GrpTRES=gres/gpu=8:QOS='normal,experiment,production'")
+    assert "GrpTRES" not in lines[3]                   # no limit: the script lifts any left from before
+    script = slurm.render_accounts_script(spec, "/opt/gpucluster/accounts.cfg")
+    assert "\nunlimit team-b\n" in script and "unlimit team-a" not in script
+
+
+@pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck is not installed (.ci/run installs it)")
+def test_the_accounts_script_passes_shellcheck(spec, tmp_path):
+    path = tmp_path / "accounts.sh"
+    path.write_text(slurm.render_accounts_script(spec, "/opt/gpucluster/accounts.cfg"))
+    out = subprocess.run(["shellcheck", "-S", "style", str(path)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout
+
+
+def test_the_accounts_job_is_named_by_what_it_applies(spec, make_spec):
+    cm, job = slurm.render_accounts_job(spec)
+    assert job.obj["metadata"]["name"] == cm.obj["metadata"]["name"]
+    pod = job.obj["spec"]["template"]["spec"]
+    assert pod["containers"][0]["command"] == ["/bin/bash", "/opt/gpucluster/accounts.sh"]
+    sources = pod["volumes"][0]["projected"]["sources"]        # the operator's slurm.conf and auth key
+    assert sources[0]["configMap"]["name"] == "slurm-config" and sources[1]["secret"]["name"] == "slurm-auth-slurm"
+    assert slurm.render_accounts_job(spec)[1].obj["metadata"]["name"] == job.obj["metadata"]["name"]
+    more = make_spec(lambda d: d["tenants"][1]["gpu_quota"].update({SLURM_POOL: 3}))
+    assert slurm.render_accounts_job(more)[1].obj["metadata"]["name"] != job.obj["metadata"]["name"]
+
+
+def test_the_database_is_in_cluster_unless_the_site_gives_one(spec, make_spec):
+    values = slurm.render_slurm_values(spec)["accounting"]
+    assert values["storageConfig"] == {"host": "slurm-mariadb", "port": 3306, "database": "slurm_acct_db",
+                                       "username": "slurm", "passwordKeyRef": {"name": "slurm-database",
+                                                                               "key": "password"}}
+    service, statefulset = slurm.render_mariadb(spec)
+    db = statefulset.obj["spec"]
+    assert db["persistentVolumeClaimRetentionPolicy"] == {"whenDeleted": "Retain", "whenScaled": "Retain"}
+    env = {e["name"]: e for e in db["template"]["spec"]["containers"][0]["env"]}
+    assert env["MARIADB_PASSWORD"]["valueFrom"]["secretKeyRef"] == {"name": "slurm-database", "key": "password"}
+    site = make_spec(lambda d: d["kubernetes"]["slurm"].update(accounting={
+        "database_host": "db.site.example", "password_secret": "site-slurmdb"}))
+    storage = slurm.render_slurm_values(site)["accounting"]["storageConfig"]
+    assert storage["host"] == "db.site.example" and storage["passwordKeyRef"]["name"] == "site-slurmdb"
+
+
+def test_the_database_password_is_a_secret_and_never_in_the_plan(record, spec):
+    run = record(lambda: GpuKubernetesStack("k8s", spec))
+    by_name = {r.name: r for r in run.records}
+    assert by_name["k8s-slurm-database-password"].type == "random:index/randomPassword:RandomPassword"
+    secret = by_name["k8s-slurm-database-secret"]
+    assert "4dabf18193072939515e22adb298388d" in str(secret.inputs["stringData"])     # the secret envelope
+    release = by_name["k8s-slurm-cluster"]
+    assert any(d.endswith("::k8s-slurm-mariadb") for d in release.dependencies)
+    job = by_name["k8s-slurm-accounts-job"]
+    assert any(d.endswith("::k8s-slurm-cluster") for d in job.dependencies)

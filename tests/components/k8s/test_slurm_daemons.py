@@ -1,9 +1,11 @@
-"""The Slurm files the component generates, read by real Slurm daemons (Debian's slurm-wlm, which .ci/run installs).
+"""The Slurm files the component generates, read by real Slurm daemons (Debian's slurm-wlm, which .ci/run installs),
+and its QOS and accounts applied by sacctmgr through a real slurmdbd on a real MariaDB.
 
 Debian 12 ships Slurm 22.05; Slinky 1.1.0 runs 25.11. slurm.conf is assembled here as the operator assembles it
 (controllerbuilder.buildSlurmConf in slurm-operator v1.1.0: its general lines, `NodeSet=<pool> Feature=<pool>`,
 `PartitionName=<pool> Nodes=<pool> <partition config>`, then the chart's extraConf), with 22.05's forms of the
-operator's own lines (munge for auth/slurm, a local port and state directory). Its NodeSet pods register as
+operator's own lines (munge for auth/slurm, local ports and directories); slurmdbd.conf likewise
+(accountingbuilder.buildSlurmdbdConf: the chart's storageConfig, the database reached at 127.0.0.1 here). Its NodeSet pods register as
 dynamic nodes (`slurmd -Z --conf 'Features=<pool>,... Gres=...'`); 22.05's tree topology does not take dynamic
 nodes, so each is declared here as the node it registers as. What the component generates (extraConf, the
 partition config, gres.conf, cgroup.conf, topology.conf and each NodeSet's --conf) goes in unchanged.
@@ -24,9 +26,11 @@ import pytest
 from components.k8s import slurm
 from tests.components.k8s.slurm_specs import SLURM_POOL, with_slurm_pool
 
-pytestmark = pytest.mark.skipif(shutil.which("slurmctld") is None or shutil.which("munged") is None,
-                                reason="slurmctld or munged is not installed (.ci/run installs slurmctld, slurmd, "
-                                       "slurm-client, munge and libpmix-dev, whose libpmix.so the mpi/pmix plugin loads)")
+DAEMONS = ("slurmctld", "slurmdbd", "sacctmgr", "munged", "mariadbd", "mariadb-install-db")
+pytestmark = pytest.mark.skipif(any(shutil.which(d) is None for d in DAEMONS),
+                                reason="Slurm, munge or MariaDB is not installed (.ci/run installs slurmctld, slurmd, "
+                                       "slurmdbd, slurm-client, munge, mariadb-server and libpmix-dev, whose "
+                                       "libpmix.so the mpi/pmix plugin loads)")
 
 
 def free_port() -> int:
@@ -35,14 +39,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def operator_slurm_conf(spec, values: dict, work: Path) -> str:
+def operator_slurm_conf(spec, values: dict, work: Path, ports: dict[str, int]) -> str:
     base = [f"ClusterName={values['clusterName']}", "SlurmUser=root", "SlurmctldHost=localhost",
-            f"SlurmctldPort={free_port()}", f"StateSaveLocation={work}/state", f"SlurmdSpoolDir={work}/spool",
+            f"SlurmctldPort={ports['slurmctld']}", f"StateSaveLocation={work}/state", f"SlurmdSpoolDir={work}/spool",
             f"SlurmctldPidFile={work}/slurmctld.pid", f"SlurmctldLogFile={work}/slurmctld.log",
             f"SlurmdLogFile={work}/slurmd.log", "ReturnToService=2", "MaxNodeCount=1024", "GresTypes=gpu",
             "AuthType=auth/munge", f"AuthInfo=socket={work}/munge.sock", "SelectTypeParameters=CR_Core_Memory",
             "ProctrackType=proctrack/cgroup", "PrologFlags=Contain", "TaskPlugin=task/affinity,task/cgroup",
-            "AccountingStorageType=accounting_storage/none", "JobAcctGatherType=jobacct_gather/none"]
+            "AccountingStorageType=accounting_storage/slurmdbd", "AccountingStorageHost=localhost",
+            f"AccountingStoragePort={ports['slurmdbd']}", "AccountingStorageTRES=gres/gpu",
+            f"AccountingStoragePass={work}/munge.sock", "JobAcctGatherType=jobacct_gather/cgroup"]
     nodes, sets = [], []
     for pool in slurm.slurm_pools(spec):
         ns = values["nodesets"][pool.name]
@@ -59,40 +65,108 @@ def operator_slurm_conf(spec, values: dict, work: Path) -> str:
     return "\n".join([*base, *nodes, *sets, values["controller"]["extraConf"]]) + "\n"
 
 
-@pytest.fixture(scope="module")
-def controller(tmp_path_factory) -> Iterator[tuple[object, dict, dict[str, str]]]:
+def operator_slurmdbd_conf(values: dict, work: Path, ports: dict[str, int], password: str) -> str:
+    storage = values["accounting"]["storageConfig"]
+    return "\n".join([
+        "DbdHost=localhost", f"DbdPort={ports['slurmdbd']}", "SlurmUser=root", "AuthType=auth/munge",
+        f"AuthInfo=socket={work}/munge.sock", "StorageType=accounting_storage/mysql", "StorageHost=127.0.0.1",
+        f"StoragePort={ports['mariadb']}", f"StorageUser={storage['username']}", f"StorageLoc={storage['database']}",
+        f"StoragePass={password}", f"LogFile={work}/slurmdbd.log", f"PidFile={work}/slurmdbd.pid"]) + "\n"
+
+
+def start_mariadb(work: Path, port: int, database: str, user: str, password: str) -> subprocess.Popen:
+    """MariaDB with the StatefulSet's own arguments, and the database and user its image's entrypoint makes."""
+    data = work / "mysql"
+    subprocess.run(["mariadb-install-db", "--no-defaults", f"--datadir={data}", "--user=root",
+                    "--auth-root-authentication-method=normal", "--skip-test-db"], check=True, capture_output=True,
+                   timeout=120)
+    db = subprocess.Popen(["mariadbd", "--no-defaults", f"--datadir={data}", f"--socket={work}/mysql.sock",
+                           "--bind-address=127.0.0.1", f"--port={port}", "--user=root", f"--pid-file={work}/m.pid",
+                           f"--log-error={work}/mariadb.log", *slurm.MARIADB_ARGS])
+    sql = (f"CREATE DATABASE {database}; CREATE USER '{user}'@'127.0.0.1' IDENTIFIED BY '{password}'; "
+           f"GRANT ALL ON {database}.* TO '{user}'@'127.0.0.1';")
+    wait_until(lambda: subprocess.run(["mariadb", "--no-defaults", f"--socket={work}/mysql.sock", "-uroot", "-e",
+                                       sql], capture_output=True).returncode == 0, db, "MariaDB")
+    return db
+
+
+def wait_until(ready, process: subprocess.Popen, what: str, timeout_s: float = 120) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not ready():
+        assert process.poll() is None, f"{what} exited with {process.returncode}"
+        assert time.monotonic() < deadline, f"{what} was not ready in {timeout_s:g} s"
+        time.sleep(0.5)
+
+
+def apply_accounts(spec, env: dict, work: Path) -> str:
+    """The accounts Job's script, as the Job runs it, against this site."""
+    (work / "accounts.cfg").write_text(slurm.render_accounts_file(spec))
+    (work / "accounts.sh").write_text(slurm.render_accounts_script(spec, str(work / "accounts.cfg"), tries=6))
+    out = subprocess.run(["bash", str(work / "accounts.sh")], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    return out.stdout
+
+
+def sacctmgr(env: dict, *args: str) -> list[dict[str, str]]:
+    out = subprocess.run(["sacctmgr", "-n", "-P", "show", *args], env=env, capture_output=True, text=True,
+                         check=True).stdout
+    fmt = [f.lower() for f in args[-1].split("=", 1)[1].split(",")]
+    return [dict(zip(fmt, line.split("|"))) for line in out.splitlines()]
+
+
+def slurm_spec(**edits):
     import yaml
 
     from components.spec import parse_spec
     data = yaml.safe_load((Path(__file__).resolve().parents[3] / "stacks" / "dev.yaml").read_text())
     with_slurm_pool(data, hosts=3)
-    spec = parse_spec(yaml.safe_dump(data))
+    for path, value in edits.items():
+        node = data
+        *parents, last = path.split(".")
+        for part in parents:
+            node = node[int(part)] if isinstance(node, list) else node[part]
+        node[last] = value
+    return parse_spec(yaml.safe_dump(data))
+
+
+@pytest.fixture(scope="module")
+def controller(tmp_path_factory) -> Iterator[tuple[object, dict, dict[str, str]]]:
+    spec = slurm_spec()
     values = slurm.render_slurm_values(spec)
     work = tmp_path_factory.mktemp("slurm")
     (work / "state").mkdir()
     (work / "spool").mkdir()
+    ports = {"slurmctld": free_port(), "slurmdbd": free_port(), "mariadb": free_port()}
     for name, text in values["configFiles"].items():
         (work / name).write_text(text)
-    (work / "slurm.conf").write_text(operator_slurm_conf(spec, values, work))
+    password = os.urandom(12).hex()
+    (work / "slurm.conf").write_text(operator_slurm_conf(spec, values, work, ports))
+    (work / "slurmdbd.conf").write_text(operator_slurmdbd_conf(values, work, ports, password))
+    (work / "slurmdbd.conf").chmod(0o600)                 # slurmdbd refuses a password file others can read
     (work / "munge.key").write_bytes(os.urandom(1024))
     (work / "munge.key").chmod(0o600)
     env = {**os.environ, "SLURM_CONF": str(work / "slurm.conf")}
-    subprocess.run(["munged", "--socket", f"{work}/munge.sock", "--key-file", f"{work}/munge.key", "--pid-file",
-                    f"{work}/munged.pid", "--log-file", f"{work}/munged.log", "--seed-file", f"{work}/seed",
-                    "--force"], check=True, timeout=30)
-    ctld = subprocess.Popen(["slurmctld", "-D", "-f", str(work / "slurm.conf")], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    storage = values["accounting"]["storageConfig"]
+    daemons = [start_mariadb(work, ports["mariadb"], storage["database"], storage["username"], password)]
     try:
-        deadline = time.monotonic() + 60
-        while subprocess.run(["scontrol", "ping"], env=env, capture_output=True).returncode != 0:
-            assert ctld.poll() is None, f"slurmctld exited: {ctld.stdout.read()}"
-            assert time.monotonic() < deadline, "slurmctld did not answer scontrol ping in 60 s"
-            time.sleep(0.5)
+        subprocess.run(["munged", "--socket", f"{work}/munge.sock", "--key-file", f"{work}/munge.key",
+                        "--pid-file", f"{work}/munged.pid", "--log-file", f"{work}/munged.log", "--seed-file",
+                        f"{work}/seed", "--force"], check=True, timeout=30)
+        daemons.append(subprocess.Popen(["slurmdbd", "-D"], env=env, stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.STDOUT))
+        wait_until(lambda: subprocess.run(["sacctmgr", "-n", "show", "cluster"], env=env,
+                                          capture_output=True).returncode == 0, daemons[-1], "slurmdbd")
+        daemons.append(subprocess.Popen(["slurmctld", "-D", "-f", str(work / "slurm.conf")], env=env,
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT))
+        wait_until(lambda: subprocess.run(["scontrol", "ping"], env=env, capture_output=True).returncode == 0,
+                   daemons[-1], "slurmctld")
         yield spec, env, {"work": str(work)}
     finally:
-        ctld.terminate()
-        ctld.wait(timeout=30)
-        subprocess.run(["kill", (work / "munged.pid").read_text().strip()], check=False)
+        for daemon in reversed(daemons):
+            daemon.terminate()
+            daemon.wait(timeout=60)
+        if (work / "munged.pid").exists():
+            subprocess.run(["kill", (work / "munged.pid").read_text().strip()], check=False)
 
 
 def scontrol(env: dict, *args: str) -> str:
@@ -137,12 +211,10 @@ def test_the_controller_logs_no_error_about_the_generated_settings(controller):
     _, _, where = controller
     log = (Path(where["work"]) / "slurmctld.log").read_text()
     errors = [line for line in log.splitlines() if "error:" in line or "fatal:" in line]
-    # A first start has no saved state; fair share's weights wait for accounting (slurmdbd), not generated yet;
-    # the operator's MaxNodeCount=1024 leaves slots for nodes not registered yet, under no switch.
-    expected = ("state file", "Trying backup state save file", "MailProg", "can only be used with SlurmDBD",
-                f"switches lack access to {1024 - 3} nodes")
+    # A first start has no saved state; the operator's MaxNodeCount=1024 leaves slots for nodes not registered
+    # yet, under no switch.
+    expected = ("state file", "Trying backup state save file", "MailProg", f"switches lack access to {1024 - 3} nodes")
     assert [e for e in errors if not any(x in e for x in expected)] == []
-    assert sum("can only be used with SlurmDBD" in e for e in errors) == 2       # PriorityWeightAge, Fairshare
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
@@ -166,3 +238,41 @@ def test_slurmd_reads_gres_conf_as_gpus_with_their_numa_cores(controller, tmp_pa
     assert [(g["Type"], g["Count"], g["File"], g["Cores"]) for g in gres] == [
         ("h100-sxm5-80gb", "4", "/dev/nvidia[0-3]", "0-27"), ("h100-sxm5-80gb", "4", "/dev/nvidia[4-7]", "28-55")], \
         out.stderr
+
+
+def test_tenants_become_accounts_with_their_share_limit_and_the_qos_of_the_priority_classes(controller):
+    spec, env, where = controller
+    out = apply_accounts(spec, env, Path(where["work"]))
+    assert "added QOS production" in out and "added QOS experiment" in out
+    qos = {q["name"]: q for q in sacctmgr(env, "qos", "format=Name,Priority,Preempt,PreemptMode")}
+    assert {n: (q["priority"], q["preempt"]) for n, q in qos.items()} == {
+        "normal": ("0", ""), "experiment": ("1", "normal"), "production": ("2", "experiment,normal")}
+    assoc = {a["account"]: a for a in sacctmgr(env, "assoc", "where", "user=",
+                                               "format=Account,Share,GrpTRES,QOS")}
+    assert (assoc["team-a"]["share"], assoc["team-a"]["grptres"]) == ("4", "gres/gpu=8")
+    assert (assoc["team-b"]["share"], assoc["team-b"]["grptres"]) == ("2", "")
+    assert assoc["team-a"]["qos"] == "experiment,normal,production"
+    shares = subprocess.run(["sshare", "-n", "-P", "-o", "Account,RawShares,NormShares"], env=env,
+                            capture_output=True, text=True, check=True).stdout
+    rows = {line.split("|")[0].strip(): line.split("|") for line in shares.splitlines()}
+    assert rows["team-a"][1] == "4" and rows["team-b"][1] == "2"
+    assert float(rows["team-a"][2]) == pytest.approx(2 * float(rows["team-b"][2]), rel=1e-4)
+    weights = subprocess.run(["sprio", "-w"], env=env, capture_output=True, text=True, check=True).stdout
+    assert "100000" in weights and "10000" in weights          # fair share and QOS weigh in
+
+
+def test_a_second_apply_changes_nothing_and_a_changed_quota_changes_the_account(controller, tmp_path):
+    spec, env, where = controller
+    apply_accounts(spec, env, Path(where["work"]))
+    again = apply_accounts(spec, env, Path(where["work"]))
+    assert "slurm-accounts: 0 change(s)" in again and "Nothing new added" in again
+    # day 2: team-a borrows without limit and gets more guaranteed; the production class goes away
+    changed = slurm_spec(**{"tenants.0.gpu_quota.h100-slurm": {"nominal": 6}})
+    out = apply_accounts(changed, env, tmp_path)
+    assert "Changed fairshare" in out and "4 -> 6" in out
+    assoc = {a["account"]: a for a in sacctmgr(env, "assoc", "where", "user=", "format=Account,Share,GrpTRES")}
+    assert (assoc["team-a"]["share"], assoc["team-a"]["grptres"]) == ("6", "")
+    lower = slurm_spec(**{"kubernetes.kueue.priority_classes": [{"name": "experiment", "value": 100}]})
+    apply_accounts(lower, env, tmp_path)
+    qos = {q["name"]: q["preempt"] for q in sacctmgr(env, "qos", "format=Name,Preempt")}
+    assert qos["experiment"] == "normal" and qos["production"] == "experiment,normal"   # kept, never deleted
