@@ -30,7 +30,7 @@ from ..spec.hardware import GPU_RESOURCE
 from ..fabric.checks import NCCL_TESTS
 from ..fabric.nccl import LARGEST_BUSBW_AWK
 from ..nodes.burn_in import min_busbw
-from .health import CHECK_RECORD, NVLINK_DOWN, STATE_DIR, STATE_VOLUME
+from .health import CHECK_RECORD, DCGM_RESULTS, NVLINK_DOWN, STATE_DIR, STATE_VOLUME
 from .images import mirrored
 from .jobs import QUEUE_LABEL
 from .labels import POOL_LABEL
@@ -88,9 +88,7 @@ out=$(dcgmi diag -r "$level" 2>&1) || status=$?
 printf '%s\n' "$out"
 # dcgmi's result table: "| test | result |" rows; a test's further rows (per GPU) leave the name blank.
 rows() {
-  awk -F'|' 'NF == 4 { name = $2; result = $3; gsub(/^ +| +$/, "", name); gsub(/^ +| +$/, "", result)
-    if (name != "") test = name
-    if (result ~ /^(Pass|Fail|Skip|Warn)/) print test "|" result }' <<<"$out"
+  awk -F'|' @DCGM_RESULTS@ <<<"$out"
 }
 ran=$(rows | cut -d'|' -f1 | sort -u | grep -c . || true)
 failed=$(rows | awk -F'|' '$2 ~ /^Fail/ { printf "%s%s: %s", sep, $1, $2; sep = "; " }')
@@ -148,7 +146,7 @@ echo "passed: NCCL all_reduce bus bandwidth $busbw GB/s at 8 GiB on $gpus GPUs (
 
 def check_script() -> str:
     return fill(_CHECK.replace("RECORD_FAILURE\n", _FAIL), RECORD=PurePosixPath(CHECK_RECORD).name,
-                NVLINK=NVLINK_DOWN)
+                NVLINK=NVLINK_DOWN, DCGM_RESULTS=DCGM_RESULTS)
 
 
 def nccl_script() -> str:

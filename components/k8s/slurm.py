@@ -33,6 +33,7 @@ from .images import chart_from, mirrored
 from .labels import POOL_LABEL, pool_tolerations
 from .network_operator import pod_networks, rdma_resource
 from .objects import Manifest, register
+from .slurm_health import render_scripts
 
 CHARTS = "oci://ghcr.io/slinkyproject/charts"
 RELEASE = "slurm"                        # the slurm chart's fullname: Controller "slurm", NodeSets "slurm-worker-*"
@@ -123,7 +124,8 @@ def render_topology_conf(spec: ClusterSpec) -> str:
         for leaf in sorted(tree[block]):
             lines.append(f"SwitchName={_switch(leaf)} Nodes={','.join(tree[block][leaf])}")
     for block in sorted(tree):
-        lines.append(f"SwitchName={_switch(block, 'block')} Switches={','.join(_switch(x) for x in sorted(tree[block]))}")
+        leaves_of = ",".join(_switch(x) for x in sorted(tree[block]))
+        lines.append(f"SwitchName={_switch(block, 'block')} Switches={leaves_of}")
     if len(tree) > 1:
         lines.append(f"SwitchName={_switch(spec.name, 'cluster')} "
                      f"Switches={','.join(_switch(b, 'block') for b in sorted(tree))}")
@@ -207,6 +209,7 @@ def render_slurm_values(spec: ClusterSpec) -> dict[str, Any]:
                                                             "key": "password"}}},
         "nodesets": {"slinky": {"enabled": False},
                      **{pool.name: render_nodeset(spec, pool, pod_networks(spec, pool)) for pool in slurm_pools(spec)}},
+        **render_scripts(spec),
         "partitions": {"all": {"enabled": False}},
         "loginsets": {"slinky": {"enabled": False}},
     }

@@ -170,7 +170,8 @@ def test_a_class_below_zero_ranks_below_normal_and_equal_values_do_not_preempt_e
                                                         {"name": "a", "value": 10}, {"name": "b", "value": 10}]
     qos = {q.name: q for q in slurm.render_qos(make_spec(classes))}
     assert qos["scavenger"] == slurm.Qos("scavenger", 0, ())
-    assert qos["normal"].preempts == ("scavenger",) and qos["a"].preempts == qos["b"].preempts == ("normal", "scavenger")
+    assert qos["normal"].preempts == ("scavenger",)
+    assert qos["a"].preempts == qos["b"].preempts == ("normal", "scavenger")
 
 
 def test_each_tenant_with_slurm_gpus_is_an_account_with_its_share_and_limit(spec):

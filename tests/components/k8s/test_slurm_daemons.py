@@ -5,176 +5,37 @@ Debian 12 ships Slurm 22.05; Slinky 1.1.0 runs 25.11. slurm.conf is assembled he
 (controllerbuilder.buildSlurmConf in slurm-operator v1.1.0: its general lines, `NodeSet=<pool> Feature=<pool>`,
 `PartitionName=<pool> Nodes=<pool> <partition config>`, then the chart's extraConf), with 22.05's forms of the
 operator's own lines (munge for auth/slurm, local ports and directories); slurmdbd.conf likewise
-(accountingbuilder.buildSlurmdbdConf: the chart's storageConfig, the database reached at 127.0.0.1 here). Its NodeSet pods register as
-dynamic nodes (`slurmd -Z --conf 'Features=<pool>,... Gres=...'`); 22.05's tree topology does not take dynamic
-nodes, so each is declared here as the node it registers as. What the component generates (extraConf, the
-partition config, gres.conf, cgroup.conf, topology.conf and each NodeSet's --conf) goes in unchanged.
+(accountingbuilder.buildSlurmdbdConf: the chart's storageConfig, the database reached at 127.0.0.1 here). Its
+NodeSet pods register as dynamic nodes (`slurmd -Z --conf 'Features=<pool>,... Gres=...'`); 22.05's tree
+topology does not take dynamic nodes, so each is declared here as the node it registers as. What the component
+generates (extraConf, the partition config, gres.conf, cgroup.conf, topology.conf, each NodeSet's --conf, the
+accounts and the node check) goes in unchanged. tests/slurm_site.py starts the daemons.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
-import socket
 import subprocess
-import time
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 
 from components.k8s import slurm
-from tests.components.k8s.slurm_specs import SLURM_POOL, with_slurm_pool
+from tests.components.k8s.slurm_specs import SLURM_POOL
+from tests.slurm_site import (MISSING, WHY_MISSING, apply_accounts, drained, fields, sacctmgr, scontrol, slurm_site,
+                               slurm_spec)
 
-DAEMONS = ("slurmctld", "slurmdbd", "sacctmgr", "munged", "mariadbd", "mariadb-install-db")
-pytestmark = pytest.mark.skipif(any(shutil.which(d) is None for d in DAEMONS),
-                                reason="Slurm, munge or MariaDB is not installed (.ci/run installs slurmctld, slurmd, "
-                                       "slurmdbd, slurm-client, munge, mariadb-server and libpmix-dev, whose "
-                                       "libpmix.so the mpi/pmix plugin loads)")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def operator_slurm_conf(spec, values: dict, work: Path, ports: dict[str, int]) -> str:
-    base = [f"ClusterName={values['clusterName']}", "SlurmUser=root", "SlurmctldHost=localhost",
-            f"SlurmctldPort={ports['slurmctld']}", f"StateSaveLocation={work}/state", f"SlurmdSpoolDir={work}/spool",
-            f"SlurmctldPidFile={work}/slurmctld.pid", f"SlurmctldLogFile={work}/slurmctld.log",
-            f"SlurmdLogFile={work}/slurmd.log", "ReturnToService=2", "MaxNodeCount=1024", "GresTypes=gpu",
-            "AuthType=auth/munge", f"AuthInfo=socket={work}/munge.sock", "SelectTypeParameters=CR_Core_Memory",
-            "ProctrackType=proctrack/cgroup", "PrologFlags=Contain", "TaskPlugin=task/affinity,task/cgroup",
-            "AccountingStorageType=accounting_storage/slurmdbd", "AccountingStorageHost=localhost",
-            f"AccountingStoragePort={ports['slurmdbd']}", "AccountingStorageTRES=gres/gpu",
-            f"AccountingStoragePass={work}/munge.sock", "JobAcctGatherType=jobacct_gather/cgroup"]
-    nodes, sets = [], []
-    for pool in slurm.slurm_pools(spec):
-        ns = values["nodesets"][pool.name]
-        registers = {**ns["extraConfMap"], "Features": f"{pool.name},{ns['extraConfMap']['Features']}"}
-        cores = pool.cpu_cores_per_host // pool.threads_per_core // pool.numa_nodes_per_host
-        for host in pool.hosts:
-            nodes.append(f"NodeName={slurm.node_name(host.hostname)} NodeAddr=127.0.0.1 "
-                         f"CPUs={pool.cpu_cores_per_host} Sockets={pool.numa_nodes_per_host} "
-                         f"CoresPerSocket={cores} ThreadsPerCore={pool.threads_per_core} "
-                         f"RealMemory={pool.memory_gib_per_host * 1024} "
-                         + " ".join(f"{k}={v}" for k, v in sorted(registers.items())) + " State=UNKNOWN")
-        partition = " ".join(f"{k}={v}" for k, v in ns["partition"]["configMap"].items())
-        sets += [f"NodeSet={pool.name} Feature={pool.name}", f"PartitionName={pool.name} Nodes={pool.name} {partition}"]
-    return "\n".join([*base, *nodes, *sets, values["controller"]["extraConf"]]) + "\n"
-
-
-def operator_slurmdbd_conf(values: dict, work: Path, ports: dict[str, int], password: str) -> str:
-    storage = values["accounting"]["storageConfig"]
-    return "\n".join([
-        "DbdHost=localhost", f"DbdPort={ports['slurmdbd']}", "SlurmUser=root", "AuthType=auth/munge",
-        f"AuthInfo=socket={work}/munge.sock", "StorageType=accounting_storage/mysql", "StorageHost=127.0.0.1",
-        f"StoragePort={ports['mariadb']}", f"StorageUser={storage['username']}", f"StorageLoc={storage['database']}",
-        f"StoragePass={password}", f"LogFile={work}/slurmdbd.log", f"PidFile={work}/slurmdbd.pid"]) + "\n"
-
-
-def start_mariadb(work: Path, port: int, database: str, user: str, password: str) -> subprocess.Popen:
-    """MariaDB with the StatefulSet's own arguments, and the database and user its image's entrypoint makes."""
-    data = work / "mysql"
-    subprocess.run(["mariadb-install-db", "--no-defaults", f"--datadir={data}", "--user=root",
-                    "--auth-root-authentication-method=normal", "--skip-test-db"], check=True, capture_output=True,
-                   timeout=120)
-    db = subprocess.Popen(["mariadbd", "--no-defaults", f"--datadir={data}", f"--socket={work}/mysql.sock",
-                           "--bind-address=127.0.0.1", f"--port={port}", "--user=root", f"--pid-file={work}/m.pid",
-                           f"--log-error={work}/mariadb.log", *slurm.MARIADB_ARGS])
-    sql = (f"CREATE DATABASE {database}; CREATE USER '{user}'@'127.0.0.1' IDENTIFIED BY '{password}'; "
-           f"GRANT ALL ON {database}.* TO '{user}'@'127.0.0.1';")
-    wait_until(lambda: subprocess.run(["mariadb", "--no-defaults", f"--socket={work}/mysql.sock", "-uroot", "-e",
-                                       sql], capture_output=True).returncode == 0, db, "MariaDB")
-    return db
-
-
-def wait_until(ready, process: subprocess.Popen, what: str, timeout_s: float = 120) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not ready():
-        assert process.poll() is None, f"{what} exited with {process.returncode}"
-        assert time.monotonic() < deadline, f"{what} was not ready in {timeout_s:g} s"
-        time.sleep(0.5)
-
-
-def apply_accounts(spec, env: dict, work: Path) -> str:
-    """The accounts Job's script, as the Job runs it, against this site."""
-    (work / "accounts.cfg").write_text(slurm.render_accounts_file(spec))
-    (work / "accounts.sh").write_text(slurm.render_accounts_script(spec, str(work / "accounts.cfg"), tries=6))
-    out = subprocess.run(["bash", str(work / "accounts.sh")], env=env, capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stdout + out.stderr
-    return out.stdout
-
-
-def sacctmgr(env: dict, *args: str) -> list[dict[str, str]]:
-    out = subprocess.run(["sacctmgr", "-n", "-P", "show", *args], env=env, capture_output=True, text=True,
-                         check=True).stdout
-    fmt = [f.lower() for f in args[-1].split("=", 1)[1].split(",")]
-    return [dict(zip(fmt, line.split("|"))) for line in out.splitlines()]
-
-
-def slurm_spec(**edits):
-    import yaml
-
-    from components.spec import parse_spec
-    data = yaml.safe_load((Path(__file__).resolve().parents[3] / "stacks" / "dev.yaml").read_text())
-    with_slurm_pool(data, hosts=3)
-    for path, value in edits.items():
-        node = data
-        *parents, last = path.split(".")
-        for part in parents:
-            node = node[int(part)] if isinstance(node, list) else node[part]
-        node[last] = value
-    return parse_spec(yaml.safe_dump(data))
+pytestmark = pytest.mark.skipif(MISSING is not None, reason=WHY_MISSING)
 
 
 @pytest.fixture(scope="module")
 def controller(tmp_path_factory) -> Iterator[tuple[object, dict, dict[str, str]]]:
-    spec = slurm_spec()
-    values = slurm.render_slurm_values(spec)
-    work = tmp_path_factory.mktemp("slurm")
-    (work / "state").mkdir()
-    (work / "spool").mkdir()
-    ports = {"slurmctld": free_port(), "slurmdbd": free_port(), "mariadb": free_port()}
-    for name, text in values["configFiles"].items():
-        (work / name).write_text(text)
-    password = os.urandom(12).hex()
-    (work / "slurm.conf").write_text(operator_slurm_conf(spec, values, work, ports))
-    (work / "slurmdbd.conf").write_text(operator_slurmdbd_conf(values, work, ports, password))
-    (work / "slurmdbd.conf").chmod(0o600)                 # slurmdbd refuses a password file others can read
-    (work / "munge.key").write_bytes(os.urandom(1024))
-    (work / "munge.key").chmod(0o600)
-    env = {**os.environ, "SLURM_CONF": str(work / "slurm.conf")}
-    storage = values["accounting"]["storageConfig"]
-    daemons = [start_mariadb(work, ports["mariadb"], storage["database"], storage["username"], password)]
-    try:
-        subprocess.run(["munged", "--socket", f"{work}/munge.sock", "--key-file", f"{work}/munge.key",
-                        "--pid-file", f"{work}/munged.pid", "--log-file", f"{work}/munged.log", "--seed-file",
-                        f"{work}/seed", "--force"], check=True, timeout=30)
-        daemons.append(subprocess.Popen(["slurmdbd", "-D"], env=env, stdout=subprocess.DEVNULL,
-                                        stderr=subprocess.STDOUT))
-        wait_until(lambda: subprocess.run(["sacctmgr", "-n", "show", "cluster"], env=env,
-                                          capture_output=True).returncode == 0, daemons[-1], "slurmdbd")
-        daemons.append(subprocess.Popen(["slurmctld", "-D", "-f", str(work / "slurm.conf")], env=env,
-                                        stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT))
-        wait_until(lambda: subprocess.run(["scontrol", "ping"], env=env, capture_output=True).returncode == 0,
-                   daemons[-1], "slurmctld")
+    spec, work = slurm_spec(), tmp_path_factory.mktemp("slurm")
+    with slurm_site(spec, work) as env:
         yield spec, env, {"work": str(work)}
-    finally:
-        for daemon in reversed(daemons):
-            daemon.terminate()
-            daemon.wait(timeout=60)
-        if (work / "munged.pid").exists():
-            subprocess.run(["kill", (work / "munged.pid").read_text().strip()], check=False)
-
-
-def scontrol(env: dict, *args: str) -> str:
-    return subprocess.run(["scontrol", *args], env=env, capture_output=True, text=True, check=True).stdout
-
-
-def fields(line: str) -> dict[str, str]:
-    return dict(part.split("=", 1) for part in line.split() if "=" in part)
 
 
 def test_slurmctld_takes_the_generated_files_and_makes_one_partition_per_pool(controller):
@@ -276,3 +137,70 @@ def test_a_second_apply_changes_nothing_and_a_changed_quota_changes_the_account(
     apply_accounts(lower, env, tmp_path)
     qos = {q["name"]: q["preempt"] for q in sacctmgr(env, "qos", "format=Name,Preempt")}
     assert qos["experiment"] == "normal" and qos["production"] == "experiment,normal"   # kept, never deleted
+
+
+# --- the node check: Slurm's prolog and epilog drain a node that fails it ------------------------------------------
+
+SAMPLES = Path(__file__).resolve().parents[2] / "samples"
+QUERY = (SAMPLES / "nvidia_smi_q_h800.txt").read_text()          # real `nvidia-smi -q` of an H800 host, one GPU shown
+LINKS = (SAMPLES / "nvidia_smi_nvlink_s_8xh100.txt").read_text()
+# The volatile ECC block as nvidia-smi -q prints it on an A100 (NVIDIA's XID 63 guide quotes it), with one
+# uncorrectable DRAM error; inserted before the sample's Remapped Rows section.
+ECC = ("    ECC Errors\n        Volatile\n            SRAM Correctable              : 0\n"
+       "            SRAM Uncorrectable            : 0\n            DRAM Correctable              : 177\n"
+       "            DRAM Uncorrectable            : 1\n        Aggregate\n"
+       "            SRAM Correctable              : 0\n            SRAM Uncorrectable            : 0\n"
+       "            DRAM Correctable              : 177\n            DRAM Uncorrectable            : 3\n")
+
+
+def node_check(controller, tmp_path, when: str, node: str, query: str = QUERY, links: str = LINKS,
+               smi_code: int = 0, dcgmi: str | None = None) -> subprocess.CompletedProcess:
+    """The rendered check, run as slurmd runs it (SLURMD_NODENAME set), with nvidia-smi (and dcgmi) doubles
+    printing real output, against the real slurmctld."""
+    from tests.doubles import nvidia_smi
+    from components.k8s import slurm_health
+    spec, env, _ = controller
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    nvidia_smi(bin_dir, query, links, code=smi_code)
+    if dcgmi is not None:
+        (bin_dir / "diag.txt").write_text(dcgmi)
+        (bin_dir / "dcgmi").write_text(f"#!/bin/bash\ncat {bin_dir}/diag.txt\n")
+        (bin_dir / "dcgmi").chmod(0o755)
+    check = tmp_path / f"{when}.sh"
+    check.write_text(slurm_health.render_node_check(spec, when))
+    path = f"{bin_dir}:{os.environ['PATH']}"
+    return subprocess.run(["bash", str(check)], env={**env, "PATH": path, "SLURMD_NODENAME": node},
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_a_healthy_node_passes_and_stays_in_service(controller, tmp_path):
+    out = node_check(controller, tmp_path, "epilog", "gpu-slurm-01")
+    assert out.returncode == 0, out.stderr
+    assert drained(controller[1], "gpu-slurm-01") is None
+
+
+@pytest.mark.parametrize("fault, expected", [
+    ({"query": QUERY.replace("Pending                           : No", "Pending                           : Yes")},
+     "gpucluster: GPU 00000000:18:00.0: row remapping pending"),
+    ({"query": QUERY.replace("    Remapped Rows\n", ECC + "    Remapped Rows\n")},
+     "gpucluster: GPU 00000000:18:00.0: 1 DRAM Uncorrectable errors"),
+    ({"query": re.sub(r"(Attached GPUs +: )8", r"\g<1>7", QUERY)}, "gpucluster: 7 of 8 GPUs visible"),
+    ({"links": (SAMPLES / "nvidia_smi_nvlink_s_degraded.txt").read_text()},
+     "gpucluster: NVLink: GPU 5 link 10: inactive, GPU 5 link 2: 1.562 of 26.562 GB/s"),
+    ({"query": "Unable to determine the device handle for GPU0000:18:00.0: Unknown Error\n", "smi_code": 15},
+     "gpucluster: nvidia-smi -q failed: Unable to determine the device handle for GPU0000:18:00.0: Unknown Error"),
+    ({"dcgmi": (SAMPLES / "dcgmi_diag_r2_fail.txt").read_text()}, "gpucluster: dcgmi diag -r 1: GPU Memory: Fail"),
+])
+def test_a_failing_check_drains_the_node_with_the_reason(controller, tmp_path, fault, expected):
+    out = node_check(controller, tmp_path, "epilog", "gpu-slurm-02", **fault)
+    assert out.returncode == 0, out.stderr                # an epilog's failure is the drain, not its status
+    reason = drained(controller[1], "gpu-slurm-02")
+    assert reason is not None and reason.startswith(expected), (reason, out.stderr)
+
+
+def test_a_failing_prolog_also_fails_so_slurm_requeues_the_job(controller, tmp_path):
+    out = node_check(controller, tmp_path, "prolog", "gpu-slurm-03", query=QUERY.replace(
+        "Remapping Failure Occurred        : No", "Remapping Failure Occurred        : Yes"))
+    assert out.returncode == 1 and "gpu-slurm-03 drained" in out.stderr
+    assert drained(controller[1], "gpu-slurm-03") == "gpucluster: GPU 00000000:18:00.0: row remapping failed"
