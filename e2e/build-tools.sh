@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds the real control plane for `make e2e` from Go modules only (the module proxy; no prebuilt downloads):
-# etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, KWOK, Kueue, the MPI operator and
-# node-problem-detector, at the versions pinned in e2e/tools/*/go.mod. A binary is rebuilt only when its wrapper
-# module changed, so later runs take seconds.
+# etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, KWOK, Kueue, the MPI operator,
+# node-problem-detector and helm, at the versions pinned in e2e/tools/*/go.mod, and Slinky's charts from theirs.
+# A binary is rebuilt only when its wrapper module changed, so later runs take seconds.
 # Usage: e2e/build-tools.sh [OUT_DIR]   (default .e2e; binaries in OUT_DIR/bin; KWOK stages, Kueue's and the MPI
 # operator's CRDs beside)
 #        e2e/build-tools.sh OUT_DIR engine   (only the Pulumi CLI and its YAML language host, for `make engine-e2e`;
@@ -73,6 +73,7 @@ build kueue kueue sigs.k8s.io/kueue/cmd/kueue "-X sigs.k8s.io/kueue/pkg/version.
 mpi_version=$(sed -n 's/^require github.com\/kubeflow\/mpi-operator \(v[0-9.]*\)$/\1/p' "$tools/mpi-operator/go.mod")
 build mpi-operator mpi-operator github.com/kubeflow/mpi-operator/cmd/mpi-operator
 build node-problem-detector node-problem-detector k8s.io/node-problem-detector/cmd/nodeproblemdetector
+build helm helm helm.sh/helm/v3/cmd/helm
 
 # Files the modules ship beside their code: KWOK's stages, Kueue's CRDs and webhook configurations, copied so runs need no module cache.
 kwok_dir=$(module_dir kwok "sigs.k8s.io/kwok@$(sed -n 's/^require sigs.k8s.io\/kwok \(v[0-9.]*\)$/\1/p' "$tools/kwok/go.mod")")
@@ -91,5 +92,17 @@ cp "$kueue_dir"/config/components/webhook/manifests.yaml "$out/kueue-webhooks/"
 # The MPIJob CRD at the path the stack's ConfigFile fetches from the same release.
 cp "$mpi_dir/manifests/base/kubeflow.org_mpijobs.yaml" "$out/mpi-operator-crds/"
 chmod -R u+w "$out/kwok-stages" "$out/kueue-crds" "$out/kueue-webhooks" "$out/mpi-operator-crds"
+# Slinky's charts as its release publishes them: the operator's with its CRD chart as the dependency it packages,
+# the cluster's with the templates Go's module zip leaves out (any directory named vendor; e2e/slinky-vendor).
+slinky_dir=$(module_dir slinky "github.com/SlinkyProject/slurm-operator@$(sed -n \
+  's/^require github.com\/SlinkyProject\/slurm-operator \(v[0-9.]*\)$/\1/p' "$tools/slinky/go.mod")")
+rm -rf "$out/slinky-charts"
+mkdir -p "$out/slinky-charts"
+cp -r "$slinky_dir/helm/slurm-operator" "$slinky_dir/helm/slurm" "$out/slinky-charts/"
+chmod -R u+w "$out/slinky-charts"
+mkdir -p "$out/slinky-charts/slurm-operator/charts" "$out/slinky-charts/slurm/templates/vendor/nvidia/dcgm"
+cp -r "$slinky_dir/helm/slurm-operator-crds" "$out/slinky-charts/slurm-operator/charts/"
+cp e2e/slinky-vendor/*.tpl e2e/slinky-vendor/*.yaml "$out/slinky-charts/slurm/templates/vendor/nvidia/dcgm/"
+chmod -R u+w "$out/slinky-charts"
 echo "$kueue_version" >"$out/kueue-crds/VERSION"
 echo "build-tools: ready in $out; build times and sizes in $log" >&2

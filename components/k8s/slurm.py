@@ -184,6 +184,14 @@ def render_nodeset(spec: ClusterSpec, pool: NodePool, networks: dict[str, str]) 
                    "volumeMounts": [{"name": SHM_VOLUME, "mountPath": "/dev/shm"}]},
         "extraConfMap": {"Gres": f"gpu:{gres_type(pool)}:{pool.gpu.count}", "Features": gres_type(pool)},
         "partition": {"enabled": True, "configMap": partition_config(spec, pool)},
+        # A NodeSet of its own has none of the chart's example NodeSet's defaults: each is stated. Changes reach
+        # the pool's slurmd pods a rollout batch at a time (rollout.max_unavailable, counted in hosts), and
+        # Slinky's protection keeps a pod whose node runs a job from being evicted until the job ends.
+        "updateStrategy": {"type": "RollingUpdate",
+                           "rollingUpdate": {"maxUnavailable": pool.rollout.batch_size(len(pool.hosts))}},
+        "workloadDisruptionProtection": True,
+        "taintKubeNodes": False,
+        "ordinalPadding": 0,
         "metadata": {"annotations": networks} if networks else {},
         "podSpec": {"nodeSelector": {POOL_LABEL: pool.name}, "tolerations": pool_tolerations(pool),
                     "volumes": [{"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": f"{shm}Gi"}}]},

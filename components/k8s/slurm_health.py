@@ -16,7 +16,9 @@ from ..bash import fill
 from ..spec import ClusterSpec
 from .health import DCGM_RESULTS, NVLINK_DOWN
 
-PROLOG, EPILOG = "90-gpucluster-prolog.sh", "90-gpucluster-epilog.sh"   # the chart's script names (file names)
+# The script's key in the chart's prologScripts and epilogScripts; the chart stores it as prolog-<key> and
+# epilog-<key>, the file names slurm.conf's Prolog and Epilog lines get from the operator.
+SCRIPT = "90-gpucluster-node-check.sh"
 DRAIN_PREFIX = "gpucluster: "
 
 _CHECK = r'''#!/bin/bash
@@ -83,8 +85,8 @@ fi
 
 def render_scripts(spec: ClusterSpec) -> dict[str, dict[str, str]]:
     """The slurm chart's prologScripts and epilogScripts (file name -> script)."""
-    return {"prologScripts": {PROLOG: render_node_check(spec, "prolog")},
-            "epilogScripts": {EPILOG: render_node_check(spec, "epilog")}}
+    return {"prologScripts": {SCRIPT: render_node_check(spec, "prolog")},
+            "epilogScripts": {SCRIPT: render_node_check(spec, "epilog")}}
 
 
 def render_node_check(spec: ClusterSpec, when: str) -> str:

@@ -27,7 +27,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 TOOLS = Path(os.environ.get("GPUCLUSTER_E2E_TOOLS", ROOT / ".e2e"))
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "kwok", "kueue",
-            "mpi-operator", "node-problem-detector")
+            "mpi-operator", "node-problem-detector", "helm")
 # Pod CIDR and service range are addresses the apiserver hands out, never contacted: webhooks are called by URL.
 SERVICE_RANGE = "10.96.0.0/16"
 
@@ -39,7 +39,7 @@ class ControlPlaneError(RuntimeError):
 def missing_tools() -> list[str]:
     have = [b for b in BINARIES if (TOOLS / "bin" / b).is_file()]
     out = [b for b in BINARIES if b not in have]
-    out += [d for d in ("kwok-stages", "kueue-crds", "kueue-webhooks", "mpi-operator-crds")
+    out += [d for d in ("kwok-stages", "kueue-crds", "kueue-webhooks", "mpi-operator-crds", "slinky-charts")
             if not (TOOLS / d).is_dir()]
     return out
 

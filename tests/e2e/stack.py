@@ -15,6 +15,7 @@ import yaml
 from components.k8s.labels import BURN_IN_TAINT
 from components.k8s.network_operator import rdma_resource
 from components.nodes.node_pool import NodePoolArgs, render_node_patch
+from components.offline.recorder import SECRET
 from components.spec import ClusterSpec, NodePool, load_spec
 from components.spec.cluster import network_operator_enabled
 
@@ -55,6 +56,9 @@ def plan_stack(stack: str | Path, out: Path) -> StackPlan:
             patches.append(obj)
             continue
         group = obj["apiVersion"].split("/")[0] if "/" in obj["apiVersion"] else ""
+        if obj["kind"] == "Secret" and SECRET in (obj.get("stringData"), obj.get("data")):
+            skipped.setdefault("its value exists only at apply", []).append(f"Secret/{obj['metadata']['name']}")
+            continue
         if not _builtin(group) and obj["kind"] not in crd_kinds():
             skipped.setdefault(f"no {group} CRD here", []).append(f"{obj['kind']}/{obj['metadata']['name']}")
             continue

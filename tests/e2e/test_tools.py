@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from components.spec.kubernetes import KubernetesSpec
+from components.spec.slurm import SLINKY_KNOWN
 from components.spec.versions import KNOWN_GOOD, MPI_OPERATOR_KNOWN
 
 from .controlplane import ROOT
@@ -36,6 +37,11 @@ def test_the_mpi_operator_is_built_at_the_version_the_stack_installs():
     version = _required("mpi-operator", "github.com/kubeflow/mpi-operator")
     assert f"v{version}" == KubernetesSpec().mpi_operator.version
     assert f"v{version}" in MPI_OPERATOR_KNOWN
+
+
+def test_slinky_charts_are_those_of_the_release_the_stack_installs():
+    version = _required("slinky", "github.com/SlinkyProject/slurm-operator")
+    assert version == KubernetesSpec().slurm.version and version in SLINKY_KNOWN
 
 
 def test_node_problem_detector_is_built_at_the_version_the_stack_deploys():

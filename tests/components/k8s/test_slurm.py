@@ -35,7 +35,7 @@ def test_every_rendered_key_exists_in_the_pinned_charts_defaults(spec):
     nodesets = values.pop("nodesets")            # keyed by NodeSet name: each is checked against the example's keys
     assert unknown_keys(values, chart, "slurm") == []
     for ns in nodesets.values():
-        ns.get("podSpec", {}).pop("nodeSelector", None)     # a label map, which Helm merges with the chart's
+        ns.get("podSpec", {}).pop("nodeSelector", None)     # a label map (a new NodeSet does not get the example's)
         assert unknown_keys(ns, chart["nodesets"]["slinky"], "slurm") == []
     assert unknown_keys(slurm.render_operator_values(spec), defaults("slurm-operator"), "slurm-operator") == []
 

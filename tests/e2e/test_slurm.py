@@ -1,0 +1,125 @@
+"""Slinky's charts, rendered by the real helm with the values the stack gives them, and what they render accepted
+by the real control plane beside the stack's own objects for a Slurm pool (its MariaDB, its accounts Job).
+
+The operator itself does not run here yet: its custom resources are stored, not reconciled."""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+import yaml
+
+from components.k8s import slurm, slurm_health
+from components.k8s.labels import POOL_LABEL
+from tests.components.k8s.slurm_specs import SLURM_POOL, with_slurm_pool
+from tests.conftest import _DEV
+
+from .conftest import Cluster, running_cluster
+from .controlplane import TOOLS
+
+pytestmark = pytest.mark.e2e
+SLINKY_KINDS = {"Accounting", "Controller", "LoginSet", "NodeSet", "RestApi", "Token"}
+
+
+@pytest.fixture(scope="module")
+def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    work = tmp_path_factory.mktemp("e2e-slurm")
+    data = copy.deepcopy(_DEV)
+    with_slurm_pool(data)
+    data["kubernetes"]["mpi_operator"] = {"enabled": False}       # its fixed health port: another stack's may run
+    path = work / "dev-slurm.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    with running_cluster(path, work) as c:
+        yield c
+
+
+def helm_template(cluster: Cluster, release: str, chart: str, namespace: str) -> list[dict[str, Any]]:
+    """`helm template` of the pinned chart with the values file the plan wrote for the release (what Pulumi's
+    helm Release passes), for the spec's Kubernetes version."""
+    values = cluster.plan.dir / "helm" / f"{namespace}-{release}.values.yaml"
+    proc = subprocess.run([str(TOOLS / "bin" / "helm"), "template", release, str(TOOLS / "slinky-charts" / chart),
+                           "--namespace", namespace, "--kube-version", f"{cluster.spec.kubernetes.version}.0",
+                           "--values", str(values)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return [d for d in yaml.safe_load_all(proc.stdout) if d]
+
+
+def one(objects: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
+    found = [o for o in objects if o["kind"] == kind and o["metadata"]["name"] == name]
+    assert len(found) == 1, f"{kind}/{name}: {[(o['kind'], o['metadata']['name']) for o in objects]}"
+    return found[0]
+
+
+@pytest.fixture(scope="module")
+def rendered(slurm_cluster: Cluster) -> dict[str, list[dict[str, Any]]]:
+    operator = helm_template(slurm_cluster, slurm.OPERATOR_RELEASE, "slurm-operator", "slinky")
+    cluster = helm_template(slurm_cluster, slurm.RELEASE, "slurm", slurm_cluster.spec.kubernetes.slurm.namespace)
+    return {"operator": operator, "cluster": cluster}
+
+
+def test_the_operator_chart_brings_its_crds_and_the_pinned_images(rendered):
+    crds = [o for o in rendered["operator"] if o["kind"] == "CustomResourceDefinition"]
+    assert {c["spec"]["names"]["kind"] for c in crds} == SLINKY_KINDS
+    images = {c["image"] for o in rendered["operator"] if o["kind"] == "Deployment"
+              for c in o["spec"]["template"]["spec"]["containers"]}
+    assert images == {"ghcr.io/slinkyproject/slurm-operator:1.1.0", "ghcr.io/slinkyproject/slurm-operator-webhook:1.1.0"}
+    assert not [o for o in rendered["operator"] if o["apiVersion"].startswith("cert-manager.io/")]
+
+
+def test_the_cluster_chart_carries_the_generated_config(slurm_cluster, rendered):
+    spec, objects = slurm_cluster.spec, rendered["cluster"]
+    controller = one(objects, "Controller", "slurm")["spec"]
+    assert slurm.render_extra_conf(spec) in controller["extraConf"]
+    assert controller["clusterName"] == spec.name and controller["accountingRef"]["name"] == "slurm"
+    extra = one(objects, "ConfigMap", "slurm-config-extra")["data"]
+    assert extra == {"gres.conf": slurm.render_gres_conf(spec), "cgroup.conf": slurm.render_cgroup_conf(),
+                     "topology.conf": slurm.render_topology_conf(spec)}
+    scripts = {k: v for o in objects if o["kind"] == "ConfigMap" for k, v in (o.get("data") or {}).items()}
+    for when in ("prolog", "epilog"):
+        assert scripts[f"{when}-{slurm_health.SCRIPT}"] == slurm_health.render_node_check(spec, when)
+    nodeset = one(objects, "NodeSet", f"slurm-worker-{SLURM_POOL}")["spec"]
+    assert nodeset["scalingMode"] == "DaemonSet"
+    assert sorted(nodeset["extraConf"].split()) == ["Features=h100-sxm5-80gb", "Gres=gpu:h100-sxm5-80gb:8"]
+    assert sorted(nodeset["partition"]["config"].split()) == ["Default=YES", "MaxTime=UNLIMITED", "State=UP"]
+    pod = nodeset["template"]["spec"]
+    assert pod["nodeSelector"] == {POOL_LABEL: SLURM_POOL}    # a NodeSet of its own: not the example's defaults
+    assert pod["hostname"] == f"{SLURM_POOL}-"          # the operator names the NodeSet's Slurm nodes by it
+    storage = one(objects, "Accounting", "slurm")["spec"]["storageConfig"]
+    assert storage["host"] == slurm.MARIADB and storage["passwordKeyRef"]["name"] == slurm.DATABASE_SECRET
+    assert not [o for o in objects if o["kind"] in ("NodeSet", "LoginSet") and "slinky" in o["metadata"]["name"]]
+
+
+def test_the_control_plane_accepts_what_the_charts_render_and_keeps_every_field(slurm_cluster, rendered):
+    cp = slurm_cluster.cp
+    crds = [o for o in rendered["operator"] if o["kind"] == "CustomResourceDefinition"]
+    cp.apply_objects(crds)
+    cp.kubectl("wait", "--for=condition=Established", "--timeout=60s", *[f"crd/{c['metadata']['name']}" for c in crds])
+    # The cluster's objects (its Secrets are made by Helm at install, with keys of its own), dry run then for real.
+    objects = rendered["cluster"]
+    for dry_run in (True, False):
+        proc = cp.apply_objects(objects, dry_run=dry_run, check=False)
+        assert proc.returncode == 0, proc.stderr
+    namespace = slurm_cluster.spec.kubernetes.slurm.namespace
+    for kind in ("Controller", "NodeSet", "Accounting", "RestApi"):
+        for sent in (o for o in objects if o["kind"] == kind):
+            stored = cp.get(f"{kind.lower()}s.slinky.slurm.net", sent["metadata"]["name"], namespace)
+            lost = _lost(sent["spec"], stored["spec"])
+            assert not lost, f"{kind}/{sent['metadata']['name']} lost {lost}"
+    # The stack's own objects for Slurm were applied with the plan (the database password's Secret excepted).
+    applied = set(slurm_cluster.applied)
+    assert {f"StatefulSet/{namespace}/{slurm.MARIADB}", f"Service/{namespace}/{slurm.MARIADB}"} <= applied
+    assert any(a.startswith(f"Job/{namespace}/{slurm.ACCOUNTS}-") for a in applied)
+
+
+def _lost(sent: Any, stored: Any, path: str = "spec") -> list[str]:
+    """What was sent but is not stored (the API server prunes fields its schema lacks); defaults may be added."""
+    if isinstance(sent, dict) and isinstance(stored, dict):
+        return [p for k, v in sent.items()
+                for p in ([f"{path}.{k}"] if k not in stored else _lost(v, stored[k], f"{path}.{k}"))]
+    if isinstance(sent, list) and isinstance(stored, list) and len(sent) == len(stored):
+        return [p for i, (a, b) in enumerate(zip(sent, stored)) for p in _lost(a, b, f"{path}[{i}]")]
+    return [] if sent == stored or str(sent) == str(stored) else [f"{path}: {sent!r} -> {stored!r}"]
