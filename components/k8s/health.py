@@ -133,15 +133,18 @@ exit 1
 '''
 
 
+# dcgmi diag's result table (awk -F'|'): "| test | result |" rows, printed as "test|result"; a test's further
+# rows (per GPU) leave the name blank. DCGM_FAILED (awk -F'|') over those rows: the failed tests, "; "-joined.
+# Used between jobs (health_checks.py) and around Slurm jobs (slurm_health.py).
+DCGM_RESULTS = '''NF == 4 { name = $2; result = $3; gsub(/^ +| +$/, "", name); gsub(/^ +| +$/, "", result)
+    if (name != "") test = name
+    if (result ~ /^(Pass|Fail|Skip|Warn)/) print test "|" result }'''
+DCGM_FAILED = '''$2 ~ /^Fail/ { printf "%s%s: %s", sep, $1, $2; sep = "; " }'''
+
 # awk over `nvidia-smi nvlink -s`: "GPU <n>: <name> (UUID: ...)" then "Link <n>: <speed> GB/s" or "<inactive>"
 # per link. A link trained down runs below the others' speed; NVML says when a GPU has no active link at all.
 # Prints the links that are down, comma-separated, or nothing. Used between jobs (health_checks.py) and while
 # they run (health_nvml.py).
-# dcgmi diag's result table (awk -F'|'): "| test | result |" rows, printed as "test|result"; a test's further
-# rows (per GPU) leave the name blank.
-DCGM_RESULTS = '''NF == 4 { name = $2; result = $3; gsub(/^ +| +$/, "", name); gsub(/^ +| +$/, "", result)
-    if (name != "") test = name
-    if (result ~ /^(Pass|Fail|Skip|Warn)/) print test "|" result }'''
 NVLINK_DOWN = '''/^GPU [0-9]+:/ { gpu = $2; sub(/:$/, "", gpu) }
     /all links are inActive/ { bad[++b] = "GPU " gpu ": no active link" }
     $1 == "Link" { link = $2; sub(/:$/, "", link); n++

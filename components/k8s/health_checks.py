@@ -30,7 +30,7 @@ from ..spec.hardware import GPU_RESOURCE
 from ..fabric.checks import NCCL_TESTS
 from ..fabric.nccl import LARGEST_BUSBW_AWK
 from ..nodes.burn_in import min_busbw
-from .health import CHECK_RECORD, DCGM_RESULTS, NVLINK_DOWN, STATE_DIR, STATE_VOLUME
+from .health import CHECK_RECORD, DCGM_FAILED, DCGM_RESULTS, NVLINK_DOWN, STATE_DIR, STATE_VOLUME
 from .images import mirrored
 from .jobs import QUEUE_LABEL
 from .labels import POOL_LABEL
@@ -91,7 +91,7 @@ rows() {
   awk -F'|' @DCGM_RESULTS@ <<<"$out"
 }
 ran=$(rows | cut -d'|' -f1 | sort -u | grep -c . || true)
-failed=$(rows | awk -F'|' '$2 ~ /^Fail/ { printf "%s%s: %s", sep, $1, $2; sep = "; " }')
+failed=$(rows | awk -F'|' @DCGM_FAILED@)
 failed=${failed:+dcgmi diag -r $level: $failed}
 if (( nvlink )) && (( ran > 0 )); then
   # nvidia-smi's "GPU <n>: <name> (UUID: ...)" then "Link <n>: <speed> GB/s" or "<inactive>" per link; a link
@@ -146,7 +146,8 @@ echo "passed: NCCL all_reduce bus bandwidth $busbw GB/s at 8 GiB on $gpus GPUs (
 
 def check_script() -> str:
     return fill(_CHECK.replace("RECORD_FAILURE\n", _FAIL), RECORD=PurePosixPath(CHECK_RECORD).name,
-                NVLINK=NVLINK_DOWN, DCGM_RESULTS=DCGM_RESULTS)
+                NVLINK=NVLINK_DOWN, DCGM_RESULTS=DCGM_RESULTS,
+                DCGM_FAILED=DCGM_FAILED)
 
 
 def nccl_script() -> str:

@@ -61,9 +61,14 @@ def charts(spec: ClusterSpec) -> tuple[Chart, Chart]:
             chart_from(source, f"{CHARTS}/slurm", s.version, None))
 
 
+def slurm_release(spec: ClusterSpec) -> str:
+    """The Slurm release the Slinky release runs (an allowed unknown one: the newest known's)."""
+    return SLINKY_KNOWN.get(spec.kubernetes.slurm.version, list(SLINKY_KNOWN.values())[-1])
+
+
 def slurm_tag(spec: ClusterSpec) -> str:
     """The Slurm images' tag the pinned chart defaults to (helm/slurm/values.yaml): <Slurm release>-ubuntu24.04."""
-    return f"{SLINKY_KNOWN.get(spec.kubernetes.slurm.version, '25.11')}-ubuntu24.04"
+    return f"{slurm_release(spec)}-ubuntu24.04"
 
 
 def log_tailer(spec: ClusterSpec) -> dict[str, str]:
@@ -166,7 +171,7 @@ def partition_config(spec: ClusterSpec, pool: NodePool) -> dict[str, str]:
             "MaxTime": _days(s.partition_max_time_h) if s.partition_max_time_h else "UNLIMITED"}
 
 
-def render_nodeset(spec: ClusterSpec, pool: NodePool, networks: dict[str, str]) -> dict[str, Any]:
+def render_nodeset(spec: ClusterSpec, pool: NodePool) -> dict[str, Any]:
     """One slurmd per node of the pool, holding all of its GPUs (and an RDMA device where the fabric has one),
     with the pool's NCCL settings and a memory-backed /dev/shm."""
     limits: dict[str, str] = {pool.gpu_resource_name: str(pool.gpu.count)}
@@ -174,6 +179,7 @@ def render_nodeset(spec: ClusterSpec, pool: NodePool, networks: dict[str, str]) 
         limits[rdma_resource(spec)] = "1"
     shm = pool.tuning.shm_size_gib or max(1, pool.memory_gib_per_host // 2)
     env = [{"name": k, "value": v} for k, v in sorted(pod_env(nccl_envs(spec)[pool.name]).items())]
+    networks = pod_networks(spec, pool)
     return {
         "enabled": True,
         "scalingMode": "DaemonSet",
@@ -216,7 +222,7 @@ def render_slurm_values(spec: ClusterSpec) -> dict[str, Any]:
             "username": a.database_user, "passwordKeyRef": {"name": a.password_secret or DATABASE_SECRET,
                                                             "key": "password"}}},
         "nodesets": {"slinky": {"enabled": False},
-                     **{pool.name: render_nodeset(spec, pool, pod_networks(spec, pool)) for pool in slurm_pools(spec)}},
+                     **{pool.name: render_nodeset(spec, pool) for pool in slurm_pools(spec)}},
         **render_scripts(spec),
         "partitions": {"all": {"enabled": False}},
         "loginsets": {"slinky": {"enabled": False}},

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from ..bash import fill
 from ..spec import ClusterSpec
-from .health import DCGM_RESULTS, NVLINK_DOWN
+from .health import DCGM_FAILED, DCGM_RESULTS, NVLINK_DOWN
 
 # The script's key in the chart's prologScripts and epilogScripts; the chart stores it as prolog-<key> and
 # epilog-<key>, the file names slurm.conf's Prolog and Epilog lines get from the operator.
@@ -68,7 +68,7 @@ fi
 if command -v dcgmi >/dev/null 2>&1; then
   diag=$(dcgmi diag -r 1 2>&1 || true)
   failed=$(awk -F'|' @DCGM_RESULTS@ <<<"$diag" |
-    awk -F'|' '$2 ~ /^Fail/ { printf "%s%s: %s", sep, $1, $2; sep = "; " }')
+    awk -F'|' @DCGM_FAILED@)
   if [[ -n $failed ]]; then
     reasons+=("dcgmi diag -r 1: $failed")
   fi
@@ -95,4 +95,4 @@ def render_node_check(spec: ClusterSpec, when: str) -> str:
     pools = spec.pools
     nvswitch = " ".join(sorted(name for name in spec.kubernetes.slurm.pools if pools[name].gpu.nvswitch))
     return fill(_CHECK, WHEN=when, NVSWITCH_POOLS=nvswitch, NVLINK=NVLINK_DOWN, DCGM_RESULTS=DCGM_RESULTS,
-                PREFIX=DRAIN_PREFIX, FAIL_STATUS=1 if when == "prolog" else 0)
+                DCGM_FAILED=DCGM_FAILED, PREFIX=DRAIN_PREFIX, FAIL_STATUS=1 if when == "prolog" else 0)

@@ -16,7 +16,7 @@ from ..fabric import Fabric
 from ..fabric.nccl import nccl_envs
 from ..k8s.jobs import render_example_jobs
 from ..k8s.network_operator import rdma_resource
-from ..k8s.slurm import slurm_pools, slurm_tag
+from ..k8s.slurm import slurm_pools, slurm_release
 from ..spec import ClusterSpec
 from ..spec.cluster import network_operator_enabled
 from ..spec.loader import loaded_specs
@@ -232,7 +232,7 @@ def _slurm_summary(spec: ClusterSpec) -> list[str]:
         return []
     parts = [f"{p.name}{' (default)' if p.name == s.default else ''}: {len(p.hosts)} nodes, {p.gpus} GPUs"
              for p in slurm_pools(spec)]
-    return ["", f"Slurm (Slinky {s.version}, Slurm {slurm_tag(spec).split('-')[0]}) in namespace {s.namespace}, "
+    return ["", f"Slurm (Slinky {s.version}, Slurm {slurm_release(spec)}) in namespace {s.namespace}, "
                 f"scheduling these pools instead of Kueue: {'; '.join(parts)}"]
 
 

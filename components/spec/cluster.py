@@ -11,7 +11,7 @@ from .common import Check, DnsLabel, Loc, Problem, SpecModel, duplicates, valid
 from .fabric import FabricSpec
 from .hardware import Host, NodePool, Rack, Site, SshSettings
 from .kubernetes import KubernetesSpec, ValidationSpec
-from .slurm import SLINKY_NAMESPACE, slurm_problems
+from .slurm import slurm_problems
 from .storage import FilesystemClaim, StorageSpec
 from .tenants import FlavorQuota, PoolCapacity, Tenant, quotas_for, unique_tenants
 from .topology import plan_topology
@@ -175,7 +175,7 @@ class ClusterSpec(SpecModel):
         return frozenset({"kube-system", k.dns_namespace,
                           *(OPERATOR_NAMESPACES[o] for o, on in installed.items() if on),
                           *([k.monitoring.namespace] if k.monitoring.enabled else []),
-                          *((SLINKY_NAMESPACE, k.slurm.namespace) if k.slurm.enabled else ())})
+                          *k.slurm.namespaces})
 
     @property
     def agent_namespaces(self) -> frozenset[str]:
@@ -189,7 +189,7 @@ class ClusterSpec(SpecModel):
         """Names no tenant namespace may have."""
         k = self.kubernetes
         return SYSTEM_NAMESPACES | {k.monitoring.namespace, k.dns_namespace,
-                                    *((SLINKY_NAMESPACE, k.slurm.namespace) if k.slurm.enabled else ())}
+                                    *k.slurm.namespaces}
 
     def tenant_cpu_cores(self, tenant: Tenant) -> int:
         return sum(q.cpu_cores.nominal for q in self.tenant_quotas(tenant).values())

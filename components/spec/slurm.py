@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 
 SLINKY_NAMESPACE = "slinky"          # the operator's and its webhook's, as Slinky's install guide names it
 SLINKY_VERSION = r"^[0-9]+\.[0-9]+\.[0-9]+$"
-# Slinky releases whose charts, CRDs and operator were read for this library (the slurm-operator Go module's
+# Slinky releases (oldest first) whose charts, CRDs and operator were read for this library (the slurm-operator Go module's
 # helm/ and config/crd/bases at the tag), with the Slurm release their images run.
 SLINKY_KNOWN = {"1.1.0": "25.11"}
 
@@ -85,6 +85,11 @@ class SlurmSettings(SpecModel):
     @property
     def enabled(self) -> bool:
         return bool(self.pools)
+
+    @property
+    def namespaces(self) -> tuple[str, ...]:
+        """The operator's namespace and the cluster's, where Slurm is installed; none where it is not."""
+        return (SLINKY_NAMESPACE, self.namespace) if self.enabled else ()
 
     @property
     def default(self) -> str | None:

@@ -23,8 +23,9 @@ from typing import Iterator
 
 import pytest
 
-from components.k8s import slurm
+from components.k8s import slurm, slurm_health
 from tests.components.k8s.slurm_specs import SLURM_POOL
+from tests.doubles import nvidia_smi
 from tests.slurm_site import (MISSING, WHY_MISSING, apply_accounts, drained, fields, sacctmgr, scontrol, slurm_site,
                                slurm_spec)
 
@@ -157,8 +158,6 @@ def node_check(controller, tmp_path, when: str, node: str, query: str = QUERY, l
                smi_code: int = 0, dcgmi: str | None = None) -> subprocess.CompletedProcess:
     """The rendered check, run as slurmd runs it (SLURMD_NODENAME set), with nvidia-smi (and dcgmi) doubles
     printing real output, against the real slurmctld."""
-    from tests.doubles import nvidia_smi
-    from components.k8s import slurm_health
     spec, env, _ = controller
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
