@@ -133,3 +133,29 @@ def test_validate_refuses_cluster_access_it_cannot_use_at_once(tmp_path, content
     assert out.returncode == 2 and message in out.stderr and "Traceback" not in out.stderr, out.stderr
     assert "problem(s) in the cluster access" in out.stderr and "running" not in out.stdout
     assert time.monotonic() - started < 20
+
+
+@pytest.mark.parametrize("edit, field", [
+    (lambda d: d["kubernetes"]["slurm"].update(pools="h100-slurm"), "kubernetes.slurm.pools"),          # not a list
+    (lambda d: d["kubernetes"]["slurm"].update(priority_decay_half_life_h=0),
+     "kubernetes.slurm.priority_decay_half_life_h"),                                                    # out of range
+    (lambda d: d["kubernetes"]["slurm"].update(partition_max_time_h="1d"), "kubernetes.slurm.partition_max_time_h"),
+    (lambda d: d["kubernetes"]["slurm"].update(namespace="Slurm Jobs"), "kubernetes.slurm.namespace"),
+    (lambda d: d["kubernetes"]["slurm"].update(accounting={"database_port": 70000}),
+     "kubernetes.slurm.accounting.database_port"),
+    (lambda d: d["kubernetes"]["slurm"].update(accounting={"database_name": "acct; DROP TABLE"}),
+     "kubernetes.slurm.accounting.database_name"),                                                      # hostile
+    (lambda d: d["kubernetes"]["slurm"].update(pools=["h100-slurm", "h100-slurm"]), "kubernetes.slurm.pools[1]"),
+    (lambda d: d["kubernetes"]["slurm"].update(namespace="team-a"), "tenants[0].name"),  # clashes with a tenant's
+    (lambda d: d["node_pools"][1].update(threads_per_core="two"), "node_pools[1].threads_per_core"),
+])
+def test_a_bad_slurm_section_is_refused_alike_by_validate_and_plan(project, edit, field):
+    from tests.components.k8s.slurm_specs import with_slurm_pool
+    data = yaml.safe_load((project / "stacks" / "dev.yaml").read_text())
+    with_slurm_pool(data)
+    edit(data)
+    (project / "stacks" / "dev.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    messages = [refused(gpucluster(command, "dev", cwd=project)) for command in ("validate", "plan")]
+    for message in messages:
+        assert "stacks/dev.yaml:" in message and f" {field}: " in message, message
+    assert messages[0].splitlines()[-1] == messages[1].splitlines()[-1]
