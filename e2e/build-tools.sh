@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the real control plane for `make e2e` from Go modules only (the module proxy; no prebuilt downloads):
 # etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, KWOK, Kueue, the MPI operator,
-# node-problem-detector and helm, at the versions pinned in e2e/tools/*/go.mod, and Slinky's charts from theirs.
+# node-problem-detector, helm and Slinky's slurm-operator, at the versions pinned in e2e/tools/*/go.mod, and
+# Slinky's charts from its module.
 # A binary is rebuilt only when its wrapper module changed, so later runs take seconds.
 # Usage: e2e/build-tools.sh [OUT_DIR]   (default .e2e; binaries in OUT_DIR/bin; KWOK stages, Kueue's and the MPI
 # operator's CRDs beside)
@@ -74,6 +75,7 @@ mpi_version=$(sed -n 's/^require github.com\/kubeflow\/mpi-operator \(v[0-9.]*\)
 build mpi-operator mpi-operator github.com/kubeflow/mpi-operator/cmd/mpi-operator
 build node-problem-detector node-problem-detector k8s.io/node-problem-detector/cmd/nodeproblemdetector
 build helm helm helm.sh/helm/v3/cmd/helm
+build slinky slurm-operator github.com/SlinkyProject/slurm-operator/cmd/manager
 
 # Files the modules ship beside their code: KWOK's stages, Kueue's CRDs and webhook configurations, copied so runs need no module cache.
 kwok_dir=$(module_dir kwok "sigs.k8s.io/kwok@$(sed -n 's/^require sigs.k8s.io\/kwok \(v[0-9.]*\)$/\1/p' "$tools/kwok/go.mod")")

@@ -37,14 +37,17 @@ def operator_slurm_conf(spec, values: dict, work: Path, ports: dict[str, int], a
             "ProctrackType=proctrack/cgroup", "PrologFlags=Contain", "TaskPlugin=task/affinity,task/cgroup",
             "AccountingStorageType=accounting_storage/slurmdbd", "AccountingStorageHost=localhost",
             f"AccountingStoragePort={ports['slurmdbd']}", "AccountingStorageTRES=gres/gpu",
-            f"AccountingStoragePass={work}/munge.sock", "JobAcctGatherType=jobacct_gather/cgroup"]
+            f"AccountingStoragePass={work}/munge.sock", "JobAcctGatherType=jobacct_gather/cgroup",
+            "SlurmdParameters=config_overrides"]      # this host is not the hardware the spec describes
     nodes, sets = [], []
     for pool in slurm.slurm_pools(spec):
         ns = values["nodesets"][pool.name]
         registers = {**ns["extraConfMap"], "Features": f"{pool.name},{ns['extraConfMap']['Features']}"}
         cores = pool.cpu_cores_per_host // pool.threads_per_core // pool.numa_nodes_per_host
         for host in pool.hosts:
-            nodes.append(f"NodeName={slurm.node_name(host.hostname)} NodeAddr=127.0.0.1 "
+            name = slurm.node_name(host.hostname)
+            # each node its own port, so only the node a test starts slurmd for answers the controller
+            nodes.append(f"NodeName={name} NodeAddr=127.0.0.1 Port={ports[name]} "
                          f"CPUs={pool.cpu_cores_per_host} Sockets={pool.numa_nodes_per_host} "
                          f"CoresPerSocket={cores} ThreadsPerCore={pool.threads_per_core} "
                          f"RealMemory={pool.memory_gib_per_host * 1024} "
@@ -79,10 +82,11 @@ def start_mariadb(work: Path, port: int, database: str, user: str, password: str
     return db
 
 
-def wait_until(ready, process: subprocess.Popen, what: str, timeout_s: float = 120) -> None:
+def wait_until(ready, process: subprocess.Popen | None, what: str, timeout_s: float = 120) -> None:
+    """Polls `ready` until it holds; fails when `process` (the daemon it waits on) exits, or at `timeout_s`."""
     deadline = time.monotonic() + timeout_s
     while not ready():
-        assert process.poll() is None, f"{what} exited with {process.returncode}"
+        assert process is None or process.poll() is None, f"{what} exited with {process.returncode}"
         assert time.monotonic() < deadline, f"{what} was not ready in {timeout_s:g} s"
         time.sleep(0.5)
 
@@ -127,6 +131,7 @@ def slurm_site(spec, work: Path, address: str | None = None) -> Iterator[dict[st
     (work / "state").mkdir()
     (work / "spool").mkdir()
     ports = {"slurmctld": free_port(), "slurmdbd": free_port(), "mariadb": free_port()}
+    ports.update({slurm.node_name(h.hostname): free_port() for p in slurm.slurm_pools(spec) for h in p.hosts})
     for name, text in values["configFiles"].items():
         (work / name).write_text(text)
     password = os.urandom(12).hex()
@@ -180,3 +185,37 @@ def drained(env: dict, node: str) -> str | None:
     return reason
 
 
+
+
+def host_cgroup_conf(text: str) -> str:
+    """The generated cgroup.conf as this host can run it: Slinky's pods mount cgroup v2, but where this host
+    mounts cgroups hybrid (v1 controllers beside an empty v2 tree), 22.05's cgroup/v2 refuses to start, so the
+    same constraints go through cgroup/v1."""
+    if Path("/sys/fs/cgroup/cgroup.controllers").exists():
+        return text
+    return text.replace("CgroupPlugin=cgroup/v2", "CgroupPlugin=cgroup/v1")
+
+
+def in_private_dev(gpus: int, command: str) -> list[str]:
+    """`command` in a mount namespace whose /dev has the GPUs' device files (slurmd stats them; no driver backs
+    them, so opening one fails with ENXIO where the cgroup allows it and EPERM where it does not) and a /dev/shm."""
+    devices = " && ".join(f"mknod /dev/nvidia{i} c 195 {i}" for i in range(gpus))
+    return ["unshare", "-m", "sh", "-c",
+            f"mount -t tmpfs none /dev && mknod -m 666 /dev/null c 1 3 && mknod -m 666 /dev/zero c 1 5 && "
+            f"mkdir /dev/shm && mount -t tmpfs none /dev/shm && {devices} && exec {command}"]
+
+
+@contextmanager
+def slurmd(env: dict, work: Path, node: str, gpus: int) -> Iterator[None]:
+    """slurmd as `node` on the site's files (cgroup.conf as this host runs it), with `gpus` device files."""
+    conf = work / "cgroup.conf"
+    conf.write_text(host_cgroup_conf(conf.read_text()))
+    daemon = subprocess.Popen(in_private_dev(gpus, f"slurmd -D -N {node}"), env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.STDOUT)
+    try:
+        wait_until(lambda: fields(scontrol(env, "show", "node", "-o", node))["State"] == "IDLE", daemon,
+                   f"slurmd {node}", 60)
+        yield
+    finally:
+        daemon.terminate()
+        daemon.wait(timeout=60)

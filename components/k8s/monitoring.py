@@ -13,7 +13,7 @@ from typing import Any
 from ..spec import ClusterSpec
 from ..spec.cluster import checked_pools
 from ..spec.hardware import HARDWARE_XIDS
-from . import health_checks, health_nvml, quarantine
+from . import health_checks, health_nvml, quarantine, slurm_health
 from .health import CONDITION as HEALTH_CONDITION
 from .labels import POOL_LABEL, QUARANTINE_TAINT
 from .objects import Manifest
@@ -52,6 +52,9 @@ DCGM_METRICS_CONFIG = "gpucluster-dcgm-metrics"
 def render_dcgm_metrics_csv() -> str:
     return "# DCGM FIELD, Prometheus metric type, help message\n" + "".join(
         f"{field}, {kind}, {help_}\n" for field, kind, help_ in DCGM_FIELDS)
+
+
+SLURM_DRAINED = "slurm_partition_nodes_drain"    # Slurm's openmetrics.c: nodes with the Drain flag, per partition
 
 
 def _rule(alert: str, expr: str, for_: str, severity: str, summary: str) -> dict[str, Any]:
@@ -117,6 +120,15 @@ def render_alert_rules(spec: ClusterSpec) -> list[dict[str, Any]]:
             "GPU health check {{ $labels.job_name }} failed: a failed test holds its node in quarantine until a "
             "burn-in passes; without one the check could not run. `kubectl -n " + health_checks.NAMESPACE
             + " logs job/{{ $labels.job_name }}` says which"))
+    if spec.kubernetes.slurm.enabled:
+        # slurmctld's partition series (Slurm 25.11 metrics/openmetrics, /metrics/partitions): a node drained by
+        # the node check (its reason starts "gpucluster:") or by hand, which Slurm never returns on its own.
+        rules.append(_rule(
+            "SlurmNodesDrained", f"max by (partition) ({SLURM_DRAINED}) > 0", "0m", "warning",
+            "{{ $value }} node(s) of Slurm partition {{ $labels.partition }} drained: `sinfo -R -p "
+            f"{{{{ $labels.partition }}}}` lists each with its reason (the node check's start with "
+            f"\"{slurm_health.DRAIN_PREFIX.strip()}\"); "
+            "after the repair, `scontrol update nodename=<node> state=resume`"))
     # kube-state-metrics must export the pool label (metricLabelsAllowlist: nodes=[gpucluster.io/pool]).
     label = "label_" + POOL_LABEL.replace(".", "_").replace("/", "_").replace("-", "_")
     for pool in spec.node_pools:
@@ -182,6 +194,10 @@ def render_dashboard(spec: ClusterSpec, namespace: str) -> Manifest:
         panels.append((title, f'(time() - max by (cronjob) (kube_cronjob_status_last_successful_time{{namespace='
                               f'"{health_checks.NAMESPACE}"}})) / 3600', "h"))
         legends[title] = "{{cronjob}}"
+    if spec.kubernetes.slurm.enabled:
+        title = "Drained Slurm nodes per partition"
+        panels.append((title, f"max by (partition) ({SLURM_DRAINED})", "none"))
+        legends[title] = "{{partition}}"
     dashboard = {
         "title": f"GPU cluster {spec.name}", "uid": f"gpucluster-{spec.name}", "schemaVersion": 39,
         "tags": ["gpu", "gpucluster"], "time": {"from": "now-6h", "to": "now"}, "refresh": "1m",

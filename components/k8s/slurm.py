@@ -207,7 +207,7 @@ def render_nodeset(spec: ClusterSpec, pool: NodePool) -> dict[str, Any]:
 def render_slurm_values(spec: ClusterSpec) -> dict[str, Any]:
     """The slurm chart's values: the chart's example NodeSet, partition and login set are turned off, so only
     the spec's pools are Slurm nodes."""
-    tag, a = slurm_tag(spec), spec.kubernetes.slurm.accounting
+    tag, a, m = slurm_tag(spec), spec.kubernetes.slurm.accounting, spec.kubernetes.monitoring
     image = lambda name: {"repository": mirrored(f"{IMAGES}/{name}", spec), "tag": tag}  # noqa: E731
     return {
         "clusterName": spec.name,
@@ -215,7 +215,11 @@ def render_slurm_values(spec: ClusterSpec) -> dict[str, Any]:
                         "topology.conf": render_topology_conf(spec)},
         "controller": {"slurmctld": {"image": image("slurmctld")}, "reconfigure": {"image": image("slurmctld")},
                        "logfile": {"image": log_tailer(spec)},
-                       "extraConf": render_extra_conf(spec)},
+                       "extraConf": render_extra_conf(spec),
+                       # slurmctld's own OpenMetrics (Slurm 25.11: MetricsType=metrics/openmetrics, which the
+                       # operator writes), scraped through the ServiceMonitor it makes: drained nodes alert
+                       "metrics": {"enabled": m.enabled, "serviceMonitor": {
+                           "enabled": m.enabled, "labels": dict(m.rule_labels) if m.enabled else {}}}},
         "restapi": {"slurmrestd": {"image": image("slurmrestd")}},
         "accounting": {"enabled": True, "slurmdbd": {"image": image("slurmdbd")}, "storageConfig": {
             "host": a.database_host or MARIADB, "port": a.database_port, "database": a.database_name,
@@ -226,6 +230,10 @@ def render_slurm_values(spec: ClusterSpec) -> dict[str, Any]:
         **render_scripts(spec),
         "partitions": {"all": {"enabled": False}},
         "loginsets": {"slinky": {"enabled": False}},
+        # The chart's NVIDIA job-mapping prolog/epilog (and its hostPath on every GPU node) is wired in whenever
+        # this value is a non-empty string, `false` included (SlinkyProject/slurm-operator#210, in 1.1.0); only
+        # the empty string turns it off. Slurm's own prolog and epilog are the node check.
+        "vendor": {"nvidia": {"dcgm": {"enabled": ""}}},
     }
 
 

@@ -16,6 +16,7 @@ from ..k8s.quarantine import conditions as quarantine_conditions
 from ..k8s.health_checks import HOST_LABEL, NAMESPACE as HEALTH_CHECKS
 from ..k8s.labels import QUARANTINE_TAINT
 from ..k8s.quarantine import RULE
+from ..k8s.slurm_health import DRAIN_PREFIX
 from ..nodes.rollout import rollout_batches
 from ..spec import ClusterSpec, NodePool
 from ..spec.cluster import checked_pools
@@ -157,6 +158,7 @@ def render_report(spec: ClusterSpec, thresholds: Thresholds = Thresholds(),
               "them.", "", _nvml_line(spec), "", _quarantine_line(spec), "", _active_checks_line(spec), ""] \
         if h.enabled else \
         ["Off (`kubernetes.health.enabled: false`): a GPU fault after burn-in shows only in DCGM's alerts.", ""]
+    lines += [_slurm_health_line(spec), ""] if spec.kubernetes.slurm.enabled else []
     if policies is not None:
         lines += ["## Policy results", "",
                   f"{policies.mandatory} mandatory and {policies.advisory} advisory finding(s).", ""]
@@ -180,6 +182,17 @@ def _nvml_line(spec: ClusterSpec) -> str:
             "trained below full speed. "
             + " ".join([f"{' and '.join(f'`{c}`' for c in held)} quarantine the node."] * bool(held)
                        + [f"{' and '.join(f'`{c}`' for c in alone)} only alert (`quarantine_on`)."] * bool(alone)))
+
+
+def _slurm_health_line(spec: ClusterSpec) -> str:
+    pools = ", ".join(spec.kubernetes.slurm.pools)
+    alert = " The `SlurmNodesDrained` alert fires while a partition has one (slurmctld's own metrics)." \
+        if spec.kubernetes.monitoring.enabled else ""
+    return (f"Slurm's pools ({pools}) run the node check before and after every job: every GPU visible, no "
+            "uncorrectable ECC error, no row remapping pending or failed, NVLinks at full speed on NVSwitch boards, "
+            f"`dcgmi diag -r 1` where the slurmd image has DCGM. A failure drains the node with a reason starting "
+            f"`{DRAIN_PREFIX.strip()}` (a failing prolog also requeues the job). `sinfo -R` lists the drained nodes with "
+            f"their reasons; after the repair and a burn-in, `scontrol update nodename=<node> state=resume`.{alert}")
 
 
 def _quarantine_line(spec: ClusterSpec) -> str:

@@ -27,7 +27,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 TOOLS = Path(os.environ.get("GPUCLUSTER_E2E_TOOLS", ROOT / ".e2e"))
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "kwok", "kueue",
-            "mpi-operator", "node-problem-detector", "helm")
+            "mpi-operator", "node-problem-detector", "helm", "slurm-operator")
 # Pod CIDR and service range are addresses the apiserver hands out, never contacted: webhooks are called by URL.
 SERVICE_RANGE = "10.96.0.0/16"
 
@@ -260,6 +260,14 @@ class ControlPlane:
         self._start("mpi-operator", [f"--kubeConfig={self.kubeconfig}", "-alsologtostderr",
                                      f"--lock-namespace={lock_namespace}"])
         self._wait("mpi-operator", lambda: self.get("leases", namespace=lock_namespace)["items"], timeout_s=60)
+
+    def start_slurm_operator(self) -> None:
+        """Slinky's operator (its manager; the optional webhook, which needs cert-manager, is left out), with its
+        metrics off and its health server on a free port; ready once it says so."""
+        health = free_port()
+        self._start("slurm-operator", ["--metrics-addr=0", f"--health-addr=127.0.0.1:{health}"],
+                    env={"KUBECONFIG": str(self.kubeconfig)})
+        self._wait("slurm-operator", lambda: _get(f"http://127.0.0.1:{health}/readyz") == "ok", timeout_s=60)
 
     # --- talking to it ---------------------------------------------------------------------------------------
     def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:

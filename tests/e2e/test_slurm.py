@@ -1,11 +1,14 @@
 """Slinky's charts, rendered by the real helm with the values the stack gives them, and what they render accepted
 by the real control plane beside the stack's own objects for a Slurm pool (its MariaDB, its accounts Job).
 
-The operator itself does not run here yet: its custom resources are stored, not reconciled."""
+Slinky's operator, built from its module, then reconciles them against the KWOK nodes: a slurmd pod on each
+node of the Slurm pool, and the slurm.conf it writes."""
 
 from __future__ import annotations
 
+import base64
 import copy
+import secrets
 import subprocess
 from pathlib import Path
 from typing import Any, Iterator
@@ -18,11 +21,13 @@ from components.k8s.labels import POOL_LABEL
 from tests.components.k8s.slurm_specs import SLURM_POOL, with_slurm_pool
 from tests.conftest import _DEV
 
-from .conftest import Cluster, running_cluster
+from .conftest import Cluster, running_cluster, wait_for
 from .controlplane import TOOLS
 
 pytestmark = pytest.mark.e2e
 SLINKY_KINDS = {"Accounting", "Controller", "LoginSet", "NodeSet", "RestApi", "Token"}
+NODESET_LABEL = "nodeset.slinky.slurm.net/scaling-mode"     # slurm-operator v1.1.0 api/v1beta1/well_known.go
+HOSTNAME_LABEL = "nodeset.slinky.slurm.net/pod-hostname"    # ... the Slurm node the pod registers as
 
 
 @pytest.fixture(scope="module")
@@ -93,26 +98,116 @@ def test_the_cluster_chart_carries_the_generated_config(slurm_cluster, rendered)
     assert not [o for o in objects if o["kind"] in ("NodeSet", "LoginSet") and "slinky" in o["metadata"]["name"]]
 
 
-def test_the_control_plane_accepts_what_the_charts_render_and_keeps_every_field(slurm_cluster, rendered):
+@pytest.fixture(scope="module")
+def stored(slurm_cluster: Cluster, rendered: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """The operator chart's CRDs, then the cluster chart's objects (its Secrets are made by Helm at install, with
+    keys of its own), dry run then for real; the objects sent."""
     cp = slurm_cluster.cp
     crds = [o for o in rendered["operator"] if o["kind"] == "CustomResourceDefinition"]
     cp.apply_objects(crds)
     cp.kubectl("wait", "--for=condition=Established", "--timeout=60s", *[f"crd/{c['metadata']['name']}" for c in crds])
-    # The cluster's objects (its Secrets are made by Helm at install, with keys of its own), dry run then for real.
     objects = rendered["cluster"]
     for dry_run in (True, False):
         proc = cp.apply_objects(objects, dry_run=dry_run, check=False)
         assert proc.returncode == 0, proc.stderr
+    return objects
+
+
+def test_the_control_plane_accepts_what_the_charts_render_and_keeps_every_field(slurm_cluster, stored):
+    cp = slurm_cluster.cp
     namespace = slurm_cluster.spec.kubernetes.slurm.namespace
     for kind in ("Controller", "NodeSet", "Accounting", "RestApi"):
-        for sent in (o for o in objects if o["kind"] == kind):
-            stored = cp.get(f"{kind.lower()}s.slinky.slurm.net", sent["metadata"]["name"], namespace)
-            lost = _lost(sent["spec"], stored["spec"])
+        for sent in (o for o in stored if o["kind"] == kind):
+            stored_object = cp.get(f"{kind.lower()}s.slinky.slurm.net", sent["metadata"]["name"], namespace)
+            lost = _lost(sent["spec"], stored_object["spec"])
             assert not lost, f"{kind}/{sent['metadata']['name']} lost {lost}"
     # The stack's own objects for Slurm were applied with the plan (the database password's Secret excepted).
     applied = set(slurm_cluster.applied)
     assert {f"StatefulSet/{namespace}/{slurm.MARIADB}", f"Service/{namespace}/{slurm.MARIADB}"} <= applied
     assert any(a.startswith(f"Job/{namespace}/{slurm.ACCOUNTS}-") for a in applied)
+
+
+@pytest.fixture(scope="module")
+def operator(slurm_cluster: Cluster, stored: list[dict[str, Any]]) -> Cluster:
+    """Slinky's operator, built from its module, reconciling what the charts rendered. Its REST client would
+    reach slurmctld through slurmrestd, which no KWOK pod runs, and the NodeSet controller stops at the first
+    call it cannot make; without the RestApi object it has no client and runs as it does before slurmrestd is up."""
+    cp, namespace = slurm_cluster.cp, slurm_cluster.spec.kubernetes.slurm.namespace
+    cp.kubectl("delete", "restapis.slinky.slurm.net", "--all", "-n", namespace)
+    # The database password's Secret, which Pulumi makes from its generated secret (the plan shows none).
+    cp.kubectl("create", "secret", "generic", slurm.DATABASE_SECRET, "-n", namespace,
+               f"--from-literal=password={secrets.token_hex(12)}")
+    cp.start_slurm_operator()
+    return slurm_cluster
+
+
+def slurmd_pods(cluster: Cluster) -> list[dict[str, Any]]:
+    return cluster.cp.get("pods", namespace=cluster.spec.kubernetes.slurm.namespace,
+                          selector=f"{NODESET_LABEL}=DaemonSet")["items"]
+
+
+def test_the_operator_runs_one_slurmd_on_each_node_of_the_slurm_pool_named_after_its_host(operator):
+    spec = operator.spec
+    pool = next(p for p in spec.node_pools if p.name == SLURM_POOL)
+    want = {h.hostname: slurm.node_name(h.hostname) for h in pool.hosts}
+
+    def placed() -> dict[str, str]:
+        return {p["spec"].get("nodeName"): p["metadata"]["labels"].get(HOSTNAME_LABEL) for p in slurmd_pods(operator)
+                if p["status"].get("phase") == "Running"}
+
+    wait_for(lambda: placed() == want and len(slurmd_pods(operator)) == len(want), 120,
+             lambda: f"slurmd pods: {placed()}; want {want}\n{operator.cp.log('slurm-operator')[-3000:]}")
+    pod = slurmd_pods(operator)[0]
+    slurmd = next(c for c in pod["spec"]["containers"] if c["name"] == "slurmd")
+    assert slurmd["resources"]["limits"][pool.gpu_resource_name] == str(pool.gpu.count)
+    assert {t["key"] for t in pod["spec"].get("tolerations") or []} >= {t.key for t in pool.taints}
+    assert pod["spec"]["hostname"] == pod["metadata"]["labels"][HOSTNAME_LABEL]
+
+
+def test_the_operators_slurm_conf_is_the_one_the_daemon_tests_assemble(operator):
+    """tests/slurm_site.py assembles slurm.conf as the operator does, for Debian's 22.05 daemons: the real
+    operator's file has the lines it assembles, with the generated ones verbatim."""
+    spec, cp = operator.spec, operator.cp
+    namespace = spec.kubernetes.slurm.namespace
+    wait_for(lambda: any("slurm.conf" in (c.get("data") or {}) for c in cp.get("configmaps", namespace=namespace)
+                         ["items"]), 60, lambda: f"no slurm.conf written\n{cp.log('slurm-operator')[-3000:]}")
+    files = {k: v for c in cp.get("configmaps", namespace=namespace)["items"] for k, v in (c.get("data") or {}).items()}
+    conf = files["slurm.conf"]
+    lines = conf.splitlines()
+    assert slurm.render_extra_conf(spec) in conf
+    values = slurm.render_slurm_values(spec)
+    partition = values["nodesets"][SLURM_POOL]["partition"]["configMap"]
+    assert [sorted(line.split()) for line in lines if line.startswith("PartitionName=")] == [sorted(
+        [f"PartitionName={SLURM_POOL}", f"Nodes={SLURM_POOL}", *(f"{k}={v}" for k, v in partition.items())])]
+    for line in (f"ClusterName={values['clusterName']}", f"NodeSet={SLURM_POOL} Feature={SLURM_POOL}",
+                 "GresTypes=gpu", "SelectTypeParameters=CR_Core_Memory", "ProctrackType=proctrack/cgroup",
+                 "PrologFlags=Contain", "TaskPlugin=task/affinity,task/cgroup",
+                 "JobAcctGatherType=jobacct_gather/cgroup", "AccountingStorageType=accounting_storage/slurmdbd",
+                 "AccountingStorageTRES=gres/gpu", "ReturnToService=2", "MaxNodeCount=1024",
+                 "MetricsType=metrics/openmetrics"):       # the drained-nodes alert reads its metrics
+        assert line in lines, (line, conf)
+    # Slurm's prolog and epilog are the node check alone: not the chart's NVIDIA job mapping (see render_slurm_values)
+    assert [line for line in lines if line.startswith(("Prolog=", "Epilog="))] == [
+        f"Prolog=prolog-{slurm_health.SCRIPT}", f"Epilog=epilog-{slurm_health.SCRIPT}"]
+    for name in ("gres.conf", "cgroup.conf", "topology.conf"):
+        assert files[name] == values["configFiles"][name]
+
+
+def test_the_operators_slurmdbd_conf_reaches_the_stacks_database(operator):
+    """slurmdbd.conf, which the operator writes into a Secret: the storage lines the daemon tests assemble."""
+    spec, cp = operator.spec, operator.cp
+    namespace, a = spec.kubernetes.slurm.namespace, spec.kubernetes.slurm.accounting
+
+    def conf() -> str | None:
+        found = [base64.b64decode(v).decode() for o in cp.get("secrets", namespace=namespace)["items"]
+                 for k, v in (o.get("data") or {}).items() if k == "slurmdbd.conf"]
+        return found[0] if found else None
+
+    text = wait_for(conf, 60, lambda: f"no slurmdbd.conf written\n{cp.log('slurm-operator')[-3000:]}")
+    lines = text.splitlines()
+    for line in ("StorageType=accounting_storage/mysql", f"StorageHost={slurm.MARIADB}",
+                 f"StoragePort={a.database_port}", f"StorageUser={a.database_user}", f"StorageLoc={a.database_name}"):
+        assert line in lines, (line, text)
 
 
 def _lost(sent: Any, stored: Any, path: str = "spec") -> list[str]:

@@ -13,6 +13,7 @@ from components.offline.report import PolicyResults, Thresholds, render_report, 
 from components.spec import load_spec
 from components.spec.topology import plan_topology
 from tests.conftest import ROOT
+from tests.slurm_site import slurm_spec
 
 
 def spec_of(path: str):
@@ -101,3 +102,12 @@ def test_the_report_says_how_gpu_faults_show_and_when_nothing_watches_for_them()
     off = prod.model_copy(update={"kubernetes": prod.kubernetes.model_copy(update={
         "health": prod.kubernetes.health.model_copy(update={"enabled": False})})})
     assert "Off (`kubernetes.health.enabled: false`)" in render_report(off)
+
+
+def test_the_report_says_how_drained_slurm_nodes_are_listed_and_returned():
+    spec = slurm_spec()
+    report = render_report(spec)
+    assert ("Slurm's pools (h100-slurm) run the node check before and after every job" in report
+            and "`sinfo -R` lists the drained nodes with their reasons" in report
+            and "reason starting `gpucluster:`" in report and "`SlurmNodesDrained` alert" in report)
+    assert "Slurm" not in render_report(load_spec(ROOT / "stacks" / "dev.yaml"))

@@ -9,12 +9,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from components.k8s import kueue, slurm
+from components.k8s import kueue, monitoring, slurm
 from components.k8s.gpu_stack import GpuKubernetesStack
 from components.k8s.labels import BURN_IN_TAINT, POOL_LABEL, QUARANTINE_TAINT
 from components.spec.cluster import checked_pools
 from components.validation.suite import plan_suite
 from tests.components.k8s.slurm_specs import SLURM_POOL, with_slurm_pool
+from tests.components.k8s.test_gpu_stack import PROMTOOL, panel_query, promtool
 from tests.components.k8s.test_values import unknown_keys
 from tests.conftest import problems_of
 
@@ -231,3 +232,34 @@ def test_the_database_password_is_a_secret_and_never_in_the_plan(record, spec):
     assert any(d.endswith("::k8s-slurm-mariadb") for d in release.dependencies)
     job = by_name["k8s-slurm-accounts-job"]
     assert any(d.endswith("::k8s-slurm-cluster") for d in job.dependencies)
+
+
+# --- drained nodes: slurmctld's own metrics, an alert and a panel ---------------------------------------------------
+
+def test_slurmctld_metrics_are_scraped_where_there_is_monitoring(spec, make_spec, dev_spec):
+    metrics = slurm.render_slurm_values(spec)["controller"]["metrics"]
+    assert metrics == {"enabled": True,
+                       "serviceMonitor": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}}}
+    off = make_spec(lambda d: d["kubernetes"].update(monitoring={"enabled": False}))
+    assert slurm.render_slurm_values(off)["controller"]["metrics"]["enabled"] is False
+    assert "SlurmNodesDrained" not in {r["alert"] for r in monitoring.render_alert_rules(dev_spec)}
+
+
+@PROMTOOL
+def test_a_drained_partition_alerts_with_how_to_list_and_resume_its_nodes(spec, tmp_path):
+    """Over slurmctld's partition series (Slurm 25.11's openmetrics.c names them)."""
+    series = 'slurm_partition_nodes_drain{{partition="{}", job="slurm-controller"}}'
+    promtool(spec, tmp_path, [{"series": series.format(SLURM_POOL), "values": "0 0 2 2 0"},
+                              {"series": series.format("cpu"), "values": "0 0 0 0 0"}], [
+        {"eval_time": "1m", "alertname": "SlurmNodesDrained", "exp_alerts": []},
+        {"eval_time": "2m", "alertname": "SlurmNodesDrained", "exp_alerts": [{
+            "exp_labels": {"severity": "warning", "partition": SLURM_POOL},
+            "exp_annotations": {"summary": f"2 node(s) of Slurm partition {SLURM_POOL} drained: `sinfo -R -p "
+                                           f"{SLURM_POOL}` lists each with its reason (the node check's start with "
+                                           "\"gpucluster:\"); after the repair, `scontrol update nodename=<node> "
+                                           "state=resume`"}}]},
+        {"eval_time": "4m", "alertname": "SlurmNodesDrained", "exp_alerts": []},     # resumed
+    ])
+    panel = panel_query(spec, tmp_path, "Drained Slurm", [{"series": series.format(SLURM_POOL), "values": "3"}],
+                        "0m", [{"labels": f'{{partition="{SLURM_POOL}"}}', "value": 3}])
+    assert panel["targets"][0]["legendFormat"] == "{{partition}}"

@@ -9,7 +9,8 @@ operator's own lines (munge for auth/slurm, local ports and directories); slurmd
 NodeSet pods register as dynamic nodes (`slurmd -Z --conf 'Features=<pool>,... Gres=...'`); 22.05's tree
 topology does not take dynamic nodes, so each is declared here as the node it registers as. What the component
 generates (extraConf, the partition config, gres.conf, cgroup.conf, topology.conf, each NodeSet's --conf, the
-accounts and the node check) goes in unchanged. tests/slurm_site.py starts the daemons.
+accounts and the node check) goes in unchanged. tests/slurm_site.py starts the daemons; jobs run on a slurmd for
+one node, with cgroup.conf's constraints through cgroup v1 where this host mounts cgroups hybrid.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import os
 import re
 import shutil
 import subprocess
+import time
 from pathlib import Path
 from typing import Iterator
 
@@ -26,8 +28,8 @@ import pytest
 from components.k8s import slurm, slurm_health
 from tests.components.k8s.slurm_specs import SLURM_POOL
 from tests.doubles import nvidia_smi
-from tests.slurm_site import (MISSING, WHY_MISSING, apply_accounts, drained, fields, sacctmgr, scontrol, slurm_site,
-                               slurm_spec)
+from tests.slurm_site import (MISSING, WHY_MISSING, apply_accounts, drained, fields, host_cgroup_conf, in_private_dev,
+                               sacctmgr, scontrol, slurm_site, slurm_spec, slurmd)
 
 pytestmark = pytest.mark.skipif(MISSING is not None, reason=WHY_MISSING)
 
@@ -79,23 +81,22 @@ def test_the_controller_logs_no_error_about_the_generated_settings(controller):
     assert [e for e in errors if not any(x in e for x in expected)] == []
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
-                    reason="needs root and unshare to give slurmd GPU device files in a mount namespace")
+needs_root = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
+                                reason="needs root and unshare to give slurmd GPU device files in a mount namespace")
+
+
+@needs_root
 def test_slurmd_reads_gres_conf_as_gpus_with_their_numa_cores(controller, tmp_path):
-    """slurmd -G: the GRES a node would register from gres.conf. The GPUs' device files are made in a private
-    /dev (slurmd stats them); cgroup.conf is swapped for cgroup/v1, as this test host mounts cgroups hybrid, which
-    slurmd's cgroup/v2 (the generated one, for Slinky's pods) refuses."""
+    """slurmd -G: the GRES a node would register from gres.conf, each GPU's device file stat-ed."""
     _, env, where = controller
     conf = tmp_path / "etc"
     shutil.copytree(where["work"], conf, ignore=shutil.ignore_patterns("*.sock*", "state", "spool", "*.pid"))
     (conf / "spool").mkdir()
     (conf / "slurm.conf").write_text((conf / "slurm.conf").read_text().replace(where["work"], str(conf)))
-    (conf / "cgroup.conf").write_text("CgroupPlugin=cgroup/v1\n")
-    devices = "; ".join(f"mknod /dev/nvidia{i} c 195 {i}" for i in range(8))
-    out = subprocess.run(
-        ["unshare", "-m", "sh", "-c", f"mount -t tmpfs none /dev && mknod /dev/null c 1 3 && chmod 666 /dev/null && "
-                                      f"{devices} && slurmd -G -N gpu-slurm-01"],
-        env={**env, "SLURM_CONF": str(conf / "slurm.conf")}, capture_output=True, text=True, timeout=60)
+    (conf / "cgroup.conf").write_text(host_cgroup_conf((conf / "cgroup.conf").read_text()))
+    out = subprocess.run(in_private_dev(8, "slurmd -G -N gpu-slurm-01"),
+                         env={**env, "SLURM_CONF": str(conf / "slurm.conf")}, capture_output=True, text=True,
+                         timeout=60)
     gres = [fields(line.split("slurmd: ", 1)[-1]) for line in out.stderr.splitlines() if "Gres Name=gpu" in line]
     assert [(g["Type"], g["Count"], g["File"], g["Cores"]) for g in gres] == [
         ("h100-sxm5-80gb", "4", "/dev/nvidia[0-3]", "0-27"), ("h100-sxm5-80gb", "4", "/dev/nvidia[4-7]", "28-55")], \
@@ -138,6 +139,79 @@ def test_a_second_apply_changes_nothing_and_a_changed_quota_changes_the_account(
     apply_accounts(lower, env, tmp_path)
     qos = {q["name"]: q["preempt"] for q in sacctmgr(env, "qos", "format=Name,Preempt")}
     assert qos["experiment"] == "normal" and qos["production"] == "experiment,normal"   # kept, never deleted
+
+
+# --- jobs through the real controller, on a slurmd for one node of the pool -------------------------------------
+
+JOB = """#!/bin/bash
+echo "partition=$SLURM_JOB_PARTITION node=$SLURMD_NODENAME gpus=$CUDA_VISIBLE_DEVICES"
+for gpu in 0 1 2 7; do head -c0 /dev/nvidia$gpu 2>&1 | sed 's/.*: //'; done
+srun bash -c 'echo "rank $PMIX_RANK"' | sort
+"""
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory) -> Iterator[tuple[dict, Path]]:
+    """A site of its own whose first Slurm node runs a slurmd (GPU device files, no driver), with the tenants'
+    accounts applied and this test's user in team-a and team-b, as a site adds its users."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare to give slurmd GPU device files in a mount namespace")
+    spec, work = slurm_spec(), tmp_path_factory.mktemp("slurm-node")
+    with slurm_site(spec, work) as env:
+        apply_accounts(spec, env, work)
+        subprocess.run(["sacctmgr", "-i", "add", "user", "root", "account=team-a,team-b"], env=env, check=True,
+                       capture_output=True)
+        with slurmd(env, work, "gpu-slurm-01", gpus=8):
+            yield env, work
+
+
+def sbatch(env: dict, work: Path, *args: str) -> str:
+    out = subprocess.run(["sbatch", "--parsable", "-o", f"{work}/job-%j.out", *args], env=env, capture_output=True,
+                         text=True, check=True)
+    return out.stdout.strip()
+
+
+def job(env: dict, job_id: str) -> dict[str, str]:
+    return fields(scontrol(env, "show", "job", "-o", job_id))
+
+
+def until_state(env: dict, job_id: str, *states: str, timeout_s: float = 60) -> dict[str, str]:
+    deadline = time.monotonic() + timeout_s
+    while (now := job(env, job_id))["JobState"] not in states:
+        assert time.monotonic() < deadline, f"job {job_id} not {'/'.join(states)} in {timeout_s:g} s: {now}"
+        time.sleep(0.5)
+    return now
+
+
+def test_a_job_runs_on_its_partition_with_the_gpus_it_asked_for_confined_to_them_and_pmix_ranks(node):
+    """sbatch through the real controller: the default partition, the tenant's account and QOS, two of the
+    node's GPUs (gres.conf's files, CUDA_VISIBLE_DEVICES, the device cgroup denying the others), and srun
+    starting the ranks through mpi/pmix (MpiDefault=pmix)."""
+    env, work = node
+    (work / "job.sh").write_text(JOB)
+    job_id = sbatch(env, work, "-A", "team-a", "--qos=production", "--gres=gpu:h100-sxm5-80gb:2", "-n", "2",
+                    str(work / "job.sh"))
+    done = until_state(env, job_id, "COMPLETED", "FAILED", "CANCELLED", "NODE_FAIL")
+    out = (work / f"job-{job_id}.out").read_text()
+    assert done["JobState"] == "COMPLETED", out
+    assert (done["Partition"], done["Account"], done["QOS"]) == (SLURM_POOL, "team-a", "production")
+    assert out.splitlines() == [
+        f"partition={SLURM_POOL} node=gpu-slurm-01 gpus=0,1",
+        "No such device or address", "No such device or address",    # its GPUs: allowed, no driver behind them
+        "Operation not permitted", "Operation not permitted",        # the others: the device cgroup refuses
+        "rank 0", "rank 1"]
+
+
+def test_a_higher_priority_class_preempts_a_lower_ones_job_which_is_requeued(node):
+    env, work = node
+    low = sbatch(env, work, "-A", "team-b", "--qos=experiment", "--gres=gpu:h100-sxm5-80gb:8", "--wrap",
+                 "sleep 300")
+    until_state(env, low, "RUNNING")
+    high = sbatch(env, work, "-A", "team-a", "--qos=production", "--gres=gpu:h100-sxm5-80gb:8", "--wrap", "true")
+    assert until_state(env, high, "COMPLETED")["NodeList"] == "gpu-slurm-01"
+    requeued = job(env, low)
+    assert requeued["Restarts"] == "1" and requeued["JobState"] in ("PENDING", "RUNNING"), requeued
+    subprocess.run(["scancel", low], env=env, check=True)
 
 
 # --- the node check: Slurm's prolog and epilog drain a node that fails it ------------------------------------------
