@@ -200,6 +200,12 @@ class ClusterSpec(SpecModel):
     def warnings(self) -> list[str]:
         """Legal but risky choices, shown in the plan summary."""
         out = []
+        health, slurm = self.kubernetes.health, self.kubernetes.slurm
+        if slurm.enabled and health.enabled and health.quarantine.mode == "enforce" and not health.quarantine.drain:
+            out.append(f"health.quarantine.drain is false, so a quarantined node of the Slurm pool(s) "
+                       f"{', '.join(slurm.pools)} keeps its slurmd (NoSchedule stops new pods, not a running one) "
+                       "and Slurm keeps placing jobs there until the node check drains it: set drain: true, or "
+                       "drain such nodes in Slurm by hand (`scontrol update nodename=<node> state=drain`)")
         unpinned = [h.hostname for _, h in self.hosts() if h.host_key is None]
         if unpinned:
             out.append(f"{len(unpinned)} host(s) have no host_key, so SSH does not verify them: "

@@ -10,14 +10,15 @@ import base64
 import copy
 import secrets
 import subprocess
+import time
 from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
 import yaml
 
-from components.k8s import slurm, slurm_health
-from components.k8s.labels import POOL_LABEL
+from components.k8s import quarantine, slurm, slurm_health
+from components.k8s.labels import POOL_LABEL, QUARANTINE_TAINT
 from tests.components.k8s.slurm_specs import SLURM_POOL, with_slurm_pool
 from tests.conftest import _DEV
 
@@ -162,6 +163,43 @@ def test_the_operator_runs_one_slurmd_on_each_node_of_the_slurm_pool_named_after
     assert slurmd["resources"]["limits"][pool.gpu_resource_name] == str(pool.gpu.count)
     assert {t["key"] for t in pod["spec"].get("tolerations") or []} >= {t.key for t in pool.taints}
     assert pod["spec"]["hostname"] == pod["metadata"]["labels"][HOSTNAME_LABEL]
+
+
+def test_a_quarantined_node_loses_its_slurmd_and_gets_it_back_once_released(operator):
+    """Day 2: the quarantine's taint as node-readiness-controller sets it with `drain: true` (NoExecute). The
+    slurmd pod tolerates only the pool's taints, so Kubernetes evicts it and the operator starts none there while
+    the taint holds (Slurm then sees the node down and requeues its job); lifting the taint brings it back."""
+    cp, spec = operator.cp, operator.spec
+    pool = next(p for p in spec.node_pools if p.name == SLURM_POOL)
+    host, others = pool.hosts[0].hostname, {h.hostname for h in pool.hosts[1:]}
+    on = lambda: {p["spec"].get("nodeName") for p in slurmd_pods(operator)   # noqa: E731
+                  if not p["metadata"].get("deletionTimestamp")}
+    taint = f"{QUARANTINE_TAINT}=gpu-fault:{quarantine.taint_effect(spec)}"
+    cp.kubectl("taint", "node", host, taint)
+    try:
+        wait_for(lambda: on() == others, 90, lambda: f"slurmd pods on {on()}, want {others}")
+        time.sleep(3)                                   # the operator's next passes start none on the tainted node
+        assert on() == others
+    finally:
+        cp.kubectl("taint", "node", host, f"{taint}-")
+    wait_for(lambda: on() == others | {host}, 90, lambda: f"slurmd pods on {on()} after the taint was lifted")
+
+
+def test_with_drain_false_a_quarantined_node_keeps_its_slurmd(operator):
+    """What the plan's warning says: NoSchedule stops new pods, not the slurmd already running, so Slurm keeps
+    placing jobs there until the node check drains it."""
+    cp = operator.cp
+    host = next(p for p in operator.spec.node_pools if p.name == SLURM_POOL).hosts[0].hostname
+    running = lambda: [p["metadata"]["name"] for p in slurmd_pods(operator)   # noqa: E731
+                       if p["spec"].get("nodeName") == host and not p["metadata"].get("deletionTimestamp")]
+    before = wait_for(running, 60, lambda: f"no slurmd pod on {host}")
+    taint = f"{QUARANTINE_TAINT}=gpu-fault:NoSchedule"
+    cp.kubectl("taint", "node", host, taint)
+    try:
+        time.sleep(5)                                   # the operator's and the taint manager's next passes
+        assert running() == before
+    finally:
+        cp.kubectl("taint", "node", host, f"{taint}-")
 
 
 def test_the_operators_slurm_conf_is_the_one_the_daemon_tests_assemble(operator):

@@ -263,3 +263,10 @@ def test_a_drained_partition_alerts_with_how_to_list_and_resume_its_nodes(spec, 
     panel = panel_query(spec, tmp_path, "Drained Slurm", [{"series": series.format(SLURM_POOL), "values": "3"}],
                         "0m", [{"labels": f'{{partition="{SLURM_POOL}"}}', "value": 3}])
     assert panel["targets"][0]["legendFormat"] == "{{partition}}"
+
+
+def test_a_quarantine_that_does_not_drain_warns_that_slurm_keeps_using_the_node(spec, make_spec):
+    assert not [w for w in spec.warnings() if "slurmd" in w]
+    kept = make_spec(lambda d: d["kubernetes"].setdefault("health", {}).update(quarantine={"drain": False}))
+    (warning,) = [w for w in kept.warnings() if "slurmd" in w]
+    assert f"Slurm pool(s) {SLURM_POOL} keeps its slurmd" in warning and "set drain: true" in warning
