@@ -106,5 +106,15 @@ mkdir -p "$out/slinky-charts/slurm-operator/charts" "$out/slinky-charts/slurm/te
 cp -r "$slinky_dir/helm/slurm-operator-crds" "$out/slinky-charts/slurm-operator/charts/"
 cp e2e/slinky-vendor/*.tpl e2e/slinky-vendor/*.yaml "$out/slinky-charts/slurm/templates/vendor/nvidia/dcgm/"
 chmod -R u+w "$out/slinky-charts"
+# The Prometheus Operator's ServiceMonitor and PrometheusRule CRDs, of the API release the Slinky operator is built
+# with: the ServiceMonitor it makes and the stack's alert rules go through them.
+prom_version=$(sed -n 's/^\tgithub.com\/prometheus-operator\/prometheus-operator\/pkg\/apis\/monitoring \(v[0-9.]*\)$/\1/p' \
+  "$slinky_dir/go.mod")
+prom_dir=$(module_dir slinky "github.com/prometheus-operator/prometheus-operator@$prom_version")
+rm -rf "$out/prometheus-operator-crds"
+mkdir -p "$out/prometheus-operator-crds"
+cp "$prom_dir"/example/prometheus-operator-crd/monitoring.coreos.com_{servicemonitors,prometheusrules}.yaml \
+  "$out/prometheus-operator-crds/"
+chmod -R u+w "$out/prometheus-operator-crds"
 echo "$kueue_version" >"$out/kueue-crds/VERSION"
 echo "build-tools: ready in $out; build times and sizes in $log" >&2

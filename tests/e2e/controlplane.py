@@ -39,8 +39,8 @@ class ControlPlaneError(RuntimeError):
 def missing_tools() -> list[str]:
     have = [b for b in BINARIES if (TOOLS / "bin" / b).is_file()]
     out = [b for b in BINARIES if b not in have]
-    out += [d for d in ("kwok-stages", "kueue-crds", "kueue-webhooks", "mpi-operator-crds", "slinky-charts")
-            if not (TOOLS / d).is_dir()]
+    out += [d for d in ("kwok-stages", "kueue-crds", "kueue-webhooks", "mpi-operator-crds", "slinky-charts",
+                        "prometheus-operator-crds") if not (TOOLS / d).is_dir()]
     return out
 
 

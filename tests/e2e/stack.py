@@ -78,9 +78,10 @@ def ordered(objects: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
 
 def external_crds() -> list[Path]:
     """The upstream CRDs of the NVIDIA operators and NFD (Kueue's come from its module; none without ../shared),
-    and those pinned here of engines that no module proxy serves (node-readiness-controller)."""
+    those pinned here of engines that no module proxy serves (node-readiness-controller), and the Prometheus
+    Operator's ServiceMonitor and PrometheusRule from its module (a stack with monitoring expects that stack)."""
     return sorted(p for p in SHARED_CRDS.glob("*.yaml") if not p.name.startswith("kueue.x-k8s.io_")) + \
-        sorted(PINNED_CRDS.glob("*.yaml"))
+        sorted(PINNED_CRDS.glob("*.yaml")) + sorted((TOOLS / "prometheus-operator-crds").glob("*.yaml"))
 
 
 @functools.cache

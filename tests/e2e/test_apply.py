@@ -23,8 +23,8 @@ def test_every_object_of_the_plan_is_stored_as_planned(cluster: Cluster):
 
 def test_objects_without_a_crd_here_are_the_only_ones_not_applied(cluster: Cluster):
     kinds = {o.split("/")[0] for objs in cluster.plan.skipped.values() for o in objs}
-    if SHARED_CRDS.is_dir():      # with ../shared, only the Prometheus Operator's and nv-ipam's kinds have no CRD here
-        assert kinds <= {"PrometheusRule", "ServiceMonitor", "IPPool"}, kinds
+    if SHARED_CRDS.is_dir():      # with ../shared, only nv-ipam's kind has no CRD here
+        assert kinds <= {"IPPool"}, kinds
     if cluster.plan.skipped:
         pytest.skip("; ".join(f"{why}: {', '.join(objs)}" for why, objs in cluster.plan.skipped.items()))
 

@@ -202,6 +202,23 @@ def test_with_drain_false_a_quarantined_node_keeps_its_slurmd(operator):
         cp.kubectl("taint", "node", host, f"{taint}-")
 
 
+def test_prometheus_finds_slurmctlds_metrics_and_takes_the_drained_nodes_alert(operator):
+    """The ServiceMonitor the operator makes for slurmctld carries the labels Prometheus selects by and scrapes
+    the partition series the alert reads; the stack's PrometheusRule, applied with the plan through the real CRD,
+    is stored whole."""
+    spec, cp = operator.spec, operator.cp
+    monitors = wait_for(lambda: cp.get("servicemonitors.monitoring.coreos.com",
+                                       namespace=spec.kubernetes.slurm.namespace)["items"], 60,
+                        lambda: f"no ServiceMonitor made\n{cp.log('slurm-operator')[-3000:]}")
+    (monitor,) = monitors
+    assert dict(spec.kubernetes.monitoring.rule_labels).items() <= monitor["metadata"]["labels"].items()
+    assert "/metrics/partitions" in {e.get("path") for e in monitor["spec"]["endpoints"]}
+    (rule,) = [o for o in operator.plan.objects if o["kind"] == "PrometheusRule"]   # applied with the plan
+    assert "SlurmNodesDrained" in {r["alert"] for g in rule["spec"]["groups"] for r in g["rules"]}
+    stored = cp.get("prometheusrules.monitoring.coreos.com", rule["metadata"]["name"], rule["metadata"]["namespace"])
+    assert not _lost(rule["spec"], stored["spec"])
+
+
 def test_the_operators_slurm_conf_is_the_one_the_daemon_tests_assemble(operator):
     """tests/slurm_site.py assembles slurm.conf as the operator does, for Debian's 22.05 daemons: the real
     operator's file has the lines it assembles, with the generated ones verbatim."""
