@@ -4,8 +4,8 @@
 # node-problem-detector, helm and Slinky's slurm-operator, at the versions pinned in e2e/tools/*/go.mod, and
 # Slinky's charts from its module.
 # A binary is rebuilt only when its wrapper module changed, so later runs take seconds.
-# Usage: e2e/build-tools.sh [OUT_DIR]   (default .e2e; binaries in OUT_DIR/bin; KWOK stages, Kueue's and the MPI
-# operator's CRDs beside)
+# Usage: e2e/build-tools.sh [OUT_DIR]   (default .e2e; binaries in OUT_DIR/bin; KWOK stages, the CRDs of Kueue,
+# the MPI operator and the Prometheus Operator beside)
 #        e2e/build-tools.sh OUT_DIR engine   (only the Pulumi CLI and its YAML language host, for `make engine-e2e`;
 # about 12 minutes cold, which is why `make e2e` and CI leave them out)
 set -euo pipefail
