@@ -82,11 +82,11 @@ def start_mariadb(work: Path, port: int, database: str, user: str, password: str
     return db
 
 
-def wait_until(ready, process: subprocess.Popen | None, what: str, timeout_s: float = 120) -> None:
+def wait_until(ready, process: subprocess.Popen, what: str, timeout_s: float = 120) -> None:
     """Polls `ready` until it holds; fails when `process` (the daemon it waits on) exits, or at `timeout_s`."""
     deadline = time.monotonic() + timeout_s
     while not ready():
-        assert process is None or process.poll() is None, f"{what} exited with {process.returncode}"
+        assert process.poll() is None, f"{what} exited with {process.returncode}"
         assert time.monotonic() < deadline, f"{what} was not ready in {timeout_s:g} s"
         time.sleep(0.5)
 
@@ -183,8 +183,6 @@ def drained(env: dict, node: str) -> str | None:
     subprocess.run(["scontrol", "update", f"nodename={node}", "state=resume"], env=env, capture_output=True)
     assert "DRAIN" not in fields(scontrol(env, "show", "node", "-o", node).split(" Reason=", 1)[0])["State"]
     return reason
-
-
 
 
 def host_cgroup_conf(text: str) -> str:

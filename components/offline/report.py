@@ -190,9 +190,10 @@ def _slurm_health_line(spec: ClusterSpec) -> str:
         if spec.kubernetes.monitoring.enabled else ""
     return (f"Slurm's pools ({pools}) run the node check before and after every job: every GPU visible, no "
             "uncorrectable ECC error, no row remapping pending or failed, NVLinks at full speed on NVSwitch boards, "
-            f"`dcgmi diag -r 1` where the slurmd image has DCGM. A failure drains the node with a reason starting "
-            f"`{DRAIN_PREFIX.strip()}` (a failing prolog also requeues the job). `sinfo -R` lists the drained nodes with "
-            f"their reasons; after the repair and a burn-in, `scontrol update nodename=<node> state=resume`.{alert}")
+            "`dcgmi diag -r 1` where the slurmd image has DCGM. A failure drains the node with a reason starting "
+            f"`{DRAIN_PREFIX.strip()}` (a failing prolog also requeues the job). `sinfo -R` lists the drained nodes "
+            f"with their reasons; after the repair and a burn-in, `scontrol update nodename=<node> state=resume`."
+            f"{alert}")
 
 
 def _quarantine_line(spec: ClusterSpec) -> str:

@@ -11,7 +11,6 @@ import copy
 import secrets
 import subprocess
 import time
-from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
@@ -147,9 +146,14 @@ def slurmd_pods(cluster: Cluster) -> list[dict[str, Any]]:
                           selector=f"{NODESET_LABEL}=DaemonSet")["items"]
 
 
+def slurmd_on(cluster: Cluster) -> dict[str, str]:
+    """Node -> its slurmd pod, of those not being deleted."""
+    return {p["spec"].get("nodeName"): p["metadata"]["name"] for p in slurmd_pods(cluster)
+            if not p["metadata"].get("deletionTimestamp")}
+
+
 def test_the_operator_runs_one_slurmd_on_each_node_of_the_slurm_pool_named_after_its_host(operator):
-    spec = operator.spec
-    pool = next(p for p in spec.node_pools if p.name == SLURM_POOL)
+    pool = operator.spec.pools[SLURM_POOL]
     want = {h.hostname: slurm.node_name(h.hostname) for h in pool.hosts}
 
     def placed() -> dict[str, str]:
@@ -170,10 +174,9 @@ def test_a_quarantined_node_loses_its_slurmd_and_gets_it_back_once_released(oper
     slurmd pod tolerates only the pool's taints, so Kubernetes evicts it and the operator starts none there while
     the taint holds (Slurm then sees the node down and requeues its job); lifting the taint brings it back."""
     cp, spec = operator.cp, operator.spec
-    pool = next(p for p in spec.node_pools if p.name == SLURM_POOL)
+    pool = spec.pools[SLURM_POOL]
     host, others = pool.hosts[0].hostname, {h.hostname for h in pool.hosts[1:]}
-    on = lambda: {p["spec"].get("nodeName") for p in slurmd_pods(operator)   # noqa: E731
-                  if not p["metadata"].get("deletionTimestamp")}
+    on = lambda: set(slurmd_on(operator))   # noqa: E731
     taint = f"{QUARANTINE_TAINT}=gpu-fault:{quarantine.taint_effect(spec)}"
     cp.kubectl("taint", "node", host, taint)
     try:
@@ -189,15 +192,13 @@ def test_with_drain_false_a_quarantined_node_keeps_its_slurmd(operator):
     """What the plan's warning says: NoSchedule stops new pods, not the slurmd already running, so Slurm keeps
     placing jobs there until the node check drains it."""
     cp = operator.cp
-    host = next(p for p in operator.spec.node_pools if p.name == SLURM_POOL).hosts[0].hostname
-    running = lambda: [p["metadata"]["name"] for p in slurmd_pods(operator)   # noqa: E731
-                       if p["spec"].get("nodeName") == host and not p["metadata"].get("deletionTimestamp")]
-    before = wait_for(running, 60, lambda: f"no slurmd pod on {host}")
+    host = operator.spec.pools[SLURM_POOL].hosts[0].hostname
+    before = wait_for(lambda: slurmd_on(operator).get(host), 60, lambda: f"no slurmd pod on {host}")
     taint = f"{QUARANTINE_TAINT}=gpu-fault:NoSchedule"
     cp.kubectl("taint", "node", host, taint)
     try:
         time.sleep(5)                                   # the operator's and the taint manager's next passes
-        assert running() == before
+        assert slurmd_on(operator).get(host) == before
     finally:
         cp.kubectl("taint", "node", host, f"{taint}-")
 
@@ -224,9 +225,13 @@ def test_the_operators_slurm_conf_is_the_one_the_daemon_tests_assemble(operator)
     operator's file has the lines it assembles, with the generated ones verbatim."""
     spec, cp = operator.spec, operator.cp
     namespace = spec.kubernetes.slurm.namespace
-    wait_for(lambda: any("slurm.conf" in (c.get("data") or {}) for c in cp.get("configmaps", namespace=namespace)
-                         ["items"]), 60, lambda: f"no slurm.conf written\n{cp.log('slurm-operator')[-3000:]}")
-    files = {k: v for c in cp.get("configmaps", namespace=namespace)["items"] for k, v in (c.get("data") or {}).items()}
+
+    def written() -> dict[str, str] | None:
+        files = {k: v for c in cp.get("configmaps", namespace=namespace)["items"]
+                 for k, v in (c.get("data") or {}).items()}
+        return files if "slurm.conf" in files else None
+
+    files = wait_for(written, 60, lambda: f"no slurm.conf written\n{cp.log('slurm-operator')[-3000:]}")
     conf = files["slurm.conf"]
     lines = conf.splitlines()
     assert slurm.render_extra_conf(spec) in conf

@@ -25,7 +25,7 @@ from typing import Iterator
 
 import pytest
 
-from components.k8s import slurm, slurm_health
+from components.k8s import slurm_health
 from tests.components.k8s.slurm_specs import SLURM_POOL
 from tests.doubles import nvidia_smi
 from tests.slurm_site import (MISSING, WHY_MISSING, apply_accounts, drained, fields, host_cgroup_conf, in_private_dev,
@@ -154,8 +154,6 @@ srun bash -c 'echo "rank $PMIX_RANK"' | sort
 def node(tmp_path_factory) -> Iterator[tuple[dict, Path]]:
     """A site of its own whose first Slurm node runs a slurmd (GPU device files, no driver), with the tenants'
     accounts applied and this test's user in team-a and team-b, as a site adds its users."""
-    if os.geteuid() != 0 or shutil.which("unshare") is None:
-        pytest.skip("needs root and unshare to give slurmd GPU device files in a mount namespace")
     spec, work = slurm_spec(), tmp_path_factory.mktemp("slurm-node")
     with slurm_site(spec, work) as env:
         apply_accounts(spec, env, work)
@@ -183,6 +181,7 @@ def until_state(env: dict, job_id: str, *states: str, timeout_s: float = 60) -> 
     return now
 
 
+@needs_root
 def test_a_job_runs_on_its_partition_with_the_gpus_it_asked_for_confined_to_them_and_pmix_ranks(node):
     """sbatch through the real controller: the default partition, the tenant's account and QOS, two of the
     node's GPUs (gres.conf's files, CUDA_VISIBLE_DEVICES, the device cgroup denying the others), and srun
@@ -202,6 +201,7 @@ def test_a_job_runs_on_its_partition_with_the_gpus_it_asked_for_confined_to_them
         "rank 0", "rank 1"]
 
 
+@needs_root
 def test_a_higher_priority_class_preempts_a_lower_ones_job_which_is_requeued(node):
     env, work = node
     low = sbatch(env, work, "-A", "team-b", "--qos=experiment", "--gres=gpu:h100-sxm5-80gb:8", "--wrap",
