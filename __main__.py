@@ -11,8 +11,14 @@ except SpecError as e:          # the engine prints a RunError's message alone, 
     raise pulumi.RunError(str(e)) from None
 # kubectl, which drains nodes in a rollout, reaches the cluster as the default Kubernetes provider does.
 kubernetes = pulumi.Config("kubernetes")
+# The Slurm login set's directory account, where the spec names one (kubernetes.slurm.login.directory.bind_dn).
+directory_password = config.get_secret("slurmDirectoryPassword")
+if directory_password is None and spec.kubernetes.slurm.secret_settings:
+    raise pulumi.RunError("kubernetes.slurm.login.directory.bind_dn needs its password as the stack's secret "
+                          "slurmDirectoryPassword: `pulumi config set --secret slurmDirectoryPassword`")
 cluster = GpuCluster(spec.name, spec, ssh_private_key=config.require_secret("sshPrivateKey"),
-                     kubeconfig=kubernetes.get_secret("kubeconfig"), kube_context=kubernetes.get("context"))
+                     kubeconfig=kubernetes.get_secret("kubeconfig"), kube_context=kubernetes.get("context"),
+                     slurm_directory_password=directory_password)
 
 pulumi.export("cluster", spec.name)
 pulumi.export("gpus", spec.gpus)

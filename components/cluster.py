@@ -46,9 +46,12 @@ class GpuCluster(pulumi.ComponentResource):
 
     def __init__(self, name: str, spec: ClusterSpec, ssh_private_key: pulumi.Input[str],
                  opts: pulumi.ResourceOptions | None = None, *, kubeconfig: pulumi.Input[str] | None = None,
-                 kube_context: str | None = None):
+                 kube_context: str | None = None, slurm_directory_password: pulumi.Input[str] | None = None):
+        """`slurm_directory_password`: the Slurm login set's directory bind_dn's password, a secret; needed
+        where the spec has a bind_dn."""
         super().__init__(self.TYPE, name, intent(spec), opts)
-        compose(self, name, spec, ssh_private_key, kubeconfig=kubeconfig, kube_context=kube_context)
+        compose(self, name, spec, ssh_private_key, kubeconfig=kubeconfig, kube_context=kube_context,
+                slurm_directory_password=slurm_directory_password)
 
 
 def intent(spec: ClusterSpec) -> dict[str, Any]:
@@ -57,7 +60,8 @@ def intent(spec: ClusterSpec) -> dict[str, Any]:
 
 
 def compose(cluster: Any, name: str, spec: ClusterSpec, ssh_private_key: pulumi.Input[str], *,
-            kubeconfig: pulumi.Input[str] | None, kube_context: str | None) -> None:
+            kubeconfig: pulumi.Input[str] | None, kube_context: str | None,
+            slurm_directory_password: pulumi.Input[str] | None = None) -> None:
     """GpuCluster's children and outputs, under `cluster`: a GpuCluster, or the component provider's
     (provider.py), which registers the same children under the same type from args any language can give."""
     child = pulumi.ResourceOptions(parent=cluster)
@@ -84,7 +88,8 @@ def compose(cluster: Any, name: str, spec: ClusterSpec, ssh_private_key: pulumi.
     ready = {h: [r] for pool in cluster.node_pools.values() for h, r in pool.prepared.items()}
     # Storage servers set up their filesystem once their fabric settings (RoCE QoS, a subnet manager) are in.
     ready.update({h: [r] for h, r in cluster.fabric.host_commands.items() if h not in ready})
-    cluster.kubernetes = GpuKubernetesStack(f"{name}-k8s", spec, opts=child)
+    cluster.kubernetes = GpuKubernetesStack(f"{name}-k8s", spec, opts=child,
+                                            slurm_directory_password=slurm_directory_password)
     cluster.tenancy = tenancy_of(spec)
     cluster.tenants = {t.name: Tenant(f"{name}-{t.name}", TenantArgs.from_tenancy(cluster.tenancy, t),
                                    kueue_ready=cluster.kubernetes.kueue_ready, opts=child)

@@ -47,6 +47,14 @@ class SpecArgs(TypedDict):
     """The cluster spec itself, as YAML or JSON text (a GpuCluster's specJson is one). Give it or specFile."""
 
 
+class GpuKubernetesStackArgs(SpecArgs):
+    """A cluster spec, and the secrets its Kubernetes stack needs beyond it."""
+
+    slurm_directory_password: NotRequired[pulumi.Input[str]]
+    """Password of the Slurm login set's directory account (kubernetes.slurm.login.directory.bind_dn); a
+    secret. Omitted: none, which a spec with a bind_dn refuses."""
+
+
 class HostsArgs(SpecArgs):
     """A cluster spec, and the key that reaches its hosts."""
 
@@ -54,8 +62,8 @@ class HostsArgs(SpecArgs):
     """Private key (OpenSSH or PEM) for SSH to the hosts, switches and storage servers; a secret."""
 
 
-class GpuClusterArgs(HostsArgs):
-    """The inputs of a GpuCluster: its spec (a file or the text) and how to reach the hosts and the cluster."""
+class ClusterAccessArgs(HostsArgs):
+    """A cluster spec, and how to reach its hosts and the cluster."""
 
     kubeconfig: NotRequired[pulumi.Input[str]]
     """Kubeconfig (the content or a path) for kubectl where pulumi runs, which drains nodes in a rollout; give
@@ -64,7 +72,12 @@ class GpuClusterArgs(HostsArgs):
     """Context of that kubeconfig. Omitted: its current context."""
 
 
-class GpuNodePoolArgs(GpuClusterArgs):
+class GpuClusterArgs(ClusterAccessArgs, GpuKubernetesStackArgs):
+    """The inputs of a GpuCluster: its spec (a file or the text), how to reach the hosts and the cluster, and
+    the secrets of its Kubernetes stack."""
+
+
+class GpuNodePoolArgs(ClusterAccessArgs):
     """One node pool of a cluster spec, and how to reach its hosts and the cluster."""
 
     pool: str
@@ -114,9 +127,10 @@ class GpuCluster(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: GpuClusterArgs, opts: Optional[pulumi.ResourceOptions] = None):
         spec = spec_of(args)          # before anything registers: a bad spec leaves nothing half-made
+        password = _directory_password(spec, args)
         super().__init__(cluster.GpuCluster.TYPE, name, cluster.intent(spec), opts)
         cluster.compose(self, name, spec, args["ssh_private_key"], kubeconfig=args.get("kubeconfig"),
-                        kube_context=args.get("kube_context"))
+                        kube_context=args.get("kube_context"), slurm_directory_password=password)
         self.gpus = pulumi.Output.from_input(spec.gpus)
         self.flavors = pulumi.Output.from_input(self.kubernetes.flavors)
         self.rdma_resource = pulumi.Output.from_input(self.kubernetes.rdma_resource)
@@ -218,11 +232,12 @@ class GpuKubernetesStack(pulumi.ComponentResource):
     networks: pulumi.Output[list[str]]
     """Secondary networks a pod lists in k8s.v1.cni.cncf.io/networks, in rail order."""
 
-    def __init__(self, name: str, args: SpecArgs, opts: Optional[pulumi.ResourceOptions] = None):
+    def __init__(self, name: str, args: GpuKubernetesStackArgs, opts: Optional[pulumi.ResourceOptions] = None):
         spec = spec_of(args)
+        password = _directory_password(spec, args)
         super().__init__(gpu_stack.GpuKubernetesStack.TYPE, name, gpu_stack.intent(spec),
                          with_aliases(gpu_stack.GpuKubernetesStack.TYPE, opts))
-        gpu_stack.compose(self, name, spec)
+        gpu_stack.compose(self, name, spec, slurm_directory_password=password)
         for output in ("flavors", "rdma_resource", "networks"):
             setattr(self, output, pulumi.Output.from_input(getattr(self, output)))
 
@@ -311,20 +326,31 @@ def _refused(prop: str, e: SpecError) -> InputPropertiesError:
     return InputPropertiesError(str(e), [{"property_path": prop, "reason": p} for p in e.problems])
 
 
+def _directory_password(spec: ClusterSpec, args: GpuKubernetesStackArgs) -> Optional[pulumi.Input[str]]:
+    """The directory password, refused as an input error where the spec needs one and it is not given."""
+    password = args.get("slurm_directory_password")
+    if password is None and spec.kubernetes.slurm.secret_settings:
+        raise InputPropertyError("slurmDirectoryPassword", "the spec's kubernetes.slurm.login.directory.bind_dn "
+                                                           "needs its password: give slurmDirectoryPassword")
+    return password
+
+
 def _secret(value: Optional[pulumi.Input[str]]) -> pulumi.Output[Optional[str]]:
     return pulumi.Output.secret(value) if value is not None else pulumi.Output.from_input(None)
 
 
 # Inputs and outputs the schema flags secret, by component: SDKs then wrap them as secrets on both sides.
 SECRETS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
-    "GpuCluster": (frozenset({"sshPrivateKey", "kubeconfig"}), frozenset({"filesystemAuth"})),
+    "GpuCluster": (frozenset({"sshPrivateKey", "kubeconfig", "slurmDirectoryPassword"}),
+                   frozenset({"filesystemAuth"})),
+    "GpuKubernetesStack": (frozenset({"slurmDirectoryPassword"}), frozenset()),
     "GpuNodePool": (frozenset({"sshPrivateKey", "kubeconfig"}), frozenset()),
     "Fabric": (frozenset({"sshPrivateKey"}), frozenset()),
     "ParallelFilesystem": (frozenset({"sshPrivateKey"}), frozenset({"auth"})),
 }
 COMPONENTS: list[type[pulumi.ComponentResource]] = [GpuCluster, GpuNodePool, Fabric, ParallelFilesystem,
                                                     GpuKubernetesStack, Tenant]
-ARGS = [SpecArgs, HostsArgs, GpuClusterArgs, GpuNodePoolArgs, TenantArgs]
+ARGS = [SpecArgs, GpuKubernetesStackArgs, HostsArgs, ClusterAccessArgs, GpuClusterArgs, GpuNodePoolArgs, TenantArgs]
 
 
 class GpuClusterProvider(ComponentProvider):

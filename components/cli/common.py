@@ -66,8 +66,9 @@ def plain_secrets(args: argparse.Namespace, environment: str) -> list[str]:
     if not keys:
         return []
     path = root / f"Pulumi.{stack}.yaml"
+    name = keys[0].split(":", 1)[-1]
     message = (f"{path}: {', '.join(keys)} is in plain text, readable by anyone with the repository; remove it and "
-               f"set it with `pulumi config set --secret {keys[0].split(':', 1)[-1]} < KEYFILE`")
+               f"set it with `pulumi config set --secret {name} < {'KEYFILE' if 'Key' in name else 'FILE'}`")
     if environment != "dev":
         raise SpecError(str(path), [f"{message} (refused in {environment})"])
     return [message]

@@ -55,7 +55,8 @@ def plan_stack(args: argparse.Namespace) -> Planned | int:
         spec = load_spec(path)          # bad input stops here, before anything runs
         for warning in plain_secrets(args, spec.environment):
             print(f"warning: {warning}", file=sys.stderr)
-        result = run_program(root, stack, spec_file=path.resolve() if is_spec_file(args.stack) else None)
+        result = run_program(root, stack, spec_file=path.resolve() if is_spec_file(args.stack) else None,
+                             secrets=spec.kubernetes.slurm.secret_settings)
     except SpecError as e:
         return report_bad_input(e)
     yardsticks = report_thresholds(args)

@@ -81,9 +81,12 @@ class GpuKubernetesStack(pulumi.ComponentResource):
     networks: list[str]
     """Secondary network attachments, in rail order, for the k8s.v1.cni.cncf.io/networks annotation."""
 
-    def __init__(self, name: str, spec: ClusterSpec, opts: pulumi.ResourceOptions | None = None):
+    def __init__(self, name: str, spec: ClusterSpec, opts: pulumi.ResourceOptions | None = None, *,
+                 slurm_directory_password: pulumi.Input[str] | None = None):
+        """`slurm_directory_password`: the Slurm login set's directory bind_dn's password, a secret; needed
+        where the spec has a bind_dn."""
         super().__init__(self.TYPE, name, intent(spec), with_aliases(self.TYPE, opts))
-        compose(self, name, spec)
+        compose(self, name, spec, slurm_directory_password=slurm_directory_password)
 
 
 def intent(spec: ClusterSpec) -> dict[str, Any]:
@@ -91,7 +94,8 @@ def intent(spec: ClusterSpec) -> dict[str, Any]:
     return {"spec": spec.kubernetes.model_dump(mode="json")}
 
 
-def compose(stack: Any, name: str, spec: ClusterSpec) -> None:
+def compose(stack: Any, name: str, spec: ClusterSpec, *,
+            slurm_directory_password: pulumi.Input[str] | None = None) -> None:
     """A GpuKubernetesStack's children and outputs, under `stack`: a GpuKubernetesStack, or the component
     provider's (provider.py)."""
     namespaces = {m.obj["metadata"]["name"]: register(f"{name}-{m.role}", m.obj,
@@ -147,7 +151,7 @@ def compose(stack: Any, name: str, spec: ClusterSpec) -> None:
     if spec.kubernetes.slurm.enabled:
         # After the GPU Operator and Network Operator: slurmd pods ask for the GPUs and RDMA devices they serve.
         stack.slurm = slurm.SlurmCluster(f"{name}-slurm", spec, pulumi.ResourceOptions(parent=stack, depends_on=[
-            r for r in (gpu_release, net) if r is not None]))
+            r for r in (gpu_release, net) if r is not None]), directory_password=slurm_directory_password)
     if spec.kubernetes.monitoring.enabled:
         ns = spec.kubernetes.monitoring.namespace
         for m in (monitoring.render_prometheus_rule(spec, ns), monitoring.render_dashboard(spec, ns)):

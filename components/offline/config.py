@@ -12,6 +12,12 @@ import yaml
 
 from ..spec import SpecError
 from ..spec.loader import PRIVATE_KEY_RE
+from ..spec.slurm import DIRECTORY_PASSWORD
+
+
+# Secrets the program reads only where the spec asks for them (ClusterSpec's secrets), so Pulumi.yaml cannot
+# declare them (a declared key without a default is required of every stack): a plain-text value is still reported.
+OPTIONAL_SECRETS = (DIRECTORY_PASSWORD,)
 
 
 @dataclass
@@ -23,10 +29,10 @@ class StackConfig:
     plain_secrets: list[str] = field(default_factory=list)   # secrets (or private keys) written in plain text
 
 
-def load_stack_config(project_dir: Path, stack: str) -> StackConfig:
+def load_stack_config(project_dir: Path, stack: str, needed: tuple[str, ...] = ()) -> StackConfig:
     """Project defaults from Pulumi.yaml, then Pulumi.<stack>.yaml. Encrypted (`secure:`) values cannot be
-    decrypted without the engine, and a declared secret may not be set yet: both become a secret placeholder
-    and are listed as unresolved."""
+    decrypted without the engine, and a declared secret, or one the spec needs (`needed`), may not be set yet:
+    all become a secret placeholder and are listed as unresolved."""
     project_file = _read_yaml(project_dir / "Pulumi.yaml")
     project = project_file.get("name")
     if not isinstance(project, str):
@@ -64,8 +70,10 @@ def load_stack_config(project_dir: Path, stack: str) -> StackConfig:
                 unresolved.append(qualify(key))
             else:
                 values[qualify(key)] = encode(value)
-                if qualify(key) in secret_keys or PRIVATE_KEY_RE.search(values[qualify(key)]):
+                if (qualify(key) in secret_keys or qualify(key) in map(qualify, OPTIONAL_SECRETS)
+                        or PRIVATE_KEY_RE.search(values[qualify(key)])):
                     plain.append(qualify(key))
+    secret_keys.update(qualify(k) for k in needed)
     for key in sorted(secret_keys):     # declared secrets no stack file sets (they live in the engine's state)
         if key not in values:
             values[key] = f"offline-placeholder-for-{key}"

@@ -123,11 +123,12 @@ def _as_main(path: Path) -> Callable[[], None]:
 
 
 def run_program(project_dir: str | Path, stack: str, spec_file: Path | None = None,
-                mocks: Mocks | None = None) -> ProgramRun:
+                mocks: Mocks | None = None, secrets: tuple[str, ...] = ()) -> ProgramRun:
     """Run `<project_dir>/__main__.py` for `stack` with the stack's config, as `pulumi preview` would;
-    `spec_file` stands for the stack's specFile config (`pulumi config set specFile PATH`)."""
+    `spec_file` stands for the stack's specFile config (`pulumi config set specFile PATH`); `secrets`: the
+    optional secret settings the spec needs (a placeholder where the stack has none)."""
     project_dir = Path(project_dir).resolve()
-    cfg = load_stack_config(project_dir, stack)
+    cfg = load_stack_config(project_dir, stack, secrets)
     if spec_file is not None:
         cfg.values[f"{cfg.project}:specFile"] = str(spec_file)
     with _program_dir(project_dir):

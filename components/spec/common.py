@@ -43,6 +43,10 @@ RELPATH_RE = re.compile(r"(?!/)(?!.*(?:^|/)\.\.(?:/|$))[A-Za-z0-9_.+-]+(?:/[A-Za
 APT_WORD_RE = re.compile(r"\./|[A-Za-z0-9][A-Za-z0-9._-]*")     # ./ is a flat repository
 VERSION_RE = re.compile(r"[A-Za-z0-9]+(?:[._-][A-Za-z0-9]+)*")
 CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
+LDAP_URI_RE = re.compile(r"ldaps?://[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?(:[0-9]{1,5})?/?")
+# An LDAP distinguished name of attribute=value parts; values without the characters RFC 4514 escapes.
+_RDN = r"[A-Za-z][A-Za-z0-9-]*=[^,=+<>#;\\\"\x00-\x1f\x7f]+"
+DN_RE = re.compile(rf"{_RDN}(?:,{_RDN})*")
 
 
 Loc = tuple[str | int, ...]
@@ -334,6 +338,12 @@ AbsPath = Annotated[str, AfterValidator(_abs_path)]
 DevicePath = Annotated[str, AfterValidator(_device_path)]
 GroupName = Annotated[str, AfterValidator(_group_name)]
 Text = Annotated[str, AfterValidator(_text)]
+LdapUri = Annotated[str, AfterValidator(_grammar(LDAP_URI_RE, "an LDAP server URI (ldaps:// or ldap://, host and "
+                                                 "port only)", "ldaps://ldap.example.com", 255))]
+GroupPrefix = Annotated[str, AfterValidator(_grammar(re.compile(r"[A-Za-z0-9:_.#@-]{0,64}"), "a group name prefix "
+                                                      "(letters, digits, ':_.#@-')", "oidc:", 64))]
+Dn = Annotated[str, AfterValidator(_grammar(DN_RE, "an LDAP distinguished name without escaped characters or "
+                                            "spaces around its parts", "ou=people,dc=example,dc=com", 512))]
 Version = Annotated[str, AfterValidator(_version)]
 Url = Annotated[str, AfterValidator(_grammar(URL_RE, "an http(s) or file URL without query or spaces",
                                              "https://mirror.example.com/lustre/2.15/el9/client", 512))]

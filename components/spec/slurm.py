@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Iterator, Literal
 
 from pydantic import Field
 
-from .common import ChartRepo, DnsLabel, HostOrIp, ImageRef, Problem, SpecModel, duplicates
+from .common import (ChartRepo, Dn, DnsLabel, GroupPrefix, HostOrIp, ImageRef, LdapUri, Problem, SpecModel,
+                     duplicates, shown)
 
 if TYPE_CHECKING:
     from .cluster import ClusterSpec
@@ -16,6 +17,7 @@ SLINKY_VERSION = r"^[0-9]+\.[0-9]+\.[0-9]+$"
 # Slinky releases (oldest first) whose charts, CRDs and operator were read for this library (the slurm-operator Go module's
 # helm/ and config/crd/bases at the tag), with the Slurm release their images run.
 SLINKY_KNOWN = {"1.1.0": "25.11"}
+DIRECTORY_PASSWORD = "slurmDirectoryPassword"     # the stack's secret: the login set's directory bind password
 
 
 class SlurmAccounting(SpecModel):
@@ -51,6 +53,53 @@ class SlurmAccounting(SpecModel):
     _checks = (_password_where_needed,)
 
 
+class SlurmDirectory(SpecModel):
+    """The site's LDAP directory (OpenLDAP, FreeIPA, Active Directory), where the login nodes' sssd finds users
+    and groups and checks passwords. Its group names are the tenants' identity groups, less group_prefix."""
+
+    uris: list[LdapUri] = Field(min_length=1, max_length=8,
+                                description="Directory servers, tried in order; all ldaps:// or all ldap:// "
+                                            "(then StartTLS: passwords never cross in the clear).")
+    search_base: Dn = Field(description="Where users and groups are searched.")
+    user_search_base: Dn | None = Field(None, description="Omitted: search_base.")
+    group_search_base: Dn | None = Field(None, description="Omitted: search_base.")
+    ldap_schema: Literal["rfc2307", "rfc2307bis", "ad"] = Field(
+        "rfc2307bis",
+        description="How groups name their members (sssd's option of this name): rfc2307 by uid (memberUid), "
+                    "rfc2307bis by DN (member), ad for Active Directory. Omitted: rfc2307bis.")
+    bind_dn: Dn | None = Field(
+        None, description="Account sssd looks users up as; its password is the program's secret "
+                          "slurmDirectoryPassword (`pulumi config set --secret slurmDirectoryPassword`). "
+                          "Omitted: anonymous lookups.")
+    ca_configmap: DnsLabel | None = Field(
+        None, description="ConfigMap in the Slurm namespace whose key `ca.crt` is the CA that signed the "
+                          "servers' certificates. Omitted: the login image's system trust store.")
+    group_prefix: GroupPrefix = Field(
+        "",
+        description="What the API server's authenticator puts before the directory's group names (its OIDC "
+                    "groups prefix, e.g. 'oidc:'); removed from the tenants' groups for the directory. "
+                    "Omitted: none, the tenants' groups are the directory's names.")
+
+    def _one_scheme(self) -> Iterator[Problem]:
+        if len({u.split(":", 1)[0] for u in self.uris}) > 1:
+            yield Problem(("uris",), f"{', '.join(self.uris)} mix ldaps:// and ldap://, which sssd cannot both "
+                                     "secure (TLS from the start or StartTLS); use one scheme for all")
+
+    _checks = (_one_scheme,)
+
+
+class SlurmLogin(SpecModel):
+    """Login nodes (Slinky's LoginSet: sshd, sssd and the Slurm clients in a pod) where tenants' members log in
+    with their directory accounts and submit jobs. Only the groups that may edit or administer a tenant with
+    GPUs on a Slurm pool get in; everyone else is refused at login."""
+
+    directory: SlurmDirectory
+    replicas: int = Field(2, ge=1, le=16, description="Login pods, behind one Service. Omitted: 2, so one is "
+                                                      "always up while the other is replaced.")
+    service_type: Literal["LoadBalancer", "NodePort", "ClusterIP"] = Field(
+        "LoadBalancer", description="How users reach port 22 of the login pods. Omitted: LoadBalancer.")
+
+
 class SlurmSettings(SpecModel):
     """Slurm as a second orchestrator: slurmd runs on every host of the listed pools (a Slinky NodeSet per pool,
     one slurmd pod per node holding all of its GPUs), each pool is a Slurm partition, and Kueue does not see
@@ -81,6 +130,8 @@ class SlurmSettings(SpecModel):
 
     accounting: SlurmAccounting = Field(default_factory=SlurmAccounting,
                                         description="Omitted: slurmdbd on a MariaDB in the Slurm namespace.")
+    login: SlurmLogin | None = Field(None, description="Omitted: no login nodes; jobs are submitted from "
+                                                       "machines the site sets up itself.")
 
     @property
     def enabled(self) -> bool:
@@ -94,6 +145,51 @@ class SlurmSettings(SpecModel):
     @property
     def default(self) -> str | None:
         return self.default_pool or (self.pools[0] if self.pools else None)
+
+    @property
+    def secret_settings(self) -> tuple[str, ...]:
+        """The program's secret settings this section needs: the directory account's password."""
+        return (DIRECTORY_PASSWORD,) if self.enabled and self.login and self.login.directory.bind_dn else ()
+
+
+def login_groups(spec: ClusterSpec) -> list[tuple[tuple[str | int, ...], str]]:
+    """The identity groups (where each is in the spec) that may log in: those that edit or administer a tenant
+    with GPUs on a Slurm pool. Viewers do not: a login is for running jobs."""
+    pools = set(spec.kubernetes.slurm.pools)
+    return [(("tenants", t, "groups", role, g), name)
+            for t, tenant in enumerate(spec.tenants) if pools & set(tenant.gpu_quota)
+            for role in ("admin", "edit") for g, name in enumerate(getattr(tenant.groups, role))]
+
+
+def directory_groups(spec: ClusterSpec) -> list[str]:
+    """The login groups as the directory names them, each once."""
+    login = spec.kubernetes.slurm.login
+    prefix = login.directory.group_prefix if login else ""
+    return sorted({name.removeprefix(prefix) for _, name in login_groups(spec)})
+
+
+def _login_problems(spec: ClusterSpec) -> Iterator[Problem]:
+    s = spec.kubernetes.slurm
+    at = ("kubernetes", "slurm", "login")
+    if s.login is None:
+        return
+    if not s.enabled:
+        yield Problem(at, "login nodes need Slurm: list pools in kubernetes.slurm.pools or remove login")
+        return
+    groups = login_groups(spec)
+    if not groups:
+        # sssd's simple access provider lets everyone in when its lists are empty.
+        yield Problem(at, "no tenant with GPUs on a Slurm pool has admin or edit groups, so no one could log in; "
+                          "give those tenants groups or remove login")
+    prefix = s.login.directory.group_prefix
+    for loc, name in groups:
+        if not name.startswith(prefix) or name == prefix:
+            yield Problem(loc, f"{shown(name)} does not start with the directory's group_prefix {shown(prefix)}, "
+                               "so it names no directory group; fix the group or "
+                               "kubernetes.slurm.login.directory.group_prefix")
+        elif "," in name:
+            yield Problem(loc, f"{shown(name)} has a comma, which sssd's list of allowed groups splits on; "
+                               "rename the group in the directory or leave it out of the tenant")
 
 
 def slurm_problems(spec: ClusterSpec) -> Iterator[Problem]:
@@ -135,6 +231,7 @@ def slurm_problems(spec: ClusterSpec) -> Iterator[Problem]:
     if s.default_pool is not None and s.default_pool not in s.pools:
         yield Problem(at + ("default_pool",), f"{s.default_pool!r} is not one of slurm.pools "
                                               f"({', '.join(s.pools) or 'none'}); name one of them")
+    yield from _login_problems(spec)
     if s.enabled and s.version not in SLINKY_KNOWN and not spec.kubernetes.allow_unknown_versions:
         yield Problem(at + ("version",), f"Slinky {s.version} is not known to this library; known: "
                                          f"{', '.join(SLINKY_KNOWN)}. Use a known one or set "

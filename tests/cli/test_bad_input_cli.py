@@ -74,6 +74,13 @@ def test_a_plain_private_key_in_stack_settings_warns_in_dev_and_is_refused_elsew
     assert not (project / "build" / "prod").exists()
 
 
+def test_a_plain_directory_password_in_stack_settings_is_reported_though_no_stack_declares_it(project):
+    (project / "Pulumi.prod.yaml").write_text('config:\n  gpucluster:slurmDirectoryPassword: "hunter2-bind"\n')
+    err = refused(gpucluster("validate", "prod", cwd=project))
+    assert "gpucluster:slurmDirectoryPassword is in plain text" in err and "(refused in prod)" in err
+    assert "pulumi config set --secret slurmDirectoryPassword < FILE" in err
+
+
 def test_damaged_stack_settings_are_bad_input(project):
     (project / "Pulumi.dev.yaml").write_text("config: [unclosed\n")
     assert "Pulumi.dev.yaml: cannot be read as YAML" in refused(gpucluster("plan", "dev", cwd=project))

@@ -37,6 +37,7 @@ from components.storage import ParallelFilesystem
 from components.offline.recorder import STACK_TYPE, RecordingMonitor, redact
 from components.offline.runner import run_offline
 from components.provider import SECRETS, package_schema, semver
+from tests.components.k8s.slurm_specs import with_slurm_pool
 from tests.conftest import ROOT
 
 # Pulumi's package metaschema (pkg/codegen/schema/pulumi.json of github.com/pulumi/pulumi/pkg/v3 v3.274.1, from
@@ -355,6 +356,24 @@ def test_a_pool_the_spec_lacks_and_a_filesystem_it_lacks_are_refused_by_property
                              "ParallelFilesystem")
     assert _property_errors(error).startswith("specYaml: the spec's storage.kind is none")
     assert monitor.recorder.records == []
+
+
+@pytest.mark.parametrize("component", ["GpuCluster", "GpuKubernetesStack"])
+def test_a_slurm_directory_account_needs_its_password_which_stays_a_secret(provider, dev_data, component):
+    with_slurm_pool(dev_data)
+    dev_data["kubernetes"]["slurm"]["login"] = {"directory": {
+        "uris": ["ldaps://ldap.site.example"], "search_base": "dc=site,dc=example", "group_prefix": "oidc:",
+        "bind_dn": "cn=sssd,dc=site,dc=example"}}
+    inputs = {"specYaml": yaml.safe_dump(dev_data), "sshPrivateKey": rpc.wrap_rpc_secret(KEY)}
+    if component == "GpuKubernetesStack":
+        del inputs["sshPrivateKey"]
+    error, monitor = _refused(provider, inputs, component)
+    assert _property_errors(error).startswith("slurmDirectoryPassword: ") and monitor.recorder.records == []
+    response, monitor = _constructed(provider, component, "dev", {
+        **inputs, "slurmDirectoryPassword": rpc.wrap_rpc_secret("bind-pw-9")})
+    bind = next(r for r in monitor.recorder.records if r.name.endswith("-slurm-login-directory"))
+    assert rpc.is_rpc_secret(bind.inputs["stringData"])
+    assert "bind-pw-9" not in json.dumps(redact([r.inputs for r in monitor.recorder.records]))
 
 
 def _tenancy_problems(tenant: dict[str, Any]) -> list[str]:

@@ -36,6 +36,10 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]
     data = copy.deepcopy(_DEV)
     with_slurm_pool(data)
     data["kubernetes"]["mpi_operator"] = {"enabled": False}       # its fixed health port: another stack's may run
+    # Login nodes on an anonymous directory (a bind_dn's password would be a stack secret the plan cannot read).
+    data["kubernetes"]["slurm"]["login"] = {"directory": {
+        "uris": ["ldaps://ldap.lab1.example"], "search_base": "dc=lab1,dc=example", "group_prefix": "oidc:",
+        "ca_configmap": "directory-ca"}}
     path = work / "dev-slurm.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     with running_cluster(path, work) as c:
@@ -116,7 +120,7 @@ def stored(slurm_cluster: Cluster, rendered: dict[str, list[dict[str, Any]]]) ->
 def test_the_control_plane_accepts_what_the_charts_render_and_keeps_every_field(slurm_cluster, stored):
     cp = slurm_cluster.cp
     namespace = slurm_cluster.spec.kubernetes.slurm.namespace
-    for kind in ("Controller", "NodeSet", "Accounting", "RestApi"):
+    for kind in ("Controller", "NodeSet", "Accounting", "RestApi", "LoginSet"):
         for sent in (o for o in stored if o["kind"] == kind):
             stored_object = cp.get(f"{kind.lower()}s.slinky.slurm.net", sent["metadata"]["name"], namespace)
             lost = _lost(sent["spec"], stored_object["spec"])
@@ -125,6 +129,7 @@ def test_the_control_plane_accepts_what_the_charts_render_and_keeps_every_field(
     applied = set(slurm_cluster.applied)
     assert {f"StatefulSet/{namespace}/{slurm.MARIADB}", f"Service/{namespace}/{slurm.MARIADB}"} <= applied
     assert any(a.startswith(f"Job/{namespace}/{slurm.ACCOUNTS}-") for a in applied)
+    assert f"CronJob/{namespace}/{slurm.USER_SYNC}" in applied           # the login groups' members as users
 
 
 @pytest.fixture(scope="module")
@@ -268,6 +273,76 @@ def test_the_operators_slurmdbd_conf_reaches_the_stacks_database(operator):
     for line in ("StorageType=accounting_storage/mysql", f"StorageHost={slurm.MARIADB}",
                  f"StoragePort={a.database_port}", f"StorageUser={a.database_user}", f"StorageLoc={a.database_name}"):
         assert line in lines, (line, text)
+
+
+# --- login nodes ------------------------------------------------------------------------------------------------
+
+LOGIN = f"{slurm.RELEASE}-login-{slurm.LOGIN_SET}"         # the chart's LoginSet name, and the operator's Deployment
+SSSD_SECRET = f"{slurm.RELEASE}-sssd-conf"                # the chart's sssd.conf Secret (slurm.sssdConf.name)
+SSSD_HASH = "slinky.slurm.net/sssd-conf-hash"               # slurm-operator v1.1.0 internal/builder/common/const.go
+
+
+def test_the_login_set_takes_the_generated_sssd_conf_from_the_charts_secret(slurm_cluster, rendered):
+    spec, objects = slurm_cluster.spec, rendered["cluster"]
+    login = one(objects, "LoginSet", LOGIN)["spec"]
+    assert login["sssdConfRef"] == {"name": SSSD_SECRET, "key": "sssd.conf"}
+    assert one(objects, "Secret", SSSD_SECRET)["stringData"]["sssd.conf"] == slurm.render_sssd_conf(spec)
+    assert login["extraSshdConfig"].strip() == slurm.LOGIN_SSHD and login["replicas"] == 2
+    assert login["login"]["image"].startswith("ghcr.io/slinkyproject/login:")
+
+
+@pytest.fixture(scope="module")
+def cpu_node(operator: Cluster) -> Iterator[str]:
+    """A node of no GPU pool, as the cluster's system nodes are: where login pods go."""
+    name = "cpu-01"
+    operator.cp.apply_objects([{
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
+                                              "type": "kwok"}, "annotations": {"kwok.x-k8s.io/node": "fake"}},
+        "status": {"capacity": {"cpu": "32", "memory": "128Gi", "pods": "110"},
+                   "allocatable": {"cpu": "31", "memory": "125Gi", "pods": "110"},
+                   "nodeInfo": {"kubeletVersion": "fake", "architecture": "amd64", "operatingSystem": "linux"}}}])
+    yield name
+    operator.cp.kubectl("delete", "node", name, "--wait=false")
+
+
+def test_the_operator_runs_the_login_pods_off_the_gpu_pools_with_sssd_conf_mounted(operator, cpu_node):
+    spec, cp = operator.spec, operator.cp
+    namespace = spec.kubernetes.slurm.namespace
+
+    def running() -> dict[str, str]:
+        return {p["metadata"]["name"]: p["spec"].get("nodeName") for p in cp.get(
+            "pods", namespace=namespace, selector=f"app.kubernetes.io/instance={LOGIN}")["items"]
+            if p["status"].get("phase") == "Running"}
+
+    wait_for(lambda: len(running()) == 2, 120,
+             lambda: f"login pods: {running()}\n{cp.log('slurm-operator')[-3000:]}")
+    assert set(running().values()) == {cpu_node}          # every other node is a GPU pool's
+    pod = cp.get("deployments", LOGIN, namespace)["spec"]["template"]
+    volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+    assert volumes["sssd-conf"]["projected"]["sources"][0]["secret"]["name"] == SSSD_SECRET
+    assert volumes["directory-ca"]["configMap"]["name"] == spec.kubernetes.slurm.login.directory.ca_configmap
+    mounts = {m["mountPath"] for c in pod["spec"]["containers"] for m in c.get("volumeMounts") or []}
+    assert {"/etc/sssd/sssd.conf", slurm.DIRECTORY_CA} <= mounts
+    assert cp.get("services", LOGIN, namespace)["spec"]["type"] == spec.kubernetes.slurm.login.service_type
+
+
+def test_day_two_a_new_sssd_conf_rolls_the_login_pods(operator, cpu_node):
+    """What a `pulumi up` that changes the login groups does: helm updates the chart's sssd.conf Secret and the
+    operator gives the login Deployment's template the new file's hash, so new pods (with the new groups) come up
+    one at a time before the old ones go (maxUnavailable 0)."""
+    spec, cp = operator.spec, operator.cp
+    namespace = spec.kubernetes.slurm.namespace
+    template = lambda: cp.get("deployments", LOGIN, namespace)["spec"]["template"]   # noqa: E731
+    before = wait_for(lambda: template()["metadata"].get("annotations", {}).get(SSSD_HASH), 60,
+                      lambda: f"no {SSSD_HASH} on {LOGIN}")
+    conf = slurm.render_sssd_conf(spec).replace("team-b", "team-c")
+    cp.apply_objects([{"apiVersion": "v1", "kind": "Secret", "metadata": {"name": SSSD_SECRET, "namespace": namespace},
+                       "stringData": {"sssd.conf": conf}}])
+    after = wait_for(lambda: (h := template()["metadata"]["annotations"].get(SSSD_HASH)) != before and h, 60,
+                     lambda: f"{LOGIN} kept {SSSD_HASH}={before}\n{cp.log('slurm-operator')[-3000:]}")
+    assert after != before
+    assert cp.get("deployments", LOGIN, namespace)["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
 
 
 def _lost(sent: Any, stored: Any, path: str = "spec") -> list[str]:

@@ -180,6 +180,14 @@ def test_encrypted_stack_config_becomes_an_unresolved_placeholder(tmp_path):
     assert "v1:abc" not in json.dumps(cfg.values)
 
 
+def test_a_secret_only_the_spec_asks_for_is_a_placeholder_where_needed_and_absent_elsewhere(tmp_path):
+    shutil.copy(ROOT / "Pulumi.yaml", tmp_path / "Pulumi.yaml")
+    needed = load_stack_config(tmp_path, "qa", ("slurmDirectoryPassword",))
+    assert "gpucluster:slurmDirectoryPassword" in needed.unresolved_secrets
+    assert needed.values["gpucluster:slurmDirectoryPassword"].startswith("offline-placeholder-for-")
+    assert "gpucluster:slurmDirectoryPassword" not in load_stack_config(tmp_path, "qa").values
+
+
 # --- the fabric in plans of a RoCE stack (dev) and an InfiniBand stack (prod) -----------------------------
 
 def test_roce_plan_shows_host_and_switch_scripts_checks_and_nccl(dev_plan):

@@ -270,3 +270,186 @@ def test_a_quarantine_that_does_not_drain_warns_that_slurm_keeps_using_the_node(
     kept = make_spec(lambda d: d["kubernetes"].setdefault("health", {}).update(quarantine={"drain": False}))
     (warning,) = [w for w in kept.warnings() if "slurmd" in w]
     assert f"Slurm pool(s) {SLURM_POOL} keeps its slurmd" in warning and "set drain: true" in warning
+
+
+# --- login nodes bound to the tenants' identity groups --------------------------------------------------------------
+
+DIRECTORY = {"uris": ["ldaps://ldap.site.example"], "search_base": "dc=site,dc=example", "group_prefix": "oidc:",
+             "bind_dn": "cn=sssd,ou=services,dc=site,dc=example", "ca_configmap": "directory-ca"}
+BIND_PASSWORD = "s3cret-bind-pw"
+
+
+def with_login(data, **directory):
+    with_slurm_pool(data)
+    data["kubernetes"]["slurm"]["login"] = {"directory": {**DIRECTORY, **directory}}
+
+
+@pytest.fixture
+def login(make_spec):
+    return make_spec(with_login)
+
+
+def directory(**fields):
+    """An edit of the login fixture's directory (a field given None is left out)."""
+    def edit(d):
+        found = d["kubernetes"]["slurm"]["login"]["directory"]
+        found.update(fields)
+        for key in [k for k, v in fields.items() if v is None]:
+            del found[key]
+    return edit
+
+
+def sssd_option(conf: str, key: str) -> str | None:
+    return next((line.split(" = ", 1)[1] for line in conf.splitlines() if line.startswith(f"{key} = ")), None)
+
+
+def test_only_the_edit_and_admin_groups_of_tenants_on_slurm_pools_may_log_in(login, make_spec):
+    # dev: team-a is administered by oidc:ml-platform-admins and edited by oidc:team-a; team-b is edited by
+    # oidc:team-b and viewed by oidc:auditors
+    conf = slurm.render_sssd_conf(login)
+    assert sssd_option(conf, "simple_allow_groups") == "ml-platform-admins, team-a, team-b"
+    assert sssd_option(conf, "access_provider") == "simple" and "auditors" not in conf
+
+    team_b_off_slurm = make_spec(lambda d: d["tenants"][1]["gpu_quota"].pop(SLURM_POOL))
+    assert sssd_option(slurm.render_sssd_conf(team_b_off_slurm), "simple_allow_groups") == \
+        "ml-platform-admins, team-a"
+
+
+def test_sssd_verifies_the_directory_over_tls_and_keeps_no_password(login, make_spec):
+    conf = slurm.render_sssd_conf(login)
+    assert sssd_option(conf, "ldap_tls_reqcert") == "demand"
+    assert sssd_option(conf, "ldap_tls_cacert") == slurm.DIRECTORY_CA
+    assert sssd_option(conf, "ldap_default_bind_dn") == DIRECTORY["bind_dn"]
+    assert sssd_option(conf, "cache_credentials") == "false" and "authtok" not in conf
+    assert sssd_option(conf, "ldap_id_use_start_tls") is None                # ldaps: TLS from the start
+    start_tls = slurm.render_sssd_conf(make_spec(directory(uris=["ldap://ldap.site.example:389"])))
+    assert sssd_option(start_tls, "ldap_id_use_start_tls") == "true"
+    anonymous = slurm.render_sssd_conf(make_spec(directory(bind_dn=None, ca_configmap=None)))
+    assert "ldap_default_bind_dn" not in anonymous and "ldap_tls_cacert" not in anonymous
+
+
+def test_the_bind_password_refuses_what_sssd_conf_cannot_carry():
+    assert slurm.render_sssd_bind("pw") == (f"[domain/{slurm.SSSD_DOMAIN}]\nldap_default_authtok_type = password\n"
+                                            "ldap_default_authtok = pw\n")
+    for bad in ("", "two\nlines", " padded"):
+        with pytest.raises(ValueError, match="slurmDirectoryPassword"):
+            slurm.render_sssd_bind(bad)
+
+
+def test_the_login_set_runs_off_the_gpu_pools_and_is_replaced_one_pod_at_a_time(login):
+    values = slurm.render_slurm_values(login, credentials="digest")
+    assert values["sssd"] == {"conf": slurm.render_sssd_conf(login)}      # the chart's Secret: shown in the plan
+    ls = values["loginsets"][slurm.LOGIN_SET]
+    assert values["loginsets"]["slinky"] == {"enabled": False}
+    terms = ls["podSpec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert terms["nodeSelectorTerms"] == [{"matchExpressions": [{"key": POOL_LABEL, "operator": "DoesNotExist"}]}]
+    assert ls["strategy"]["rollingUpdate"] == {"maxUnavailable": 0, "maxSurge": 1} and ls["replicas"] == 2
+    assert ls["login"]["image"] == defaults("slurm")["loginsets"]["slinky"]["login"]["image"]
+    assert ls["metadata"] == {"annotations": {slurm.BIND_ANNOTATION: "digest"}}
+    mounts = {m["mountPath"]: m for m in ls["login"]["volumeMounts"]}
+    assert mounts[slurm.SSSD_BIND]["subPath"] == "bind.conf" and mounts[slurm.DIRECTORY_CA]["subPath"] == "ca.crt"
+    volumes = {v["name"]: v for v in ls["podSpec"]["volumes"]}
+    assert {mounts[p]["name"] for p in mounts} == set(volumes)
+    assert volumes["sssd-bind"]["secret"]["defaultMode"] == 0o600     # sssd ignores a snippet others may read
+
+
+
+def test_without_login_the_chart_gets_no_login_set_and_no_sssd(spec):
+    values = slurm.render_slurm_values(spec)
+    assert values["loginsets"] == {"slinky": {"enabled": False}} and "sssd" not in values
+
+
+def test_every_rendered_login_set_key_exists_in_the_charts_example(login):
+    chart = defaults("slurm")
+    values = slurm.render_slurm_values(login, credentials="digest")
+    assert unknown_keys({"sssd": values["sssd"]}, chart, "slurm") == []
+    ls = values["loginsets"][slurm.LOGIN_SET]
+    ls["metadata"].pop("annotations")          # a free-form map
+    assert unknown_keys(ls, chart["loginsets"]["slinky"], "slurm") == []
+
+
+def test_a_new_bind_password_changes_the_login_pods_and_the_digest_does_not_give_it_away(login):
+    digest = slurm.credentials_digest(login, BIND_PASSWORD)
+    assert digest == slurm.credentials_digest(login, BIND_PASSWORD) != slurm.credentials_digest(login, "other")
+    assert BIND_PASSWORD not in digest and len(digest) == 32
+
+
+@pytest.mark.parametrize("edit, where, words", [
+    (lambda d: d["kubernetes"]["slurm"]["login"]["directory"].update(uris=["ldaps://a.example", "ldap://b.example"]),
+     "kubernetes.slurm.login.directory.uris", "mix ldaps:// and ldap://"),
+    (lambda d: d["kubernetes"]["slurm"]["login"]["directory"].update(uris=["https://ldap.example"]),
+     "kubernetes.slurm.login.directory.uris[0]", "not an LDAP server URI"),
+    (lambda d: d["kubernetes"]["slurm"]["login"]["directory"].update(search_base="dc=a,\ndc=b"),
+     "kubernetes.slurm.login.directory.search_base", "distinguished name"),
+    (lambda d: d["kubernetes"]["slurm"]["login"]["directory"].update(group_prefix="ldap:"),
+     "tenants[0].groups.admin[0]", "group_prefix"),
+    (lambda d: d["tenants"][0]["groups"].update(edit=["oidc:team,a"]), "tenants[0].groups.edit[0]", "comma"),
+    (lambda d: [t.update(groups={}) for t in d["tenants"]], "kubernetes.slurm.login", "no one could log in"),
+    (lambda d: d["kubernetes"]["slurm"].update(pools=[]), "kubernetes.slurm.login", "need Slurm"),
+])
+def test_a_bad_login_section_is_refused_naming_the_field(dev_data, edit, where, words):
+    with_login(dev_data)
+    edit(dev_data)
+    found = [p for p in problems_of(dev_data) if f" {where}: " in p]
+    assert found and words in found[0], problems_of(dev_data)
+
+
+def test_the_bind_password_is_a_secret_of_its_own_and_never_in_the_plan(record, login):
+    run = record(lambda: GpuKubernetesStack("k8s", login, slurm_directory_password=BIND_PASSWORD))
+    by_name = {r.name: r for r in run.records}
+    bind = by_name["k8s-slurm-login-directory"]
+    assert bind.inputs["metadata"]["name"] == slurm.LOGIN_BIND
+    assert "4dabf18193072939515e22adb298388d" in str(bind.inputs["stringData"])       # a secret
+    release = by_name["k8s-slurm-cluster"]
+    assert any(d.endswith("::k8s-slurm-login-directory") for d in release.dependencies)
+    annotation = release.inputs["values"]["loginsets"][slurm.LOGIN_SET]["metadata"]["annotations"]
+    assert annotation == {slurm.BIND_ANNOTATION: slurm.credentials_digest(login, BIND_PASSWORD)}   # values stay plain
+    envelopes = [r.inputs["stringData"] for r in run.records if r.type == "kubernetes:core/v1:Secret"]
+    assert BIND_PASSWORD in str(envelopes)          # inside secret envelopes only, which the plan redacts ...
+    elsewhere = [r.inputs for r in run.records if r.type != "kubernetes:core/v1:Secret"]
+    assert BIND_PASSWORD not in str(elsewhere) + str(run.component_outputs)            # ... and nowhere else
+
+
+def test_a_bind_dn_without_its_password_is_refused_before_anything_registers(record, login):
+    with pytest.raises(Exception, match="slurmDirectoryPassword"):
+        record(lambda: GpuKubernetesStack("k8s", login))
+
+
+def test_the_account_members_cronjob_runs_the_login_pods_sssd_files_off_the_gpu_pools(login):
+    config, cron = slurm.render_user_sync(login)
+    job = cron.obj["spec"]
+    assert (job["schedule"], job["concurrencyPolicy"]) == (slurm.USER_SYNC_SCHEDULE, "Forbid")
+    pod = job["jobTemplate"]["spec"]["template"]["spec"]
+    assert pod["affinity"] == slurm._off_gpu_pools()
+    (container,) = pod["containers"]
+    assert container["image"] == "ghcr.io/slinkyproject/login:25.11-ubuntu24.04"
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    assert mounts == {"/etc/slurm": "etc-slurm", slurm.ACCOUNTS_DIR: "sync", "/etc/sssd/sssd.conf": "sssd-conf",
+                      slurm.SSSD_BIND: "sssd-bind", slurm.DIRECTORY_CA: "directory-ca"}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["sssd-conf"]["secret"]["secretName"] == slurm.SSSD_CONF_SECRET
+    assert volumes["sync"]["configMap"]["name"] == config.obj["metadata"]["name"]
+    assert config.obj["data"]["sync.sh"] == slurm.render_user_sync_script(login)
+
+
+def test_each_tenant_account_takes_its_admin_and_edit_groups_and_one_without_groups_none(login, make_spec):
+    assert slurm.account_groups(login) == {"team-a": ["ml-platform-admins", "team-a"], "team-b": ["team-b"]}
+    no_groups = make_spec(lambda d: d["tenants"][1].update(groups={"view": ["oidc:auditors"]}))
+    assert slurm.account_groups(no_groups)["team-b"] == []            # its users are removed, not kept
+
+
+@pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck is not installed (.ci/run installs it)")
+def test_the_account_members_script_passes_shellcheck(login, tmp_path):
+    path = tmp_path / "sync.sh"
+    path.write_text(slurm.render_user_sync_script(login))
+    proc = subprocess.run(["shellcheck", "-s", "bash", str(path)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout
+
+
+def test_the_account_members_cronjob_is_there_only_with_login_nodes(record, login, make_spec):
+    run = record(lambda: GpuKubernetesStack("k8s", login, slurm_directory_password=BIND_PASSWORD))
+    cron = next(r for r in run.records if r.name == "k8s-slurm-account-members-cronjob")
+    assert any(d.endswith("::k8s-slurm-cluster") for d in cron.dependencies)
+    no_login = make_spec(lambda d: d["kubernetes"]["slurm"].pop("login"))
+    without = record(lambda: GpuKubernetesStack("k8s", no_login))
+    assert not [r for r in without.records if "account-members" in r.name or "login" in r.name]

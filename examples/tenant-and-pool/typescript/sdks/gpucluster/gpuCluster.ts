@@ -87,6 +87,7 @@ export class GpuCluster extends pulumi.ComponentResource {
             }
             resourceInputs["kubeContext"] = args?.kubeContext;
             resourceInputs["kubeconfig"] = args?.kubeconfig ? pulumi.secret(args.kubeconfig) : undefined;
+            resourceInputs["slurmDirectoryPassword"] = args?.slurmDirectoryPassword ? pulumi.secret(args.slurmDirectoryPassword) : undefined;
             resourceInputs["specFile"] = args?.specFile;
             resourceInputs["specYaml"] = args?.specYaml;
             resourceInputs["sshPrivateKey"] = args?.sshPrivateKey ? pulumi.secret(args.sshPrivateKey) : undefined;
@@ -135,6 +136,10 @@ export interface GpuClusterArgs {
      * Kubeconfig (the content or a path) for kubectl where pulumi runs, which drains nodes in a rollout; give what the Kubernetes provider is given; a secret. Omitted: kubectl's own configuration.
      */
     kubeconfig?: pulumi.Input<string | undefined>;
+    /**
+     * Password of the Slurm login set's directory account (kubernetes.slurm.login.directory.bind_dn); a secret. Omitted: none, which a spec with a bind_dn refuses.
+     */
+    slurmDirectoryPassword?: pulumi.Input<string | undefined>;
     /**
      * Path of the cluster spec (YAML, as in the library's stacks/), relative to the program's directory. Give it or specYaml.
      */

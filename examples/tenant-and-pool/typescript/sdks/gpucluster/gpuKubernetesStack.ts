@@ -46,6 +46,7 @@ export class GpuKubernetesStack extends pulumi.ComponentResource {
         let resourceInputs: pulumi.Inputs = {};
         opts = opts || {};
         if (!opts.id) {
+            resourceInputs["slurmDirectoryPassword"] = args?.slurmDirectoryPassword ? pulumi.secret(args.slurmDirectoryPassword) : undefined;
             resourceInputs["specFile"] = args?.specFile;
             resourceInputs["specYaml"] = args?.specYaml;
             resourceInputs["flavors"] = undefined /*out*/;
@@ -65,6 +66,10 @@ export class GpuKubernetesStack extends pulumi.ComponentResource {
  * The set of arguments for constructing a GpuKubernetesStack resource.
  */
 export interface GpuKubernetesStackArgs {
+    /**
+     * Password of the Slurm login set's directory account (kubernetes.slurm.login.directory.bind_dn); a secret. Omitted: none, which a spec with a bind_dn refuses.
+     */
+    slurmDirectoryPassword?: pulumi.Input<string | undefined>;
     /**
      * Path of the cluster spec (YAML, as in the library's stacks/), relative to the program's directory. Give it or specYaml.
      */
