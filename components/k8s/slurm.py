@@ -26,7 +26,7 @@ from ..spec import ClusterSpec, NodePool
 from ..spec.cluster import network_operator_enabled
 from ..spec.common import CONTROL_RE
 from ..spec.kubernetes import ChartSource
-from ..spec.slurm import SLINKY_KNOWN, SLINKY_NAMESPACE, directory_groups
+from ..spec.slurm import SLINKY_KNOWN, SLINKY_NAMESPACE, directory_groups, tenant_directory_groups
 from ..spec.topology import network_places
 from ..types import token
 from .helm import Chart, release
@@ -516,21 +516,11 @@ account() {
 """
 
 
-def account_groups(spec: ClusterSpec) -> dict[str, list[str]]:
-    """Per tenant account, the directory groups whose members are its users: its admin and edit groups (none:
-    the account keeps no user)."""
-    login = spec.kubernetes.slurm.login
-    prefix = login.directory.group_prefix if login else ""
-    accounts = tenant_accounts(spec)
-    return {t.name: sorted({g.removeprefix(prefix) for g in (*t.groups.admin, *t.groups.edit)})
-            for t in spec.tenants if t.name in accounts}
-
-
 def render_user_sync_script(spec: ClusterSpec, tries: int = 6) -> str:
     """The login groups' members as the users of their tenants' accounts, looked up through sssd as a login pod
     does; a group asked for up to `tries` x 5 s."""
     body = _USER_SYNC_SCRIPT.replace("@ACCOUNTS@", "\n".join(
-        call("account", name, *groups) for name, groups in sorted(account_groups(spec).items())))
+        call("account", name, *groups) for name, groups in sorted(tenant_directory_groups(spec).items())))
     return script("Slurm account members from the tenants' directory groups", USER_SYNC,
                   fill(body, TRIES=tries, CLUSTER=spec.name))
 

@@ -161,11 +161,19 @@ def login_groups(spec: ClusterSpec) -> list[tuple[tuple[str | int, ...], str]]:
             for role in ("admin", "edit") for g, name in enumerate(getattr(tenant.groups, role))]
 
 
-def directory_groups(spec: ClusterSpec) -> list[str]:
-    """The login groups as the directory names them, each once."""
+def tenant_directory_groups(spec: ClusterSpec) -> dict[str, list[str]]:
+    """Per tenant with GPUs on a Slurm pool, its login groups as the directory names them (none: no one of it
+    logs in)."""
     login = spec.kubernetes.slurm.login
     prefix = login.directory.group_prefix if login else ""
-    return sorted({name.removeprefix(prefix) for _, name in login_groups(spec)})
+    pools = set(spec.kubernetes.slurm.pools)
+    return {t.name: sorted({g.removeprefix(prefix) for g in (*t.groups.admin, *t.groups.edit)})
+            for t in spec.tenants if pools & set(t.gpu_quota)}
+
+
+def directory_groups(spec: ClusterSpec) -> list[str]:
+    """The login groups as the directory names them, each once."""
+    return sorted({g for groups in tenant_directory_groups(spec).values() for g in groups})
 
 
 def _login_problems(spec: ClusterSpec) -> Iterator[Problem]:

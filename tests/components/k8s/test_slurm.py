@@ -13,6 +13,7 @@ from components.k8s import kueue, monitoring, slurm
 from components.k8s.gpu_stack import GpuKubernetesStack
 from components.k8s.labels import BURN_IN_TAINT, POOL_LABEL, QUARANTINE_TAINT
 from components.spec.cluster import checked_pools
+from components.spec.slurm import tenant_directory_groups
 from components.validation.suite import plan_suite
 from tests.components.k8s.slurm_specs import SLURM_POOL, with_slurm_pool
 from tests.components.k8s.test_gpu_stack import PROMTOOL, panel_query, promtool
@@ -433,9 +434,11 @@ def test_the_account_members_cronjob_runs_the_login_pods_sssd_files_off_the_gpu_
 
 
 def test_each_tenant_account_takes_its_admin_and_edit_groups_and_one_without_groups_none(login, make_spec):
-    assert slurm.account_groups(login) == {"team-a": ["ml-platform-admins", "team-a"], "team-b": ["team-b"]}
+    assert tenant_directory_groups(login) == {"team-a": ["ml-platform-admins", "team-a"], "team-b": ["team-b"]}
+    assert set(tenant_directory_groups(login)) == set(slurm.tenant_accounts(login))
     no_groups = make_spec(lambda d: d["tenants"][1].update(groups={"view": ["oidc:auditors"]}))
-    assert slurm.account_groups(no_groups)["team-b"] == []            # its users are removed, not kept
+    assert tenant_directory_groups(no_groups)["team-b"] == []          # its users are removed, not kept
+    assert "account team-b\n" in slurm.render_user_sync_script(no_groups)
 
 
 @pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck is not installed (.ci/run installs it)")
