@@ -47,6 +47,8 @@ class Planned:
 
 def plan_stack(args: argparse.Namespace) -> Planned | int:
     """Validate, run the program offline, write the plan and print its summary; an exit code on bad input."""
+    from pulumi.errors import RunError
+
     from ..offline.plan import build_plan, write_plan         # Pulumi's SDK loads only when a plan is made
     from ..offline.runner import run_program
     try:
@@ -57,7 +59,7 @@ def plan_stack(args: argparse.Namespace) -> Planned | int:
             print(f"warning: {warning}", file=sys.stderr)
         result = run_program(root, stack, spec_file=path.resolve() if is_spec_file(args.stack) else None,
                              secrets=spec.kubernetes.slurm.secret_settings)
-    except SpecError as e:
+    except (SpecError, RunError) as e:      # a RunError: the program's own message, as the engine prints it
         return report_bad_input(e)
     yardsticks = report_thresholds(args)
     plan = build_plan(result, yardsticks)

@@ -81,6 +81,13 @@ def test_a_plain_directory_password_in_stack_settings_is_reported_though_no_stac
     assert "pulumi config set --secret slurmDirectoryPassword < FILE" in err
 
 
+def test_a_program_that_stops_with_a_run_error_is_bad_input_with_its_message(project):
+    main = project / "__main__.py"
+    main.write_text('import pulumi\nraise pulumi.RunError("stopped on purpose: set X")\n' + main.read_text())
+    assert "error: stopped on purpose: set X" in refused(gpucluster("plan", "dev", cwd=project))
+    assert not (project / "build" / "dev").exists()
+
+
 def test_damaged_stack_settings_are_bad_input(project):
     (project / "Pulumi.dev.yaml").write_text("config: [unclosed\n")
     assert "Pulumi.dev.yaml: cannot be read as YAML" in refused(gpucluster("plan", "dev", cwd=project))
