@@ -3,6 +3,7 @@
 import pulumi
 
 from components import GpuCluster, SpecError, load_spec
+from components.spec.slurm import DIRECTORY_PASSWORD
 
 config = pulumi.Config()
 try:
@@ -12,7 +13,7 @@ except SpecError as e:          # the engine prints a RunError's message alone, 
 # kubectl, which drains nodes in a rollout, reaches the cluster as the default Kubernetes provider does.
 kubernetes = pulumi.Config("kubernetes")
 # The Slurm login set's directory account, where the spec names one (kubernetes.slurm.login.directory.bind_dn).
-directory_password = config.get_secret("slurmDirectoryPassword")
+directory_password = config.get_secret(DIRECTORY_PASSWORD)
 if directory_password is None and spec.kubernetes.slurm.secret_settings:
     raise pulumi.RunError("kubernetes.slurm.login.directory.bind_dn needs its password as the stack's secret "
                           "slurmDirectoryPassword: `pulumi config set --secret slurmDirectoryPassword`")

@@ -525,6 +525,11 @@ def render_user_sync_script(spec: ClusterSpec, tries: int = 6) -> str:
                   fill(body, TRIES=tries, CLUSTER=spec.name))
 
 
+def _digest(files: dict[str, str]) -> str:
+    """What a ConfigMap of scripts is named by: a change is a new ConfigMap (and its Job a new Job)."""
+    return hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()[:10]
+
+
 def _etc_slurm() -> dict[str, Any]:
     """/etc/slurm as a client needs it: the operator's slurm.conf and the auth/slurm key."""
     return {"name": "etc-slurm", "projected": {"sources": [
@@ -538,7 +543,7 @@ def render_user_sync(spec: ClusterSpec) -> list[Manifest]:
     group may not. The chart's sssd.conf Secret and the bind snippet are mounted as in a login pod."""
     s = spec.kubernetes.slurm
     files = {"sync.sh": render_user_sync_script(spec)}
-    digest = hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()[:10]
+    digest = _digest(files)
     directory_mounts, directory_volumes = _directory_files(spec)
     mounts = [{"name": "etc-slurm", "mountPath": "/etc/slurm", "readOnly": True},
               {"name": "sync", "mountPath": ACCOUNTS_DIR, "readOnly": True},
@@ -569,7 +574,7 @@ def render_accounts_job(spec: ClusterSpec) -> list[Manifest]:
     s = spec.kubernetes.slurm
     files = {"accounts.cfg": render_accounts_file(spec)}
     files["accounts.sh"] = render_accounts_script(spec, f"{ACCOUNTS_DIR}/accounts.cfg")
-    digest = hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()[:10]
+    digest = _digest(files)
     etc = _etc_slurm()
     pod = {"restartPolicy": "OnFailure", "containers": [{
         "name": "sacctmgr", "image": mirrored(f"{IMAGES}/slurmctld", spec) + f":{slurm_tag(spec)}",
@@ -630,7 +635,7 @@ def intent(spec: ClusterSpec) -> dict[str, Any]:
 
 def compose(cluster: Any, name: str, spec: ClusterSpec, directory_password: pulumi.Input[str] | None = None) -> None:
     s = spec.kubernetes.slurm
-    if spec.kubernetes.slurm.secret_settings and directory_password is None:
+    if s.secret_settings and directory_password is None:
         raise ValueError(f"kubernetes.slurm.login.directory.bind_dn is {s.login.directory.bind_dn}, whose password "
                          "the login nodes' sssd binds with: give it (the program's secret slurmDirectoryPassword: "
                          "`pulumi config set --secret slurmDirectoryPassword`), or remove bind_dn for anonymous "
@@ -647,7 +652,7 @@ def compose(cluster: Any, name: str, spec: ClusterSpec, directory_password: pulu
         inputs = [secret, *(register(f"{name}-{m.role}", m.obj, pulumi.ResourceOptions(
             parent=cluster, depends_on=[secret])) for m in render_mariadb(spec))]
     credentials = None
-    if spec.kubernetes.slurm.secret_settings:
+    if s.secret_settings:
         bind = pulumi.Output.secret(directory_password)
         inputs.append(k8s.core.v1.Secret(f"{name}-login-directory", metadata={
             "name": LOGIN_BIND, "namespace": s.namespace}, type="Opaque",

@@ -15,7 +15,7 @@ from ..spec.loader import PRIVATE_KEY_RE
 from ..spec.slurm import DIRECTORY_PASSWORD
 
 
-# Secrets the program reads only where the spec asks for them (ClusterSpec's secrets), so Pulumi.yaml cannot
+# Secrets the program reads only where the spec asks for them (SlurmSettings.secret_settings), so Pulumi.yaml cannot
 # declare them (a declared key without a default is required of every stack): a plain-text value is still reported.
 OPTIONAL_SECRETS = (DIRECTORY_PASSWORD,)
 
@@ -58,6 +58,7 @@ def load_stack_config(project_dir: Path, stack: str, needed: tuple[str, ...] = (
         else:
             values[qualify(key)] = encode(decl)
     plain: list[str] = []
+    optional = {qualify(k) for k in OPTIONAL_SECRETS}
     stack_file = project_dir / f"Pulumi.{stack}.yaml"
     if stack_file.exists():
         config = _read_yaml(stack_file).get("config") or {}
@@ -70,8 +71,7 @@ def load_stack_config(project_dir: Path, stack: str, needed: tuple[str, ...] = (
                 unresolved.append(qualify(key))
             else:
                 values[qualify(key)] = encode(value)
-                if (qualify(key) in secret_keys or qualify(key) in map(qualify, OPTIONAL_SECRETS)
-                        or PRIVATE_KEY_RE.search(values[qualify(key)])):
+                if qualify(key) in secret_keys | optional or PRIVATE_KEY_RE.search(values[qualify(key)]):
                     plain.append(qualify(key))
     secret_keys.update(qualify(k) for k in needed)
     for key in sorted(secret_keys):     # declared secrets no stack file sets (they live in the engine's state)
