@@ -387,6 +387,16 @@ def test_a_new_bind_password_changes_the_login_pods_and_the_digest_does_not_give
     (lambda d: d["tenants"][0]["groups"].update(edit=["oidc:team,a"]), "tenants[0].groups.edit[0]", "comma"),
     (lambda d: [t.update(groups={}) for t in d["tenants"]], "kubernetes.slurm.login", "no one could log in"),
     (lambda d: d["kubernetes"]["slurm"].update(pools=[]), "kubernetes.slurm.login", "need Slurm"),
+    (lambda d: d["kubernetes"]["slurm"]["login"].update(replicas=0), "kubernetes.slurm.login.replicas",
+     "greater than or equal to 1"),
+    (lambda d: d["kubernetes"]["slurm"]["login"].update(replicas="two"), "kubernetes.slurm.login.replicas",
+     "valid integer"),
+    (lambda d: d["kubernetes"]["slurm"]["login"].update(service_type="Ingress"),
+     "kubernetes.slurm.login.service_type", "LoadBalancer"),
+    (lambda d: d["kubernetes"]["slurm"]["login"]["directory"].update(bind_password="x"),
+     "kubernetes.slurm.login.directory.bind_password", "unknown field"),
+    (lambda d: d["kubernetes"]["slurm"]["login"]["directory"].update(uris=[]),
+     "kubernetes.slurm.login.directory.uris", "at least 1"),
 ])
 def test_a_bad_login_section_is_refused_naming_the_field(dev_data, edit, where, words):
     with_login(dev_data)
