@@ -107,12 +107,16 @@ def sacctmgr(env: dict, *args: str) -> list[dict[str, str]]:
     return [dict(zip(fmt, line.split("|"))) for line in out.splitlines()]
 
 
-def slurm_spec(**edits):
+def slurm_spec(*more, **edits):
+    """The dev spec with a three-host Slurm pool, then `more` (functions that change the spec's data), then
+    `edits` (dotted path -> value)."""
     import yaml
 
     from components.spec import parse_spec
     data = yaml.safe_load((Path(__file__).resolve().parents[1] / "stacks" / "dev.yaml").read_text())
     with_slurm_pool(data, hosts=3)
+    for change in more:
+        change(data)
     for path, value in edits.items():
         node = data
         *parents, last = path.split(".")

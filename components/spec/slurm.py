@@ -105,8 +105,9 @@ class SlurmSettings(SpecModel):
     one slurmd pod per node holding all of its GPUs), each pool is a Slurm partition, and Kueue does not see
     those pools at all. A pool is scheduled by Kueue or by Slurm, never both: each would hand out the same GPUs
     without seeing the other's jobs. A tenant's gpu_quota on a Slurm pool is its Slurm account's: its fair
-    share, and with borrowing_limit its GPU limit; the spec's priority classes are QOS of the same order, a
-    higher one preempting (requeueing) lower ones."""
+    share, and with borrowing_limit its GPU limit on the pool's GPU model (no quota on any pool of a model:
+    none of its GPUs); the spec's priority classes are QOS of the same order, a higher one preempting
+    (requeueing) lower ones."""
 
     pools: list[DnsLabel] = Field(
         default_factory=list, max_length=64,

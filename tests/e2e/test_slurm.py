@@ -86,7 +86,7 @@ def test_the_cluster_chart_carries_the_generated_config(slurm_cluster, rendered)
     assert controller["clusterName"] == spec.name and controller["accountingRef"]["name"] == "slurm"
     extra = one(objects, "ConfigMap", "slurm-config-extra")["data"]
     assert extra == {"gres.conf": slurm.render_gres_conf(spec), "cgroup.conf": slurm.render_cgroup_conf(),
-                     "topology.conf": slurm.render_topology_conf(spec)}
+                     "topology.conf": slurm.render_topology_conf(spec), "job_submit.lua": slurm.render_job_submit(spec)}
     scripts = {k: v for o in objects if o["kind"] == "ConfigMap" for k, v in (o.get("data") or {}).items()}
     for when in ("prolog", "epilog"):
         assert scripts[f"{when}-{slurm_health.SCRIPT}"] == slurm_health.render_node_check(spec, when)
@@ -254,7 +254,10 @@ def test_the_operators_slurm_conf_is_the_one_the_daemon_tests_assemble(operator)
     # Slurm's prolog and epilog are the node check alone: not the chart's NVIDIA job mapping (see render_slurm_values)
     assert [line for line in lines if line.startswith(("Prolog=", "Epilog="))] == [
         f"Prolog=prolog-{slurm_health.SCRIPT}", f"Epilog=epilog-{slurm_health.SCRIPT}"]
-    for name in ("gres.conf", "cgroup.conf", "topology.conf"):
+    # The GPUs tracked per model: extraConf's AccountingStorageTRES comes after the operator's, so Slurm uses it
+    assert [line for line in lines if line.startswith("AccountingStorageTRES=")] == [
+        "AccountingStorageTRES=gres/gpu", "AccountingStorageTRES=gres/gpu,gres/gpu:h100-sxm5-80gb"]
+    for name in ("gres.conf", "cgroup.conf", "topology.conf", "job_submit.lua"):
         assert files[name] == values["configFiles"][name]
 
 

@@ -29,3 +29,19 @@ def with_slurm_pool(data: dict[str, Any], hosts: int = 2, two_leaves: bool = Tru
     # team-a's Slurm account: a share of 4 GPUs, at most 8; team-b's: 2, no limit
     data["tenants"][0]["gpu_quota"][SLURM_POOL] = {"nominal": 4, "borrowing_limit": 4}
     data["tenants"][1]["gpu_quota"][SLURM_POOL] = 2
+
+
+H200_POOL = "h200-slurm"
+
+
+def with_h200_pool(data: dict[str, Any]) -> None:
+    """After with_slurm_pool: a one-host H200 pool for Slurm too (another GPU model, so another GRES type), in
+    the new rack; team-b holds 2 of its GPUs and may borrow 2, team-a none, and a new team-c only these (2, no
+    limit) and none of the H100 pools."""
+    pool = copy.deepcopy(data["node_pools"][0])
+    pool.update(name=H200_POOL, gpu={"model": "H200-SXM5-141GB", "count": 8},
+                hosts=[{"hostname": "gpu-h200-01.lab1.example", "address": "10.10.0.30", "rack": "r02"}])
+    data["node_pools"].append(pool)
+    data["kubernetes"]["slurm"]["pools"].append(H200_POOL)
+    data["tenants"][1]["gpu_quota"][H200_POOL] = {"nominal": 2, "borrowing_limit": 2}
+    data["tenants"].append({"name": "team-c", "groups": {"edit": ["oidc:team-c"]}, "gpu_quota": {H200_POOL: 2}})

@@ -15,7 +15,7 @@ from components.k8s.labels import BURN_IN_TAINT, POOL_LABEL, QUARANTINE_TAINT
 from components.spec.cluster import checked_pools
 from components.spec.slurm import tenant_directory_groups
 from components.validation.suite import plan_suite
-from tests.components.k8s.slurm_specs import SLURM_POOL, with_slurm_pool
+from tests.components.k8s.slurm_specs import H200_POOL, SLURM_POOL, with_h200_pool, with_slurm_pool
 from tests.components.k8s.test_gpu_stack import PROMTOOL, panel_query, promtool
 from tests.components.k8s.test_values import unknown_keys
 from tests.conftest import problems_of
@@ -177,14 +177,53 @@ def test_a_class_below_zero_ranks_below_normal_and_equal_values_do_not_preempt_e
 
 
 def test_each_tenant_with_slurm_gpus_is_an_account_with_its_share_and_limit(spec):
-    assert slurm.tenant_accounts(spec) == {"team-a": (4, 8), "team-b": (2, None)}
+    assert slurm.tenant_accounts(spec) == {"team-a": slurm.Account(4, {"h100-sxm5-80gb": 8}),
+                                           "team-b": slurm.Account(2, {})}
     lines = slurm.render_accounts_file(spec).splitlines()
     assert lines[:2] == ["Cluster - 'dev'", "Parent - 'root'"]
     assert lines[2] == ("Account - 'team-a':Description='tenant team-a':Organization='gpucluster':Fairshare=4:"
-                        "GrpTRES=gres/gpu=8:QOS='normal,experiment,production'")
-    assert "GrpTRES" not in lines[3]                   # no limit: the script lifts any left from before
+                        "QOS='normal,experiment,production'")
     script = slurm.render_accounts_script(spec, "/opt/gpucluster/accounts.cfg")
-    assert "\nunlimit team-b\n" in script and "unlimit team-a" not in script
+    # the limits are set by the script, which lifts one the spec no longer sets (team-b's: none)
+    assert "\nlimits team-a gres/gpu:h100-sxm5-80gb=8\nlimits team-b ''\n" in script
+    assert "for name in gpu gpu:h100-sxm5-80gb; do" in script      # it waits for both TRES
+
+
+def test_gpu_limits_are_per_model_as_the_kueue_quotas_per_pool(make_spec):
+    """Per GPU model of the Slurm pools: guaranteed plus borrowing_limit on the pools of that model (two pools of
+    one model add up), 0 where the tenant has no quota, none where a quota borrows without limit."""
+    def pools(d):
+        with_slurm_pool(d)
+        with_h200_pool(d)
+        second = {**d["node_pools"][-1], "name": "h200-more",
+                  "hosts": [{"hostname": "gpu-h200-02.lab1.example", "address": "10.10.0.32", "rack": "r02"}]}
+        d["node_pools"].append(second)
+        d["sites"][0]["racks"][1]["pdu_capacity_kw"] = 60
+        d["kubernetes"]["slurm"]["pools"].append("h200-more")
+        d["tenants"][1]["gpu_quota"]["h200-more"] = {"nominal": 1, "borrowing_limit": 3}
+    spec = make_spec(pools)
+    assert slurm.gpu_types(spec) == {"h100-sxm5-80gb": [SLURM_POOL], "h200-sxm5-141gb": [H200_POOL, "h200-more"]}
+    accounts = slurm.tenant_accounts(spec)
+    assert accounts == {
+        "team-a": slurm.Account(4, {"h100-sxm5-80gb": 8, "h200-sxm5-141gb": 0}),
+        "team-b": slurm.Account(5, {"h200-sxm5-141gb": 8}),            # h100: no limit; h200: 2+2 and 1+3
+        "team-c": slurm.Account(2, {"h100-sxm5-80gb": 0})}              # h200: borrows without limit
+    assert slurm.gpu_limits(accounts["team-a"]) == "gres/gpu:h100-sxm5-80gb=8,gres/gpu:h200-sxm5-141gb=0"
+    conf = slurm.render_extra_conf(spec).splitlines()
+    assert "AccountingStorageTRES=gres/gpu,gres/gpu:h100-sxm5-80gb,gres/gpu:h200-sxm5-141gb" in conf
+    assert "JobSubmitPlugins=lua" in conf
+
+
+def test_the_job_submit_script_maps_each_partition_to_its_pools_model(make_spec):
+    def pools(d):
+        with_slurm_pool(d)
+        with_h200_pool(d)
+        d["kubernetes"]["slurm"]["default_pool"] = H200_POOL
+    spec = make_spec(pools)
+    lua = slurm.render_slurm_values(spec)["configFiles"]["job_submit.lua"]
+    assert f'  ["{SLURM_POOL}"] = "h100-sxm5-80gb",\n  ["{H200_POOL}"] = "h200-sxm5-141gb",\n' in lua
+    assert f'local DEFAULT_PARTITION = "{H200_POOL}"' in lua
+    assert "@" not in lua
 
 
 @pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck is not installed (.ci/run installs it)")
@@ -466,3 +505,52 @@ def test_the_account_members_cronjob_is_there_only_with_login_nodes(record, logi
     no_login = make_spec(lambda d: d["kubernetes"]["slurm"].pop("login"))
     without = record(lambda: GpuKubernetesStack("k8s", no_login))
     assert not [r for r in without.records if "account-members" in r.name or "login" in r.name]
+
+
+# A stub of what slurmctld gives a job_submit script (the `slurm` table), and calls as the plugin makes them.
+LUA_DRIVER = r"""
+slurm = {SUCCESS = 0, ERROR = -1,
+         log_user = function(f, ...) print("user: " .. string.format(f, ...)) end,
+         log_info = function(f, ...) print("info: " .. string.format(f, ...)) end}
+dofile(arg[1])
+local function show(rc, job)
+  print(rc, job.tres_per_job, job.tres_per_node, job.tres_per_socket, job.tres_per_task)
+end
+local job = {tres_per_node = "gres/gpu:8"}
+show(slurm_job_submit(job, {}, 0), job)
+job = {partition = "h200-slurm", tres_per_job = "gres/gpu:4", tres_per_task = "gres:gpu", tres_per_socket = "gpu:2"}
+show(slurm_job_submit(job, {}, 0), job)
+job = {tres_per_node = "gres/gpu:h100-sxm5-80gb:2,gres/nic:1"}
+show(slurm_job_submit(job, {}, 0), job)
+job = {partition = "h100-slurm,h200-slurm", tres_per_job = "gres/gpu:2"}
+show(slurm_job_submit(job, {}, 0), job)
+job = {tres_per_node = "gres/gpu:3"}
+show(slurm_job_modify(job, {partition = "h100-slurm,h200-slurm", job_id = 7.0}, {}, 0), job)
+job = {tres_per_node = "gres/gpu:3"}
+show(slurm_job_modify(job, {partition = "h200-slurm", job_id = 7.0}, {}, 0), job)
+"""
+
+
+@pytest.mark.skipif(shutil.which("lua5.3") is None, reason="lua5.3 is not installed (.ci/run installs it)")
+def test_the_job_submit_script_runs_under_the_lua_of_slinkys_images(make_spec, tmp_path):
+    """Slinky's images build Slurm with Lua 5.3 (liblua5.3-dev in Slurm's debian/control); Debian's slurmctld,
+    which runs the script in test_slurm_daemons, links 5.1. Under 5.3: GPUs without a model get the default
+    partition's or the job's partition's, in every form the plugin sees (gres/gpu, gres:gpu, gpu; per job, node,
+    socket and task), other entries and typed GPUs are kept, and two models are refused with the reason."""
+    def pools(d):
+        with_slurm_pool(d)
+        with_h200_pool(d)
+    (tmp_path / "job_submit.lua").write_text(slurm.render_job_submit(make_spec(pools)))
+    (tmp_path / "driver.lua").write_text(LUA_DRIVER)
+    out = subprocess.run(["lua5.3", str(tmp_path / "driver.lua"), str(tmp_path / "job_submit.lua")],
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    why = ("gpucluster: partitions h100-slurm,h200-slurm hold different GPU models; ask for GPUs of one model "
+           "(--gpus=<model>:<count>, --gres=gpu:<model>:<count>) or submit to one partition")
+    assert out.stdout.splitlines() == [
+        "0\tnil\tgres/gpu:h100-sxm5-80gb:8\tnil\tnil",
+        "0\tgres/gpu:h200-sxm5-141gb:4\tnil\tgpu:h200-sxm5-141gb:2\tgres:gpu:h200-sxm5-141gb",
+        "0\tnil\tgres/gpu:h100-sxm5-80gb:2,gres/nic:1\tnil\tnil",
+        f"user: {why}", "-1\tgres/gpu:2\tnil\tnil\tnil",
+        f"info: job 7: {why}", "-1\tnil\tgres/gpu:3\tnil\tnil",
+        "0\tnil\tgres/gpu:h200-sxm5-141gb:3\tnil\tnil"]

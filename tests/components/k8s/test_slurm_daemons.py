@@ -26,7 +26,7 @@ from typing import Iterator
 import pytest
 
 from components.k8s import slurm_health
-from tests.components.k8s.slurm_specs import SLURM_POOL
+from tests.components.k8s.slurm_specs import H200_POOL, SLURM_POOL, with_h200_pool
 from tests.doubles import nvidia_smi
 from tests.slurm_site import (MISSING, WHY_MISSING, apply_accounts, drained, fields, host_cgroup_conf, in_private_dev,
                                sacctmgr, scontrol, slurm_site, slurm_spec, slurmd)
@@ -76,9 +76,24 @@ def test_the_controller_logs_no_error_about_the_generated_settings(controller):
     log = (Path(where["work"]) / "slurmctld.log").read_text()
     errors = [line for line in log.splitlines() if "error:" in line or "fatal:" in line]
     # A first start has no saved state; the operator's MaxNodeCount=1024 leaves slots for nodes not registered
-    # yet, under no switch.
-    expected = ("state file", "Trying backup state save file", "MailProg", f"switches lack access to {1024 - 3} nodes")
+    # yet, under no switch; extraConf's AccountingStorageTRES follows the operator's own (the test below shows
+    # the latest one is used).
+    expected = ("state file", "Trying backup state save file", "MailProg", f"switches lack access to {1024 - 3} nodes",
+                "AccountingStorageTRES 1 specified more than once, latest value used")
     assert [e for e in errors if not any(x in e for x in expected)] == []
+
+
+def test_gpus_are_tracked_per_model_and_jobs_pass_the_job_submit_script(controller):
+    """extraConf's AccountingStorageTRES (after the operator's gres/gpu) is the one used: slurmctld registers a
+    TRES per GPU model with slurmdbd; job_submit.lua is loaded (a script that does not load refuses every job)."""
+    _, env, where = controller
+    config = scontrol(env, "show", "config")
+    assert re.search(r"^AccountingStorageTRES\s*= .*gres/gpu,gres/gpu:h100-sxm5-80gb$", config, re.M), config
+    assert re.search(r"^JobSubmitPlugins\s*= lua$", config, re.M)
+    tres = {t["name"] for t in sacctmgr(env, "tres", "type=gres", "format=Name")}
+    assert tres == {"gpu", "gpu:h100-sxm5-80gb"}
+    log = (Path(where["work"]) / "slurmctld.log").read_text()
+    assert "job_submit" not in log or "error" not in log.split("job_submit", 1)[1].split("\n", 1)[0], log
 
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
@@ -112,7 +127,7 @@ def test_tenants_become_accounts_with_their_share_limit_and_the_qos_of_the_prior
         "normal": ("0", ""), "experiment": ("1", "normal"), "production": ("2", "experiment,normal")}
     assoc = {a["account"]: a for a in sacctmgr(env, "assoc", "where", "user=",
                                                "format=Account,Share,GrpTRES,QOS")}
-    assert (assoc["team-a"]["share"], assoc["team-a"]["grptres"]) == ("4", "gres/gpu=8")
+    assert (assoc["team-a"]["share"], assoc["team-a"]["grptres"]) == ("4", "gres/gpu:h100-sxm5-80gb=8")
     assert (assoc["team-b"]["share"], assoc["team-b"]["grptres"]) == ("2", "")
     assert assoc["team-a"]["qos"] == "experiment,normal,production"
     shares = subprocess.run(["sshare", "-n", "-P", "-o", "Account,RawShares,NormShares"], env=env,
@@ -129,6 +144,16 @@ def test_a_second_apply_changes_nothing_and_a_changed_quota_changes_the_account(
     apply_accounts(spec, env, Path(where["work"]))
     again = apply_accounts(spec, env, Path(where["work"]))
     assert "slurm-accounts: 0 change(s)" in again and "Nothing new added" in again
+    # the limit an earlier release set over all GPUs (gres/gpu=N), and one a site set by hand on CPUs: the GPU
+    # one gives way to the spec's, the CPU one stays
+    subprocess.run(["sacctmgr", "-i", "modify", "account", "team-a", "set", "GrpTRES=gres/gpu=8,cpu=500"], env=env,
+                   check=True, capture_output=True)
+    out = apply_accounts(spec, env, Path(where["work"]))
+    assert "GPU limits of account team-a: gres/gpu:h100-sxm5-80gb=8,gres/gpu=8 -> gres/gpu:h100-sxm5-80gb=8" in out
+    assoc = {a["account"]: a for a in sacctmgr(env, "assoc", "where", "user=", "format=Account,GrpTRES")}
+    assert assoc["team-a"]["grptres"] == "cpu=500,gres/gpu:h100-sxm5-80gb=8"
+    subprocess.run(["sacctmgr", "-i", "modify", "account", "team-a", "set", "GrpTRES=cpu=-1"], env=env, check=True,
+                   capture_output=True)
     # day 2: team-a borrows without limit and gets more guaranteed; the production class goes away
     changed = slurm_spec(**{"tenants.0.gpu_quota.h100-slurm": {"nominal": 6}})
     out = apply_accounts(changed, env, tmp_path)
@@ -153,11 +178,13 @@ srun bash -c 'echo "rank $PMIX_RANK"' | sort
 @pytest.fixture(scope="module")
 def node(tmp_path_factory) -> Iterator[tuple[dict, Path]]:
     """A site of its own whose first Slurm node runs a slurmd (GPU device files, no driver), with the tenants'
-    accounts applied and this test's user in team-a and team-b, as a site adds its users."""
-    spec, work = slurm_spec(), tmp_path_factory.mktemp("slurm-node")
+    accounts applied and this test's user in team-a and team-b, as a site adds its users. Its spec adds an H200
+    pool (no slurmd runs there) and limits team-b to 6 of the H100 pool's GPUs."""
+    spec = slurm_spec(with_h200_pool, **{f"tenants.1.gpu_quota.{SLURM_POOL}": {"nominal": 2, "borrowing_limit": 4}})
+    work = tmp_path_factory.mktemp("slurm-node")
     with slurm_site(spec, work) as env:
         apply_accounts(spec, env, work)
-        subprocess.run(["sacctmgr", "-i", "add", "user", "root", "account=team-a,team-b"], env=env, check=True,
+        subprocess.run(["sacctmgr", "-i", "add", "user", "root", "account=team-a,team-b,team-c"], env=env, check=True,
                        capture_output=True)
         with slurmd(env, work, "gpu-slurm-01", gpus=8):
             yield env, work
@@ -177,6 +204,15 @@ def until_state(env: dict, job_id: str, *states: str, timeout_s: float = 60) -> 
     deadline = time.monotonic() + timeout_s
     while (now := job(env, job_id))["JobState"] not in states:
         assert time.monotonic() < deadline, f"job {job_id} not {'/'.join(states)} in {timeout_s:g} s: {now}"
+        time.sleep(0.5)
+    return now
+
+
+def until_reason(env: dict, job_id: str, reason: str, timeout_s: float = 30) -> dict[str, str]:
+    """The pending job once the scheduler gives `reason` (a job cancelled before may hold the node a moment)."""
+    deadline = time.monotonic() + timeout_s
+    while ((now := job(env, job_id))["JobState"], now["Reason"]) != ("PENDING", reason):
+        assert time.monotonic() < deadline, f"job {job_id} not pending for {reason} in {timeout_s:g} s: {now}"
         time.sleep(0.5)
     return now
 
@@ -204,7 +240,7 @@ def test_a_job_runs_on_its_partition_with_the_gpus_it_asked_for_confined_to_them
 @needs_root
 def test_a_higher_priority_class_preempts_a_lower_ones_job_which_is_requeued(node):
     env, work = node
-    low = sbatch(env, work, "-A", "team-b", "--qos=experiment", "--gres=gpu:h100-sxm5-80gb:8", "--wrap",
+    low = sbatch(env, work, "-A", "team-b", "--qos=experiment", "--gres=gpu:h100-sxm5-80gb:6", "--wrap",
                  "sleep 300")
     until_state(env, low, "RUNNING")
     high = sbatch(env, work, "-A", "team-a", "--qos=production", "--gres=gpu:h100-sxm5-80gb:8", "--wrap", "true")
@@ -212,6 +248,65 @@ def test_a_higher_priority_class_preempts_a_lower_ones_job_which_is_requeued(nod
     requeued = job(env, low)
     assert requeued["Restarts"] == "1" and requeued["JobState"] in ("PENDING", "RUNNING"), requeued
     subprocess.run(["scancel", low], env=env, check=True)
+
+
+@needs_root
+def test_gpus_asked_without_a_model_get_the_pools_and_count_against_the_accounts_limit_there(node):
+    """job_submit.lua gives --gres=gpu:N and --gpus=N the partition's GPU model, so team-b's limit on the pool
+    (GrpTRES=gres/gpu:h100-sxm5-80gb=6) holds a second job back while the node still has idle GPUs."""
+    env, work = node
+    first = sbatch(env, work, "-A", "team-b", "--gres=gpu:4", "--wrap", "sleep 300")
+    second = sbatch(env, work, "-A", "team-b", "--gpus=4", "--wrap", "true")
+    try:
+        running = until_state(env, first, "RUNNING")
+        assert re.search(r"gres[:/]gpu:h100-sxm5-80gb:4$", running["TresPerNode"]), running
+        assert "gres/gpu:h100-sxm5-80gb=4" in running["TRES"], running
+        waiting = job(env, second)
+        assert re.search(r"gres[:/]gpu:h100-sxm5-80gb:4$", waiting["TresPerJob"]), waiting
+        waiting = until_reason(env, second, "AssocGrpGRES")
+        held = fields(scontrol(env, "show", "node", "-o", "gpu-slurm-01"))
+        assert "gres/gpu=8" in held["CfgTRES"] and "gres/gpu=4" in held["AllocTRES"], held   # 4 GPUs idle
+    finally:
+        subprocess.run(["scancel", first, second], env=env, check=True)
+
+
+@needs_root
+def test_a_tenant_without_quota_on_a_pool_runs_no_gpu_job_there(node):
+    """team-c has GPUs on the H200 pool only: its account's limit on the H100 pool's model is 0, as Kueue would
+    give it no flavor there, so its job waits on the limit while the node is idle."""
+    env, work = node
+    job_id = sbatch(env, work, "-A", "team-c", "--gpus=1", "--wrap", "true")
+    try:
+        waiting = until_reason(env, job_id, "AssocGrpGRES")
+        assert re.search(r"gres[:/]gpu:h100-sxm5-80gb:1$", waiting["TresPerJob"]), waiting
+    finally:
+        subprocess.run(["scancel", job_id], env=env, check=True)
+
+
+@needs_root
+def test_gpus_without_a_model_over_partitions_of_two_models_are_refused_saying_how_to_ask(node):
+    env, work = node
+    out = subprocess.run(["sbatch", "-A", "team-b", "-p", f"{SLURM_POOL},{H200_POOL}", "--gpus=2", "--wrap", "true"],
+                         env=env, capture_output=True, text=True)
+    assert out.returncode != 0
+    assert (f"gpucluster: partitions {SLURM_POOL},{H200_POOL} hold different GPU models; ask for GPUs of one model "
+            "(--gpus=<model>:<count>, --gres=gpu:<model>:<count>) or submit to one partition") in out.stderr
+    # naming the model is the way: the request is kept as it is
+    job_id = sbatch(env, work, "-A", "team-b", "-p", f"{SLURM_POOL},{H200_POOL}", "--gres=gpu:h200-sxm5-141gb:2",
+                    "--hold", "--wrap", "true")
+    assert re.search(r"gres[:/]gpu:h200-sxm5-141gb:2$", job(env, job_id)["TresPerNode"])
+    # day 2 of a pending job (job_submit.lua's slurm_job_modify): GPUs without a model get the model of the
+    # partitions it is in; over two models they are refused (the reason in slurmctld's log: job_modify cannot
+    # message the user)
+    out = subprocess.run(["scontrol", "update", f"jobid={job_id}", "gres=gpu:3"], env=env, capture_output=True,
+                         text=True)
+    assert out.returncode != 0 and re.search(r"gres[:/]gpu:h200-sxm5-141gb:2$", job(env, job_id)["TresPerNode"])
+    assert f"lua: job {job_id}: gpucluster: partitions {SLURM_POOL},{H200_POOL} hold different GPU models" in \
+        (work / "slurmctld.log").read_text()
+    scontrol(env, "update", f"jobid={job_id}", f"partition={H200_POOL}")
+    scontrol(env, "update", f"jobid={job_id}", "gres=gpu:3")
+    assert re.search(r"gres[:/]gpu:h200-sxm5-141gb:3$", job(env, job_id)["TresPerNode"]), job(env, job_id)
+    subprocess.run(["scancel", job_id], env=env, check=True)
 
 
 # --- the node check: Slurm's prolog and epilog drain a node that fails it ------------------------------------------
