@@ -25,7 +25,7 @@ from typing import Iterator
 
 import pytest
 
-from components.k8s import slurm_health
+from components.k8s import slurm, slurm_health
 from tests.components.k8s.slurm_specs import H200_POOL, SLURM_POOL, with_h200_pool
 from tests.doubles import nvidia_smi
 from tests.slurm_site import (MISSING, WHY_MISSING, apply_accounts, drained, fields, host_cgroup_conf, in_private_dev,
@@ -137,6 +137,19 @@ def test_tenants_become_accounts_with_their_share_limit_and_the_qos_of_the_prior
     assert float(rows["team-a"][2]) == pytest.approx(2 * float(rows["team-b"][2]), rel=1e-4)
     weights = subprocess.run(["sprio", "-w"], env=env, capture_output=True, text=True, check=True).stdout
     assert "100000" in weights and "10000" in weights          # fair share and QOS weigh in
+
+
+def test_day_two_a_pool_of_a_new_model_waits_for_slurmctld_to_track_it(controller, tmp_path):
+    """A spec with an H200 pool, applied before slurmctld runs on the slurm.conf that tracks its model: the
+    accounts script waits, then fails naming what is missing, having changed nothing (the Job retries)."""
+    _, env, _ = controller
+    spec = slurm_spec(with_h200_pool)
+    (tmp_path / "accounts.cfg").write_text(slurm.render_accounts_file(spec))
+    (tmp_path / "accounts.sh").write_text(slurm.render_accounts_script(spec, str(tmp_path / "accounts.cfg"), tries=1))
+    out = subprocess.run(["bash", str(tmp_path / "accounts.sh")], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1
+    assert "slurmdbd does not know the GPU TRES (gres/gpu and gres/gpu:<model>)" in out.stderr, out.stderr
+    assert "team-c" not in {a["account"] for a in sacctmgr(env, "assoc", "format=Account")}
 
 
 def test_a_second_apply_changes_nothing_and_a_changed_quota_changes_the_account(controller, tmp_path):
