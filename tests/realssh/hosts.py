@@ -2,8 +2,8 @@
 
 Each host is a network namespace on a bridge (addresses from 198.18.0.0/15, the benchmarking range, made by
 this run and nowhere routed) running a real sshd inside a private mount namespace, where overlays over /etc,
-/usr/local, /opt, /var/lib and /srv, and a tmpfs /dev/shm, take every write the scripts make; the test machine itself
-is never changed. Tests read and plant files through each host's upper directories.
+/usr/local, /opt, /var/lib, /var/cache, /srv and /root, and a tmpfs /dev/shm, take every write the scripts make;
+the test machine itself is never changed. Tests read and plant files through each host's upper directories.
 """
 
 from __future__ import annotations
@@ -22,7 +22,10 @@ from typing import Iterator
 
 from .doubles import ALL_REDUCE, DOUBLES, HEALTHY, STATE_DIR, state_env
 
-OVERLAID = ("/etc", "/usr/local", "/opt", "/var/lib", "/var/cache", "/srv")
+OVERLAID = ("/etc", "/usr/local", "/opt", "/var/lib", "/var/cache", "/srv", "/root")
+# root's shell startup files on a test host: a GPU host's, not this machine's (whose ~/.bashrc, which bash reads for
+# every SSH command, puts pyenv's shims first in PATH and runs `pyenv init`, a third of a second per command).
+ROOT_DOTFILES = (".bashrc", ".profile", ".bash_profile", ".bash_login")
 # Parts of /sys each test host sees from its own fake tree (bind-mounted over the real one).
 FAKE_SYSFS = ("class", "kernel", "devices/system/cpu", "module")
 # Data-plane NICs of every test host: a real veth interface (its MTU really changes) plus the RDMA device's
@@ -161,6 +164,8 @@ class TestHosts:
         host.plant("/etc/shadow", "\n".join(":".join(["root", "*", *l.split(":")[2:]]) if l.startswith("root:")
                                             else l for l in shadow) + "\n", 0o640)
         host.plant("/etc/fstab", "# test host fstab\nproc /proc proc defaults 0 0\n")
+        for dotfile in ROOT_DOTFILES:
+            host.plant(f"/root/{dotfile}", "# test host: root's shell as a fresh GPU host starts it\n")
         for tool, text in DOUBLES.items():
             host.plant(f"/usr/local/bin/{tool}", text, 0o755)
         host.plant("/opt/nccl-tests/build/all_reduce_perf", ALL_REDUCE, 0o755)
