@@ -143,14 +143,13 @@ class Cluster:
         gone."""
         kinds = ["jobs", *(["mpijobs"] if self.spec.kubernetes.mpi_operator.enabled else [])]
         namespaces = [t.namespace_name for t in self.spec.tenants]
-        for ns in namespaces:
-            for kind in kinds:
-                self.cp.kubectl("delete", kind, "--all", "-n", ns, "--cascade=foreground", "--wait=true",
-                                "--timeout=90s")
         if checked_pools(self.spec):                  # the active health checks' Jobs too
             namespaces.append(health_checks.NAMESPACE)
-            self.cp.kubectl("delete", "jobs", "--all", "-n", health_checks.NAMESPACE, "--cascade=foreground",
-                            "--wait=true", "--timeout=90s")
+        for ns in namespaces:
+            for kind in kinds if ns != health_checks.NAMESPACE else ["jobs"]:
+                if self.cp.get(kind, namespace=ns)["items"]:      # a kubectl process only for what there is
+                    self.cp.kubectl("delete", kind, "--all", "-n", ns, "--cascade=foreground", "--wait=true",
+                                    "--timeout=90s")
         wait_for(lambda: not any(self.cp.get("workloads.kueue.x-k8s.io", namespace=ns)["items"]
                                  or self.cp.get("pods", namespace=ns)["items"]
                                  for ns in namespaces), 90, lambda: "tenant workloads or pods left behind")

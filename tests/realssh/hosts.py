@@ -26,6 +26,11 @@ OVERLAID = ("/etc", "/usr/local", "/opt", "/var/lib", "/var/cache", "/srv", "/ro
 # root's shell startup files on a test host: a GPU host's, not this machine's (whose ~/.bashrc, which bash reads for
 # every SSH command, puts pyenv's shims first in PATH and runs `pyenv init`, a third of a second per command).
 ROOT_DOTFILES = (".bashrc", ".profile", ".bash_profile", ".bash_login")
+# apt as a server keeps it: its binary package cache, which this machine's container image turns off
+# (/etc/apt/apt.conf.d/docker-clean), so that every apt-mark or apt-cache call reads all the package lists again
+# (over a second each; host preparation asks `apt-mark showhold` on every run).
+APT_CACHE = ('# test host: apt keeps its package cache, as on a server\n'
+             'Dir::Cache::pkgcache "pkgcache.bin";\nDir::Cache::srcpkgcache "srcpkgcache.bin";\n')
 # Parts of /sys each test host sees from its own fake tree (bind-mounted over the real one).
 FAKE_SYSFS = ("class", "kernel", "devices/system/cpu", "module")
 # Data-plane NICs of every test host: a real veth interface (its MTU really changes) plus the RDMA device's
@@ -166,6 +171,7 @@ class TestHosts:
         host.plant("/etc/fstab", "# test host fstab\nproc /proc proc defaults 0 0\n")
         for dotfile in ROOT_DOTFILES:
             host.plant(f"/root/{dotfile}", "# test host: root's shell as a fresh GPU host starts it\n")
+        host.plant("/etc/apt/apt.conf.d/zz-gpucluster-test-host", APT_CACHE)
         for tool, text in DOUBLES.items():
             host.plant(f"/usr/local/bin/{tool}", text, 0o755)
         host.plant("/opt/nccl-tests/build/all_reduce_perf", ALL_REDUCE, 0o755)
