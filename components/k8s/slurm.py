@@ -534,7 +534,7 @@ sacctmgr -i load file=@FILE@
 # limits ACCOUNT WANT: the account's GPU limits (its GrpTRES in gres/gpu) become WANT, as sorted as sacctmgr
 # prints them; one the spec no longer sets is lifted (=-1). Limits of other TRES a site set by hand are kept.
 limits() {
-  local now entry set=()
+  local now entry entries set=()
   now=$(sacctmgr -n -P show assoc where cluster=@CLUSTER@ account="$1" user= format=GrpTRES)
   now=$(sorted "$(tr ',' '\n' <<<"$now" | grep '^gres/gpu[:=]' || true)")
   [[ "$now" == "$2" ]] && return 0
