@@ -287,7 +287,10 @@ class ControlPlane:
         itself: the tests poll, and each kubectl process costs a fifth of a second of the CPU the control plane
         needs. kubectl's names (plural, singular, short, kind, each also with its group) are resolved through
         discovery; a name discovery does not know is left to kubectl."""
-        resource = self._resource(kind)
+        try:
+            resource = self._resource(kind)
+        except OSError as e:                     # the apiserver unreachable: as kubectl failing
+            raise ControlPlaneError(f"get {kind}: discovery failed: {e}") from None
         if resource is None:
             args = ["get", kind, *([name] if name else []), "-o", "json"]
             args += ["-n", namespace] if namespace else (["-A"] if not name else [])
@@ -304,6 +307,8 @@ class ControlPlane:
             got = self._api(path)
         except urllib.error.HTTPError as e:
             raise ControlPlaneError(f"get {kind} {name or ''} failed ({e.code}):\n{e.read().decode()}") from None
+        except OSError as e:
+            raise ControlPlaneError(f"get {kind} {name or ''} failed: {e}") from None
         if name:
             return _shown(got)
         return {"apiVersion": "v1", "kind": "List",
@@ -330,13 +335,18 @@ class ControlPlane:
     def _discover(self) -> dict[str, tuple[str, str, str, str, bool]]:
         """Every served resource under each of kubectl's names for it, the core group's first and then the
         groups in the apiserver's order (as kubectl resolves a name two groups share), each group at its
-        preferred version."""
+        preferred version. A group the apiserver lists but does not serve yet (a CRD just created) is left out
+        until the next discovery, which a name not found asks for."""
         out: dict[str, tuple[str, str, str, str, bool]] = {}
         groups = [("", "v1", "/api/v1")] + [(g["name"], g["preferredVersion"]["groupVersion"],
                                              f"/apis/{g['preferredVersion']['groupVersion']}")
                                             for g in self._api("/apis")["groups"]]
         for group, version, prefix in groups:
-            for r in self._api(prefix)["resources"]:
+            try:
+                resources = self._api(prefix)["resources"]
+            except urllib.error.HTTPError:      # a CRD's group listed before it is served: as kubectl, skipped
+                continue
+            for r in resources:
                 if "/" in r["name"]:              # a subresource (pods/log)
                     continue
                 entry = (prefix, r["name"], version, r["kind"], r["namespaced"])
