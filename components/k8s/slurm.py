@@ -175,7 +175,7 @@ def render_extra_conf(spec: ClusterSpec) -> str:
         "AccountingStorageEnforce=associations,limits,qos",   # a job runs under a tenant's account and limits
         # GPUs tracked per model too, which the accounts' per-pool limits count in. The operator writes its own
         # AccountingStorageTRES=gres/gpu above; Slurm uses the latest value (and logs that it was given twice).
-        f"AccountingStorageTRES={','.join(['gres/gpu', *(f'gres/gpu:{gpu}' for gpu in gpu_types(spec))])}",
+        f"AccountingStorageTRES={','.join(gpu_tres(spec))}",
         "JobSubmitPlugins=lua",                   # job_submit.lua: GPUs asked without a model get the pool's
     ])
 
@@ -458,6 +458,11 @@ def gpu_types(spec: ClusterSpec) -> dict[str, list[str]]:
     return dict(sorted(out.items()))
 
 
+def gpu_tres(spec: ClusterSpec) -> list[str]:
+    """The GPU TRES slurmctld tracks: all GPUs (what the operator tracks) and each Slurm pool's model."""
+    return ["gres/gpu", *(f"gres/gpu:{gpu}" for gpu in gpu_types(spec))]
+
+
 def tenant_accounts(spec: ClusterSpec) -> dict[str, Account]:
     """Per tenant with GPUs on Slurm pools: its fair share (its guaranteed GPUs there) and, per GPU model, its
     limit as its Kueue quotas would have it: guaranteed plus borrowing_limit on the pools of that model, 0 on a
@@ -465,9 +470,10 @@ def tenant_accounts(spec: ClusterSpec) -> dict[str, Account]:
     Slurm limits by GPU model (GrpTRES=gres/gpu:<model>), so two Slurm pools of one model share one limit, the
     sum of the two."""
     types = gpu_types(spec)
+    on_slurm = {p for pools in types.values() for p in pools}
     out = {}
     for t in spec.tenants:
-        held = {p: q for p, q in t.gpu_quota.items() if any(p in pools for pools in types.values())}
+        held = {p: q for p, q in t.gpu_quota.items() if p in on_slurm}
         if not held:
             continue
         limits = {}
@@ -556,7 +562,7 @@ def render_accounts_script(spec: ClusterSpec, accounts_file: str, tries: int = 1
     qos = "\n".join(call("qos", q.name, q.priority, ",".join(q.preempts)) for q in render_qos(spec))
     limits = "\n".join(call("limits", name, gpu_limits(a)) for name, a in sorted(tenant_accounts(spec).items()))
     body = _ACCOUNTS_SCRIPT.replace("@QOS@", qos).replace("@LIMITS@", limits).replace(
-        "@GPU_TRES@", call("gpu", *(f"gpu:{gpu}" for gpu in gpu_types(spec))))
+        "@GPU_TRES@", call(*(tres.removeprefix("gres/") for tres in gpu_tres(spec))))
     return script("Slurm QOS and the tenants' accounts", ACCOUNTS,
                   fill(body, TRIES=tries, FILE=accounts_file, CLUSTER=spec.name))
 

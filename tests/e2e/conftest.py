@@ -142,11 +142,12 @@ class Cluster:
         """Delete every Job and MPIJob in the tenants' namespaces and wait until their workloads and pods are
         gone."""
         kinds = ["jobs", *(["mpijobs"] if self.spec.kubernetes.mpi_operator.enabled else [])]
-        namespaces = [t.namespace_name for t in self.spec.tenants]
+        targets = {t.namespace_name: kinds for t in self.spec.tenants}
         if checked_pools(self.spec):                  # the active health checks' Jobs too
-            namespaces.append(health_checks.NAMESPACE)
-        for ns in namespaces:
-            for kind in kinds if ns != health_checks.NAMESPACE else ["jobs"]:
+            targets[health_checks.NAMESPACE] = ["jobs"]
+        namespaces = list(targets)
+        for ns, ns_kinds in targets.items():
+            for kind in ns_kinds:
                 if self.cp.get(kind, namespace=ns)["items"]:      # a kubectl process only for what there is
                     self.cp.kubectl("delete", kind, "--all", "-n", ns, "--cascade=foreground", "--wait=true",
                                     "--timeout=90s")

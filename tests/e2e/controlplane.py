@@ -22,7 +22,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, NamedTuple
 
 import yaml
 
@@ -36,6 +36,14 @@ SERVICE_RANGE = "10.96.0.0/16"
 
 class ControlPlaneError(RuntimeError):
     pass
+
+
+class _Resource(NamedTuple):
+    prefix: str              # the API path of its group version (/api/v1, /apis/batch/v1)
+    plural: str
+    api_version: str
+    kind: str
+    namespaced: bool
 
 
 def missing_tools() -> list[str]:
@@ -87,7 +95,7 @@ class ControlPlane:
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.kubeconfig = self.dir / "admin.kubeconfig"
         self._tls: ssl.SSLContext | None = None
-        self._resources: dict[str, tuple[str, str, str, str, bool]] | None = None
+        self._resources: dict[str, _Resource] | None = None
 
     # --- lifecycle ---------------------------------------------------------------------------------------
     def start(self) -> ControlPlane:
@@ -296,11 +304,10 @@ class ControlPlane:
             args += ["-n", namespace] if namespace else (["-A"] if not name else [])
             args += ["-l", selector] if selector else []
             return json.loads(self.kubectl(*args).stdout)
-        prefix, plural, api_version, kind_name, namespaced = resource
-        path = prefix
-        if namespaced and (namespace or name):
+        path = resource.prefix
+        if resource.namespaced and (namespace or name):
             path += f"/namespaces/{namespace or 'default'}"
-        path += f"/{plural}" + (f"/{name}" if name else "")
+        path += f"/{resource.plural}" + (f"/{name}" if name else "")
         if selector:
             path += "?" + urllib.parse.urlencode({"labelSelector": selector})
         try:
@@ -312,7 +319,8 @@ class ControlPlane:
         if name:
             return _shown(got)
         return {"apiVersion": "v1", "kind": "List",
-                "items": [_shown({"apiVersion": api_version, "kind": kind_name, **item}) for item in got["items"]]}
+                "items": [_shown({"apiVersion": resource.api_version, "kind": resource.kind, **item})
+                          for item in got["items"]]}
 
     def _api(self, path: str) -> Any:
         if self._tls is None:
@@ -322,9 +330,9 @@ class ControlPlane:
         with urllib.request.urlopen(self.server + path, timeout=30, context=self._tls) as r:  # noqa: S310
             return json.loads(r.read())
 
-    def _resource(self, name: str) -> tuple[str, str, str, str, bool] | None:
-        """(path prefix, plural, apiVersion, kind, namespaced) of a resource as kubectl names it; discovery is read
-        again once for a name it lacks (a CRD applied since)."""
+    def _resource(self, name: str) -> _Resource | None:
+        """A resource as kubectl names it; discovery is read again once for a name it lacks (a CRD applied
+        since)."""
         for fresh in (False, True):
             if fresh or self._resources is None:
                 self._resources = self._discover()
@@ -332,12 +340,12 @@ class ControlPlane:
                 return self._resources[name]
         return None
 
-    def _discover(self) -> dict[str, tuple[str, str, str, str, bool]]:
+    def _discover(self) -> dict[str, _Resource]:
         """Every served resource under each of kubectl's names for it, the core group's first and then the
         groups in the apiserver's order (as kubectl resolves a name two groups share), each group at its
         preferred version. A group the apiserver lists but does not serve yet (a CRD just created) is left out
         until the next discovery, which a name not found asks for."""
-        out: dict[str, tuple[str, str, str, str, bool]] = {}
+        out: dict[str, _Resource] = {}
         groups = [("", "v1", "/api/v1")] + [(g["name"], g["preferredVersion"]["groupVersion"],
                                              f"/apis/{g['preferredVersion']['groupVersion']}")
                                             for g in self._api("/apis")["groups"]]
@@ -349,7 +357,7 @@ class ControlPlane:
             for r in resources:
                 if "/" in r["name"]:              # a subresource (pods/log)
                     continue
-                entry = (prefix, r["name"], version, r["kind"], r["namespaced"])
+                entry = _Resource(prefix, r["name"], version, r["kind"], r["namespaced"])
                 for n in {r["name"], r.get("singularName") or r["kind"].lower(), r["kind"].lower(),
                           *r.get("shortNames", [])}:
                     out.setdefault(n, entry)

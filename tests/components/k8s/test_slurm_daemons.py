@@ -213,21 +213,23 @@ def job(env: dict, job_id: str) -> dict[str, str]:
     return fields(scontrol(env, "show", "job", "-o", job_id))
 
 
-def until_state(env: dict, job_id: str, *states: str, timeout_s: float = 60) -> dict[str, str]:
+def until(env: dict, job_id: str, holds, what: str, timeout_s: float) -> dict[str, str]:
+    """The job once `holds` holds of it (polled)."""
     deadline = time.monotonic() + timeout_s
-    while (now := job(env, job_id))["JobState"] not in states:
-        assert time.monotonic() < deadline, f"job {job_id} not {'/'.join(states)} in {timeout_s:g} s: {now}"
+    while not holds(now := job(env, job_id)):
+        assert time.monotonic() < deadline, f"job {job_id} not {what} in {timeout_s:g} s: {now}"
         time.sleep(0.5)
     return now
+
+
+def until_state(env: dict, job_id: str, *states: str, timeout_s: float = 60) -> dict[str, str]:
+    return until(env, job_id, lambda j: j["JobState"] in states, "/".join(states), timeout_s)
 
 
 def until_reason(env: dict, job_id: str, reason: str, timeout_s: float = 30) -> dict[str, str]:
     """The pending job once the scheduler gives `reason` (a job cancelled before may hold the node a moment)."""
-    deadline = time.monotonic() + timeout_s
-    while ((now := job(env, job_id))["JobState"], now["Reason"]) != ("PENDING", reason):
-        assert time.monotonic() < deadline, f"job {job_id} not pending for {reason} in {timeout_s:g} s: {now}"
-        time.sleep(0.5)
-    return now
+    return until(env, job_id, lambda j: (j["JobState"], j["Reason"]) == ("PENDING", reason),
+                 f"pending for {reason}", timeout_s)
 
 
 @needs_root
