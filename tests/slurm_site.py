@@ -4,6 +4,7 @@ the files the Slurm component generates, assembled as Slinky's operator assemble
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import socket
 import subprocess
@@ -38,7 +39,10 @@ def operator_slurm_conf(spec, values: dict, work: Path, ports: dict[str, int], a
             "AccountingStorageType=accounting_storage/slurmdbd", "AccountingStorageHost=localhost",
             f"AccountingStoragePort={ports['slurmdbd']}", "AccountingStorageTRES=gres/gpu",
             f"AccountingStoragePass={work}/munge.sock", "JobAcctGatherType=jobacct_gather/cgroup",
-            "SlurmdParameters=config_overrides"]      # this host is not the hardware the spec describes
+            "SlurmdParameters=config_overrides",      # this host is not the hardware the spec describes
+            # the chart's prologScripts and epilogScripts, which the operator names prolog-<key> and epilog-<key>
+            *(f"{when.capitalize()}={work}/{when}-{name}" for when in ("prolog", "epilog")
+              for name in values[f"{when}Scripts"])]
     nodes, sets = [], []
     for pool in slurm.slurm_pools(spec):
         ns = values["nodesets"][pool.name]
@@ -138,6 +142,10 @@ def slurm_site(spec, work: Path, address: str | None = None) -> Iterator[dict[st
     ports.update({slurm.node_name(h.hostname): free_port() for p in slurm.slurm_pools(spec) for h in p.hosts})
     for name, text in values["configFiles"].items():
         (work / name).write_text(text)
+    for when in ("prolog", "epilog"):
+        for name, text in values[f"{when}Scripts"].items():
+            (work / f"{when}-{name}").write_text(text)
+            (work / f"{when}-{name}").chmod(0o755)
     password = os.urandom(12).hex()
     (work / "slurm.conf").write_text(operator_slurm_conf(spec, values, work, ports, address))
     (work / "slurmdbd.conf").write_text(operator_slurmdbd_conf(values, work, ports, password))
@@ -198,22 +206,27 @@ def host_cgroup_conf(text: str) -> str:
     return text.replace("CgroupPlugin=cgroup/v2", "CgroupPlugin=cgroup/v1")
 
 
-def in_private_dev(gpus: int, command: str) -> list[str]:
+def in_private_dev(gpus: int, command: str, tools: Path | None = None) -> list[str]:
     """`command` in a mount namespace whose /dev has the GPUs' device files (slurmd stats them; no driver backs
-    them, so opening one fails with ENXIO where the cgroup allows it and EPERM where it does not) and a /dev/shm."""
+    them, so opening one fails with ENXIO where the cgroup allows it and EPERM where it does not) and a /dev/shm.
+    `tools`: a folder seen as /usr/local/bin there, on the PATH bash gives the node check, whose environment
+    from slurmd has none (the doubles of nvidia-smi and dcgmi)."""
     devices = " && ".join(f"mknod /dev/nvidia{i} c 195 {i}" for i in range(gpus))
+    bind = f"mount --bind {shlex.quote(str(tools))} /usr/local/bin && " if tools else ""
     return ["unshare", "-m", "sh", "-c",
             f"mount -t tmpfs none /dev && mknod -m 666 /dev/null c 1 3 && mknod -m 666 /dev/zero c 1 5 && "
-            f"mkdir /dev/shm && mount -t tmpfs none /dev/shm && {devices} && exec {command}"]
+            f"mkdir /dev/shm && mount -t tmpfs none /dev/shm && {devices} && {bind}exec {command}"]
 
 
 @contextmanager
-def slurmd(env: dict, work: Path, node: str, gpus: int) -> Iterator[None]:
-    """slurmd as `node` on the site's files (cgroup.conf as this host runs it), with `gpus` device files."""
+def slurmd(env: dict, work: Path, node: str, gpus: int, tools: Path | None = None) -> Iterator[None]:
+    """slurmd as `node` on the site's files (cgroup.conf as this host runs it), with `gpus` device files and
+    `tools` as its /usr/local/bin (see in_private_dev). It runs the generated prolog and epilog (the node check)
+    around every job."""
     conf = work / "cgroup.conf"
     conf.write_text(host_cgroup_conf(conf.read_text()))
-    daemon = subprocess.Popen(in_private_dev(gpus, f"slurmd -D -N {node}"), env=env, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.STDOUT)
+    daemon = subprocess.Popen(in_private_dev(gpus, f"slurmd -D -N {node}", tools), env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     try:
         wait_until(lambda: fields(scontrol(env, "show", "node", "-o", node))["State"] == "IDLE", daemon,
                    f"slurmd {node}", 60)

@@ -34,7 +34,7 @@ from .images import chart_from, mirrored
 from .labels import POOL_LABEL, pool_tolerations
 from .network_operator import pod_networks, rdma_resource
 from .objects import Manifest, register
-from .slurm_health import render_scripts
+from .slurm_health import PROLOG_EPILOG_TIMEOUT_S, render_scripts
 
 CHARTS = "oci://ghcr.io/slinkyproject/charts"
 RELEASE = "slurm"                        # the slurm chart's fullname: Controller "slurm", NodeSets "slurm-worker-*"
@@ -177,6 +177,11 @@ def render_extra_conf(spec: ClusterSpec) -> str:
         # AccountingStorageTRES=gres/gpu above; Slurm uses the latest value (and logs that it was given twice).
         f"AccountingStorageTRES={','.join(gpu_tres(spec))}",
         "JobSubmitPlugins=lua",                   # job_submit.lua: GPUs asked without a model get the pool's
+        # The node check (slurm_health.py) bounds each of its commands; Slurm kills a prolog or epilog only past
+        # this, which the check's own bounds stay under. A job whose prolog failed (its node drained) is requeued
+        # to run elsewhere, not held for a person to release.
+        f"PrologEpilogTimeout={PROLOG_EPILOG_TIMEOUT_S}",
+        "SchedulerParameters=nohold_on_prolog_fail",
     ])
 
 

@@ -16,7 +16,7 @@ from ..k8s.quarantine import conditions as quarantine_conditions
 from ..k8s.health_checks import HOST_LABEL, NAMESPACE as HEALTH_CHECKS
 from ..k8s.labels import QUARANTINE_TAINT
 from ..k8s.quarantine import RULE
-from ..k8s.slurm_health import DRAIN_PREFIX
+from ..k8s.slurm_health import DRAIN_PREFIX, NO_VERDICT
 from ..nodes.rollout import rollout_batches
 from ..spec import ClusterSpec, NodePool
 from ..spec.cluster import checked_pools
@@ -190,10 +190,12 @@ def _slurm_health_line(spec: ClusterSpec) -> str:
         if spec.kubernetes.monitoring.enabled else ""
     return (f"Slurm's pools ({pools}) run the node check before and after every job: every GPU visible, no "
             "uncorrectable ECC error, no row remapping pending or failed, NVLinks at full speed on NVSwitch boards, "
-            "`dcgmi diag -r 1` where the slurmd image has DCGM. A failure drains the node with a reason starting "
-            f"`{DRAIN_PREFIX.strip()}` (a failing prolog also requeues the job). `sinfo -R` lists the drained nodes "
-            f"with their reasons; after the repair and a burn-in, `scontrol update nodename=<node> state=resume`."
-            f"{alert}")
+            "and after each job `dcgmi diag -r 1` where the slurmd image has DCGM. A failure drains the node with a "
+            f"reason starting `{DRAIN_PREFIX.strip()}` (a failing prolog also requeues the job, unheld). `sinfo -R` "
+            "lists the drained nodes with their reasons; after the repair and a burn-in, `scontrol update "
+            "nodename=<node> state=resume`. When the check cannot run (a tool missing or not answering, the "
+            "controller unreachable) the node stays in service and its Comment starts "
+            f"`{NO_VERDICT}` (`sinfo -N -O nodelist,comment`).{alert}")
 
 
 def _quarantine_line(spec: ClusterSpec) -> str:

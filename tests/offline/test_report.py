@@ -109,5 +109,6 @@ def test_the_report_says_how_drained_slurm_nodes_are_listed_and_returned():
     report = render_report(spec)
     assert ("Slurm's pools (h100-slurm) run the node check before and after every job" in report
             and "`sinfo -R` lists the drained nodes with their reasons" in report
-            and "reason starting `gpucluster:`" in report and "`SlurmNodesDrained` alert" in report)
+            and "reason starting `gpucluster:`" in report and "`SlurmNodesDrained` alert" in report
+            and "its Comment starts `gpucluster: no verdict`" in report)
     assert "Slurm" not in render_report(load_spec(ROOT / "stacks" / "dev.yaml"))

@@ -28,8 +28,8 @@ import pytest
 from components.k8s import slurm, slurm_health
 from tests.components.k8s.slurm_specs import H200_POOL, SLURM_POOL, with_h200_pool
 from tests.doubles import nvidia_smi
-from tests.slurm_site import (MISSING, WHY_MISSING, apply_accounts, drained, fields, host_cgroup_conf, in_private_dev,
-                               sacctmgr, scontrol, slurm_site, slurm_spec, slurmd)
+from tests.slurm_site import (MISSING, WHY_MISSING, apply_accounts, drained, fields, free_port, host_cgroup_conf,
+                               in_private_dev, sacctmgr, scontrol, slurm_site, slurm_spec, slurmd)
 
 pytestmark = pytest.mark.skipif(MISSING is not None, reason=WHY_MISSING)
 
@@ -50,7 +50,8 @@ def test_slurmctld_takes_the_generated_files_and_makes_one_partition_per_pool(co
     config = scontrol(env, "show", "config")
     for line in ("SelectType              = select/cons_tres", "TopologyPlugin          = topology/tree",
                  "PriorityType            = priority/multifactor", "PriorityDecayHalfLife   = 7-00:00:00",
-                 "MpiDefault              = pmix"):
+                 "MpiDefault              = pmix", "SchedulerParameters     = nohold_on_prolog_fail",
+                 f"PrologEpilogTimeout     = {slurm_health.PROLOG_EPILOG_TIMEOUT_S}"):
         assert line in config, line
 
 
@@ -179,6 +180,18 @@ def test_a_second_apply_changes_nothing_and_a_changed_quota_changes_the_account(
     assert qos["experiment"] == "normal" and qos["production"] == "experiment,normal"   # kept, never deleted
 
 
+SAMPLES = Path(__file__).resolve().parents[2] / "samples"
+QUERY = (SAMPLES / "nvidia_smi_q_h800.txt").read_text()          # real `nvidia-smi -q` of an H800 host, one GPU shown
+LINKS = (SAMPLES / "nvidia_smi_nvlink_s_8xh100.txt").read_text()
+# The volatile ECC block as nvidia-smi -q prints it on an A100 (NVIDIA's XID 63 guide quotes it), with one
+# uncorrectable DRAM error; inserted before the sample's Remapped Rows section.
+ECC = ("    ECC Errors\n        Volatile\n            SRAM Correctable              : 0\n"
+       "            SRAM Uncorrectable            : 0\n            DRAM Correctable              : 177\n"
+       "            DRAM Uncorrectable            : 1\n        Aggregate\n"
+       "            SRAM Correctable              : 0\n            SRAM Uncorrectable            : 0\n"
+       "            DRAM Correctable              : 177\n            DRAM Uncorrectable            : 3\n")
+
+
 # --- jobs through the real controller, on a slurmd for one node of the pool -------------------------------------
 
 JOB = """#!/bin/bash
@@ -192,14 +205,18 @@ srun bash -c 'echo "rank $PMIX_RANK"' | sort
 def node(tmp_path_factory) -> Iterator[tuple[dict, Path]]:
     """A site of its own whose first Slurm node runs a slurmd (GPU device files, no driver), with the tenants'
     accounts applied and this test's user in team-a and team-b, as a site adds its users. Its spec adds an H200
-    pool (no slurmd runs there) and limits team-b to 6 of the H100 pool's GPUs."""
+    pool (no slurmd runs there) and limits team-b to 6 of the H100 pool's GPUs. The node check runs as its prolog
+    and epilog, with an nvidia-smi that reports a healthy host (work/tools, which the node-check tests change)."""
     spec = slurm_spec(with_h200_pool, **{f"tenants.1.gpu_quota.{SLURM_POOL}": {"nominal": 2, "borrowing_limit": 4}})
     work = tmp_path_factory.mktemp("slurm-node")
+    tools = work / "tools"
+    tools.mkdir()
+    nvidia_smi(tools, QUERY, LINKS, calls=work / "nvidia-smi-calls.txt")
     with slurm_site(spec, work) as env:
         apply_accounts(spec, env, work)
         subprocess.run(["sacctmgr", "-i", "add", "user", "root", "account=team-a,team-b,team-c"], env=env, check=True,
                        capture_output=True)
-        with slurmd(env, work, "gpu-slurm-01", gpus=8):
+        with slurmd(env, work, "gpu-slurm-01", gpus=8, tools=tools):
             yield env, work
 
 
@@ -326,35 +343,45 @@ def test_gpus_without_a_model_over_partitions_of_two_models_are_refused_saying_h
 
 # --- the node check: Slurm's prolog and epilog drain a node that fails it ------------------------------------------
 
-SAMPLES = Path(__file__).resolve().parents[2] / "samples"
-QUERY = (SAMPLES / "nvidia_smi_q_h800.txt").read_text()          # real `nvidia-smi -q` of an H800 host, one GPU shown
-LINKS = (SAMPLES / "nvidia_smi_nvlink_s_8xh100.txt").read_text()
-# The volatile ECC block as nvidia-smi -q prints it on an A100 (NVIDIA's XID 63 guide quotes it), with one
-# uncorrectable DRAM error; inserted before the sample's Remapped Rows section.
-ECC = ("    ECC Errors\n        Volatile\n            SRAM Correctable              : 0\n"
-       "            SRAM Uncorrectable            : 0\n            DRAM Correctable              : 177\n"
-       "            DRAM Uncorrectable            : 1\n        Aggregate\n"
-       "            SRAM Correctable              : 0\n            SRAM Uncorrectable            : 0\n"
-       "            DRAM Correctable              : 177\n            DRAM Uncorrectable            : 3\n")
+def dcgmi_double(bin_dir: Path, output: str, code: int = 0) -> None:
+    (bin_dir / "diag.txt").write_text(output)
+    (bin_dir / "dcgmi").write_text(f"#!/bin/bash\ncat {bin_dir}/diag.txt\nexit {code}\n")
+    (bin_dir / "dcgmi").chmod(0o755)
+
+
+# What dcgmi prints when nv-hostengine is not running (DCGM's dcgmi/main_dcgmi.cpp and Diag.cpp messages): no
+# result table, so the diagnostic gave no verdict.
+NO_HOST_ENGINE = ("Error: unable to establish a connection to the specified host: localhost\n"
+                  "Error: Unable to connect to host engine. Host engine connection invalid/disconnected.\n")
 
 
 def node_check(controller, tmp_path, when: str, node: str, query: str = QUERY, links: str = LINKS,
-               smi_code: int = 0, dcgmi: str | None = None) -> subprocess.CompletedProcess:
+               smi_code: int = 0, dcgmi: str | None = None, dcgmi_code: int = 0, smi_sleep_s: int = 0,
+               slurm_conf: Path | None = None) -> subprocess.CompletedProcess:
     """The rendered check, run as slurmd runs it (SLURMD_NODENAME set), with nvidia-smi (and dcgmi) doubles
-    printing real output, against the real slurmctld."""
+    printing real output, against the real slurmctld (or the controller `slurm_conf` names)."""
     spec, env, _ = controller
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
     nvidia_smi(bin_dir, query, links, code=smi_code)
+    if smi_sleep_s:
+        tool = bin_dir / "nvidia-smi"
+        tool.write_text(tool.read_text().replace("\n", f"\nsleep {smi_sleep_s}\n", 1))
     if dcgmi is not None:
-        (bin_dir / "diag.txt").write_text(dcgmi)
-        (bin_dir / "dcgmi").write_text(f"#!/bin/bash\ncat {bin_dir}/diag.txt\n")
-        (bin_dir / "dcgmi").chmod(0o755)
+        dcgmi_double(bin_dir, dcgmi, dcgmi_code)
     check = tmp_path / f"{when}.sh"
     check.write_text(slurm_health.render_node_check(spec, when))
     path = f"{bin_dir}:{os.environ['PATH']}"
-    return subprocess.run(["bash", str(check)], env={**env, "PATH": path, "SLURMD_NODENAME": node},
-                          capture_output=True, text=True, timeout=60)
+    more = {"SLURM_CONF": str(slurm_conf)} if slurm_conf else {}
+    return subprocess.run(["bash", str(check)], env={**env, "PATH": path, "SLURMD_NODENAME": node,
+                                                     "TMPDIR": str(tmp_path), **more},
+                          capture_output=True, text=True, timeout=120)
+
+
+def comment(env: dict, node: str) -> str:
+    """The node's Comment (free text, up to the next field)."""
+    line = scontrol(env, "show", "node", "-o", node)
+    return line.split(" Comment=", 1)[1].split(" Reason=", 1)[0].strip() if " Comment=" in line else ""
 
 
 def test_a_healthy_node_passes_and_stays_in_service(controller, tmp_path):
@@ -387,3 +414,115 @@ def test_a_failing_prolog_also_fails_so_slurm_requeues_the_job(controller, tmp_p
         "Remapping Failure Occurred        : No", "Remapping Failure Occurred        : Yes"))
     assert out.returncode == 1 and "gpu-slurm-03 drained" in out.stderr
     assert drained(controller[1], "gpu-slurm-03") == "gpucluster: GPU 00000000:18:00.0: row remapping failed"
+
+
+def test_the_checks_own_trouble_is_no_verdict_leaving_the_node_in_service_and_saying_so(controller, tmp_path):
+    """DCGM's host engine down: no result, so no verdict, never a pass nor a drain; the node's Comment says what
+    could not be checked, and the next clean check clears it."""
+    _, env, _ = controller
+    out = node_check(controller, tmp_path, "epilog", "gpu-slurm-02", dcgmi=NO_HOST_ENGINE, dcgmi_code=255)
+    assert out.returncode == 0 and "no verdict" in out.stderr, out.stderr
+    assert drained(env, "gpu-slurm-02") is None
+    assert comment(env, "gpu-slurm-02").startswith(slurm_health.NO_VERDICT), comment(env, "gpu-slurm-02")
+    assert "dcgmi diag -r 1 gave no result: Error: unable to establish a connection" in comment(env, "gpu-slurm-02")
+    out = node_check(controller, tmp_path, "epilog", "gpu-slurm-02",
+                     dcgmi=(SAMPLES / "dcgmi_diag_r1_pass.txt").read_text())
+    assert out.returncode == 0 and not out.stderr, out.stderr
+    assert comment(env, "gpu-slurm-02") == ""
+
+
+def test_a_hung_nvidia_smi_is_cut_off_at_its_bound_and_is_no_verdict(controller, tmp_path, monkeypatch):
+    """Every command has a time bound (shortened here): a hung nvidia-smi neither hangs the job nor drains."""
+    monkeypatch.setitem(slurm_health.BOUNDS_S, "nvidia-smi", 2)
+    started = time.monotonic()
+    out = node_check(controller, tmp_path, "prolog", "gpu-slurm-03", smi_sleep_s=600)
+    assert out.returncode == 0, out.stderr
+    assert time.monotonic() - started < 2 * (2 + 5) + 10
+    assert "nvidia-smi did not answer within 2 s" in out.stderr
+    assert drained(controller[1], "gpu-slurm-03") is None
+
+
+def test_an_unreachable_controller_never_fails_a_healthy_node_and_a_faulty_one_still_fails(controller, tmp_path):
+    """slurmctld restarting (the operator reconfigures it on every Helm upgrade): the check asks it nothing
+    before its own verdict, so a healthy node passes; a faulty one it cannot drain fails the script, which Slurm
+    answers by draining the node itself."""
+    _, _, where = controller
+    down = tmp_path / "slurm.conf"
+    down.write_text(re.sub(r"SlurmctldPort=\d+", f"SlurmctldPort={free_port()}",
+                           (Path(where["work"]) / "slurm.conf").read_text()))
+    out = node_check(controller, tmp_path, "prolog", "gpu-slurm-01", slurm_conf=down)
+    assert out.returncode == 0 and not out.stderr, out.stderr
+    out = node_check(controller, tmp_path, "epilog", "gpu-slurm-01", slurm_conf=down, query=QUERY.replace(
+        "Pending                           : No", "Pending                           : Yes"))
+    assert out.returncode == 1, out.stderr
+    assert "failed the check but could not be drained" in out.stderr and "row remapping pending" in out.stderr
+
+
+def test_a_node_of_no_slurm_pool_is_checked_for_faults_but_its_gpu_count_is_no_verdict(controller, tmp_path):
+    out = node_check(controller, tmp_path, "epilog", "gpu-h200-01",
+                     query=re.sub(r"(Attached GPUs +: )8", r"\g<1>7", QUERY))
+    assert out.returncode == 0 and "none of the Slurm pools' hosts" in out.stderr, out.stderr
+
+
+# --- the node check inside the real slurmd: a node that slurmd registered, the check as its Prolog and Epilog ----
+
+def node_fields(env: dict, node: str) -> dict[str, str]:
+    return fields(scontrol(env, "show", "node", "-o", node).split(" Comment=", 1)[0])
+
+
+@needs_root
+def test_a_registered_node_runs_the_check_around_every_job_and_a_healthy_one_stays_in_service(node):
+    """The check as slurmd runs it: its environment (no PATH: bash's default finds nvidia-smi), on a node that
+    registered its GRES (`Gres=gpu:<model>:8(S:0-1)`, which the check no longer reads)."""
+    env, work = node
+    assert node_fields(env, "gpu-slurm-01")["Gres"] == "gpu:h100-sxm5-80gb:8(S:0-1)"
+    calls = work / "nvidia-smi-calls.txt"
+    calls.write_text("")
+    job_id = sbatch(env, work, "-A", "team-a", "--gpus=1", "--wrap", "true")
+    until_state(env, job_id, "COMPLETED")
+    until(env, job_id, lambda _: calls.read_text().count("-q") == 2, "checked before and after", 30)
+    assert calls.read_text().splitlines() == ["-q", "nvlink -s"] * 2
+    state = node_fields(env, "gpu-slurm-01")
+    assert "DRAIN" not in state["State"] and comment(env, "gpu-slurm-01") == "", state
+
+
+@needs_root
+def test_a_fault_found_before_a_job_drains_the_node_and_requeues_the_job_unheld(node):
+    """The prolog finds a row remapping pending: slurmd's node is drained with the check's reason, the job goes
+    back to the queue without a hold (nohold_on_prolog_fail) and runs once the node is repaired and resumed."""
+    env, work = node
+    healthy = (work / "tools" / "query.txt").read_text()
+    (work / "tools" / "query.txt").write_text(healthy.replace("Pending                           : No",
+                                                              "Pending                           : Yes"))
+    try:
+        job_id = sbatch(env, work, "-A", "team-a", "--gpus=1", "--wrap", "true")
+        until(env, job_id, lambda j: j["Restarts"] != "0" and j["JobState"] == "PENDING", "requeued", 60)
+        assert "DRAIN" in node_fields(env, "gpu-slurm-01")["State"]
+        reason = scontrol(env, "show", "node", "-o", "gpu-slurm-01").split(" Reason=", 1)[1]
+        assert reason.startswith("gpucluster: GPU 00000000:18:00.0: row remapping pending"), reason
+        # not held: only Slurm's usual delay of a requeued job's start (BeginTime, two minutes), cut short here
+        requeued = job(env, job_id)
+        assert requeued["Priority"] != "0" and requeued["Reason"] == "BeginTime", requeued
+    finally:
+        (work / "tools" / "query.txt").write_text(healthy)
+        subprocess.run(["scontrol", "update", "nodename=gpu-slurm-01", "state=resume"], env=env, check=True)
+    scontrol(env, "update", f"jobid={job_id}", "starttime=now")
+    until_state(env, job_id, "COMPLETED")
+
+
+@needs_root
+def test_dcgm_unreachable_after_a_job_is_no_verdict_in_the_nodes_comment(node):
+    env, work = node
+    dcgmi_double(work / "tools", NO_HOST_ENGINE, code=255)
+    try:
+        job_id = sbatch(env, work, "-A", "team-a", "--wrap", "true")
+        until_state(env, job_id, "COMPLETED")
+        until(env, job_id, lambda _: comment(env, "gpu-slurm-01") != "", "commented", 30)
+        assert comment(env, "gpu-slurm-01").startswith(f"{slurm_health.NO_VERDICT} (")
+        assert "epilog): dcgmi diag -r 1 gave no result" in comment(env, "gpu-slurm-01")
+        assert "DRAIN" not in node_fields(env, "gpu-slurm-01")["State"]
+    finally:
+        (work / "tools" / "dcgmi").unlink()
+    job_id = sbatch(env, work, "-A", "team-a", "--wrap", "true")
+    until_state(env, job_id, "COMPLETED")
+    until(env, job_id, lambda _: comment(env, "gpu-slurm-01") == "", "cleared", 30)
