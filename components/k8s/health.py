@@ -53,6 +53,12 @@ PORTS_FILE = "fabric-ports.txt"
 # a host added to a pool updates it without restarting the detector anywhere.
 PORTS_DIR = "/ports"
 PORTS_CONFIG = f"{NAME}-fabric-ports"
+# A check that cannot read its inputs keeps its last verdict and says so in a marker beside it (<last>.blind);
+# this condition (never a quarantine: a monitor's trouble is not the GPU's) is True while any check has one.
+BLIND_CONDITION = "GpuHealthCheckBlind"
+BLIND_CHECK = "check-blind.sh"
+BURN_IN_LAST = f"{STATE_DIR}/gpu-burn-in-last"           # the checks' last verdicts (exit status, message)
+PORT_LAST = f"{STATE_DIR}/fabric-ports-last"
 # What the quarantine holds a node for: a hardware XID this boot, a fault (XID, failed check, port) not yet
 # followed by a passing burn-in, and a fabric port down now (on a pool without burn-in too).
 QUARANTINE_CONDITIONS = (CONDITION, BURN_IN_CONDITION, PORT_CONDITION)
@@ -81,10 +87,37 @@ def monitor_config(spec: ClusterSpec) -> dict[str, Any]:
     }
 
 
-# The custom plugin's check, run by the detector every interval in its own image (bash, grep, sed and util-linux's
-# dmesg: node-problem-detector's Dockerfile installs them). Exit 0: no fault since the last passing burn-in;
-# 1: a fault not yet followed by one (the condition is True, with the driver's line); 2: it cannot tell (Unknown,
-# which the quarantine rule treats as not healthy: a node whose health cannot be read takes no new work).
+# What every custom plugin check does with its own trouble (an input it cannot read, a command that fails or does
+# not answer): that says nothing of the node, so the last verdict stands (`stale`: its exit status and message,
+# kept in $last on the host by `verdict`), and a marker beside it (<last>.blind) says why, which BLIND_CHECK turns
+# into GpuHealthCheckBlind. A check that never judged reports healthy, as the quarantine rule's defaultStatus
+# does. node-problem-detector reads any other exit status, and its own timeout, as Unknown, which the quarantine
+# rule holds as unhealthy (fleet-wide, for a broken image or a missing input): every command a check runs is
+# bounded (`timeout`) below the plugin's timeout.
+LAST_VERDICT = r"""stale() {
+  { mkdir -p "$state" && printf '%s\n' "$1" > "$last.blind"; } || true
+  local status
+  status=$(sed -n 1p "$last" 2>/dev/null || true)
+  if [[ $status == [01] ]]; then
+    echo "$(sed -n 2p "$last") (no new reading: $1)"
+    exit "$status"
+  fi
+  echo "no reading yet: $1"
+  exit 0
+}
+verdict() {
+  mkdir -p "$state"
+  printf '%s\n%s\n' "$1" "$2" > "$last.new"
+  mv -f "$last.new" "$last"
+  rm -f "$last.blind"
+  echo "$2"
+  exit "$1"
+}
+"""
+
+# The custom plugin's check, run by the detector every interval in its own image (bash, grep, sed, coreutils and
+# util-linux's dmesg: node-problem-detector's Dockerfile installs them). Exit 0: no fault since the last passing
+# burn-in; 1: a fault not yet followed by one (the condition is True, with the driver's line).
 _BURN_IN_CHECK = r'''#!/bin/bash
 set -euo pipefail
 state=$1     # the host's /var/lib/gpucluster: the burn-in's verdict and this check's fault record
@@ -92,19 +125,21 @@ log=$2       # kmsg: the kernel's ring buffer; otherwise a file of kernel log li
 boot_id=$3   # a file holding this boot's id
 record=$state/@RECORD@
 verdict=$state/@VERDICT@
+last=$state/@LAST@
 fault=@PATTERN@
-boot=$(cat "$boot_id" 2>/dev/null) || { echo "cannot read the boot id from $boot_id"; exit 2; }
+LAST_VERDICT
+boot=$(cat "$boot_id" 2>/dev/null) || stale "cannot read the boot id from $boot_id"
 if [[ $log == kmsg ]]; then
-  lines=$(dmesg 2>/dev/null) || { echo "cannot read the kernel log (dmesg)"; exit 2; }
+  lines=$(timeout 5 dmesg 2>/dev/null) || stale "cannot read the kernel log (dmesg)"
 else
-  lines=$(cat "$log" 2>/dev/null) || { echo "cannot read the kernel log $log"; exit 2; }
+  lines=$(cat "$log" 2>/dev/null) || stale "cannot read the kernel log $log"
 fi
 count=$(grep -cE "$fault" <<<"$lines" || true)
 # A new fault (a first one this boot, or one more) rewrites the record, so it is newer than any verdict so far.
 if (( count > 0 )) && ! grep -qx "boot $boot faults $count" "$record" 2>/dev/null; then
-  last=$(grep -E "$fault" <<<"$lines" | tail -n 1)
+  newest=$(grep -E "$fault" <<<"$lines" | tail -n 1)
   mkdir -p "$state"
-  printf 'boot %s faults %s\n%s\n' "$boot" "$count" "NVRM:${last#*NVRM:}" > "$record.new"
+  printf 'boot %s faults %s\n%s\n' "$boot" "$count" "NVRM:${newest#*NVRM:}" > "$record.new"
   mv -f "$record.new" "$record"
 fi
 # The newest record is the fault a burn-in must follow: this check's XIDs, a failed active check between jobs,
@@ -117,18 +152,35 @@ for other in @CHECK@ @PORT@ @NVML@; do
 done
 record=$latest
 if [[ ! -f $record ]]; then
-  echo "no GPU hardware fault recorded on this host"
-  exit 0
+  verdict 0 "no GPU hardware fault recorded on this host"
 fi
 if [[ ! -f $verdict ]]; then     # a pool without burn-in: the reboot that clears the fault releases the node
-  echo "a GPU hardware fault is recorded and this host keeps no burn-in verdict (its pool runs none)"
-  exit 0
+  verdict 0 "a GPU hardware fault is recorded and this host keeps no burn-in verdict (its pool runs none)"
 fi
 if [[ $verdict -nt $record ]] && grep -qx @RESULT@passed "$verdict"; then
-  echo "a burn-in passed after the last GPU hardware fault"
+  verdict 0 "a burn-in passed after the last GPU hardware fault"
+fi
+verdict 1 "no burn-in passed since this GPU fault: $(sed -n 2p "$record")"
+'''.replace("LAST_VERDICT\n", LAST_VERDICT)
+
+# GpuHealthCheckBlind: True while a check keeps its last verdict because it cannot read its inputs (the markers
+# `stale` leaves, the NVML detector's too: the state directory is the host's).
+_BLIND_CHECK = r'''#!/bin/bash
+set -euo pipefail
+state=$1
+shopt -s nullglob
+[[ -d $state && -r $state ]] || { echo "cannot read $state, where the checks keep their verdicts"; exit 1; }
+markers=("$state"/*.blind)
+if (( ${#markers[@]} == 0 )); then
+  echo "every health check reads its inputs"
   exit 0
 fi
-echo "no burn-in passed since this GPU fault: $(sed -n 2p "$record")"
+blind=
+for m in "${markers[@]}"; do
+  name=${m##*/}
+  blind+="${name%.blind}: $(sed -n 1p "$m" 2>/dev/null || true); "
+done
+echo "health checks without a new reading, their last verdicts kept: ${blind%; }"
 exit 1
 '''
 
@@ -160,7 +212,7 @@ def burn_in_check(spec: ClusterSpec) -> str:
     """The custom plugin's script: the same hardware XIDs as the kernel monitor's condition."""
     pattern = xid_pattern(sorted(set(spec.kubernetes.health.fault_xids)))
     return fill(_BURN_IN_CHECK, PATTERN=pattern, RESULT=RESULT, RECORD=PurePosixPath(FAULT_RECORD).name,
-                VERDICT=PurePosixPath(VERDICT_FILE).name, CHECK=PurePosixPath(CHECK_RECORD).name,
+                VERDICT=PurePosixPath(VERDICT_FILE).name, LAST=PurePosixPath(BURN_IN_LAST).name, CHECK=PurePosixPath(CHECK_RECORD).name,
                 PORT=PurePosixPath(PORT_RECORD).name, NVML=PurePosixPath(NVML_RECORD).name)
 
 
@@ -185,9 +237,11 @@ def plugin_monitor(source: str, rules: list[PluginRule], interval: str = "30s",
 
 
 def burn_in_monitor_config() -> dict[str, Any]:
-    return plugin_monitor("gpu-burn-in-monitor", [(
-        BURN_IN_CONDITION, ("NoFaultSinceBurnIn", "no GPU hardware fault after the last passing burn-in"),
-        "FaultSinceBurnIn", BURN_IN_CHECK, [STATE_DIR, "kmsg", BOOT_ID])])
+    return plugin_monitor("gpu-burn-in-monitor", [
+        (BURN_IN_CONDITION, ("NoFaultSinceBurnIn", "no GPU hardware fault after the last passing burn-in"),
+         "FaultSinceBurnIn", BURN_IN_CHECK, [STATE_DIR, "kmsg", BOOT_ID]),
+        (BLIND_CONDITION, ("HealthChecksReading", "every health check reads its inputs"),
+         "HealthCheckWithoutReading", BLIND_CHECK, [STATE_DIR])])
 
 
 # The fabric port plugin: every RDMA port the spec gives this host (its NICs' devices, port 1) must be ACTIVE and
@@ -202,13 +256,15 @@ sysfs=$2     # /sys/class/infiniband
 ports=$3     # "<host> <device>/<port> ..." for each GPU host with RDMA NICs
 record=$state/@RECORD@
 seen=$state/@SEEN@
+last=$state/@LAST@
+LAST_VERDICT
 host=${NODE_NAME:-}
-[[ -n $host ]] || { echo "NODE_NAME is not set: cannot tell this node's ports"; exit 2; }
-wanted=$(awk -v h="$host" '$1 == h { $1 = ""; print }' "$ports") || { echo "cannot read $ports"; exit 2; }
+[[ -n $host ]] || stale "NODE_NAME is not set: cannot tell this node's ports"
+wanted=$(awk -v h="$host" '$1 == h { $1 = ""; print }' "$ports" 2>/dev/null) || stale "cannot read $ports"
 if [[ -z ${wanted// } ]]; then
-  echo "no fabric port is expected on $host"
-  exit 0
+  verdict 0 "no fabric port is expected on $host"
 fi
+[[ -d $sysfs ]] || stale "cannot read $sysfs: no RDMA device seen, the driver not loaded or sysfs not mounted"
 faults=()
 counts=()
 for p in $wanted; do
@@ -236,15 +292,15 @@ if (( ${#faults[@]} > 0 )); then
   message="fabric port down or flapping on $host: ${joined%; }"
   printf 'fabric %s\n%s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$message" > "$record.new"
   mv -f "$record.new" "$record"
-  echo "$message"
-  exit 1
+  verdict 1 "$message"
 fi
-echo "every fabric port of $host is active"
-'''
+verdict 0 "every fabric port of $host is active"
+'''.replace("LAST_VERDICT\n", LAST_VERDICT)
 
 
 def port_check() -> str:
-    return fill(_PORT_CHECK, RECORD=PurePosixPath(PORT_RECORD).name, SEEN=PurePosixPath(PORT_SEEN).name)
+    return fill(_PORT_CHECK, RECORD=PurePosixPath(PORT_RECORD).name, SEEN=PurePosixPath(PORT_SEEN).name,
+                LAST=PurePosixPath(PORT_LAST).name)
 
 
 def expected_ports(spec: ClusterSpec) -> str:
@@ -320,7 +376,7 @@ def render_gpu_health(spec: ClusterSpec) -> list[Manifest]:
     data = {MONITOR: json.dumps(monitor_config(spec), indent=2) + "\n",
             BURN_IN_MONITOR: json.dumps(burn_in_monitor_config(), indent=2) + "\n",
             BURN_IN_CHECK: burn_in_check(spec), PORT_MONITOR: json.dumps(port_monitor_config(), indent=2) + "\n",
-            PORT_CHECK: port_check()}
+            PORT_CHECK: port_check(), BLIND_CHECK: _BLIND_CHECK}
     volumes = [{"name": "kmsg", "hostPath": {"path": "/dev/kmsg", "type": "CharDevice"}},
                {"name": "localtime", "hostPath": {"path": "/etc/localtime", "type": "File"}},
                STATE_VOLUME,

@@ -23,8 +23,8 @@ from typing import Any
 
 from ..bash import fill
 from ..spec import ClusterSpec
-from .health import (NAMESPACE, NVLINK_DOWN, NVML_RECORD, STATE_DIR, STATE_VOLUME, LABELS, PluginRule, detector,
-                     detector_container, plugin_monitor)
+from .health import (LAST_VERDICT, NAMESPACE, NVLINK_DOWN, NVML_RECORD, STATE_DIR, STATE_VOLUME, LABELS, PluginRule,
+                     detector, detector_container, plugin_monitor)
 from .objects import Manifest
 
 NAME = "gpucluster-gpu-nvml"
@@ -42,6 +42,8 @@ LAST = "gpu-nvml-last"         # -<kind>, in the state directory: each check's l
 HOT_SINCE = "gpu-hot-since"     # "<gpu> <since> <last look>" for each GPU above the limit
 # A look missed for longer than this (the detector restarting) starts a GPU's time above the limit again.
 _GAP_S = 300
+_PLUGIN_TIMEOUT_S = 30           # the detector's: past it, the condition turns Unknown
+_SMI_S = 20                      # nvidia-smi's bound, under the plugin's
 
 # Run by the detector every minute in its own image (bash, awk, sed, grep; nvidia-smi from the toolkit). Exit 0:
 # healthy; 1: the fault (the condition is True, this output its message).
@@ -52,26 +54,17 @@ record=$2    # 1: a fault is recorded there, so a pool that burns in holds the n
 kind=$3      # temperature LIMIT_C FOR_S, or nvlink HOSTS_FILE
 last=$state/@LAST@-$kind
 node=${NODE_NAME:-}
-# A reading that fails (the driver reloading, a library left stale by a driver upgrade) says nothing of the GPUs:
-# the last verdict stands, and the liveness probe restarts this detector with the driver's current library.
-stale() {
-  if [[ -f $last ]]; then
-    echo "$(sed -n 2p "$last") (no new reading: $1)"
-    exit "$(sed -n 1p "$last")"
-  fi
-  echo "no reading of the GPUs yet: $1"
-  exit 0
-}
-verdict() {
-  mkdir -p "$state"
-  printf '%s\n%s\n' "$1" "$2" > "$last.new"
-  mv -f "$last.new" "$last"
-  if (( $1 == 1 && record )); then
-    printf 'nvml %s\n%s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$2" > "$state/@RECORD@.new"
+# A reading that fails or does not answer (the driver reloading, a library left stale by a driver upgrade) says
+# nothing of the GPUs: the last verdict stands, and the liveness probe restarts this detector with the driver's
+# current library. A fault is also recorded, so that a pool that burns in holds the node until a burn-in passes.
+LAST_VERDICT
+fault() {
+  if (( record )); then
+    mkdir -p "$state"
+    printf 'nvml %s\n%s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$1" > "$state/@RECORD@.new"
     mv -f "$state/@RECORD@.new" "$state/@RECORD@"
   fi
-  echo "$2"
-  exit "$1"
+  verdict 1 "$1"
 }
 [[ -n $node ]] || stale "NODE_NAME is not set"
 case $kind in
@@ -79,7 +72,7 @@ case $kind in
     limit=$4
     for_s=$5
     since=$state/@SINCE@
-    out=$(nvidia-smi -q -d TEMPERATURE 2>&1) || stale "nvidia-smi -q failed: $(sed -n 1p <<<"$out")"
+    out=$(timeout @SMI_S@ nvidia-smi -q -d TEMPERATURE 2>&1) || stale "nvidia-smi -q failed or did not answer in @SMI_S@ s: $(sed -n 1p <<<"$out")"
     # nvidia-smi -q: "GPU <bus id>" opens each GPU's section, "GPU Current Temp : <n> C" is in it (N/A if unread).
     temps=$(awk '/^GPU [0-9A-Fa-f]+:/ { gpu = $2 }
       /^ +GPU Current Temp +:/ { print gpu, ($NF == "C" ? $(NF - 1) : "N/A") }' <<<"$out")
@@ -103,7 +96,7 @@ case $kind in
     mv -f "$since.new" "$since"
     if (( ${#hot[@]} > 0 )); then
       joined=$(printf '%s; ' "${hot[@]}")
-      verdict 1 "GPU above $limit C for ${for_s}s on $node: ${joined%; }"
+      fault "GPU above $limit C for ${for_s}s on $node: ${joined%; }"
     fi
     verdict 0 "no GPU of $node above $limit C for ${for_s}s"
     ;;
@@ -111,9 +104,9 @@ case $kind in
     hosts=$4
     [[ -r $hosts ]] || stale "cannot read $hosts"
     grep -qxF "$node" "$hosts" || verdict 0 "$node has no NVSwitch board: no NVLink to watch"
-    out=$(nvidia-smi nvlink -s 2>&1) || stale "nvidia-smi nvlink -s failed: $(sed -n 1p <<<"$out")"
+    out=$(timeout @SMI_S@ nvidia-smi nvlink -s 2>&1) || stale "nvidia-smi nvlink -s failed or did not answer in @SMI_S@ s: $(sed -n 1p <<<"$out")"
     down=$(awk @NVLINK@ <<<"$out")
-    [[ -z $down ]] || verdict 1 "NVLink down on $node: $down"
+    [[ -z $down ]] || fault "NVLink down on $node: $down"
     verdict 0 "every NVLink of $node is up at full speed"
     ;;
   *)
@@ -125,8 +118,8 @@ esac
 
 
 def check_script() -> str:
-    return fill(_CHECK, LAST=LAST, SINCE=HOT_SINCE, RECORD=PurePosixPath(NVML_RECORD).name, GAP=_GAP_S,
-                NVLINK=NVLINK_DOWN)
+    return fill(_CHECK.replace("LAST_VERDICT\n", LAST_VERDICT), LAST=LAST, SINCE=HOT_SINCE, GAP=_GAP_S,
+                RECORD=PurePosixPath(NVML_RECORD).name, NVLINK=NVLINK_DOWN, SMI_S=_SMI_S)
 
 
 def enabled(spec: ClusterSpec) -> bool:
@@ -157,7 +150,7 @@ def monitor_config(spec: ClusterSpec) -> dict[str, Any]:
         (NVLINK_CONDITION, ("NvlinksUp", "every NVLink up at full speed, or no NVSwitch board"),
          "NvlinkDownOrDegraded", CHECK, [STATE_DIR, record("nvlink"), "nvlink", f"{HOSTS_DIR}/{HOSTS_FILE}"])]
     # nvidia-smi takes a few seconds on an eight-GPU node; once a minute costs a running job nothing measurable.
-    return plugin_monitor("gpu-nvml-monitor", rules, interval="60s", timeout="30s")
+    return plugin_monitor("gpu-nvml-monitor", rules, interval="60s", timeout=f"{_PLUGIN_TIMEOUT_S}s")
 
 
 def render_gpu_nvml(spec: ClusterSpec) -> list[Manifest]:

@@ -14,7 +14,7 @@ from ..spec import ClusterSpec
 from ..spec.cluster import checked_pools
 from ..spec.hardware import HARDWARE_XIDS
 from . import health_checks, health_nvml, quarantine, slurm_health
-from .health import CONDITION as HEALTH_CONDITION
+from .health import BLIND_CONDITION, CONDITION as HEALTH_CONDITION
 from .labels import POOL_LABEL, QUARANTINE_TAINT
 from .objects import Manifest
 
@@ -92,6 +92,14 @@ def render_alert_rules(spec: ClusterSpec) -> list[dict[str, Any]]:
                                 'status="true"}) == 1', "0m", "critical",
             f"node {{{{ $labels.node }}}} logged a GPU hardware XID ({HEALTH_CONDITION}); `kubectl describe node "
             f"{{{{ $labels.node }}}}` shows which GPU and XID: take it out of service"))
+        # A check that cannot read its inputs (a tool missing or hung, an input gone) keeps its last verdict and
+        # holds no node: this says so, once it lasts beyond a restart's blip.
+        rules.append(_rule(
+            "GpuHealthCheckBlind", f'max by (node) (kube_node_status_condition{{condition="{BLIND_CONDITION}",'
+                                   'status="true"}) == 1', "15m", "warning",
+            f"node {{{{ $labels.node }}}}: a GPU health check cannot read its inputs and keeps its last verdict "
+            f"({BLIND_CONDITION}); `kubectl describe node {{{{ $labels.node }}}}` says which and why. The node is "
+            "left as it was: fix the detector"))
         if health_nvml.enabled(spec):
             # The NVML detector's conditions (health_nvml.py), quarantining or not: the condition says which.
             conditions = "|".join(health_nvml.CONDITIONS.values())

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from components.k8s import health_nvml
-from components.k8s.health import (BOOT_ID, BURN_IN_CHECK, BURN_IN_CONDITION, BURN_IN_MONITOR, CONDITION, MONITOR,
-                                   NAME, PORT_CHECK, PORT_CONDITION, PORT_MONITOR, PORTS_CONFIG, PORTS_DIR,
-                                   PORTS_FILE, STATE_DIR, SYSFS_RDMA)
+from components.k8s.health import (BLIND_CONDITION, BOOT_ID, BURN_IN_CHECK, BURN_IN_CONDITION, BURN_IN_MONITOR,
+                                   CONDITION, MONITOR, NAME, PORT_CHECK, PORT_CONDITION, PORT_MONITOR, PORTS_CONFIG,
+                                   PORTS_DIR, PORTS_FILE, STATE_DIR, SYSFS_RDMA)
 from components.nodes.burn_in import RESULT
 
 from ..doubles import nvidia_smi
@@ -36,14 +36,15 @@ def plan_config(c: Cluster, name: str = NAME) -> dict[str, str]:
 
 
 def _plugin(work: Path, data: dict[str, str], monitor: str, script: str, stand_ins: dict[str, Path]) -> Path:
-    """One custom plugin monitor of the plan, its script and the host paths among its rules' args swapped for
-    this host's stand-ins, run every second; the monitor's config file."""
-    path = work / script
-    path.write_text(data[script])
-    path.chmod(0o755)
+    """One custom plugin monitor of the plan (`script` among its rules'), each rule's script and the host paths
+    among its args swapped for this host's stand-ins, run every second; the monitor's config file."""
     config = json.loads(data[monitor])
     config["pluginConfig"]["invoke_interval"] = "1s"
+    assert script in {Path(rule["path"]).name for rule in config["rules"]}
     for rule in config["rules"]:
+        path = work / Path(rule["path"]).name
+        path.write_text(data[path.name])
+        path.chmod(0o755)
         rule.update(path=str(path), args=[str(stand_ins.get(a, a)) for a in rule["args"]])
     (work / monitor).write_text(json.dumps(config))
     return work / monitor
@@ -143,7 +144,8 @@ class Detector:
         conditions = self.c.cp.get("node", self.node)["status"].get("conditions", [])
         self.c.cp.kubectl("patch", "node", self.node, "--subresource=status", "--type=json", "-p", json.dumps(
             [{"op": "remove", "path": f"/status/conditions/{i}"} for i, x in reversed(list(enumerate(conditions)))
-             if x["type"] in (CONDITION, BURN_IN_CONDITION, PORT_CONDITION, *health_nvml.CONDITIONS.values())]),
+             if x["type"] in (CONDITION, BURN_IN_CONDITION, PORT_CONDITION, BLIND_CONDITION,
+                              *health_nvml.CONDITIONS.values())]),
             check=False)
 
 

@@ -13,7 +13,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from components.k8s.health import BURN_IN_CONDITION, PORT_CONDITION
+from components.k8s.health import BLIND_CONDITION, BURN_IN_CONDITION, PORT_CONDITION, PORTS_FILE
 from components.k8s.health_nvml import NVLINK_CONDITION, TEMPERATURE_CONDITION, HOT_SINCE
 from components.k8s.labels import QUARANTINE_TAINT
 from components.k8s.quarantine import RULE
@@ -234,6 +234,39 @@ def test_a_fabric_port_that_goes_down_quarantines_the_node_until_it_is_back_and_
         d.burn_in()
         d.wait_condition("False", "NoFaultSinceBurnIn", BURN_IN_CONDITION)
         assert not readiness.reconcile(clean.cp, rule, node)
+    finally:
+        d.forget()
+        _unquarantine(clean)
+
+
+def test_a_detector_that_cannot_read_its_inputs_holds_no_node_and_says_it_is_blind(clean: Cluster, tmp_path: Path):
+    """The real node-problem-detector with its checks' inputs gone (the boot id, the ports file: a broken image or
+    a missing ConfigMap on every node at once): their conditions keep the last verdict, never Unknown, so the rule
+    taints nothing; GpuHealthCheckBlind, which the rule does not read, says which check and why. A fault seen
+    before the inputs went stays held."""
+    rule = _enforced_rule(clean)
+    node = next((h.hostname for p in clean.spec.node_pools if p.nics for h in p.hosts), None)
+    if node is None or not clean.spec.fabric.rdma:
+        pytest.skip("no GPU host with RDMA NICs")
+    assert BLIND_CONDITION not in {c["type"] for c in rule["spec"]["conditions"]}
+    d = _watched(clean, node, tmp_path)
+    try:
+        d.wait_condition("False", "HealthChecksReading", BLIND_CONDITION)
+        d.boot_id.unlink()
+        (tmp_path / PORTS_FILE).unlink()
+        blind = d.wait_condition("True", "HealthCheckWithoutReading", BLIND_CONDITION)
+        assert "gpu-burn-in-last: cannot read the boot id" in blind["message"], blind
+        # (a check that exits 0 sets its condition's healthy reason and message: the detector keeps no output)
+        time.sleep(3)
+        assert d.condition(BURN_IN_CONDITION)["status"] == d.condition(PORT_CONDITION)["status"] == "False"
+        assert not readiness.reconcile(clean.cp, rule, node)
+        d.boot_id.write_text("boot-1\n")
+        _fault(clean, d, rule)                              # a real fault, then the kernel log unreadable
+        d.log.unlink()
+        d.wait_condition("True", "HealthCheckWithoutReading", BLIND_CONDITION)
+        time.sleep(3)                                       # a few more looks: the fault's verdict stands
+        assert d.condition(BURN_IN_CONDITION)["status"] == "True"
+        assert readiness.reconcile(clean.cp, rule, node)
     finally:
         d.forget()
         _unquarantine(clean)

@@ -148,7 +148,7 @@ def test_alerts_use_only_metrics_dcgm_exports(dev_spec):
     assert {r["alert"] for r in rules} == {"GpuTemperatureHigh", "GpuXidError", "GpuEccDoubleBitError",
                                            "GpuThermalThrottling", "GpuPowerThrottling", "GpusMissingH100",
                                            "GpuHardwareFault", "GpuNodeUnhealthy", "GpuNodeQuarantined",
-                                           "GpuHealthCheckFailed"}
+                                           "GpuHealthCheckFailed", "GpuHealthCheckBlind"}
     assert next(r for r in rules if r["alert"] == "GpuTemperatureHigh")["expr"].endswith("> 85")
     assert next(r for r in rules if r["alert"] == "GpusMissingH100")["expr"].endswith("< 8")
 
@@ -331,6 +331,19 @@ def test_the_hardware_fault_alert_holds_while_a_node_carries_the_detectors_condi
                                            "it out of service"}}]},
         {"eval_time": "7m", "alertname": "GpuHardwareFault", "exp_alerts": []},
     ])
+
+
+@PROMTOOL
+def test_the_blind_check_alert_fires_once_a_check_has_read_nothing_for_a_quarter_hour(dev_spec, tmp_path):
+    series = 'kube_node_status_condition{{node="gpu-dev-01", condition="GpuHealthCheckBlind", status="{}"}}'
+    promtool(dev_spec, tmp_path, [{"series": series.format("true"), "values": "0 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 0"}],
+             [{"eval_time": "10m", "alertname": "GpuHealthCheckBlind", "exp_alerts": []},     # a restart's blip
+              {"eval_time": "17m", "alertname": "GpuHealthCheckBlind", "exp_alerts": [{
+                  "exp_labels": {"severity": "warning", "node": "gpu-dev-01"},
+                  "exp_annotations": {"summary": "node gpu-dev-01: a GPU health check cannot read its inputs and "
+                                                 "keeps its last verdict (GpuHealthCheckBlind); `kubectl describe "
+                                                 "node gpu-dev-01` says which and why. The node is left as it "
+                                                 "was: fix the detector"}}]}])
 
 
 @PROMTOOL

@@ -11,8 +11,8 @@ import time
 import kubernetes_validate
 import pytest
 
-from components.k8s.health import (BURN_IN_CHECK, BURN_IN_MONITOR, CONDITION, MONITOR, PORT_CHECK, PORT_MONITOR,
-                                   PORTS_CONFIG, PORTS_FILE, burn_in_check, burn_in_monitor_config, expected_ports, monitor_config,
+from components.k8s.health import (BLIND_CHECK, BLIND_CONDITION, BURN_IN_CHECK, BURN_IN_MONITOR, CONDITION, MONITOR,
+                                   PORT_CHECK, PORT_MONITOR, PORTS_CONFIG, PORTS_FILE, burn_in_check, burn_in_monitor_config, expected_ports, monitor_config,
                                    port_check, port_monitor_config, render_gpu_health)
 from components.nodes.burn_in import RESULT, VERDICT_FILE
 from components.k8s.labels import POOL_LABEL
@@ -206,20 +206,48 @@ def test_a_pool_without_burn_in_is_released_by_the_reboot_alone(host):
     assert code == 0 and "keeps no burn-in verdict" in message       # the kernel monitor's condition holds it
 
 
-def test_a_check_that_cannot_read_the_host_says_unknown(host):
+def blind(tmp_path, state) -> tuple[int, str]:
+    """The blind check as the detector runs it (its rule's args), over `state`."""
+    script = tmp_path / BLIND_CHECK
+    (config,) = [m.obj for m in render_gpu_health(load_stack("dev")) if m.role == "gpu-health-config"]
+    script.write_text(config["data"][BLIND_CHECK])
+    rule = burn_in_monitor_config()["rules"][1]
+    assert rule["condition"] == BLIND_CONDITION and rule["path"].endswith(BLIND_CHECK) and len(rule["args"]) == 1
+    out = subprocess.run(["bash", str(script), str(state)], capture_output=True, text=True, timeout=10)
+    return out.returncode, out.stdout.strip()
+
+
+def test_a_check_that_cannot_read_the_host_keeps_its_last_verdict_and_says_it_is_blind(host, tmp_path):
+    """Never Unknown (which the quarantine rule holds as unhealthy, fleet-wide for a broken image): a healthy node
+    stays in service, a faulty one stays held, and GpuHealthCheckBlind (no quarantine) says why."""
+    host.burn_in()
+    assert host.check() == (0, "no GPU hardware fault recorded on this host")
     host.boot.unlink()
     code, message = host.check()
-    assert code == 2 and "boot id" in message
+    assert (code, message) == (0, "no GPU hardware fault recorded on this host (no new reading: cannot read the "
+                                  f"boot id from {host.boot})")
+    assert blind(tmp_path, host.state) == (1, "health checks without a new reading, their last verdicts kept: "
+                                              f"gpu-burn-in-last: cannot read the boot id from {host.boot}")
     host.boot.write_text("b1\n")
+    host.kernel(FELL_OFF)
+    assert host.check()[0] == 1
+    assert blind(tmp_path, host.state) == (0, "every health check reads its inputs")
     host.log.unlink()
-    assert host.check()[0] == 2
+    code, message = host.check()
+    assert code == 1 and message.endswith(f"(no new reading: cannot read the kernel log {host.log})"), message
+
+
+def test_a_check_that_never_read_its_inputs_reports_healthy_as_the_rules_default(host, tmp_path):
+    host.log.unlink()
+    assert host.check() == (0, f"no reading yet: cannot read the kernel log {host.log}")
+    assert blind(tmp_path, host.state)[0] == 1
 
 
 @pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck is not installed (.ci/run installs it)")
 def test_every_script_of_the_detector_passes_shellcheck(dev, tmp_path):
     (config,) = [m.obj for m in render_gpu_health(dev) if m.role == "gpu-health-config"]
     scripts = {name: text for name, text in config["data"].items() if name.endswith(".sh")}
-    assert set(scripts) == {BURN_IN_CHECK, PORT_CHECK}
+    assert set(scripts) == {BURN_IN_CHECK, PORT_CHECK, BLIND_CHECK}
     for name, text in scripts.items():
         (tmp_path / name).write_text(text)
         out = subprocess.run(["shellcheck", "-S", "style", str(tmp_path / name)], capture_output=True, text=True)
@@ -328,9 +356,23 @@ def test_a_reboot_that_resets_the_counters_is_no_flap(ports):
 
 @pytest.mark.parametrize("node, code, message", [
     ("gpu-dev-09", 0, "no fabric port is expected on gpu-dev-09"),
-    ("", 2, "NODE_NAME is not set: cannot tell this node's ports")])
+    ("", 0, "no reading yet: NODE_NAME is not set: cannot tell this node's ports")])
 def test_a_node_without_ports_or_a_name_is_no_fault(ports, node, code, message):
     assert ports.check(node) == (code, message)
+
+
+def test_a_port_check_that_cannot_read_its_inputs_keeps_the_last_verdict(ports):
+    ports.set("mlx5_1", "1: DOWN", "3: Disabled")
+    assert ports.check()[0] == 1
+    ports.ports.unlink()                  # its ConfigMap gone
+    code, message = ports.check()
+    assert code == 1 and message.endswith(f"(no new reading: cannot read {ports.ports})"), message
+    ports.ports.write_text(expected_ports(ports.spec))
+    ports.set("mlx5_1", "4: ACTIVE", "5: LinkUp")
+    assert ports.check()[0] == 0
+    shutil.rmtree(ports.sysfs)            # no RDMA device at all: sysfs not mounted, or the driver not loaded
+    code, message = ports.check()
+    assert code == 0 and "(no new reading: cannot read " in message, message
 
 
 def test_a_missing_rdma_device_is_a_fault(ports):

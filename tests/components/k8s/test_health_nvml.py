@@ -128,7 +128,8 @@ def test_each_hot_gpu_is_named_and_a_gpu_that_reads_na_is_skipped(gpus):
 def test_a_reading_that_fails_keeps_the_last_verdict_and_never_makes_a_fault_of_its_own(gpus):
     gpus.smi(MISMATCH, MISMATCH, code=18)
     code, message = gpus.check("temperature")                      # nothing read yet: no fault
-    assert code == 0 and message.startswith("no reading of the GPUs yet: nvidia-smi -q failed: Failed to init")
+    assert code == 0 and message.startswith("no reading yet: nvidia-smi -q failed or did not answer in 20 s: "
+                                            "Failed to init")
     gpus.smi(at(91), NVLINK_OK)
     gpus.hot_since("00000000:18:00.0", 700)
     fault = gpus.check("temperature")[1]
@@ -137,6 +138,21 @@ def test_a_reading_that_fails_keeps_the_last_verdict_and_never_makes_a_fault_of_
     assert code == 1 and message.startswith(f"{fault} (no new reading: nvidia-smi -q failed")
     gpus.smi(QUERY, NVLINK_OK)
     assert gpus.check("temperature")[0] == 0
+
+
+def test_a_hung_nvidia_smi_is_cut_off_before_the_detectors_timeout_and_keeps_the_last_verdict(gpus, monkeypatch):
+    """node-problem-detector reads its own timeout as Unknown, which quarantines: the check's bound comes first."""
+    assert health_nvml._SMI_S < int(monitor_config(gpus.spec)["pluginConfig"]["timeout"].rstrip("s"))
+    monkeypatch.setattr(health_nvml, "_SMI_S", 1)
+    gpus.script.write_text(check_script())
+    gpus.smi(at(91), NVLINK_OK)
+    gpus.hot_since("00000000:18:00.0", 700)
+    fault = gpus.check("temperature")[1]
+    tool = gpus.bin / "nvidia-smi"
+    tool.write_text(tool.read_text().replace("\n", "\nsleep 30\n", 1))
+    code, message = gpus.check("temperature")
+    assert code == 1 and message == f"{fault} (no new reading: nvidia-smi -q failed or did not answer in 1 s: )"
+    assert (gpus.state / f"{health_nvml.LAST}-temperature.blind").exists()     # GpuHealthCheckBlind reads it
 
 
 def test_an_nvlink_down_on_an_nvswitch_board_is_a_fault_with_the_link_named(gpus):
@@ -154,7 +170,7 @@ def test_a_node_without_nvswitch_is_not_asked_for_its_nvlinks(gpus):
 
 
 def test_without_its_node_name_the_check_holds_no_verdict(gpus):
-    assert gpus.check("nvlink", node="") == (0, "no reading of the GPUs yet: NODE_NAME is not set")
+    assert gpus.check("nvlink", node="") == (0, "no reading yet: NODE_NAME is not set")
 
 
 def test_a_fault_the_spec_only_alerts_on_sets_its_condition_but_records_nothing(make_spec, tmp_path):
