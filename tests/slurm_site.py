@@ -208,14 +208,16 @@ def host_cgroup_conf(text: str) -> str:
 
 def in_private_dev(gpus: int, command: str, tools: Path | None = None) -> list[str]:
     """`command` in a mount namespace whose /dev has the GPUs' device files (slurmd stats them; no driver backs
-    them, so opening one fails with ENXIO where the cgroup allows it and EPERM where it does not) and a /dev/shm.
+    them, so opening one fails with ENXIO where the cgroup allows it and EPERM where it does not), a /dev/shm and
+    /dev/fd (which container runtimes make, and bash's process substitution needs).
     `tools`: a folder seen as /usr/local/bin there, on the PATH bash gives the node check, whose environment
     from slurmd has none (the doubles of nvidia-smi and dcgmi)."""
     devices = " && ".join(f"mknod /dev/nvidia{i} c 195 {i}" for i in range(gpus))
     bind = f"mount --bind {shlex.quote(str(tools))} /usr/local/bin && " if tools else ""
     return ["unshare", "-m", "sh", "-c",
             f"mount -t tmpfs none /dev && mknod -m 666 /dev/null c 1 3 && mknod -m 666 /dev/zero c 1 5 && "
-            f"mkdir /dev/shm && mount -t tmpfs none /dev/shm && {devices} && {bind}exec {command}"]
+            f"mkdir /dev/shm && mount -t tmpfs none /dev/shm && ln -s /proc/self/fd /dev/fd && {devices} && "
+            f"{bind}exec {command}"]
 
 
 @contextmanager

@@ -18,7 +18,7 @@ from ..spec.topology import plan_topology
 from ..ssh import Script, SshTarget, push
 from ..yamltext import to_yaml_all
 from ..types import token, with_aliases
-from .checks import render_link_check, render_nccl_job
+from .checks import render_link_check, render_nccl_batch, render_nccl_job
 from .host import render_fabric_host
 from .nccl import nccl_envs
 from .switches import render_switch, switch_mtu_bytes
@@ -92,8 +92,11 @@ def render_checks(spec: ClusterSpec) -> dict[str, str]:
         links = render_link_check(spec, pool)
         if links:
             out[f"links-{pool.name}.sh"] = links
-        job = render_nccl_job(spec, pool)
-        if job:
+        if pool.name in spec.kubernetes.slurm.pools:          # Slurm holds its GPUs: its own batch job
+            batch = render_nccl_batch(spec, pool)
+            if batch:
+                out[f"nccl-{pool.name}.sbatch"] = batch
+        elif job := render_nccl_job(spec, pool):
             out[f"nccl-{pool.name}.yaml"] = to_yaml_all(job)
     return out
 

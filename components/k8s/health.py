@@ -2,14 +2,16 @@
 
 node-problem-detector (kubernetes/node-problem-detector, SIG Node) is the maintained engine for node problems:
 its kernel monitor reads /dev/kmsg and sets node conditions and events by pattern, which is all a GPU XID needs
-(the driver logs `NVRM: Xid (PCI:...): <n>, ...` for every one). A hardware XID sets the permanent condition
-GpuHardwareFault; every XID is a Node event. The monitor looks back over the whole boot, so a restarted monitor
+(the driver logs `NVRM: Xid (PCI:...): <n>, ...` for every one). An XID of `fault_xids` sets a permanent
+condition, as NVIDIA's catalog resolves it (spec/xids.py): GpuHardwareFault for one that needs NVIDIA's diagnosis
+(the quarantine), GpuResetRequired for one that needs a GPU reset or a reboot (new work waits); every XID is a
+Node event. The monitor looks back over the whole boot, so a restarted monitor
 finds the fault again (a reboot clears the kernel log, and the condition with it). The manifests are upstream's
 deployment (deployment/node-problem-detector.yaml and rbac.yaml of the release) with our monitor config, on GPU
 nodes only, tolerating every taint: a monitor must keep running on a quarantined node.
 
 A second monitor, a custom plugin of the same detector, keeps the fault beyond the boot: it records the host's
-hardware XIDs (per boot, with their count) under /var/lib/gpucluster, beside the burn-in's verdict, and sets
+GpuHardwareFault XIDs (per boot, with their count) under /var/lib/gpucluster, beside the burn-in's verdict, and sets
 GpuBurnInRequired while the latest recorded fault is newer than the last passing burn-in. The active check
 between jobs (health_checks.py) writes its failures there too, as a record of its own. The quarantine rule
 (quarantine.py) needs both conditions False, so a node leaves quarantine only after the reboot that clears the
@@ -25,8 +27,10 @@ from typing import Any
 
 from ..bash import fill
 from ..nodes.burn_in import RESULT, VERDICT_FILE
+from ..records import MAINTENANCE, MAINTENANCE_MAX_S, PORT_SEEN, STATE_DIR, rdma_ports
 from ..spec import ClusterSpec
 from ..spec.hardware import XID_LINE, xid_pattern
+from ..spec.xids import XidAction
 from .images import mirrored
 from .labels import POOL_LABEL, TOLERATE_EVERY_TAINT
 from .objects import Manifest
@@ -34,17 +38,17 @@ from .objects import Manifest
 NAMESPACE = "kube-system"            # where upstream deploys it, beside the node's other system agents
 NAME = "gpucluster-gpu-health"       # not upstream's name: a distribution's own detector may run there too
 IMAGE = "registry.k8s.io/node-problem-detector/node-problem-detector"
-CONDITION = "GpuHardwareFault"
+CONDITION = "GpuHardwareFault"            # an XID that needs NVIDIA's diagnosis: quarantined until a burn-in
+RESET_CONDITION = "GpuResetRequired"      # an XID that needs a GPU reset or a reboot: new work waits for it
 MONITOR = "gpu-xid-monitor.json"
 BURN_IN_CONDITION = "GpuBurnInRequired"
 BURN_IN_MONITOR = "gpu-burn-in-monitor.json"
 BURN_IN_CHECK = "check-burn-in.sh"
-STATE_DIR = str(PurePosixPath(VERDICT_FILE).parent)     # the host's; mounted at the same path
+assert STATE_DIR == str(PurePosixPath(VERDICT_FILE).parent)   # the host's; mounted at the same path
 FAULT_RECORD = f"{STATE_DIR}/gpu-fault"
 CHECK_RECORD = f"{STATE_DIR}/gpu-check"                 # a failed active check (health_checks.py)
 PORT_RECORD = f"{STATE_DIR}/fabric-fault"               # a fabric port that went down or flapped
 NVML_RECORD = f"{STATE_DIR}/gpu-nvml-fault"             # a GPU overheated or an NVLink down (health_nvml.py)
-PORT_SEEN = f"{STATE_DIR}/fabric-ports"                 # each port's link_downed count at the last look
 PORT_CONDITION = "FabricPortFault"
 PORT_MONITOR = "fabric-port-monitor.json"
 PORT_CHECK = "check-fabric-ports.sh"
@@ -73,17 +77,22 @@ STATE_VOLUME = {"name": "state", "hostPath": {"path": STATE_DIR, "type": "Direct
 
 
 def monitor_config(spec: ClusterSpec) -> dict[str, Any]:
-    """The kernel monitor's configuration (node-problem-detector's system-log-monitor format)."""
-    xids = sorted(set(spec.kubernetes.health.fault_xids))
+    """The kernel monitor's configuration (node-problem-detector's system-log-monitor format): each XID of
+    `fault_xids` sets the condition of what NVIDIA's catalog asks of the node (spec/xids.py)."""
+    xids = spec.kubernetes.health.xids
     return {
         "plugin": "kmsg", "logPath": "/dev/kmsg",
         # The whole boot: a fault stays reported when the monitor restarts, until a reboot clears the kernel log.
         "lookback": "87600h", "bufferSize": 10, "source": "gpu-xid-monitor", "metricsReporting": True,
         "conditions": [{"type": CONDITION, "reason": "NoGpuHardwareXid",
-                        "message": "no GPU hardware XID in the kernel log since boot"}],
+                        "message": "no GPU hardware XID in the kernel log since boot"},
+                       {"type": RESET_CONDITION, "reason": "NoGpuResetPending",
+                        "message": "no XID asking for a GPU reset in the kernel log since boot"}],
         "rules": [{"type": "temporary", "reason": "GpuXid", "pattern": _ANY_XID + ".*"},
-                  *({"type": "permanent", "condition": CONDITION, "reason": f"GpuXid{x}",
-                     "pattern": xid_pattern([x]) + ".*"} for x in xids)],
+                  *({"type": "permanent", "condition": condition, "reason": f"GpuXid{x}",
+                     "pattern": xid_pattern([x]) + ".*"}
+                    for condition, action in ((CONDITION, XidAction.SERVICE), (RESET_CONDITION, XidAction.RESET))
+                    for x in xids[action])],
     }
 
 
@@ -94,16 +103,19 @@ def monitor_config(spec: ClusterSpec) -> dict[str, Any]:
 # does. node-problem-detector reads any other exit status, and its own timeout, as Unknown, which the quarantine
 # rule holds as unhealthy (fleet-wide, for a broken image or a missing input): every command a check runs is
 # bounded (`timeout`) below the plugin's timeout.
-LAST_VERDICT = r"""stale() {
-  { mkdir -p "$state" && printf '%s\n' "$1" > "$last.blind"; } || true
+LAST_VERDICT = r"""keep() {     # keep WHY [WHY_WITHOUT_ONE]
   local status
   status=$(sed -n 1p "$last" 2>/dev/null || true)
   if [[ $status == [01] ]]; then
-    echo "$(sed -n 2p "$last") (no new reading: $1)"
+    echo "$(sed -n 2p "$last") ($1)"
     exit "$status"
   fi
-  echo "no reading yet: $1"
+  echo "${2:-$1}"
   exit 0
+}
+stale() {
+  { mkdir -p "$state" && printf '%s\n' "$1" > "$last.blind"; } || true
+  keep "no new reading: $1" "no reading yet: $1"
 }
 verdict() {
   mkdir -p "$state"
@@ -114,6 +126,15 @@ verdict() {
   exit "$1"
 }
 """
+# A disruptive action of the library's own (a roll: links bounced, the driver reloaded) fences the checks with a
+# marker (MAINTENANCE): while it is fresh, a check keeps its last verdict and records nothing; the action leaves
+# the host as its own checks found it (ports up, counters as the new baseline) before it lifts the marker.
+FENCE = r"""in_maintenance() {
+  local what since
+  read -r what since < "$state/@MAINTENANCE@" 2>/dev/null || return 1
+  [[ $since =~ ^[0-9]+$ ]] && (( $(date +%s) - since < @MAINTENANCE_MAX_S@ )) && maintenance=$what
+}
+""".replace("@MAINTENANCE@", PurePosixPath(MAINTENANCE).name).replace("@MAINTENANCE_MAX_S@", str(MAINTENANCE_MAX_S))
 
 # The custom plugin's check, run by the detector every interval in its own image (bash, grep, sed, coreutils and
 # util-linux's dmesg: node-problem-detector's Dockerfile installs them). Exit 0: no fault since the last passing
@@ -209,8 +230,8 @@ NVLINK_DOWN = '''/^GPU [0-9]+:/ { gpu = $2; sub(/:$/, "", gpu) }
 
 
 def burn_in_check(spec: ClusterSpec) -> str:
-    """The custom plugin's script: the same hardware XIDs as the kernel monitor's condition."""
-    pattern = xid_pattern(sorted(set(spec.kubernetes.health.fault_xids)))
+    """The custom plugin's script: the XIDs of the kernel monitor's GpuHardwareFault (a reset needs no burn-in)."""
+    pattern = xid_pattern(spec.kubernetes.health.xids[XidAction.SERVICE])
     return fill(_BURN_IN_CHECK, PATTERN=pattern, RESULT=RESULT, RECORD=PurePosixPath(FAULT_RECORD).name,
                 VERDICT=PurePosixPath(VERDICT_FILE).name, LAST=PurePosixPath(BURN_IN_LAST).name, CHECK=PurePosixPath(CHECK_RECORD).name,
                 PORT=PurePosixPath(PORT_RECORD).name, NVML=PurePosixPath(NVML_RECORD).name)
@@ -258,11 +279,15 @@ record=$state/@RECORD@
 seen=$state/@SEEN@
 last=$state/@LAST@
 LAST_VERDICT
+FENCE
 host=${NODE_NAME:-}
 [[ -n $host ]] || stale "NODE_NAME is not set: cannot tell this node's ports"
 wanted=$(awk -v h="$host" '$1 == h { $1 = ""; print }' "$ports" 2>/dev/null) || stale "cannot read $ports"
 if [[ -z ${wanted// } ]]; then
   verdict 0 "no fabric port is expected on $host"
+fi
+if in_maintenance; then
+  keep "$maintenance under way on $host: its ports are not judged until it ends"
 fi
 [[ -d $sysfs ]] || stale "cannot read $sysfs: no RDMA device seen, the driver not loaded or sysfs not mounted"
 faults=()
@@ -295,7 +320,7 @@ if (( ${#faults[@]} > 0 )); then
   verdict 1 "$message"
 fi
 verdict 0 "every fabric port of $host is active"
-'''.replace("LAST_VERDICT\n", LAST_VERDICT)
+'''.replace("LAST_VERDICT\n", LAST_VERDICT).replace("FENCE\n", FENCE)
 
 
 def port_check() -> str:
@@ -307,8 +332,7 @@ def expected_ports(spec: ClusterSpec) -> str:
     """`<host> <device>/1 ...` for every GPU host with RDMA NICs (port 1: one port per ConnectX function)."""
     if not spec.fabric.rdma:
         return ""
-    return "".join(f"{h.hostname} {' '.join(f'{n.device}/1' for n in sorted(p.nics, key=lambda n: n.rail))}\n"
-                   for p in spec.node_pools if p.nics for h in p.hosts)
+    return "".join(f"{h.hostname} {' '.join(rdma_ports(p))}\n" for p in spec.node_pools if p.nics for h in p.hosts)
 
 
 def port_monitor_config() -> dict[str, Any]:

@@ -19,6 +19,7 @@ detector's custom plugin (health.py) reads it and holds the node in quarantine u
 from __future__ import annotations
 
 import hashlib
+import re
 from pathlib import PurePosixPath
 from typing import Any
 
@@ -169,6 +170,27 @@ def _cluster_queue(spec: ClusterSpec, pools: list[NodePool]) -> dict[str, Any]:
                                     "withinClusterQueue": "Never"}}}
 
 
+_MACROS = {"@yearly": "0 0 1 1 *", "@annually": "0 0 1 1 *", "@monthly": "0 0 1 * *", "@weekly": "0 0 * * 0",
+           "@daily": "0 0 * * *", "@midnight": "0 0 * * *", "@hourly": "0 * * * *"}
+
+
+def spread(schedule: str, hostname: str) -> str:
+    """The host's own time within the schedule's interval, so that a fleet's checks (and their image pulls and
+    Kueue admissions) do not all start in one minute: a fixed minute becomes the host's minute, and a stepped
+    hour or minute (`*/6`) starts at the host's offset within the step (`3-23/6`). Derived from the host's name:
+    the same on every apply. A list, a range or a fixed hour is the site's choice and kept."""
+    minute, hour, *rest = _MACROS.get(schedule, schedule).split()
+    h = int.from_bytes(hashlib.sha256(hostname.encode()).digest()[:8], "big")
+    if (step := re.fullmatch(r"\*/([0-9]+)", minute)) and int(step[1]) > 1:
+        n = int(step[1])
+        minute, h = f"{h % n}-59/{n}", h // n
+    elif minute.isdigit():
+        minute, h = str(h % 60), h // 60
+    if minute.isdigit() and (step := re.fullmatch(r"\*/([0-9]+)", hour)) and int(step[1]) > 1:
+        hour = f"{h % int(step[1])}-23/{step[1]}"
+    return " ".join([minute, hour, *rest])
+
+
 def _cronjob(spec: ClusterSpec, pool: NodePool, host: Host) -> Manifest:
     a = spec.kubernetes.health.active_checks
     labels = {**_LABELS, HOST_LABEL: host.hostname, POOL_LABEL: pool.name}
@@ -193,7 +215,7 @@ def _cronjob(spec: ClusterSpec, pool: NodePool, host: Host) -> Manifest:
     return Manifest(f"gpu-check-{host.hostname}", {
         "apiVersion": "batch/v1", "kind": "CronJob",
         "metadata": {"name": cronjob_name(host.hostname), "namespace": NAMESPACE, "labels": dict(labels)},
-        "spec": {"schedule": a.schedule, "timeZone": "Etc/UTC",
+        "spec": {"schedule": spread(a.schedule, host.hostname), "timeZone": "Etc/UTC",
                  # A check waiting for its host to be idle is the next one too; a missed run is not made up.
                  "concurrencyPolicy": "Forbid", "startingDeadlineSeconds": 600,
                  "successfulJobsHistoryLimit": 1, "failedJobsHistoryLimit": 3,

@@ -23,7 +23,7 @@ from typing import Any
 
 from ..bash import fill
 from ..spec import ClusterSpec
-from .health import (LAST_VERDICT, NAMESPACE, NVLINK_DOWN, NVML_RECORD, STATE_DIR, STATE_VOLUME, LABELS, PluginRule,
+from .health import (FENCE, LAST_VERDICT, NAMESPACE, NVLINK_DOWN, NVML_RECORD, STATE_DIR, STATE_VOLUME, LABELS, PluginRule,
                      detector, detector_container, plugin_monitor)
 from .objects import Manifest
 
@@ -58,6 +58,7 @@ node=${NODE_NAME:-}
 # nothing of the GPUs: the last verdict stands, and the liveness probe restarts this detector with the driver's
 # current library. A fault is also recorded, so that a pool that burns in holds the node until a burn-in passes.
 LAST_VERDICT
+FENCE
 fault() {
   if (( record )); then
     mkdir -p "$state"
@@ -67,6 +68,9 @@ fault() {
   verdict 1 "$1"
 }
 [[ -n $node ]] || stale "NODE_NAME is not set"
+if in_maintenance; then
+  keep "$maintenance under way on $node: its GPUs are not judged until it ends"
+fi
 case $kind in
   temperature)
     limit=$4
@@ -118,7 +122,7 @@ esac
 
 
 def check_script() -> str:
-    return fill(_CHECK.replace("LAST_VERDICT\n", LAST_VERDICT), LAST=LAST, SINCE=HOT_SINCE, GAP=_GAP_S,
+    return fill(_CHECK.replace("LAST_VERDICT\n", LAST_VERDICT).replace("FENCE\n", FENCE), LAST=LAST, SINCE=HOT_SINCE, GAP=_GAP_S,
                 RECORD=PurePosixPath(NVML_RECORD).name, NVLINK=NVLINK_DOWN, SMI_S=_SMI_S)
 
 

@@ -18,6 +18,8 @@ BURN_IN_TAINT = "gpucluster.io/burn-in"
 # Taint node-readiness-controller keeps on a GPU node with a fault not yet followed by a passing burn-in (its
 # rules' taint keys must be in readiness.k8s.io/); node agents tolerate it, workloads do not.
 QUARANTINE_TAINT = "readiness.k8s.io/gpucluster-gpu-health"
+# Taint (NoSchedule) it keeps on a GPU node whose GPU needs a reset or a reboot; node agents tolerate it too.
+RESET_TAINT = "readiness.k8s.io/gpucluster-gpu-reset"
 # What a pod that must run on any node, quarantined or not, tolerates (the detector, the quarantine's controller).
 TOLERATE_EVERY_TAINT = ({"operator": "Exists", "effect": "NoSchedule"}, {"operator": "Exists", "effect": "NoExecute"})
 
@@ -39,13 +41,14 @@ def pool_tolerations(pool: NodePool) -> list[dict[str, Any]]:
 
 
 def system_tolerations(spec: ClusterSpec) -> list[dict[str, Any]]:
-    """What node agents (drivers, device plugins, NFD) tolerate: every pool taint, the burn-in gate and the
-    quarantine (a drained node keeps its driver, device plugin and exporters for the burn-in that releases it)."""
+    """What node agents (drivers, device plugins, NFD) tolerate: every pool taint, the burn-in gate, the
+    quarantine and the reset (a drained node keeps its driver, device plugin and exporters for the burn-in that
+    releases it)."""
     seen: dict[tuple[str, str], dict[str, Any]] = {}
     for pool in spec.node_pools:
         for t in pool.all_taints:
             seen[(t.key, t.effect)] = {"key": t.key, "operator": "Exists", "effect": t.effect}
-    for key in (BURN_IN_TAINT, QUARANTINE_TAINT):
+    for key in (BURN_IN_TAINT, QUARANTINE_TAINT, RESET_TAINT):
         for effect in ("NoSchedule", "NoExecute"):
             seen[(key, effect)] = {"key": key, "operator": "Exists", "effect": effect}
     return [seen[k] for k in sorted(seen)]

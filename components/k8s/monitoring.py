@@ -12,7 +12,6 @@ from typing import Any
 
 from ..spec import ClusterSpec
 from ..spec.cluster import checked_pools
-from ..spec.hardware import HARDWARE_XIDS
 from . import health_checks, health_nvml, quarantine, slurm_health
 from .health import BLIND_CONDITION, CONDITION as HEALTH_CONDITION
 from .labels import POOL_LABEL, QUARANTINE_TAINT
@@ -67,10 +66,10 @@ def render_alert_rules(spec: ClusterSpec) -> list[dict[str, Any]]:
     rules = [
         _rule("GpuTemperatureHigh", f"max by (Hostname, gpu) (DCGM_FI_DEV_GPU_TEMP) > {limit}", "5m", "warning",
               f"GPU {{{{ $labels.gpu }}}} on {{{{ $labels.Hostname }}}} is at {{{{ $value }}}} C, above {limit} C"),
-        # The exporter's XID metric holds the last XID seen, for good: alert when it changes to one that means
-        # the hardware is at fault. Application XIDs (13, 31, 43: a job's own fault) would fire forever.
+        # The exporter's XID metric holds the last XID seen, for good: alert when it changes to one that takes the
+        # node out (fault_xids, as the detector). Application XIDs (13, 31, 43: a job's own fault) would fire forever.
         _rule("GpuXidError", "max by (Hostname, gpu) ("
-              + " or ".join(f"DCGM_FI_DEV_XID_ERRORS == {x}" for x in HARDWARE_XIDS)
+              + " or ".join(f"DCGM_FI_DEV_XID_ERRORS == {x}" for x in sorted(set(spec.kubernetes.health.fault_xids)))
               + ") and max by (Hostname, gpu) (changes(DCGM_FI_DEV_XID_ERRORS[10m])) > 0", "0m", "critical",
               "GPU {{ $labels.gpu }} on {{ $labels.Hostname }} reported hardware XID {{ $value }}; drain the node"),
         _rule("GpuEccDoubleBitError",

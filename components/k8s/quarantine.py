@@ -1,5 +1,8 @@
 """Quarantine: node-readiness-controller (kubernetes-sigs) taints a GPU node while its health conditions say so.
 
+A second rule, `gpucluster-gpu-reset`, taints a node NoSchedule while GpuResetRequired is True (an XID that NVIDIA's
+catalog resolves by a GPU reset or a reboot): new work waits, the jobs there run on, the reboot releases it.
+
 One NodeReadinessRule on every GPU node, in continuous enforcement: its taint stays while GpuHardwareFault,
 GpuBurnInRequired or FabricPortFault (health.py), or GpuOverheating or GpuNvlinkDown (health_nvml.py, when the spec
 quarantines on them) is anything but False, and goes once all are False again. A condition the
@@ -22,14 +25,15 @@ from __future__ import annotations
 from ..spec import ClusterSpec
 from ..spec.cluster import OPERATOR_NAMESPACES
 from . import health_nvml
-from .health import QUARANTINE_CONDITIONS
+from .health import QUARANTINE_CONDITIONS, RESET_CONDITION
 from .images import mirrored
-from .labels import POOL_LABEL, QUARANTINE_TAINT, TOLERATE_EVERY_TAINT
+from .labels import POOL_LABEL, QUARANTINE_TAINT, RESET_TAINT, TOLERATE_EVERY_TAINT
 from .objects import Manifest, rbac_rule
 
 NAMESPACE = OPERATOR_NAMESPACES["node_readiness"]
 NAME = "nrr-controller-manager"
 RULE = "gpucluster-gpu-health"
+RESET_RULE = "gpucluster-gpu-reset"
 IMAGE = "registry.k8s.io/node-readiness-controller/node-readiness-controller"
 GROUP = "readiness.node.x-k8s.io"
 _LABELS = {"app.kubernetes.io/name": "node-readiness-controller", "app.kubernetes.io/managed-by": "pulumi"}
@@ -61,18 +65,33 @@ def taint_effect(spec: ClusterSpec) -> str:
     return "NoExecute" if spec.kubernetes.health.quarantine.drain else "NoSchedule"
 
 
-def render_rule(spec: ClusterSpec) -> Manifest:
-    q = spec.kubernetes.health.quarantine
-    return Manifest("quarantine-rule", {
+def _rule(spec: ClusterSpec, role: str, name: str, conditions: tuple[str, ...], taint: dict[str, str]) -> Manifest:
+    return Manifest(role, {
         "apiVersion": f"{GROUP}/v1alpha1", "kind": "NodeReadinessRule",
-        "metadata": {"name": RULE, "labels": dict(_LABELS)},
+        "metadata": {"name": name, "labels": dict(_LABELS)},
         "spec": {
-            "conditions": [{"type": c, "requiredStatus": "False", "defaultStatus": "False"}
-                           for c in conditions(spec)],
-            "taint": {"key": QUARANTINE_TAINT, "value": "gpu-fault", "effect": taint_effect(spec)},
+            "conditions": [{"type": c, "requiredStatus": "False", "defaultStatus": "False"} for c in conditions],
+            "taint": taint,
             "enforcementMode": "continuous",
             "nodeSelector": {"matchExpressions": [{"key": POOL_LABEL, "operator": "Exists"}]},
-            "dryRun": q.mode == "observe"}})
+            "dryRun": spec.kubernetes.health.quarantine.mode == "observe"}})
+
+
+def render_rule(spec: ClusterSpec) -> Manifest:
+    """The quarantine: a fault that needs NVIDIA's diagnosis, or one not yet followed by a passing burn-in."""
+    return _rule(spec, "quarantine-rule", RULE, conditions(spec),
+                 {"key": QUARANTINE_TAINT, "value": "gpu-fault", "effect": taint_effect(spec)})
+
+
+def render_reset_rule(spec: ClusterSpec) -> Manifest:
+    """A GPU that needs a reset (GpuResetRequired): NoSchedule whatever `drain` says, so the jobs already there
+    run on and new work waits; the reboot that resets the GPU clears the condition and the taint."""
+    return _rule(spec, "reset-rule", RESET_RULE, (RESET_CONDITION,),
+                 {"key": RESET_TAINT, "value": "gpu-reset", "effect": "NoSchedule"})
+
+
+def render_rules(spec: ClusterSpec) -> list[Manifest]:
+    return [render_rule(spec), render_reset_rule(spec)]
 
 
 def render_controller(spec: ClusterSpec) -> list[Manifest]:

@@ -2,7 +2,8 @@
 
 Slurm runs it as Prolog and Epilog in each slurmd pod of the job's nodes (as root, with every GPU of the node,
 nvidia-smi from the driver). It checks what a job would trip over next: every GPU of the node visible (one that
-fell off the bus is not), no uncorrectable ECC error since the driver loaded, no row remapping pending or failed,
+fell off the bus is not), no XID of `kubernetes.health.fault_xids` in the kernel log since boot (the detector's
+list: a reboot clears it), no uncorrectable ECC error since the driver loaded, no row remapping pending or failed,
 on NVSwitch boards every NVLink up at full speed, and after a job, where the slurmd image has DCGM,
 `dcgmi diag -r 1` (tens of seconds: not before every job, where slurm.conf(5) wants the prolog done "in less time
 than MessageTimeout").
@@ -27,6 +28,8 @@ import shlex
 
 from ..bash import fill
 from ..spec import ClusterSpec
+from ..spec.hardware import xid_pattern
+from ..spec.xids import XidAction
 from .health import DCGM_FAILED, DCGM_RESULTS, NVLINK_DOWN
 
 # The script's key in the chart's prologScripts and epilogScripts; the chart stores it as prolog-<key> and
@@ -36,14 +39,14 @@ DRAIN_PREFIX = "gpucluster: "
 NO_VERDICT = f"{DRAIN_PREFIX}no verdict"     # how the node's Comment starts while the check cannot run
 # Each command's time bound (seconds). nvidia-smi answers in seconds on a healthy 8-GPU host; dcgmi diag -r 1
 # runs its quick tests (seconds to a minute); scontrol is one RPC to slurmctld.
-BOUNDS_S = {"nvidia-smi": 30, "dcgmi": 120, "scontrol": 10}
+BOUNDS_S = {"nvidia-smi": 30, "dcgmi": 120, "scontrol": 10, "dmesg": 10}
 _KILL_AFTER_S = 5                            # timeout's grace before SIGKILL
 
 
 def script_bound_s(when: str) -> int:
     """The longest the check can take: each bounded command once (nvidia-smi twice: -q and nvlink -s; scontrol
     twice: the drain or the comment, and clearing it), with timeout's grace."""
-    calls = {"nvidia-smi": 2, "scontrol": 2, "dcgmi": 1 if when == "epilog" else 0}
+    calls = {"nvidia-smi": 2, "scontrol": 2, "dmesg": 1, "dcgmi": 1 if when == "epilog" else 0}
     return sum(n * (BOUNDS_S[tool] + _KILL_AFTER_S) for tool, n in calls.items())
 
 
@@ -138,6 +141,23 @@ if (( nvswitch )); then
     unknown+=("$out")
   fi
 fi
+# XIDs the driver logged since boot that take the node out of service (kubernetes.health.fault_xids, as the
+# Kubernetes detector reads them): those needing NVIDIA's diagnosis, and those a GPU reset (a reboot) clears.
+service_xids=@SERVICE_XIDS@
+status=0
+run @DMESG_S@ dmesg || status=$?
+if (( status == 0 )); then
+  xids=$(grep -oE @XID_PATTERN@ <<<"$out" | sed -E 's/.*: ([0-9]+),$/\1/' | sort -un | tr '\n' ' ' || true)
+  for xid in $xids; do
+    if [[ " $service_xids " == *" $xid "* ]]; then
+      reasons+=("XID $xid since boot: repair (NVIDIA's diagnosis), reboot and burn in")
+    else
+      reasons+=("XID $xid since boot: reboot to reset the GPU")
+    fi
+  done
+else
+  unknown+=("kernel log not read: ${out:0:120}")
+fi
 if (( @DCGM@ )) && command -v dcgmi >/dev/null 2>&1; then
   status=0
   run @DCGMI_S@ dcgmi diag -r 1 || status=$?
@@ -200,7 +220,9 @@ def render_node_check(spec: ClusterSpec, when: str) -> str:
     """The check as `when` ("prolog" or "epilog"): a failing prolog exits 1 (Slurm requeues the job), an epilog
     0 (the job is over; the drain is what matters); only the epilog runs DCGM's diagnostic."""
     prolog = when == "prolog"
+    xids = spec.kubernetes.health.fault_xids
     return fill(_CHECK.replace("@NODES@", node_table(spec)), WHEN=when, NVLINK=NVLINK_DOWN, DCGM_RESULTS=DCGM_RESULTS,
                 DCGM_FAILED=DCGM_FAILED, PREFIX=DRAIN_PREFIX, NO_VERDICT=NO_VERDICT, FAIL_STATUS=int(prolog), DCGM=int(not prolog),
                 KILL_AFTER=_KILL_AFTER_S, SMI_S=BOUNDS_S["nvidia-smi"], DCGMI_S=BOUNDS_S["dcgmi"],
-                SCONTROL_S=BOUNDS_S["scontrol"])
+                SCONTROL_S=BOUNDS_S["scontrol"], DMESG_S=BOUNDS_S["dmesg"], XID_PATTERN=xid_pattern(xids),
+                SERVICE_XIDS=" ".join(map(str, spec.kubernetes.health.xids[XidAction.SERVICE])))

@@ -9,10 +9,12 @@ from typing import Any, Sequence
 import yaml
 
 from ..bash import call, fill, script
+from ..records import MAINTENANCE, PORT_SEEN, STATE_DIR, rdma_ports
 from ..fabric.host import APPLY as FABRIC_APPLY, RUN_FABRIC
 from ..k8s.labels import BURN_IN_TAINT
 from ..spec import Host, NodePool
-from ..spec.hardware import HARDWARE_XIDS, xid_pattern
+from ..spec.hardware import xid_pattern
+from ..spec.xids import DEFAULT_FAULT_XIDS
 from ..ssh import Script
 from .driver import DRIVER_STACK_PACKAGES, NO_STACK, render_driver_stack
 
@@ -79,9 +81,14 @@ while IFS=', ' read -r index ecc; do
     fail "GPU $index has $ecc uncorrected ECC errors since the driver loaded; replace or reset it before use"
   fi
 done < <(nvidia-smi --query-gpu=index,ecc.errors.uncorrected.volatile.total --format=csv,noheader,nounits)
-xids=$(dmesg 2>/dev/null | grep -E '@XID_PATTERN@' || true)
-[[ -z "$xids" ]] || fail "hardware XID errors since boot: $(printf '%s' "$xids" | tail -n 3 | tr '\n' ' ')"
-note "$gpus x @PRODUCT@ present, no uncorrected ECC or hardware XID errors"
+# The XIDs that take a node out of service (kubernetes.health.fault_xids), as the detector reads them.
+if kernel=$(timeout 30 dmesg 2>/dev/null); then
+  xids=$(grep -E '@XID_PATTERN@' <<<"$kernel" || true)
+  [[ -z "$xids" ]] || fail "XIDs since boot that take the node out of service (kubernetes.health.fault_xids): $(printf '%s' "$xids" | tail -n 3 | tr '\n' ' '); reboot the host (after a repair, where NVIDIA's catalog asks for one), then apply again"
+  note "$gpus x @PRODUCT@ present, no uncorrected ECC error, no XID of kubernetes.health.fault_xids since boot"
+else
+  note "$gpus x @PRODUCT@ present, no uncorrected ECC error; the kernel log could not be read (dmesg): XIDs not checked"
+fi
 """
 
 # A driver the rollout owes (software.package_repositories) runs on until then; any other mismatch stops.
@@ -452,7 +459,8 @@ _ROLL = r"""
 need systemctl "this host does not run systemd"
 due=()
 for unit in @UNITS@; do if owed "restart-$unit"; then due+=("$unit"); fi; done
-if (( ${#due[@]} == 0 )); then
+# A roll cut short after its restarts still owes its end: the checks and the monitors' return (the marker).
+if (( ${#due[@]} == 0 )) && [[ ! -e @MAINTENANCE@ ]]; then
   note "no restart is owed here: nothing to roll"
   finish
   exit 0
@@ -462,6 +470,10 @@ mapfile -t pods < <(tenant_pods)
 if (( ${#pods[@]} )); then
   fail "${#pods[@]} tenant pod(s) still run here after the drain (${pods[*]:0:5}); what is owed (${due[*]}) would stop them: find what keeps them (kubectl get pods -A --field-selector spec.nodeName=$HOST) and run pulumi up again"
 fi
+# What follows bounces links and reloads drivers: the health monitors keep their last verdict until the roll has
+# checked the host again (records.MAINTENANCE), instead of recording the roll's own doing as a fault.
+mkdir -p @STATE@
+printf 'roll %s\n' "$(date +%s)" > @MAINTENANCE@
 if owed restart-driver; then
   if declare -F stack_apply >/dev/null; then stack_apply; fi    # the spec may have stopped installing it since
   paid restart-driver
@@ -484,6 +496,29 @@ fi
 for _ in $(seq 60); do systemctl is-active --quiet kubelet && break; sleep 1; done
 systemctl is-active --quiet kubelet || fail "kubelet is not running after its restart; see journalctl -u kubelet"
 """.replace("@UNITS@", " ".join(ROLLOUT_UNITS))
+
+# The roll's end: its fabric ports up again (bounded), their link_downed counters as the port monitor's baseline
+# (records.PORT_SEEN: the roll's own bounces are no flap), then the monitors judge the host again.
+_UNFENCE = r"""
+# --- the health monitors again, on the host as the roll leaves it --------------------------------------------
+seen=()
+for p in @PORTS@; do
+  dir=/sys/class/infiniband/${p%/*}/ports/${p#*/}
+  for _ in $(seq 180); do
+    [[ $(cat "$dir/state" 2>/dev/null) == *ACTIVE* && $(cat "$dir/phys_state" 2>/dev/null) == *LinkUp* ]] && break
+    sleep 1
+  done
+  [[ $(cat "$dir/state" 2>/dev/null) == *ACTIVE* ]] || fail "fabric port $p is not active 180 s after the roll: $(cat "$dir/state" 2>/dev/null || echo missing); see ibstat ${p%/*}"
+  downed=$(cat "$dir/counters/link_downed" 2>/dev/null || true)
+  if [[ $downed =~ ^[0-9]+$ ]]; then seen+=("$p $downed"); fi
+done
+if (( ${#seen[@]} )); then
+  printf '%s\n' "${seen[@]}" > @SEEN@.new
+  mv -f @SEEN@.new @SEEN@
+fi
+rm -f @MAINTENANCE@
+note "the health monitors judge this host again"
+"""
 
 _ROLL_DCGM = r"""
 need dcgmi "install NVIDIA DCGM (datacenter-gpu-manager) and start nvidia-dcgm"
@@ -521,10 +556,12 @@ def render_busy(system_namespaces: Sequence[str]) -> str:
 
 
 def render_pool_prep(pool: NodePool, *, rdma: bool, gpudirect: bool = False, host_driver: bool = True,
-                     system_namespaces: Sequence[str] = ("kube-system",)) -> PoolPrep:
+                     system_namespaces: Sequence[str] = ("kube-system",),
+                     fault_xids: Sequence[int] = DEFAULT_FAULT_XIDS) -> PoolPrep:
     """`rdma`: the fabric has RDMA, so containers need unlimited locked memory. `gpudirect`: GPUs and NICs use
     GPUDirect RDMA. `host_driver`: the driver is installed on the host (false: the GPU Operator installs it).
-    `system_namespaces`: pods there (node agents) are not work that a kubelet or containerd restart disrupts."""
+    `system_namespaces`: pods there (node agents) are not work that a kubelet or containerd restart disrupts.
+    `fault_xids`: XIDs since boot that stop the preparation and the roll (the detector's, spec/xids.py)."""
     info, t = pool.gpu.info, pool.tuning
     cpu_policy = "static" if t.kubelet_cpu_manager_static else "none"
     restart_kubelet = fill(_RESTART_KUBELET, STATE=CPU_MANAGER_STATE, POLICY=cpu_policy).strip("\n")
@@ -536,7 +573,7 @@ def render_pool_prep(pool: NodePool, *, rdma: bool, gpudirect: bool = False, hos
     if not host_driver:
         parts.append(fill(_PREFLIGHT_OPERATOR_DRIVER, GPUS=pool.gpu.count, MODEL=pool.gpu.model))
     else:
-        preflight = fill(_PREFLIGHT.replace("@XID_PATTERN@", xid_pattern(HARDWARE_XIDS)),
+        preflight = fill(_PREFLIGHT.replace("@XID_PATTERN@", xid_pattern(fault_xids)),
                          GPUS=pool.gpu.count, MODEL=pool.gpu.model, PRODUCT=info.product)
         parts.append(preflight)
         if pool.software.driver_version:
@@ -579,7 +616,8 @@ def render_pool_prep(pool: NodePool, *, rdma: bool, gpudirect: bool = False, hos
     undo = _UNDO.replace("@RESTART_KUBELET@", fill(_RESTART_KUBELET, STATE=CPU_MANAGER_STATE, POLICY="none")
                          .strip("\n"))
     roll = [functions] + ([stack.functions] if stack else []) + \
-        [fill(_ROLL.replace("@RESTART_KUBELET@", restart_kubelet), PAGES=t.hugepages_2mi)] + \
+        [fill(_ROLL.replace("@RESTART_KUBELET@", restart_kubelet), PAGES=t.hugepages_2mi, STATE=STATE_DIR,
+              MAINTENANCE=MAINTENANCE)] + \
         ([fill(_HOLD, PATTERN=DRIVER_STACK_PACKAGES)] if stack else [])
     if host_driver:
         roll.append(preflight)
@@ -589,6 +627,8 @@ def render_pool_prep(pool: NodePool, *, rdma: bool, gpudirect: bool = False, hos
             roll.append(_FABRIC_MANAGER)
         if pool.burn_in.enabled:
             roll.append(_ROLL_DCGM)
+    roll.append(fill(_UNFENCE.replace("@PORTS@", " ".join(call(p) for p in rdma_ports(pool)) if rdma else ""),
+                     SEEN=PORT_SEEN, MAINTENANCE=MAINTENANCE))
     return PoolPrep(f"{pool.name}: {pool.gpu.count} x {pool.gpu.model}", "".join(parts), busy + fill(
         undo, UNIT=TUNING_UNIT, SCRIPT=TUNING_SCRIPT, DROP_IN=KUBELET_DROP_IN, HUGEPAGES=HUGEPAGES_SYSCTL,
         MEMLOCK=MEMLOCK_DROP_IN, PERSISTENCE=PERSISTENCE_OVERRIDE, PEERMEM=PEERMEM_MODULES_LOAD), "".join(roll))

@@ -28,6 +28,7 @@ from ..k8s.labels import BLOCK_LABEL, BURN_IN_TAINT, LEAF_LABEL, RACK_LABEL, poo
 from ..spec import ClusterSpec, Host, NodePool
 from ..spec.common import SpecModel
 from ..spec.hardware import SshSettings
+from ..spec.xids import DEFAULT_FAULT_XIDS
 from ..spec.topology import network_places
 from ..bash import in_sequence
 from ..ssh import Script, SshTarget, digest, push
@@ -55,6 +56,11 @@ class NodePoolArgs(SpecModel):
     system_namespaces: list[str] = Field(
         default_factory=lambda: ["kube-system"],
         description="Namespaces of node agents, whose pods do not stop a kubelet restart. Omitted: kube-system.")
+    fault_xids: list[int] = Field(
+        default_factory=lambda: list(DEFAULT_FAULT_XIDS),
+        description="XIDs since boot that stop a host's preparation and roll: the cluster's health monitor's "
+                    "(kubernetes.health.fault_xids), so that a host it keeps in service is never refused. "
+                    "Omitted: every XID NVIDIA's catalog resolves by a reset, a reboot or a diagnosis.")
 
     @classmethod
     def from_spec(cls, spec: ClusterSpec, pool: NodePool) -> NodePoolArgs:
@@ -64,7 +70,8 @@ class NodePoolArgs(SpecModel):
         return cls(pool=pool, ssh=spec.ssh, rdma=spec.fabric.rdma, gpudirect=spec.fabric.effective_gpudirect,
                    blocks=blocks, leaves=leaves,
                    host_driver=not (gpu_operator.enabled and gpu_operator.driver_managed),
-                   system_namespaces=sorted(spec.agent_namespaces))
+                   system_namespaces=sorted(spec.agent_namespaces),
+                   fault_xids=sorted(set(spec.kubernetes.health.fault_xids)))
 
     def target(self, host: Host) -> SshTarget:
         return SshTarget(host=host.address, user=host.ssh_user or self.ssh.user, port=host.ssh_port or self.ssh.port,
@@ -73,7 +80,7 @@ class NodePoolArgs(SpecModel):
 
 def render_pool_preparation(args: NodePoolArgs) -> PoolPrep:
     return render_pool_prep(args.pool, rdma=args.rdma, gpudirect=args.gpudirect, host_driver=args.host_driver,
-                            system_namespaces=args.system_namespaces)
+                            system_namespaces=args.system_namespaces, fault_xids=args.fault_xids)
 
 
 def render_preparation(args: NodePoolArgs, host: Host, fabric: Script | None = None,

@@ -14,7 +14,7 @@ from pulumi.runtime import rpc as _rpc
 from ..cluster import GpuCluster
 from ..fabric import Fabric
 from ..fabric.nccl import nccl_envs
-from ..k8s.jobs import render_example_jobs
+from ..k8s.jobs import render_example_batch_jobs, render_example_jobs
 from ..k8s.network_operator import rdma_resource
 from ..k8s.slurm import slurm_pools, slurm_release
 from ..spec import ClusterSpec
@@ -167,6 +167,7 @@ def build_plan(run: ProgramRun, thresholds: Thresholds = Thresholds()) -> Plan:
         files["topology.svg"] = render_topology_svg(spec)
         files.update(render_suite_files(spec))
         files.update({f"jobs/{_SAFE.sub('_', n)}.yaml": to_yaml(job) for n, job in render_example_jobs(spec).items()})
+        files.update({f"jobs/{_SAFE.sub('_', n)}.sbatch": text for n, text in render_example_batch_jobs(spec).items()})
     document = {
         "note": HONESTY, "project": run.project, "stack": run.stack,
         "unresolvedSecrets": run.unresolved_secrets,

@@ -17,6 +17,7 @@ from ..k8s.health_checks import HOST_LABEL, NAMESPACE as HEALTH_CHECKS
 from ..k8s.labels import QUARANTINE_TAINT
 from ..k8s.quarantine import RULE
 from ..k8s.slurm_health import DRAIN_PREFIX, NO_VERDICT
+from ..spec.xids import XidAction
 from ..nodes.rollout import rollout_batches
 from ..spec import ClusterSpec, NodePool
 from ..spec.cluster import checked_pools
@@ -149,13 +150,18 @@ def render_report(spec: ClusterSpec, thresholds: Thresholds = Thresholds(),
                          f"{max(over):g}:1 (limit {thresholds.max_oversubscription:g}:1)" if over else "no uplinks"]])
     h = spec.kubernetes.health
     lines += ["", "## GPU health", ""]
+    listed = lambda xids: ", ".join(map(str, xids)) or "none"  # noqa: E731
     lines += [f"node-problem-detector {h.npd_version} watches the kernel log of all {len(list(spec.hosts()))} GPU "
-              f"nodes: a hardware XID ({', '.join(map(str, sorted(set(h.fault_xids))))}) sets the node condition "
-              "`GpuHardwareFault` (reason `GpuXid<n>`, the driver's line as message)"
+              f"nodes, each XID of `fault_xids` as NVIDIA's catalog resolves it: one that needs NVIDIA's diagnosis "
+              f"({listed(h.xids[XidAction.SERVICE])}) sets the node condition `GpuHardwareFault` (reason "
+              "`GpuXid<n>`, the driver's line as message)"
               + (" and fires the `GpuHardwareFault` alert" if spec.kubernetes.monitoring.enabled else "")
-              + "; every XID is a Node event. `kubectl get nodes -o custom-columns="
-              "NAME:.metadata.name,FAULT:'.status.conditions[?(@.type==\"GpuHardwareFault\")].reason'` lists "
-              "them.", "", _nvml_line(spec), "", _quarantine_line(spec), "", _active_checks_line(spec), ""] \
+              + f"; one that needs a GPU reset or a reboot ({listed(h.xids[XidAction.RESET])}) sets "
+              "`GpuResetRequired`; every XID is a Node event. Host preparation, the rollout's preflight"
+              + (" and Slurm's node check" if spec.kubernetes.slurm.enabled else "")
+              + " stop at the same XIDs. `kubectl get nodes -o custom-columns="
+              "NAME:.metadata.name,FAULT:'.status.conditions[?(@.type==\"GpuHardwareFault\")].reason',"
+              "RESET:'.status.conditions[?(@.type==\"GpuResetRequired\")].reason'` lists them.", "", _nvml_line(spec), "", _quarantine_line(spec), "", _active_checks_line(spec), ""] \
         if h.enabled else \
         ["Off (`kubernetes.health.enabled: false`): a GPU fault after burn-in shows only in DCGM's alerts.", ""]
     lines += [_slurm_health_line(spec), ""] if spec.kubernetes.slurm.enabled else []

@@ -303,13 +303,7 @@ class Software(SpecModel):
     _checks = (_something_to_install,)
 
 
-# XIDs that mean the hardware is at fault (DBE, row remap, NVLink, fell off the bus, uncontained ECC), not the job
-# (NVIDIA's XID catalog, ../shared/reference/node-commands.md section 7).
-HARDWARE_XIDS = (48, 63, 64, 74, 79, 94, 95)
-# What a node's health monitor treats as a GPU hardware fault by default: the above and 92 (a high single-bit ECC
-# rate, a GPU wearing out), the fault classes NVIDIA's XID catalog says take a GPU out of service.
-GPU_FAULT_XIDS = (48, 63, 64, 74, 79, 92, 94, 95)
-
+# Which XIDs take a node out of service, and how, is spec/xids.py's table.
 
 # The NVIDIA driver's kernel-log line up to its XID, as dmesg, journald and /dev/kmsg carry it, in an extended
 # regular expression grep -E and Go's RE2 read alike. The device comes in several shapes: `(PCI:0000:01:00)`,

@@ -9,7 +9,7 @@ from pydantic import AfterValidator, Field
 
 from .common import (ChartRepo, DnsLabel, ImageRef, LabelKey, Labels, Problem, Registry, RelPath, SpecModel, Text,
                      Url, Version, shown)
-from .hardware import GPU_FAULT_XIDS
+from .xids import APPLICATION_XIDS, DEFAULT_FAULT_XIDS, XidAction, split
 from .slurm import SlurmSettings
 from .tenants import Cidr
 
@@ -266,11 +266,15 @@ class HealthSettings(SpecModel):
     npd_version: str = Field("v1.34.0", pattern=VERSION,
                              description="node-problem-detector release (its image's tag). Omitted: v1.34.0.")
     fault_xids: list[Annotated[int, Field(ge=1, le=999)]] = Field(
-        default_factory=lambda: list(GPU_FAULT_XIDS), min_length=1, max_length=64,
-        description="XIDs that mean the GPU hardware is at fault and set GpuHardwareFault; any other XID is an "
-                    "event only (13, 31 and 43 are a job's own fault). Omitted: 48 (double-bit ECC), 63 and 64 (row "
-                    "remapping), 74 (NVLink), 79 (fell off the bus), 92 (high single-bit ECC rate), 94 and 95 "
-                    "(contained and uncontained ECC), from NVIDIA's XID catalog.")
+        default_factory=lambda: list(DEFAULT_FAULT_XIDS), min_length=1, max_length=64,
+        description="XIDs that take a GPU node out of service, each as NVIDIA's XID catalog resolves it "
+                    "(components/spec/xids.py): one that needs a GPU reset or a reboot (64 row remapping failed, "
+                    "79 fell off the bus, 95 uncontained ECC, ...) sets GpuResetRequired: new work waits, running "
+                    "jobs go on, the reboot clears it; one that needs NVIDIA's diagnosis (48 double-bit ECC, 74 "
+                    "and 144-150 NVLink) sets GpuHardwareFault: the quarantine, until a reboot and a passing "
+                    "burn-in. Preparation, the rollout's preflight, Slurm's node check and the alerts read the "
+                    "same list. Any other XID is an event only; a job's own XIDs (13, 31, 43, 45, 94) are refused. "
+                    "Omitted: every XID the catalog resolves by a reset, a reboot or a diagnosis.")
     quarantine: QuarantineSettings = Field(default_factory=QuarantineSettings,
                                            description="Omitted: enforced, draining, node-readiness-controller "
                                                        "v0.5.0.")
@@ -280,6 +284,21 @@ class HealthSettings(SpecModel):
     gpu_monitor: GpuMonitorSettings = Field(default_factory=GpuMonitorSettings,
                                             description="Omitted: temperatures and NVLinks read every minute, both "
                                                         "faults quarantining.")
+
+    @property
+    def xids(self) -> dict[XidAction, tuple[int, ...]]:
+        """`fault_xids` by what the node gets: a reset, or service (spec/xids.py)."""
+        return split(self.fault_xids)
+
+    def _no_xid_of_a_job(self) -> Iterator[Problem]:
+        for i, xid in enumerate(self.fault_xids):
+            if xid in APPLICATION_XIDS:
+                yield Problem(("fault_xids", i), f"XID {xid} ({APPLICATION_XIDS[xid]}) is the job's own fault: "
+                                                 "NVIDIA's catalog resolves it by restarting the application and it "
+                                                 "says nothing of the GPU, so every node a failing job touched would "
+                                                 "be taken out; remove it")
+
+    _checks = (_no_xid_of_a_job,)
 
 
 class KubernetesSpec(SpecModel):

@@ -18,16 +18,17 @@ from typing import Any
 from components.k8s import health_nvml
 from components.k8s.health import (BLIND_CONDITION, BOOT_ID, BURN_IN_CHECK, BURN_IN_CONDITION, BURN_IN_MONITOR,
                                    CONDITION, MONITOR, NAME, PORT_CHECK, PORT_CONDITION, PORT_MONITOR, PORTS_CONFIG,
-                                   PORTS_DIR, PORTS_FILE, STATE_DIR, SYSFS_RDMA)
+                                   PORTS_DIR, PORTS_FILE, RESET_CONDITION, STATE_DIR, SYSFS_RDMA)
 from components.nodes.burn_in import RESULT
 
-from ..doubles import nvidia_smi
+from ..doubles import DOUBLE_BIT_XID, nvidia_smi
 from .conftest import Cluster, wait_for
 from .controlplane import TOOLS, free_port
 
 SAMPLE = (Path(__file__).resolve().parents[1] / "samples" / "xid_kernel_log.txt").read_text().splitlines()
 JOB_XID = next(line for line in SAMPLE if "): 13, pid=" in line)         # a job's own fault
-FELL_OFF = next(line for line in SAMPLE if "): 79, pid=1582259" in line)  # the GPU fell off the bus
+FELL_OFF = next(line for line in SAMPLE if "): 79, pid=1582259" in line)  # the GPU fell off the bus: a reset
+DBE = DOUBLE_BIT_XID                                                       # NVIDIA's diagnosis: quarantined
 
 
 def plan_config(c: Cluster, name: str = NAME) -> dict[str, str]:
@@ -144,7 +145,7 @@ class Detector:
         conditions = self.c.cp.get("node", self.node)["status"].get("conditions", [])
         self.c.cp.kubectl("patch", "node", self.node, "--subresource=status", "--type=json", "-p", json.dumps(
             [{"op": "remove", "path": f"/status/conditions/{i}"} for i, x in reversed(list(enumerate(conditions)))
-             if x["type"] in (CONDITION, BURN_IN_CONDITION, PORT_CONDITION, BLIND_CONDITION,
+             if x["type"] in (CONDITION, RESET_CONDITION, BURN_IN_CONDITION, PORT_CONDITION, BLIND_CONDITION,
                               *health_nvml.CONDITIONS.values())]),
             check=False)
 

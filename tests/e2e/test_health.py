@@ -10,10 +10,10 @@ from typing import Iterator
 import pytest
 
 from components.k8s import health_nvml
-from components.k8s.health import BURN_IN_CONDITION, NAME
+from components.k8s.health import BURN_IN_CONDITION, NAME, RESET_CONDITION
 
 from .conftest import Cluster, wait_for
-from .detector import FELL_OFF, JOB_XID, Detector
+from .detector import DBE, FELL_OFF, JOB_XID, Detector
 
 pytestmark = pytest.mark.e2e
 
@@ -29,25 +29,30 @@ def detector(clean: Cluster, tmp_path: Path) -> Iterator[Detector]:
         d.forget()
 
 
-def test_a_hardware_xid_sets_the_fault_condition_and_a_jobs_xid_is_only_an_event(detector: Detector):
+def test_each_xid_sets_the_condition_of_its_resolution_and_a_jobs_xid_is_only_an_event(detector: Detector):
     healthy = detector.wait_condition("False", "NoGpuHardwareXid")
     assert healthy["message"] == "no GPU hardware XID in the kernel log since boot"
+    detector.wait_condition("False", "NoGpuResetPending", RESET_CONDITION)
     detector.kernel(JOB_XID)
     wait_for(lambda: "GpuXid" in detector.events(), 60, lambda: f"events: {detector.events()}")
     assert detector.condition()["status"] == "False"                   # a job's XID leaves the GPU in service
-    detector.kernel(FELL_OFF)
-    fault = detector.wait_condition("True", "GpuXid79")
-    assert fault["message"] == FELL_OFF[FELL_OFF.index("NVRM:"):]      # the driver's own line says which GPU
+    detector.kernel(FELL_OFF)                                          # NVIDIA: restart the machine
+    reset = detector.wait_condition("True", "GpuXid79", RESET_CONDITION)
+    assert reset["message"] == FELL_OFF[FELL_OFF.index("NVRM:"):]      # the driver's own line says which GPU
+    assert detector.condition()["status"] == "False"                   # not a fault to quarantine on
+    detector.kernel(DBE)                                               # NVIDIA: its diagnosis workflow
+    fault = detector.wait_condition("True", "GpuXid48")
+    assert fault["message"] == DBE[DBE.index("NVRM:"):]
 
 
 def test_a_restarted_detector_finds_the_fault_again_until_the_kernel_log_is_cleared(detector: Detector):
     detector.wait_condition("False", "NoGpuHardwareXid")
-    detector.kernel(FELL_OFF)
-    detector.wait_condition("True", "GpuXid79")
+    detector.kernel(DBE)
+    detector.wait_condition("True", "GpuXid48")
     detector.stop()
     detector.start()           # a new detector (a rolled DaemonSet, a restarted pod) reads the log back
     time.sleep(3)
-    assert detector.wait_condition("True", "GpuXid79")
+    assert detector.wait_condition("True", "GpuXid48")
     detector.reboot()                          # a new kernel log
     detector.wait_condition("False", "NoGpuHardwareXid")
 
@@ -56,15 +61,26 @@ def test_the_burn_in_monitor_holds_a_fault_past_the_reboot_until_a_burn_in_passe
     healthy = detector.wait_condition("False", "NoFaultSinceBurnIn", BURN_IN_CONDITION)
     assert healthy["message"] == "no GPU hardware fault after the last passing burn-in"
     detector.burn_in()                         # the verdict that admitted the node
-    detector.kernel(FELL_OFF)
+    detector.kernel(DBE)
     held = detector.wait_condition("True", "FaultSinceBurnIn", BURN_IN_CONDITION)
-    assert held["message"].endswith(FELL_OFF[FELL_OFF.index("NVRM:"):])
+    assert held["message"].endswith(DBE[DBE.index("NVRM:"):])
     detector.reboot()
     detector.wait_condition("False", "NoGpuHardwareXid")
     time.sleep(3)
     assert detector.condition(BURN_IN_CONDITION)["status"] == "True"      # the reboot alone does not release it
     detector.burn_in()
     detector.wait_condition("False", "NoFaultSinceBurnIn", BURN_IN_CONDITION)
+
+
+def test_an_xid_that_needs_a_reset_is_cleared_by_the_reboot_without_a_burn_in(detector: Detector):
+    detector.burn_in()
+    detector.kernel(FELL_OFF)
+    detector.wait_condition("True", "GpuXid79", RESET_CONDITION)
+    time.sleep(3)
+    assert detector.condition(BURN_IN_CONDITION)["status"] == "False"
+    detector.reboot()
+    detector.wait_condition("False", "NoGpuResetPending", RESET_CONDITION)
+    assert detector.condition(BURN_IN_CONDITION)["status"] == "False"
 
 
 @pytest.mark.parametrize("name", [NAME, health_nvml.NAME])

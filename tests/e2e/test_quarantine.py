@@ -13,14 +13,14 @@ from typing import Any, Iterator
 
 import pytest
 
-from components.k8s.health import BLIND_CONDITION, BURN_IN_CONDITION, PORT_CONDITION, PORTS_FILE
+from components.k8s.health import BLIND_CONDITION, BURN_IN_CONDITION, PORT_CONDITION, PORTS_FILE, RESET_CONDITION
 from components.k8s.health_nvml import NVLINK_CONDITION, TEMPERATURE_CONDITION, HOT_SINCE
-from components.k8s.labels import QUARANTINE_TAINT
-from components.k8s.quarantine import RULE
+from components.k8s.labels import QUARANTINE_TAINT, RESET_TAINT
+from components.k8s.quarantine import RESET_RULE, RULE
 
 from . import readiness
 from .conftest import Cluster, wait_for
-from .detector import FELL_OFF, Detector, NvmlDetector
+from .detector import DBE, FELL_OFF, Detector, NvmlDetector
 from .scenarios import Grant, grants
 
 pytestmark = pytest.mark.e2e
@@ -31,8 +31,8 @@ NVLINK_OK = (SAMPLES / "nvidia_smi_nvlink_s_8xh100.txt").read_text()
 NVLINK_DEGRADED = (SAMPLES / "nvidia_smi_nvlink_s_degraded.txt").read_text()
 
 
-def plan_rule(c: Cluster) -> dict[str, Any]:
-    (rule,) = [o for o in c.plan.objects if o["kind"] == "NodeReadinessRule"]
+def plan_rule(c: Cluster, name: str = RULE) -> dict[str, Any]:
+    (rule,) = [o for o in c.plan.objects if o["kind"] == "NodeReadinessRule" and o["metadata"]["name"] == name]
     return rule
 
 
@@ -59,9 +59,9 @@ def _unquarantine(c: Cluster) -> None:
     """The next test's nodes as the spec has them."""
     for node in c.nodes().values():
         taints = node["spec"].get("taints") or []
-        if any(t["key"] == QUARANTINE_TAINT for t in taints):
+        if any(t["key"] in (QUARANTINE_TAINT, RESET_TAINT) for t in taints):
             c.cp.kubectl("patch", "node", node["metadata"]["name"], "--type=merge", "-p", json.dumps(
-                {"spec": {"taints": [t for t in taints if t["key"] != QUARANTINE_TAINT]}}))
+                {"spec": {"taints": [t for t in taints if t["key"] not in (QUARANTINE_TAINT, RESET_TAINT)]}}))
 
 
 def _enforced_rule(c: Cluster) -> dict[str, Any]:
@@ -82,12 +82,33 @@ def _watched(c: Cluster, node: str, work: Path) -> Detector:
 
 
 def _fault(c: Cluster, d: Detector, rule: dict[str, Any]) -> None:
-    """The GPU falls off the bus; the detector reports it and the rule taints the node."""
+    """A double-bit ECC error (NVIDIA: its diagnosis); the detector reports it and the rule taints the node."""
     assert not readiness.reconcile(c.cp, rule, d.node)
-    d.kernel(FELL_OFF)
-    d.wait_condition("True", "GpuXid79")
+    d.kernel(DBE)
+    d.wait_condition("True", "GpuXid48")
     d.wait_condition("True", "FaultSinceBurnIn", BURN_IN_CONDITION)
     assert readiness.reconcile(c.cp, rule, d.node)
+
+
+def _one_gpu_job(c: Cluster, name: str) -> tuple[Grant, dict[str, Any], dict[str, Any], str]:
+    """A tenant's one-GPU job, running on a pool of two hosts or more: its grant, the job, its pod, its node."""
+    g = next((g for g in grants(c.spec) if g.nominal and len(g.pool.hosts) > 1), None)
+    if g is None:
+        pytest.skip("no tenant holds GPUs on a pool of two hosts or more")
+    job = c.submit(c.job(g.tenant, g.pool, name, pods=1, gpus_per_pod=1))
+    c.wait_admitted(job)
+    (pod,) = c.wait_running(job)
+    return g, job, pod, pod["spec"]["nodeName"]
+
+
+def _new_work_avoids(c: Cluster, g: Grant, node: str, name: str) -> None:
+    """As many one-GPU pods as the rest of the pool and the quota hold: none lands on `node`."""
+    more = min(g.pool.gpu_units_per_host * (len(g.pool.hosts) - 1), g.nominal + g.borrowable) - 1
+    if more > 0:
+        others = c.submit(c.job(g.tenant, g.pool, name, pods=more, gpus_per_pod=1))
+        c.wait_admitted(others)
+        assert node not in {p["spec"]["nodeName"] for p in c.wait_running(others)}
+        c.delete_jobs(others)
 
 
 def _placed_on(c: Cluster, job: dict[str, Any]) -> set[str]:
@@ -109,13 +130,7 @@ def _values(slice_: dict[str, Any]) -> list[str]:
 def test_a_gpu_fault_drains_the_node_kueue_moves_the_job_and_only_a_burn_in_releases_it(clean: Cluster,
                                                                                         tmp_path: Path):
     rule = _enforced_rule(clean)
-    g = next((g for g in grants(clean.spec) if g.nominal and len(g.pool.hosts) > 1), None)
-    if g is None:
-        pytest.skip("no tenant holds GPUs on a pool of two hosts or more")
-    job = clean.submit(clean.job(g.tenant, g.pool, "on-a-faulty-gpu", pods=1, gpus_per_pod=1))
-    clean.wait_admitted(job)
-    (pod,) = clean.wait_running(job)
-    node = pod["spec"]["nodeName"]
+    g, job, pod, node = _one_gpu_job(clean, "on-a-faulty-gpu")
     assert _placed_on(clean, job) == {node}
     d = _watched(clean, node, tmp_path)
     try:
@@ -131,13 +146,7 @@ def test_a_gpu_fault_drains_the_node_kueue_moves_the_job_and_only_a_burn_in_rele
                           f"{[(p['spec'].get('nodeName'), p['status'].get('phase')) for p in clean.pods(job)]}")
         assert clean.admission(job).admitted and _placed_on(clean, job) == {new["spec"]["nodeName"]}
 
-        # New work avoids it: as many one-GPU pods as the rest of the pool and the quota hold, none there.
-        more = min(g.pool.gpu_units_per_host * (len(g.pool.hosts) - 1), g.nominal + g.borrowable) - 1
-        if more > 0:
-            others = clean.submit(clean.job(g.tenant, g.pool, "after-the-fault", pods=more, gpus_per_pod=1))
-            clean.wait_admitted(others)
-            assert node not in {p["spec"]["nodeName"] for p in clean.wait_running(others)}
-            clean.delete_jobs(others)
+        _new_work_avoids(clean, g, node, "after-the-fault")
 
         d.reboot()                                       # the fault is fixed and the host rebooted
         d.wait_condition("False", "NoGpuHardwareXid")
@@ -208,6 +217,34 @@ def test_with_no_healthy_room_left_kueue_evicts_the_job_and_readmits_it_once_the
         d.forget()
         _unquarantine(clean)
         clean.delete_jobs(job, rest)
+
+
+def test_a_gpu_that_needs_a_reset_takes_no_new_work_its_running_job_runs_on_and_the_reboot_frees_it(
+        clean: Cluster, tmp_path: Path):
+    """XID 79 (NVIDIA: restart the machine): the reset rule's NoSchedule taint, not the quarantine. The job on the
+    node keeps running (no eviction), new pods go elsewhere, and the reboot alone releases the node."""
+    _enforced_rule(clean)
+    reset_rule = plan_rule(clean, RESET_RULE)
+    assert reset_rule["spec"]["taint"] == {"key": RESET_TAINT, "value": "gpu-reset", "effect": "NoSchedule"}
+    g, job, pod, node = _one_gpu_job(clean, "beside-a-reset")
+    d = _watched(clean, node, tmp_path)
+    try:
+        d.kernel(FELL_OFF)
+        d.wait_condition("True", "GpuXid79", RESET_CONDITION)
+        assert readiness.reconcile(clean.cp, reset_rule, node)
+        assert not readiness.reconcile(clean.cp, plan_rule(clean), node)          # no quarantine, no burn-in
+        _new_work_avoids(clean, g, node, "while-it-waits")
+        time.sleep(3)
+        still = [p for p in clean.pods(job) if p["metadata"]["uid"] == pod["metadata"]["uid"]]
+        assert still and still[0]["status"].get("phase") == "Running" and \
+            not still[0]["metadata"].get("deletionTimestamp")                  # the running job runs on
+        d.reboot()
+        d.wait_condition("False", "NoGpuResetPending", RESET_CONDITION)
+        assert not readiness.reconcile(clean.cp, reset_rule, node)
+    finally:
+        d.forget()
+        _unquarantine(clean)
+        clean.delete_jobs(job)
 
 
 def test_a_fabric_port_that_goes_down_quarantines_the_node_until_it_is_back_and_burned_in(clean: Cluster,

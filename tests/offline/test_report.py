@@ -97,8 +97,11 @@ def test_the_report_shows_each_pools_rollout_batches_in_order():
 def test_the_report_says_how_gpu_faults_show_and_when_nothing_watches_for_them():
     prod = load_spec(ROOT / "stacks" / "prod.yaml")
     report = render_report(prod)
-    assert ("node-problem-detector v1.34.0 watches the kernel log of all 8 GPU nodes: a hardware XID (48, 63, 64, "
-            "74, 79, 92, 94, 95) sets the node condition `GpuHardwareFault`") in report
+    assert ("node-problem-detector v1.34.0 watches the kernel log of all 8 GPU nodes, each XID of `fault_xids` as "
+            "NVIDIA's catalog resolves it: one that needs NVIDIA's diagnosis (48, 74, 144, 145, 146, 147, 148, 149, "
+            "150) sets the node condition `GpuHardwareFault`") in report
+    assert "a reboot (46, 62, 64, 79, 95, 109, 110, 119, 120, 136, 140, 143, 155, 156, 158, 160) sets " \
+           "`GpuResetRequired`" in report
     off = prod.model_copy(update={"kubernetes": prod.kubernetes.model_copy(update={
         "health": prod.kubernetes.health.model_copy(update={"enabled": False})})})
     assert "Off (`kubernetes.health.enabled: false`)" in render_report(off)

@@ -225,6 +225,9 @@ class TestHosts:
             put(f"/sys/class/net/{ifname}/ecn/roce_np/cnp_dscp", "48")
             port = f"/sys/class/infiniband/{dev}/ports/1"
             put(f"{port}/link_layer", "Ethernet")
+            put(f"{port}/state", "4: ACTIVE")                 # the RDMA core's forms (ib_sysfs)
+            put(f"{port}/phys_state", "5: LinkUp")
+            put(f"{port}/counters/link_downed", "0")
             ipv4 = f"0000:0000:0000:0000:0000:ffff:c612:{i:02x}{n:02x}"
             for idx, (kind, gid) in enumerate((("IB/RoCE v1", "fe80:0000:0000:0000:0000:0000:0000:0001"),
                                                ("RoCE v2", "fe80:0000:0000:0000:0000:0000:0000:0001"),

@@ -17,6 +17,7 @@ from components.ssh import as_command, digest
 from tests.conftest import _DEV
 from tests.cutting import cut_everywhere
 from tests.realssh.doubles import STATE_DIR
+from components.records import MAINTENANCE, PORT_SEEN
 from tests.realssh.test_fabric_scripts import mtu
 from tests.realssh.test_interrupted import no_action_owed, ok
 from tests.realssh.test_node_scripts import DRAINED, OWED_DIR, TENANTS
@@ -122,9 +123,14 @@ def test_an_mtu_change_bounces_no_link_under_running_work_and_the_rollout_applie
         assert [line for line in again.stdout.splitlines() if line.endswith(" change(s)")] == \
             ["gpu-dev-03: 0 change(s)"] * 2, again.stdout
     with host.hardware(PODS=DRAINED):
+        host.sysfs("/sys/class/infiniband/mlx5_0/ports/1/counters/link_downed").write_text("3\n")   # the bounce
         out = roll(test_hosts, host, mtu_bytes=4200)
         assert out.returncode == 0, out.stderr
         assert "gpu-dev-03: changed: ens1f0np0: MTU 9000 -> 4200" in out.stdout
+        # the monitors were fenced while it bounced the link, and judge again from the roll's own baseline
+        assert "gpu-dev-03: the health monitors judge this host again" in out.stdout
+        assert not host.exists(MAINTENANCE)
+        assert host.read(PORT_SEEN).splitlines() == ["mlx5_0/1 3", "mlx5_1/1 0"]
         assert mtu(test_hosts, host, "ens1f0np0") == 4200 and not host.exists(f"{OWED_DIR}/restart-fabric")
         assert "restarted kubelet" not in out.stdout              # nothing else was owed
         out = prepare(test_hosts, host, mtu_bytes=4200)
@@ -157,6 +163,7 @@ def test_the_rollouts_step_owing_hugepages_and_an_mtu_killed_anywhere_converges(
                                      ("kubelet", "systemctl start kubelet"))}
         assert last["kubelet"] > last["pages"], f"step {k}: the kubelet did not restart after the new count"
         no_action_owed(host, k)
+        assert not host.exists(MAINTENANCE), f"step {k}: the monitors are still fenced"
 
     try:
         cut_everywhere(lambda text: test_hosts.ssh(host, as_command(text, "root")),

@@ -7,18 +7,22 @@ import re
 import shutil
 import subprocess
 import time
+from pathlib import Path
 
 import kubernetes_validate
 import pytest
 
 from components.k8s.health import (BLIND_CHECK, BLIND_CONDITION, BURN_IN_CHECK, BURN_IN_MONITOR, CONDITION, MONITOR,
-                                   PORT_CHECK, PORT_MONITOR, PORTS_CONFIG, PORTS_FILE, burn_in_check, burn_in_monitor_config, expected_ports, monitor_config,
+                                   RESET_CONDITION, PORT_CHECK, PORT_MONITOR, PORTS_CONFIG, PORTS_FILE, burn_in_check, burn_in_monitor_config, expected_ports, monitor_config,
                                    port_check, port_monitor_config, render_gpu_health)
 from components.nodes.burn_in import RESULT, VERDICT_FILE
 from components.k8s.labels import POOL_LABEL
 from components.spec import ClusterSpec
 from components.spec import load_spec
 from tests.conftest import ROOT, problems_of
+from tests.doubles import DOUBLE_BIT_XID
+from components.nodes.node_pool import NodePoolArgs, render_pool_preparation
+from components.records import MAINTENANCE, MAINTENANCE_MAX_S
 
 # Real lines, each as its source prints it: leptonai/gpud's docs (dmesg --ctime; an XID 79 with the NVSwitch
 # SXid it came with), NVIDIA's open-gpu-kernel-modules (kern_gpu_ga100.c's comment on the error-containment XIDs
@@ -47,11 +51,18 @@ def dev() -> ClusterSpec:
     return load_stack("dev")
 
 
-def test_a_hardware_xid_in_real_kernel_lines_sets_the_fault_condition_and_every_xid_is_an_event(dev):
+def test_a_hardware_xid_in_real_kernel_lines_sets_the_condition_of_nvidias_resolution_and_every_xid_is_an_event(
+        dev):
+    """79 (fell off the bus) and 95 (uncontained ECC) need a reset or a reboot: GpuResetRequired. 94 (contained
+    ECC: only the faulting process dies) and the jobs' own 13 and 31 are events only."""
     config = monitor_config(dev)
     got = {line: fired(config, _message(line)) for line in SAMPLE}
     assert {reason for rules in got.values() for kind, reason in rules if kind == "permanent"} == {
-        "GpuXid79", "GpuXid94", "GpuXid95"}
+        "GpuXid79", "GpuXid95"}
+    conditions = {r["reason"]: r["condition"] for r in config["rules"] if r["type"] == "permanent"}
+    assert conditions["GpuXid79"] == conditions["GpuXid95"] == conditions["GpuXid64"] == RESET_CONDITION
+    assert conditions["GpuXid48"] == conditions["GpuXid74"] == CONDITION
+    assert not {"GpuXid63", "GpuXid92", "GpuXid94", "GpuXid13"} & set(conditions)
     for line, rules in got.items():
         if "Xid" not in line:
             assert rules == [], line                                 # the driver's other lines: nothing
@@ -61,13 +72,14 @@ def test_a_hardware_xid_in_real_kernel_lines_sets_the_fault_condition_and_every_
         if xid in dev.kubernetes.health.fault_xids:
             expected.append(("permanent", f"GpuXid{xid}"))
         assert rules == expected, line
-    assert all(r["condition"] == CONDITION for r in config["rules"] if r["type"] == "permanent")
 
 
 def test_the_fault_list_comes_from_the_spec_and_a_change_rolls_the_detector(dev):
     narrow = dev.model_copy(update={"kubernetes": dev.kubernetes.model_copy(update={
         "health": dev.kubernetes.health.model_copy(update={"fault_xids": [79, 79, 48]})})})
-    assert [r["reason"] for r in monitor_config(narrow)["rules"]] == ["GpuXid", "GpuXid48", "GpuXid79"]
+    assert [(r["reason"], r.get("condition")) for r in monitor_config(narrow)["rules"]] == [
+        ("GpuXid", None), ("GpuXid48", CONDITION), ("GpuXid79", RESET_CONDITION)]
+    assert "(48)," in burn_in_check(narrow) and "79" not in burn_in_check(narrow).split("fault=")[1].split("\n")[0]
     before, after = ({m.role: m.obj for m in render_gpu_health(s)} for s in (dev, narrow))
     config = json.loads(after["gpu-health-config"]["data"][MONITOR])
     assert config == monitor_config(narrow) and config["plugin"] == "kmsg" and config["logPath"] == "/dev/kmsg"
@@ -101,7 +113,9 @@ def test_an_air_gapped_stack_pulls_the_detector_through_its_mirror():
 
 @pytest.mark.parametrize("xids,problem", [
     ([], "kubernetes.health.fault_xids"), ([0], "kubernetes.health.fault_xids[0]"),
-    (["79"], "kubernetes.health.fault_xids[0]"), ([1000], "kubernetes.health.fault_xids[0]")])
+    (["79"], "kubernetes.health.fault_xids[0]"), ([1000], "kubernetes.health.fault_xids[0]"),
+    ([79, 13], "kubernetes.health.fault_xids[1]: XID 13 (graphics engine exception) is the job's own fault"),
+    ([94], "kubernetes.health.fault_xids[0]: XID 94 (contained ECC error) is the job's own fault")])
 def test_a_fault_list_that_is_empty_or_holds_no_xid_is_refused_naming_the_field(dev_data, xids, problem):
     dev_data.setdefault("kubernetes", {})["health"] = {"fault_xids": xids}
     assert any(p.startswith(problem) or f"{problem}:" in p for p in problems_of(dev_data)), problems_of(dev_data)
@@ -112,11 +126,10 @@ def test_the_preparations_preflight_and_the_detector_read_xid_lines_alike(dev):
     driver prints (the MIG instance form and the older one without `PCI:` included)."""
     import subprocess
 
-    from components.spec.hardware import HARDWARE_XIDS, xid_pattern
-    out = subprocess.run(["grep", "-E", xid_pattern(HARDWARE_XIDS)], input="\n".join(SAMPLE) + "\n",
-                         capture_output=True, text=True)
-    assert [re.search(r"\): (\d+),", line).group(1) for line in out.stdout.splitlines()] == \
-        ["79", "94", "95", "94", "79"]
+    from components.spec.hardware import xid_pattern
+    out = subprocess.run(["grep", "-E", xid_pattern(dev.kubernetes.health.fault_xids)],
+                         input="\n".join(SAMPLE) + "\n", capture_output=True, text=True)
+    assert [re.search(r"\): (\d+),", line).group(1) for line in out.stdout.splitlines()] == ["79", "95", "79"]
     legacy = subprocess.run(["grep", "-E", xid_pattern([14])], input="\n".join(SAMPLE) + "\n",
                             capture_output=True, text=True)
     assert legacy.stdout == "NVRM: Xid (0000:03:00): 14, Channel 00000001\n"
@@ -124,7 +137,8 @@ def test_the_preparations_preflight_and_the_detector_read_xid_lines_alike(dev):
 
 # --- the burn-in monitor: a fault outlives the reboot until a burn-in passes after it -------------------------
 
-FELL_OFF = next(line for line in SAMPLE if "): 79, pid=" in line)
+FELL_OFF = next(line for line in SAMPLE if "): 79, pid=" in line)    # needs a reset (a reboot): no burn-in
+DBE = DOUBLE_BIT_XID                                                  # needs NVIDIA's diagnosis: a burn-in
 JOB_XID = next(line for line in SAMPLE if "): 13, pid=" in line)
 
 
@@ -176,9 +190,9 @@ def test_a_host_without_faults_needs_no_burn_in_and_a_jobs_xid_changes_nothing(h
 
 def test_a_fault_needs_a_burn_in_after_it_even_across_the_reboot_that_clears_the_log(host):
     host.burn_in()                                              # the burn-in that admitted the node
-    host.kernel(FELL_OFF)
+    host.kernel(DBE)
     code, message = host.check()
-    assert code == 1 and message.endswith(_message(FELL_OFF)), message   # the condition names the GPU
+    assert code == 1 and message.endswith(_message(DBE)), message   # the condition names the GPU
     host.reboot("b2")                                           # the kernel log is clean again
     assert host.check()[0] == 1
     host.burn_in("failed: dcgmi diag -r 2 failed")
@@ -188,7 +202,7 @@ def test_a_fault_needs_a_burn_in_after_it_even_across_the_reboot_that_clears_the
 
 
 def test_each_new_fault_needs_a_new_burn_in_and_a_rerun_check_writes_nothing(host):
-    host.kernel(FELL_OFF)
+    host.kernel(DBE)
     host.burn_in()                      # after a GPU reset, before any reboot
     assert host.check()[0] == 1         # the record is written now, after that verdict: a fault it did not see
     host.burn_in()
@@ -196,12 +210,19 @@ def test_each_new_fault_needs_a_new_burn_in_and_a_rerun_check_writes_nothing(hos
     record = host.state / "gpu-fault"
     before = (record.read_text(), record.stat().st_mtime_ns)
     assert host.check()[0] == 0 and (record.read_text(), record.stat().st_mtime_ns) == before
-    host.kernel(FELL_OFF)                # one more in the same boot
+    host.kernel(DBE)                # one more in the same boot
     assert host.check()[0] == 1
 
 
+def test_an_xid_that_needs_only_a_reset_records_no_fault_for_a_burn_in(host):
+    host.burn_in()
+    host.kernel(FELL_OFF)                # GpuResetRequired holds the node until the reboot; no burn-in after it
+    assert host.check() == (0, "no GPU hardware fault recorded on this host")
+    assert not (host.state / "gpu-fault").exists()
+
+
 def test_a_pool_without_burn_in_is_released_by_the_reboot_alone(host):
-    host.kernel(FELL_OFF)
+    host.kernel(DBE)
     code, message = host.check()
     assert code == 0 and "keeps no burn-in verdict" in message       # the kernel monitor's condition holds it
 
@@ -229,7 +250,7 @@ def test_a_check_that_cannot_read_the_host_keeps_its_last_verdict_and_says_it_is
     assert blind(tmp_path, host.state) == (1, "health checks without a new reading, their last verdicts kept: "
                                               f"gpu-burn-in-last: cannot read the boot id from {host.boot}")
     host.boot.write_text("b1\n")
-    host.kernel(FELL_OFF)
+    host.kernel(DBE)
     assert host.check()[0] == 1
     assert blind(tmp_path, host.state) == (0, "every health check reads its inputs")
     host.log.unlink()
@@ -359,6 +380,37 @@ def test_a_reboot_that_resets_the_counters_is_no_flap(ports):
     ("", 0, "no reading yet: NODE_NAME is not set: cannot tell this node's ports")])
 def test_a_node_without_ports_or_a_name_is_no_fault(ports, node, code, message):
     assert ports.check(node) == (code, message)
+
+
+def test_a_roll_under_way_fences_the_port_check_and_its_own_bounces_are_no_flap(ports):
+    """The roll writes the maintenance marker before it bounces links and, once its ports are up again, their
+    counters as the baseline (the roll's _UNFENCE, as rendered) before it lifts the marker: the node comes back
+    from its roll without a fault recorded."""
+    assert ports.check()[0] == 0
+    marker = ports.host.state / Path(MAINTENANCE).name
+    marker.write_text(f"roll {int(time.time())}\n")
+    ports.set("mlx5_1", "1: DOWN", "3: Disabled", 1)            # the roll's MTU change bounces the link
+    code, message = ports.check()
+    assert code == 0 and message.endswith("(roll under way on gpu-dev-01: its ports are not judged until it ends)")
+    assert not (ports.host.state / "fabric-fault").exists()
+    ports.set("mlx5_1", "4: ACTIVE", "5: LinkUp", 2)             # up again, having gone down twice
+    roll_end = [p for p in render_pool_preparation(NodePoolArgs.from_spec(ports.spec, ports.spec.node_pools[0]))
+                .roll.split("\n# --- ") if p.startswith("the health monitors again")]
+    assert len(roll_end) == 1
+    script = ("set -euo pipefail\nnote() { :; }\nfail() { echo \"$*\"; exit 1; }\n# --- " + roll_end[0]) \
+        .replace("/sys/class/infiniband", str(ports.sysfs)).replace("/var/lib/gpucluster", str(ports.host.state))
+    out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert not marker.exists()
+    assert ports.check() == (0, "every fabric port of gpu-dev-01 is active")
+    assert ports.host.check()[0] == 0                            # nothing for a burn-in to follow
+
+
+def test_a_marker_left_by_a_roll_that_died_fences_nothing_after_its_time(ports):
+    marker = ports.host.state / Path(MAINTENANCE).name
+    marker.write_text(f"roll {int(time.time()) - MAINTENANCE_MAX_S - 1}\n")
+    ports.set("mlx5_1", "1: DOWN", "3: Disabled")
+    assert ports.check()[0] == 1
 
 
 def test_a_port_check_that_cannot_read_its_inputs_keeps_the_last_verdict(ports):

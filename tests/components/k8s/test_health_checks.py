@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections import Counter
 import subprocess
 import time
 from pathlib import Path
@@ -23,7 +24,7 @@ from components.offline.diff import diff_plans
 from components.offline.plan import build_plan
 from components.spec import parse_spec
 from components.spec.cluster import checked_pools
-from components.spec.kubernetes import LOWEST_PRIORITY
+from components.spec.kubernetes import LOWEST_PRIORITY, _cron
 from components.nodes.burn_in import min_busbw
 from tests.components.k8s.test_health import Host
 from tests.conftest import ROOT, problems_of
@@ -366,6 +367,30 @@ def test_the_lowest_priority_is_kept_for_the_checks(dev_data):
 def test_schedules_the_api_server_takes_are_accepted(dev_data, schedule):
     dev_data["kubernetes"].setdefault("health", {})["active_checks"] = {"schedule": schedule}
     assert problems_of(dev_data) == []
+
+
+def test_each_hosts_check_starts_at_its_own_time_so_a_fleet_does_not_start_at_once():
+    """2,048 hosts on the default schedule, which every host had verbatim (2,048 workloads and image pulls in one
+    minute): spread over the six-hour interval, at most a few a minute, each host the same on every apply, and
+    every schedule one the API server's parser takes."""
+    hosts = [f"gpu-{i:04d}.lab1.example" for i in range(2048)]
+    schedules = [health_checks.spread("0 */6 * * *", h) for h in hosts]
+    per_minute = Counter(schedules)
+    assert len(per_minute) >= 300 and max(per_minute.values()) <= 16, per_minute.most_common(3)
+    assert schedules == [health_checks.spread("0 */6 * * *", h) for h in hosts]
+    for s in schedules[:50] + [health_checks.spread(x, hosts[7]) for x in ("*/30 * * * *", "@daily", "0 2 * * 1")]:
+        assert _cron(s) == s
+    assert health_checks.spread("@daily", hosts[7]).endswith(" 0 * * *")          # within the hour it names
+    assert health_checks.spread("0 2 * * 1", hosts[7]).endswith(" 2 * * 1")
+    assert health_checks.spread("15,45 1,13 * * 1-5", hosts[7]) == "15,45 1,13 * * 1-5"   # the site's own list
+
+
+def test_the_cronjobs_carry_their_hosts_times(dev_spec):
+    jobs = {o["metadata"]["labels"][health_checks.HOST_LABEL]: o["spec"]["schedule"]
+            for (kind, _), o in _objects(dev_spec).items() if kind == "CronJob"}
+    assert jobs and all(s == health_checks.spread(dev_spec.kubernetes.health.active_checks.schedule, h)
+                        for h, s in jobs.items())
+    assert len(set(jobs.values())) == len(jobs)
 
 
 # --- day 2 ----------------------------------------------------------------------------------------------------

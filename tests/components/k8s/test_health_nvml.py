@@ -21,6 +21,7 @@ from components.spec import ClusterSpec
 from tests.components.k8s.test_health import Host
 from tests.conftest import ROOT, problems_of
 from tests.doubles import nvidia_smi
+from components.records import MAINTENANCE
 
 SAMPLES = ROOT / "tests" / "samples"
 # `nvidia-smi -q -i 0` on an 8x H800 HGX node (driver 525.105.17), a published capture trimmed to whole
@@ -153,6 +154,16 @@ def test_a_hung_nvidia_smi_is_cut_off_before_the_detectors_timeout_and_keeps_the
     code, message = gpus.check("temperature")
     assert code == 1 and message == f"{fault} (no new reading: nvidia-smi -q failed or did not answer in 1 s: )"
     assert (gpus.state / f"{health_nvml.LAST}-temperature.blind").exists()     # GpuHealthCheckBlind reads it
+
+
+def test_a_roll_under_way_fences_the_nvml_check_so_a_fabric_manager_restart_records_nothing(gpus):
+    assert gpus.check("nvlink")[0] == 0
+    gpus.state.mkdir(exist_ok=True)
+    (gpus.state / Path(MAINTENANCE).name).write_text(f"roll {int(time.time())}\n")
+    gpus.smi(QUERY, NVLINK_DEGRADED)                      # links still training after the restart
+    code, message = gpus.check("nvlink")
+    assert code == 0 and message.endswith("(roll under way on gpu-dev-01: its GPUs are not judged until it ends)")
+    assert not gpus.record.exists()
 
 
 def test_an_nvlink_down_on_an_nvswitch_board_is_a_fault_with_the_link_named(gpus):

@@ -13,7 +13,7 @@ import yaml
 
 from components.k8s import gpu_operator, health, health_nvml, network_operator, nfd, quarantine
 from components.k8s.gpu_stack import GpuKubernetesStack, render_namespaces
-from components.k8s.labels import POOL_LABEL, QUARANTINE_TAINT, system_tolerations
+from components.k8s.labels import POOL_LABEL, QUARANTINE_TAINT, RESET_TAINT, system_tolerations
 from components.offline.diff import diff_plans
 from components.offline.plan import build_plan
 from components.spec import load_spec, parse_spec
@@ -29,10 +29,13 @@ def with_quarantine(make_spec, **settings):
 
 
 def test_the_rule_holds_the_taint_until_every_health_condition_is_false(dev_spec):
-    rule = quarantine.render_rule(dev_spec).obj["spec"]
+    rule, reset = (r.obj["spec"] for r in quarantine.render_rules(dev_spec))
     detector = {c["type"] for cfg in (health.monitor_config(dev_spec), health.burn_in_monitor_config(),
                                       health.port_monitor_config(), health_nvml.monitor_config(dev_spec))
-                for c in cfg["conditions"]} - {health.BLIND_CONDITION}   # a check's own trouble: never a taint
+                for c in cfg["conditions"]}
+    # a check's own trouble is never a taint; a GPU that needs a reset has a rule of its own
+    assert detector - {c["type"] for c in rule["conditions"]} == {health.BLIND_CONDITION, health.RESET_CONDITION}
+    detector -= {health.BLIND_CONDITION, health.RESET_CONDITION}
     # exactly the conditions the detectors set; one not yet reported counts as healthy (a new node)
     assert {c["type"] for c in rule["conditions"]} == detector == {
         health.CONDITION, health.BURN_IN_CONDITION, health.PORT_CONDITION, health_nvml.TEMPERATURE_CONDITION,
@@ -41,6 +44,11 @@ def test_the_rule_holds_the_taint_until_every_health_condition_is_false(dev_spec
     assert rule["enforcementMode"] == "continuous"        # v0.5.0 requires every condition (no conditionPolicy)
     assert rule["taint"]["key"] == QUARANTINE_TAINT
     assert rule["nodeSelector"] == {"matchExpressions": [{"key": POOL_LABEL, "operator": "Exists"}]}
+    # new work waits for the reset, whatever `drain` says: the jobs there run on
+    assert reset["conditions"] == [{"type": health.RESET_CONDITION, "requiredStatus": "False",
+                                    "defaultStatus": "False"}]
+    assert reset["taint"] == {"key": RESET_TAINT, "value": "gpu-reset", "effect": "NoSchedule"}
+    assert reset["nodeSelector"] == rule["nodeSelector"] and reset["dryRun"] == rule["dryRun"]
 
 
 @pytest.mark.parametrize("settings, effect, dry_run", [
@@ -154,16 +162,17 @@ def test_a_new_drain_or_mode_replaces_the_rule_deleting_it_first(record, dev_dat
     before = _stack_plan(record, dev_data)
     rule = next(r for r in before["resources"] if r["urn"].endswith("::dev-k8s-quarantine-rule"))
     assert rule["options"] == {"deleteBeforeReplace": True, "replaceOnChanges": ["spec"]}
-    for settings in ({"mode": "enforce"}, {"mode": "observe", "drain": False}):
+    for settings, replaced in (({"mode": "enforce"}, {"dev-k8s-quarantine-rule", "dev-k8s-reset-rule"}),
+                               ({"mode": "observe", "drain": False}, {"dev-k8s-quarantine-rule"})):
         dev_data["kubernetes"]["health"] = {"quarantine": settings}
-        assert _actions(before, _stack_plan(record, dev_data)) == {"dev-k8s-quarantine-rule": "replace"}
+        assert _actions(before, _stack_plan(record, dev_data)) == dict.fromkeys(replaced, "replace")
 
 
 def test_new_fault_xids_roll_the_detector_and_leave_the_rule_alone(record, dev_data):
     before = _stack_plan(record, dev_data)
     dev_data["kubernetes"]["health"]["fault_xids"] = [48, 79]
     assert _actions(before, _stack_plan(record, dev_data)) == {
-        "dev-k8s-gpu-health-config": "update", "dev-k8s-gpu-health": "update"}
+        "dev-k8s-gpu-health-config": "update", "dev-k8s-gpu-health": "update", "dev-k8s-gpu-alerts": "update"}
 
 
 def test_a_vendored_crd_that_is_not_in_the_project_is_refused_with_its_line(tmp_path):

@@ -25,9 +25,11 @@ from typing import Iterator
 
 import pytest
 
+from components.fabric.fabric import render_checks
 from components.k8s import slurm, slurm_health
+from components.k8s.jobs import render_example_batch_jobs, render_example_jobs
 from tests.components.k8s.slurm_specs import H200_POOL, SLURM_POOL, with_h200_pool
-from tests.doubles import nvidia_smi
+from tests.doubles import DOUBLE_BIT_XID, dmesg, nvidia_smi
 from tests.slurm_site import (MISSING, WHY_MISSING, apply_accounts, drained, fields, free_port, host_cgroup_conf,
                                in_private_dev, sacctmgr, scontrol, slurm_site, slurm_spec, slurmd)
 
@@ -183,6 +185,9 @@ def test_a_second_apply_changes_nothing_and_a_changed_quota_changes_the_account(
 SAMPLES = Path(__file__).resolve().parents[2] / "samples"
 QUERY = (SAMPLES / "nvidia_smi_q_h800.txt").read_text()          # real `nvidia-smi -q` of an H800 host, one GPU shown
 LINKS = (SAMPLES / "nvidia_smi_nvlink_s_8xh100.txt").read_text()
+XIDS = (SAMPLES / "xid_kernel_log.txt").read_text().splitlines()       # the driver's real lines
+JOB_XIDS = "".join(f"{line}\n" for line in XIDS if re.search(r"\): (13|31|94),", line))   # jobs' faults only
+FELL_OFF = next(line for line in XIDS if "): 79, pid='<unknown>'" in line)
 # The volatile ECC block as nvidia-smi -q prints it on an A100 (NVIDIA's XID 63 guide quotes it), with one
 # uncorrectable DRAM error; inserted before the sample's Remapped Rows section.
 ECC = ("    ECC Errors\n        Volatile\n            SRAM Correctable              : 0\n"
@@ -212,6 +217,7 @@ def node(tmp_path_factory) -> Iterator[tuple[dict, Path]]:
     tools = work / "tools"
     tools.mkdir()
     nvidia_smi(tools, QUERY, LINKS, calls=work / "nvidia-smi-calls.txt")
+    dmesg(tools, JOB_XIDS)
     with slurm_site(spec, work) as env:
         apply_accounts(spec, env, work)
         subprocess.run(["sacctmgr", "-i", "add", "user", "root", "account=team-a,team-b,team-c"], env=env, check=True,
@@ -341,6 +347,54 @@ def test_gpus_without_a_model_over_partitions_of_two_models_are_refused_saying_h
     subprocess.run(["scancel", job_id], env=env, check=True)
 
 
+# --- what tenants and the operator submit to a Slurm pool: the batch scripts of the plan -------------------------
+
+@needs_root
+def test_the_tenants_batch_templates_are_jobs_the_controller_would_start(node):
+    """Each tenant's template for the H100 pool, as the plan writes it, under its own account (sbatch
+    --test-only: the real controller checks the account, partition, GPUs, CPUs and memory per GPU against the
+    node a slurmd registered; one node runs here, so --nodes=1 on the command line overrides the script's)."""
+    env, work = node
+    spec = slurm_spec(with_h200_pool, **{f"tenants.1.gpu_quota.{SLURM_POOL}": {"nominal": 2, "borrowing_limit": 4}})
+    templates = render_example_batch_jobs(spec)
+    assert set(templates) == {f"team-a-{SLURM_POOL}", f"team-b-{SLURM_POOL}", f"team-b-{H200_POOL}",
+                              f"team-c-{H200_POOL}"}
+    assert not any(SLURM_POOL in name or H200_POOL in name for name in render_example_jobs(spec))
+    for name in (f"team-a-{SLURM_POOL}", f"team-b-{SLURM_POOL}"):
+        (work / f"{name}.sbatch").write_text(templates[name])
+        out = subprocess.run(["sbatch", "--test-only", "--nodes=1", str(work / f"{name}.sbatch")], env=env,
+                             capture_output=True, text=True, cwd=work)
+        assert out.returncode == 0 and "to start at" in out.stderr and "gpu-slurm-01" in out.stderr, \
+            (name, out.stderr)
+    # a tenant's job under another tenant's account is the controller's to refuse
+    out = subprocess.run(["sbatch", "--test-only", "--nodes=1", "-A", "team-x", str(work / f"team-a-{SLURM_POOL}.sbatch")],
+                         env=env, capture_output=True, text=True, cwd=work)
+    assert out.returncode != 0
+
+
+@needs_root
+@pytest.mark.parametrize("sample, state", [("all_reduce_perf_8xh100.txt", "COMPLETED"), (None, "FAILED")])
+def test_the_nccl_check_of_a_slurm_pool_runs_its_ranks_on_the_pools_gpus_and_judges_the_bandwidth(
+        node, sample, state):
+    """The plan's check as a batch job on the real slurmd (one node here: --nodes on the command line overrides
+    the script's), all_reduce_perf a double printing a real run's table; without a result it fails."""
+    env, work = node
+    spec = slurm_spec(with_h200_pool, **{f"tenants.1.gpu_quota.{SLURM_POOL}": {"nominal": 2, "borrowing_limit": 4}})
+    check = work / "nccl-check.sbatch"
+    check.write_text(render_checks(spec)[f"nccl-{SLURM_POOL}.sbatch"])
+    assert f"nccl-{SLURM_POOL}.yaml" not in render_checks(spec)
+    double = work / "all_reduce_perf"
+    table = (SAMPLES / sample).read_text() if sample else "# nccl-tests: no result\n"
+    (work / "table.txt").write_text(table)
+    double.write_text(f"#!/bin/bash\n[[ -n $NCCL_IB_HCA && -n $PMIX_RANK ]] || exit 3\ncat {work}/table.txt\n")
+    double.chmod(0o755)
+    job_id = sbatch(env, work, "-A", "team-a", "--nodes=1", f"--export=ALL,NCCL_TESTS_BIN={double}", str(check))
+    done = until_state(env, job_id, "COMPLETED", "FAILED", timeout_s=120)
+    assert done["JobState"] == state, (work / f"job-{job_id}.out").read_text()
+    if sample:
+        assert "bus bandwidth at 8 GiB 473.39 GB/s" in (work / f"job-{job_id}.out").read_text()
+
+
 # --- the node check: Slurm's prolog and epilog drain a node that fails it ------------------------------------------
 
 def dcgmi_double(bin_dir: Path, output: str, code: int = 0) -> None:
@@ -357,20 +411,22 @@ NO_HOST_ENGINE = ("Error: unable to establish a connection to the specified host
 
 def node_check(controller, tmp_path, when: str, node: str, query: str = QUERY, links: str = LINKS,
                smi_code: int = 0, dcgmi: str | None = None, dcgmi_code: int = 0, smi_sleep_s: int = 0,
-               slurm_conf: Path | None = None) -> subprocess.CompletedProcess:
+               slurm_conf: Path | None = None, kernel: str = "", kernel_code: int = 0,
+               spec=None) -> subprocess.CompletedProcess:
     """The rendered check, run as slurmd runs it (SLURMD_NODENAME set), with nvidia-smi (and dcgmi) doubles
     printing real output, against the real slurmctld (or the controller `slurm_conf` names)."""
-    spec, env, _ = controller
+    site_spec, env, _ = controller
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
     nvidia_smi(bin_dir, query, links, code=smi_code)
+    dmesg(bin_dir, kernel, code=kernel_code)
     if smi_sleep_s:
         tool = bin_dir / "nvidia-smi"
         tool.write_text(tool.read_text().replace("\n", f"\nsleep {smi_sleep_s}\n", 1))
     if dcgmi is not None:
         dcgmi_double(bin_dir, dcgmi, dcgmi_code)
     check = tmp_path / f"{when}.sh"
-    check.write_text(slurm_health.render_node_check(spec, when))
+    check.write_text(slurm_health.render_node_check(spec or site_spec, when))
     path = f"{bin_dir}:{os.environ['PATH']}"
     more = {"SLURM_CONF": str(slurm_conf)} if slurm_conf else {}
     return subprocess.run(["bash", str(check)], env={**env, "PATH": path, "SLURMD_NODENAME": node,
@@ -407,6 +463,32 @@ def test_a_failing_check_drains_the_node_with_the_reason(controller, tmp_path, f
     assert out.returncode == 0, out.stderr                # an epilog's failure is the drain, not its status
     reason = drained(controller[1], "gpu-slurm-02")
     assert reason is not None and reason.startswith(expected), (reason, out.stderr)
+
+
+@pytest.mark.parametrize("kernel, expected", [
+    (JOB_XIDS + FELL_OFF, "gpucluster: XID 79 since boot: reboot to reset the GPU"),
+    (DOUBLE_BIT_XID + "\n", "gpucluster: XID 48 since boot: repair (NVIDIA's diagnosis), reboot and burn in"),
+])
+def test_an_xid_that_takes_a_node_out_drains_it_saying_what_it_needs(controller, tmp_path, kernel, expected):
+    out = node_check(controller, tmp_path, "epilog", "gpu-slurm-02", kernel=kernel)
+    assert out.returncode == 0, out.stderr
+    assert drained(controller[1], "gpu-slurm-02") == expected
+
+
+def test_a_jobs_own_xids_leave_the_node_in_service_and_the_spec_list_is_the_detectors(controller, tmp_path):
+    out = node_check(controller, tmp_path, "epilog", "gpu-slurm-02", kernel=JOB_XIDS)
+    assert out.returncode == 0 and not out.stderr, out.stderr
+    assert drained(controller[1], "gpu-slurm-02") is None
+    only_dbe = slurm_spec(**{"kubernetes.health.fault_xids": [48]})      # a site's own list: the same everywhere
+    out = node_check(controller, tmp_path, "epilog", "gpu-slurm-02", kernel=JOB_XIDS + FELL_OFF, spec=only_dbe)
+    assert out.returncode == 0 and drained(controller[1], "gpu-slurm-02") is None, out.stderr
+
+
+def test_a_kernel_log_it_may_not_read_is_no_verdict(controller, tmp_path):
+    out = node_check(controller, tmp_path, "epilog", "gpu-slurm-02", kernel_code=1,
+                     kernel="dmesg: read kernel buffer failed: Operation not permitted\n")
+    assert out.returncode == 0 and "no verdict: kernel log not read: dmesg: read kernel buffer failed" in out.stderr
+    assert drained(controller[1], "gpu-slurm-02") is None
 
 
 def test_a_failing_prolog_also_fails_so_slurm_requeues_the_job(controller, tmp_path):
@@ -480,7 +562,7 @@ def test_a_registered_node_runs_the_check_around_every_job_and_a_healthy_one_sta
     calls.write_text("")
     job_id = sbatch(env, work, "-A", "team-a", "--gpus=1", "--wrap", "true")
     until_state(env, job_id, "COMPLETED")
-    until(env, job_id, lambda _: calls.read_text().count("-q") == 2, "checked before and after", 30)
+    until(env, job_id, lambda _: calls.read_text().count("-q") == 2, "checked before and after", 90)
     assert calls.read_text().splitlines() == ["-q", "nvlink -s"] * 2
     state = node_fields(env, "gpu-slurm-01")
     assert "DRAIN" not in state["State"] and comment(env, "gpu-slurm-01") == "", state
@@ -517,7 +599,7 @@ def test_dcgm_unreachable_after_a_job_is_no_verdict_in_the_nodes_comment(node):
     try:
         job_id = sbatch(env, work, "-A", "team-a", "--wrap", "true")
         until_state(env, job_id, "COMPLETED")
-        until(env, job_id, lambda _: comment(env, "gpu-slurm-01") != "", "commented", 30)
+        until(env, job_id, lambda _: comment(env, "gpu-slurm-01") != "", "commented", 90)
         assert comment(env, "gpu-slurm-01").startswith(f"{slurm_health.NO_VERDICT} (")
         assert "epilog): dcgmi diag -r 1 gave no result" in comment(env, "gpu-slurm-01")
         assert "DRAIN" not in node_fields(env, "gpu-slurm-01")["State"]
@@ -525,4 +607,4 @@ def test_dcgm_unreachable_after_a_job_is_no_verdict_in_the_nodes_comment(node):
         (work / "tools" / "dcgmi").unlink()
     job_id = sbatch(env, work, "-A", "team-a", "--wrap", "true")
     until_state(env, job_id, "COMPLETED")
-    until(env, job_id, lambda _: comment(env, "gpu-slurm-01") == "", "cleared", 30)
+    until(env, job_id, lambda _: comment(env, "gpu-slurm-01") == "", "cleared", 90)

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from components.k8s import gpu_operator, kueue, network_operator, nfd
-from components.k8s.labels import BURN_IN_TAINT, QUARANTINE_TAINT
+from components.k8s.labels import BURN_IN_TAINT, QUARANTINE_TAINT, RESET_TAINT
 from components.k8s.monitoring import DCGM_METRICS_CONFIG
 from tests.components.k8s.conftest import infiniband
 
@@ -68,7 +68,7 @@ def test_gpu_operator_leaves_nfd_to_the_stack_and_tolerates_pool_burn_in_and_qua
     values = gpu_operator.render_gpu_operator_values(dev_spec)
     assert values["nfd"] == {"enabled": False}
     keys = {(t["key"], t["effect"]) for t in values["daemonsets"]["tolerations"]}
-    assert keys == {("nvidia.com/gpu", "NoSchedule"), *((key, effect) for key in (BURN_IN_TAINT, QUARANTINE_TAINT)
+    assert keys == {("nvidia.com/gpu", "NoSchedule"), *((key, effect) for key in (BURN_IN_TAINT, QUARANTINE_TAINT, RESET_TAINT)
                                                         for effect in ("NoSchedule", "NoExecute"))}
 
 

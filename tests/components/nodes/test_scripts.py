@@ -15,6 +15,7 @@ from components.nodes.burn_in import min_busbw, parse_result, render_burn_in
 from components.k8s.gpu_operator import render_gpu_operator_values
 from components.nodes import NodePoolArgs
 from components.nodes.host_prep import render_kubelet_config
+from components.spec.hardware import xid_pattern
 from components.nodes.node_pool import render_pool_preparation, render_preparation
 from components.nodes.retire import render_retirement, undo_guard
 from components.nodes.rollout import render_rollout
@@ -95,7 +96,15 @@ def test_preparation_checks_the_gpus_the_pool_expects(dev_spec):
     prep = scripts_of(dev_spec)["prepare"]
     assert '[[ "$gpus" -eq 8 ]] || fail "found $gpus GPUs, the pool expects 8 (H100-SXM5-80GB)"' in prep
     assert "NVIDIA-H100-80GB-HBM3" in prep and "ecc.errors.uncorrected.volatile.total" in prep
-    assert "(48|63|64|74|79|94|95)" in prep
+    # the detector's XIDs (kubernetes.health.fault_xids), not a list of its own: a node it keeps in service
+    # is never refused here
+    assert xid_pattern(dev_spec.kubernetes.health.fault_xids) in prep
+    assert "|94|" not in prep and "(46|48|62|64|74|79|95|" in prep
+
+
+def test_a_sites_own_fault_xids_are_the_preparations_too(dev_data):
+    dev_data["kubernetes"]["health"]["fault_xids"] = [48, 92]
+    assert "): (48|92)," in scripts_of(parse_spec(yaml.safe_dump(dev_data)))["prepare"]
 
 
 def test_nvswitch_boards_need_a_matching_fabric_manager(dev_spec, dev_data):
