@@ -3,7 +3,8 @@
 Written for the spec it is rendered from, so what it asks for is what the tenant's queue and the pool's nodes
 can give: GPUs per pod within a host, CPU and memory per GPU as the tenant's quota derives them, the pool's RDMA
 resource and NCCL settings, and a memory-backed /dev/shm (the host's /dev/shm size does not reach pods).
-No node selector or tolerations: Kueue's flavor adds the pool's.
+It selects its pool (a tenant with quota on several would otherwise get whichever flavor fits first); the
+pool's tolerations come from Kueue's flavor.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 from ..spec import ClusterSpec, NodePool, Tenant
 from ..fabric.nccl import batch_exports, nccl_envs, pod_env
 from ..spec.cluster import network_operator_enabled
+from .labels import POOL_LABEL
 from .network_operator import pod_networks, rdma_resource
 from .tenant import LOCAL_QUEUE
 from .images import mirrored
@@ -104,6 +106,9 @@ def render_job(spec: ClusterSpec, tenant: Tenant, pool: NodePool, *, name: str, 
                 "metadata": template_meta,
                 "spec": {
                     "restartPolicy": "Never",
+                    # The pool it was written for: with quota on several pools, Kueue would otherwise give it the
+                    # first flavor that fits, another GPU model than its NCCL settings and sizes are for.
+                    "nodeSelector": {POOL_LABEL: pool.name},
                     "securityContext": {"runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 1000,
                                         "seccompProfile": {"type": "RuntimeDefault"},
                                         **({"supplementalGroups": groups} if groups else {})},

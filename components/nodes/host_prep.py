@@ -40,6 +40,10 @@ def render_kubelet_config(pool: NodePool) -> dict[str, Any]:
     config: dict[str, Any] = {"apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
                               "registerWithTaints": taints}
     t = pool.tuning
+    # Kept from pods for the host's own daemons; under the static CPU manager its reservedSystemCPUs keep CPU.
+    config["systemReserved"] = {"memory": f"{pool.system_reserved_memory_mib}Mi",
+                                **({"cpu": f"{pool.system_reserved_cpu_millicores}m"}
+                                   if pool.system_reserved_cpu_millicores else {})}
     if t.kubelet_cpu_manager_static:
         config.update(cpuManagerPolicy="static", reservedSystemCPUs=t.kubelet_reserved_cpus)
     if t.kubelet_topology_policy != "none":

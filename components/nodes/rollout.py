@@ -17,13 +17,13 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from ..bash import fill, script
+from ..spec.hardware import STUCK_DELETION_S   # a drain waits no longer for a pod whose grace ended this long ago
 from ..spec import Host, NodePool
 from .host_prep import ROLLOUT_OWED, ROLLOUT_UNITS
 
 ROLLOUT_ANNOTATION = "gpucluster.io/rollout"
 CORDONED_BEFORE_ANNOTATION = "gpucluster.io/rollout-cordoned-before"
 ROLLOUT_TAINT = "gpucluster.io/rollout"     # not a managed taint: the Node patch keeps it, as another's
-STUCK_DELETION_S = 60       # a drain waits no longer for a pod whose grace period ended this long ago
 
 
 def rollout_batches(pool: NodePool) -> list[list[Host]]:
@@ -101,7 +101,7 @@ fi
 # replace this one), not work; the roll step checks on the host that nothing runs.
 roll="${GPUCLUSTER_ROLL:-}" value=in-progress failed=failed why="restart $owed_units"
 drain_flags=(--skip-wait-for-delete-timeout=@STUCK_S@)
-stuck="$HOST stays cordoned and tainted @TAINT@=failed, and the pool's later batches wait. Let its pods finish or move them (a PodDisruptionBudget that allows no eviction, a pod no controller owns), then run pulumi up again, which drains it again and goes on. To put it back to work meanwhile: kubectl taint node $HOST @TAINT@- && kubectl uncordon $HOST"
+stuck="$HOST stays cordoned and tainted @TAINT@=failed, and the pool's later batches wait. Let its pods finish or move them (a running one: a PodDisruptionBudget that allows no eviction, or a pod no controller owns; a terminating one: what its finalizer waits for), then run pulumi up again, which drains it again and goes on. To put it back to work meanwhile: kubectl taint node $HOST @TAINT@- && kubectl uncordon $HOST"
 """
 
 # Taking a Node out: it reads roll (the annotation's value), value (the taint's), failed (the taint's when the
@@ -128,9 +128,14 @@ fi
 note "draining (PodDisruptionBudgets honoured, at most @TIMEOUT@s) to $why"
 if ! drained="$("${kc[@]}" drain "$HOST" --ignore-daemonsets --delete-emptydir-data --timeout=@TIMEOUT@s "${drain_flags[@]}" 2>&1)"; then
   "${kc[@]}" taint node "$HOST" --overwrite "@TAINT@=$failed:NoSchedule" >/dev/null || true
-  fail "the drain did not finish: $(printf '%s\n' "$drained" | grep -iE 'error|cannot|timed out' | sed -n 1,3p | tr '\n' ' ')- $stuck"
+  # What held it, pod by pod (DaemonSets' aside): still running (its eviction refused: a PodDisruptionBudget, a
+  # pod no controller owns), or terminating past its grace period, kept by a finalizer.
+  held="$("${kc[@]}" get pods -A --field-selector "spec.nodeName=$HOST" -o jsonpath='{range .items[*]}{.metadata.namespace}/{.metadata.name}{"\t"}{.metadata.ownerReferences[0].kind}{"\t"}{.metadata.deletionTimestamp}{"\t"}{.metadata.finalizers}{"\n"}{end}' 2>/dev/null \
+    | awk -F'\t' '$1 != "" && $2 != "DaemonSet" { printf "%s%s (%s)", sep, $1, ($3 == "" ? "running" : "terminating since " $3 ($4 == "" ? "" : ", kept by finalizers " $4)); sep = "; " }' || true)"
+  fail "the drain did not finish: $(printf '%s\n' "$drained" | grep -iE 'error|cannot|timed out' | sed -n 1,3p | tr '\n' ' ')- still on $HOST: ${held:-nothing it could list}. $stuck"
 fi
-changed "drained: $(printf '%s\n' "$drained" | grep -c '^evicting pod' || true) pod(s) evicted"
+# kubectl prints a pod again each time it retries its eviction: count each pod once
+changed "drained: $(printf '%s\n' "$drained" | sed -n 's/^evicting pod //p' | sort -u | grep -c . || true) pod(s) evicted"
 """
 
 _UNCORDON = r"""

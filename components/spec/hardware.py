@@ -214,6 +214,14 @@ class HostTuning(SpecModel):
     kubelet_reserved_cpus: CpuList = Field(
         "0-1",
         description="CPUs kept for the system under the static CPU manager (which requires some). Omitted: 0-1.")
+    system_reserved_memory_gib: int | None = Field(
+        None, ge=0, le=4096,
+        description="Memory kept from pods for the host's own daemons (kubelet, containerd, DCGM, persistenced, the "
+                    "health detectors, slurmd): the kubelet's systemReserved, which the job templates size from "
+                    "too. Omitted: GKE's published tiers of the host's memory (25% of the first 4 GiB, 20% of the "
+                    "next 4, 10% of the next 8, 6% of the next 112, 2% of the rest: about 48 GiB of a 2 TiB host). "
+                    "Without the static CPU manager, CPU is kept by GKE's tiers too (6% of the first core, 1% of "
+                    "the next, 0.5% of the next two, 0.25% of the rest).")
 
 
 class BurnIn(SpecModel):
@@ -229,6 +237,36 @@ class BurnIn(SpecModel):
                                 description="Where all_reduce_perf is on the hosts. Omitted: /opt/nccl-tests/build.")
 
 
+def _tiered(total: float, tiers: tuple[tuple[float, float], ...]) -> float:
+    """A share of each successive slice of `total` (size, share), the last slice unbounded."""
+    kept, left = 0.0, total
+    for size, share in tiers:
+        part = min(left, size)
+        kept, left = kept + part * share, left - part
+    return kept
+
+
+def reserved_memory_mib(memory_gib: int) -> int:
+    """What GKE keeps of a node's memory for its system (cloud.google.com/kubernetes-engine/docs/concepts/
+    plan-node-sizes, "Memory and CPU reservations"; AKS used the same tiers before 1.29)."""
+    return -(-int(_tiered(memory_gib * 1024, ((4096, .25), (4096, .20), (8192, .10), (114688, .06),
+                                               (float("inf"), .02))) * 1000) // 1000)
+
+
+def reserved_cpu_millicores(cores: int) -> int:
+    """What GKE keeps of a node's CPU for its system (same page)."""
+    return -(-int(_tiered(cores * 1000, ((1000, .06), (1000, .01), (2000, .005), (float("inf"), .0025))) * 1000)
+             // 1000)
+
+
+# What one eviction takes: the pod's grace period (Kubernetes' default terminationGracePeriodSeconds), then the
+# wait for a pod whose grace ended and that a finalizer still keeps (kubectl drain --skip-wait-for-delete-timeout:
+# its containers are gone; a Job's tracking finalizer while Kueue holds the Job), and room for the requests.
+POD_GRACE_S = 30
+STUCK_DELETION_S = 60
+MIN_DRAIN_S = POD_GRACE_S + STUCK_DELETION_S + 30
+
+
 class Rollout(SpecModel):
     """How a change that disrupts running work (a kubelet or containerd restart) reaches a pool's busy hosts:
     a bounded batch at a time, each cordoned, drained, changed, checked and uncordoned before the next. Hosts
@@ -239,9 +277,20 @@ class Rollout(SpecModel):
                            "rounded up to at least one host. Omitted: 10%. Also the GPU Operator's "
                            "driver upgrade policy where it manages the driver (the smallest over its pools).")
     drain_timeout_s: int = Field(
-        3600, ge=60, le=86400,
+        3600, ge=1, le=86400,
         description="How long evicting a host's pods (PodDisruptionBudgets honoured) may take; past it the rollout "
-                    "stops and the host stays cordoned and tainted gpucluster.io/rollout=failed. Omitted: one hour.")
+                    "stops and the host stays cordoned and tainted gpucluster.io/rollout=failed. At least "
+                    f"{MIN_DRAIN_S} s: one eviction's grace period and the wait for a pod a finalizer keeps. "
+                    "Omitted: one hour.")
+
+    def _drain_covers_one_eviction(self) -> Iterator[Problem]:
+        if self.drain_timeout_s < MIN_DRAIN_S:
+            yield Problem(("drain_timeout_s",), f"{self.drain_timeout_s} s cannot cover one eviction: a pod's "
+                                                f"{POD_GRACE_S} s grace period (Kubernetes' default), then up to "
+                                                f"{STUCK_DELETION_S} s while a finalizer keeps it (a Job's tracking "
+                                                f"one), and the drain's own requests; give at least {MIN_DRAIN_S}")
+
+    _checks = (_drain_covers_one_eviction,)
 
     def batch_size(self, hosts: int) -> int:
         """Hosts per batch for a pool of `hosts` (a percentage rounds up, as Kubernetes' maxUnavailable does)."""
@@ -499,14 +548,28 @@ class NodePool(SpecModel):
         """Cores the kubelet offers pods: under the static CPU manager its reservedSystemCPUs are not
         allocatable (kubelet node-allocatable; the preparation sets no other CPU reservation)."""
         t = self.tuning
-        return self.cpu_cores_per_host - (cpu_count(t.kubelet_reserved_cpus) if t.kubelet_cpu_manager_static else 0)
+        if t.kubelet_cpu_manager_static:
+            return self.cpu_cores_per_host - cpu_count(t.kubelet_reserved_cpus)
+        return self.cpu_cores_per_host - -(-self.system_reserved_cpu_millicores // 1000)
+
+    @property
+    def system_reserved_memory_mib(self) -> int:
+        """The kubelet's systemReserved memory: the spec's, else GKE's tiers of the host's memory."""
+        gib = self.tuning.system_reserved_memory_gib
+        return gib * 1024 if gib is not None else reserved_memory_mib(self.memory_gib_per_host)
+
+    @property
+    def system_reserved_cpu_millicores(self) -> int:
+        """The kubelet's systemReserved CPU where the static CPU manager does not keep CPUs (GKE's tiers)."""
+        return 0 if self.tuning.kubelet_cpu_manager_static else reserved_cpu_millicores(self.cpu_cores_per_host)
 
     @property
     def allocatable_memory_mib_per_host(self) -> int:
-        """Memory the kubelet offers pods: capacity less pre-allocated hugepages and the hard-eviction threshold
-        (node allocatable = capacity - reserved - eviction-hard; hugepages come off memory). Always below
-        capacity, so a pod sized from capacity never schedules."""
-        return self.memory_gib_per_host * 1024 - self.tuning.hugepages_2mi * 2 - KUBELET_EVICTION_HARD_MIB
+        """Memory the kubelet offers pods: capacity less the system's reservation, pre-allocated hugepages and the
+        hard-eviction threshold (node allocatable = capacity - reserved - eviction-hard; hugepages come off
+        memory). Always below capacity, so a pod sized from capacity never schedules."""
+        return (self.memory_gib_per_host * 1024 - self.system_reserved_memory_mib - self.tuning.hugepages_2mi * 2
+                - KUBELET_EVICTION_HARD_MIB)
 
     @property
     def gpu_resources_per_host(self) -> int | None:

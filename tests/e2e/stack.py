@@ -14,6 +14,7 @@ import yaml
 
 from components.k8s.labels import BURN_IN_TAINT
 from components.k8s.network_operator import rdma_resource
+from components.nodes.host_prep import render_kubelet_config
 from components.nodes.node_pool import NodePoolArgs, render_node_patch
 from components.offline.recorder import SECRET
 from components.spec import ClusterSpec, NodePool, load_spec
@@ -109,15 +110,19 @@ def kwok_node(spec: ClusterSpec, pool: NodePool, hostname: str, burn_in_failed: 
                 pool.gpu_resource_name: str(pool.gpu_units_per_host)}
     if network_operator_enabled(spec) and pool.nics:
         capacity[rdma_resource(spec)] = str(spec.kubernetes.network_operator.rdma_hca_max)
-    # As a real kubelet reports it (node-allocatable rules, written out here apart from the library's own
-    # derivation): memory less the 100Mi hard-eviction default and pre-allocated hugepages; CPU less the static
-    # CPU manager's reservedSystemCPUs.
-    tuning = pool.tuning
+    # As a real kubelet reports it from the KubeletConfiguration the preparation writes (node-allocatable rules,
+    # written out here apart from the library's own derivation): memory less systemReserved, the 100Mi
+    # hard-eviction default and pre-allocated hugepages; CPU less the static CPU manager's reservedSystemCPUs, or
+    # else systemReserved's, in millicores as the kubelet reports it.
+    tuning, kubelet = pool.tuning, render_kubelet_config(pool)
     reserved = sum(int(hi or lo) - int(lo) + 1 for lo, _, hi in (p.partition("-") for p in
                                                                  tuning.kubelet_reserved_cpus.split(",")))
-    allocatable = {**capacity,
-                   "cpu": str(pool.cpu_cores_per_host - (reserved if tuning.kubelet_cpu_manager_static else 0)),
-                   "memory": f"{pool.memory_gib_per_host * 1024 - 100 - 2 * tuning.hugepages_2mi}Mi"}
+    system = kubelet.get("systemReserved", {})
+    cpu_m = pool.cpu_cores_per_host * 1000 - (reserved * 1000 if kubelet.get("cpuManagerPolicy") == "static"
+                                              else int(system.get("cpu", "0m").rstrip("m")))
+    memory_mi = pool.memory_gib_per_host * 1024 - int(system.get("memory", "0Mi").rstrip("Mi")) - 100 \
+        - 2 * tuning.hugepages_2mi
+    allocatable = {**capacity, "cpu": f"{cpu_m}m", "memory": f"{memory_mi}Mi"}
     meta = patch["metadata"]
     return {
         "apiVersion": "v1", "kind": "Node",

@@ -184,6 +184,10 @@ def test_a_drain_a_disruption_budget_blocks_stops_the_rollout_with_the_node_cord
             assert out.returncode == 1, (attempt, out.stdout)
             assert "the drain did not finish" in out.stderr
             assert f"{host.hostname} stays cordoned and tainted {ROLLOUT_TAINT}=failed" in out.stderr
+            # what held it, by name: the budget's pod, still running
+            held = [p["metadata"] for p in c.pods(job) if p["spec"].get("nodeName") == host.hostname]
+            assert any(f"still on {host.hostname}: " in out.stderr and f"{m['namespace']}/{m['name']} (running)"
+                       in out.stderr for m in held), out.stderr
             n = node(c, host.hostname)
             assert n["spec"].get("unschedulable") is True and rollout_taint(n) == "failed"
             # what the node was before the first attempt, not the cordon the first attempt left

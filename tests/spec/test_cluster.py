@@ -67,11 +67,24 @@ def test_guaranteed_gpus_fit_the_pool_exactly_when_their_sum_does(nominals):
 
 @pytest.mark.parametrize("value", [0, 4097, "0%", "101%", "10", "ten percent", 2.5, True, None])
 def test_a_rollout_takes_a_count_of_hosts_or_a_percentage_and_says_which_when_neither(dev_data, value):
-    dev_data["node_pools"][0]["rollout"] = {"max_unavailable": value, "drain_timeout_s": 30}
+    dev_data["node_pools"][0]["rollout"] = {"max_unavailable": value, "drain_timeout_s": 0}
     first, second = problems_of(dev_data)
     assert first.endswith(f"node_pools[0].rollout.max_unavailable: {value!r} is neither a count of hosts from 1 to "
                           "4096 nor a percentage from 1% to 100% (e.g. 2 or '10%')")
-    assert "node_pools[0].rollout.drain_timeout_s: Input should be greater than or equal to 60 (got 30)" in second
+    assert "node_pools[0].rollout.drain_timeout_s: Input should be greater than or equal to 1 (got 0)" in second
+
+
+@pytest.mark.parametrize("value", [60, 119])
+def test_a_drain_timeout_that_cannot_cover_one_eviction_is_refused_saying_what_one_takes(dev_data, value):
+    """60 s was the schema's minimum: an evicted pod kept by a Job's tracking finalizer holds a drain for its
+    30 s grace and 60 s more, so such a drain always failed, blaming a disruption budget."""
+    dev_data["node_pools"][0]["rollout"] = {"drain_timeout_s": value}
+    (problem,) = problems_of(dev_data)
+    assert problem.endswith(f"node_pools[0].rollout.drain_timeout_s: {value} s cannot cover one eviction: a pod's "
+                            "30 s grace period (Kubernetes' default), then up to 60 s while a finalizer keeps it (a "
+                            "Job's tracking one), and the drain's own requests; give at least 120"), problem
+    dev_data["node_pools"][0]["rollout"] = {"drain_timeout_s": 120}
+    assert problems_of(dev_data) == []
 
 
 @pytest.mark.parametrize("value", [1, 4096, "1%", "100%", "25%"])

@@ -5,27 +5,32 @@ from __future__ import annotations
 import kubernetes_validate
 import yaml
 
+from components.k8s.labels import POOL_LABEL
+from components.nodes.host_prep import render_kubelet_config
 from components.k8s.jobs import PREFERRED_TOPOLOGY, REQUIRED_TOPOLOGY, render_example_jobs, render_job
 from components.spec import parse_spec
 from components.spec.storage import quota_id
 
 
 def test_a_whole_host_job_asks_for_what_the_kubelet_offers_pods_not_the_hosts_capacity(dev_spec):
-    """dev: 112 cores of which the static CPU manager reserves 0-1 (not allocatable), 2048 GiB less kubelet's
-    100 MiB eviction threshold; a pod gets whole cores and GiB per GPU of that. A pod asking for the capacity
-    would never schedule."""
+    """dev: 112 cores of which the static CPU manager reserves 0-1 (not allocatable), 2048 GiB less the system's
+    reservation (GKE's tiers: 48,866 MiB of 2 TiB) and kubelet's 100 MiB eviction threshold; a pod gets whole
+    cores and GiB per GPU of that. A pod asking for the capacity would never schedule, and one asking for all but
+    the eviction threshold would leave the kubelet, containerd, DCGM and slurmd nothing."""
     pool = dev_spec.pools["h100"]
-    assert (pool.allocatable_cpu_cores_per_host, pool.allocatable_memory_mib_per_host) == (110, 2048 * 1024 - 100)
+    assert pool.system_reserved_memory_mib == 48866
+    assert (pool.allocatable_cpu_cores_per_host, pool.allocatable_memory_mib_per_host) == \
+        (110, 2048 * 1024 - 48866 - 100)
     job = render_job(dev_spec, dev_spec.tenants[0], pool, name="train", pods=2)
     pod = job["spec"]["template"]["spec"]
     [c] = pod["containers"]
-    assert c["resources"]["requests"] == {"cpu": "104", "memory": "2040Gi", "nvidia.com/gpu": "8",
+    assert c["resources"]["requests"] == {"cpu": "104", "memory": "2000Gi", "nvidia.com/gpu": "8",
                                           "rdma/rdma_shared_devices": "1"}
-    assert c["resources"]["limits"] == {"nvidia.com/gpu": "8", "rdma/rdma_shared_devices": "1", "memory": "2040Gi"}
+    assert c["resources"]["limits"] == {"nvidia.com/gpu": "8", "rdma/rdma_shared_devices": "1", "memory": "2000Gi"}
     assert job["metadata"]["labels"] == {"kueue.x-k8s.io/queue-name": "default"}
     assert job["spec"]["parallelism"] == job["spec"]["completions"] == 2
     assert c["envFrom"] == [{"configMapRef": {"name": "nccl-h100"}}]
-    assert "nodeSelector" not in pod and "tolerations" not in pod        # Kueue's flavor adds the pool's
+    assert pod["nodeSelector"] == {POOL_LABEL: pool.name} and "tolerations" not in pod   # the flavor adds them
 
 
 def test_the_template_meets_pod_security_restricted(dev_spec):
@@ -52,7 +57,7 @@ def test_shm_is_memory_backed_and_sized_from_the_pod_memory(dev_spec):
     pod = render_job(dev_spec, dev_spec.tenants[0], dev_spec.pools["h100"], name="t", gpus_per_pod=2,
                      filesystem=False)
     spec = pod["spec"]["template"]["spec"]
-    assert spec["volumes"] == [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "255Gi"}}]  # 2 x 255 / 2
+    assert spec["volumes"] == [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "250Gi"}}]  # 2 x 250 / 2
     assert spec["containers"][0]["volumeMounts"] == [{"name": "dshm", "mountPath": "/dev/shm"}]
 
 
@@ -117,7 +122,17 @@ def test_example_jobs_fit_each_tenants_guaranteed_gpus_and_are_valid(dev_spec):
 def test_hugepages_come_off_what_pods_get(dev_data):
     dev_data["node_pools"][0]["tuning"]["hugepages_2mi"] = 8192            # 16 GiB
     pool = parse_spec(yaml.safe_dump(dev_data)).pools["h100"]
-    assert pool.allocatable_memory_mib_per_host == 2048 * 1024 - 16384 - 100
+    assert pool.allocatable_memory_mib_per_host == 2048 * 1024 - 48866 - 16384 - 100
+
+
+def test_the_systems_reservation_is_the_kubelets_and_a_spec_may_set_it(dev_data):
+    """Without the static CPU manager the kubelet keeps CPU by GKE's tiers too (350m of 112 cores), and
+    allocatable cores round down; a site's own memory figure replaces the tiers."""
+    dev_data["node_pools"][0]["tuning"].update(kubelet_cpu_manager_static=False, system_reserved_memory_gib=64)
+    pool = parse_spec(yaml.safe_dump(dev_data)).pools["h100"]
+    assert render_kubelet_config(pool)["systemReserved"] == {"memory": "65536Mi", "cpu": "350m"}
+    assert (pool.allocatable_cpu_cores_per_host, pool.allocatable_memory_mib_per_host) == \
+        (111, 2048 * 1024 - 65536 - 100)
 
 
 def test_a_time_sliced_pool_gets_one_replica_per_pod(dev_data):
@@ -154,3 +169,22 @@ def test_an_mpijob_runs_a_rank_per_gpu_and_forwards_the_pools_nccl_settings(dev_
     worker = spec["mpiReplicaSpecs"]["Worker"]["template"]["spec"]
     assert worker["containers"][0]["command"] == ["/usr/sbin/sshd", "-De", "-f", "/home/mpiuser/.sshd_config"]
     assert worker["securityContext"]["runAsUser"] == 1000 and "restartPolicy" not in worker
+
+
+def test_each_template_selects_the_pool_it_was_written_for(make_spec):
+    """A tenant with quota on two pools of other GPU models: Kueue gives a workload the first flavor that fits,
+    so a template without the pool's selector ran on the other model with this pool's NCCL settings."""
+    from tests.components.k8s.slurm_specs import with_slurm_pool
+
+    def second_pool(d):
+        with_slurm_pool(d)
+        d["kubernetes"].pop("slurm")                       # a second Kueue pool, not Slurm's
+        d["node_pools"][-1]["gpu"] = {"model": "A100-SXM4-80GB", "count": 8}
+    spec = make_spec(second_pool)
+    jobs = render_example_jobs(spec)
+    assert {name for name in jobs if name.startswith("team-a-")} >= {"team-a-h100", "team-a-h100-slurm"}
+    for name, job in jobs.items():
+        pool = "h100-slurm" if "h100-slurm" in name else "h100"
+        templates = ([r["template"] for r in job["spec"]["mpiReplicaSpecs"].values()] if job["kind"] == "MPIJob"
+                     else [job["spec"]["template"]])
+        assert all(t["spec"]["nodeSelector"] == {POOL_LABEL: pool} for t in templates), name
