@@ -40,6 +40,8 @@ from .tenant import KUEUE_API, LOCAL_QUEUE, QUEUE_RESOURCES, TENANT_LABEL
 
 NAMESPACE = OPERATOR_NAMESPACES["health_checks"]
 NAME = "gpucluster-health-checks"         # the ClusterQueue and the PriorityClass
+# On a ClusterQueue that is not a dedicated pool's owner's but names its flavor: why (the policies read it).
+ISOLATION_EXCEPTION = "gpucluster.io/isolation-exception"
 HOST_LABEL = "gpucluster.io/host"         # on each CronJob, its Jobs and their pods: which node a result is for
 SCRIPT = "run-check.sh"
 NCCL_SCRIPT = "run-nccl.sh"
@@ -158,7 +160,12 @@ def nccl_script() -> str:
 
 def _cluster_queue(spec: ClusterSpec, pools: list[NodePool]) -> dict[str, Any]:
     resources = [*QUEUE_RESOURCES[:2], GPU_RESOURCE]
-    return {"apiVersion": KUEUE_API, "kind": "ClusterQueue", "metadata": {"name": NAME, "labels": dict(_LABELS)},
+    dedicated = sorted(p.name for p in pools if p.dedicated_to)
+    exception = {"annotations": {ISOLATION_EXCEPTION: f"active GPU checks on dedicated pool(s) {', '.join(dedicated)} "
+                                                      "(kubernetes.health.active_checks.dedicated_pools)"}} \
+        if dedicated else {}
+    return {"apiVersion": KUEUE_API, "kind": "ClusterQueue",
+            "metadata": {"name": NAME, "labels": dict(_LABELS), **exception},
             "spec": {"cohortName": spec.kubernetes.kueue.cohort,
                      "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": NAMESPACE}},
                      # One host's check waiting for its host must not hold back another host's.

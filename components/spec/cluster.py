@@ -583,12 +583,14 @@ def _kubernetes(spec: ClusterSpec) -> Iterator[Problem]:
 
 def checked_pools(spec: ClusterSpec) -> list[NodePool]:
     """Pools whose idle nodes get the active health check: a failed check is left by a burn-in, and DCGM's
-    diagnostics need whole GPUs, which a pool of time slices or MIG slices never leaves idle as such."""
+    diagnostics need whole GPUs, which a pool of time slices or MIG slices never leaves idle as such. A pool
+    dedicated to a tenant only where the spec says so: the check's queue would borrow the tenant's flavor."""
     h = spec.kubernetes.health
     if not (h.enabled and h.active_checks.enabled):
         return []
     return [p for p in spec.kueue_pools
-            if p.burn_in.enabled and not p.sharing.time_slicing_replicas and not p.sharing.mig_config]
+            if p.burn_in.enabled and not p.sharing.time_slicing_replicas and not p.sharing.mig_config
+            and (p.dedicated_to is None or h.active_checks.dedicated_pools)]
 
 
 def network_operator_enabled(spec: ClusterSpec) -> bool:

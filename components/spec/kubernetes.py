@@ -230,6 +230,11 @@ class ActiveCheckSettings(SpecModel):
                        "about two minutes). Omitted: 1. The image is validation.dcgm_image.")
     timeout_s: int = Field(900, ge=60, le=3600, description="How long a check may run once admitted before it "
                                                             "counts as failed to run. Omitted: 900.")
+    dedicated_pools: bool = Field(
+        False, description="Check the idle hosts of pools dedicated to a tenant too: the check's privileged pods then "
+                           "run on that tenant's nodes, through a queue that borrows its pool's flavor, an exception "
+                           "to its isolation stated on the queue (gpucluster.io/isolation-exception). Omitted: no; a "
+                           "dedicated pool's hosts get the burn-in and the detectors only.")
     nccl: bool = Field(True, description="After the diagnostic, an NCCL all_reduce at 8 GiB across the host's GPUs "
                                          "(fabric.checks.nccl_tests_image) must return right values at the pool's "
                                          "burn-in minimum bus bandwidth. Omitted: yes.")

@@ -16,7 +16,7 @@ from pulumi_policy import (
 )
 
 from .common import (CLUSTER_ROLE, CLUSTER_ROLE_BINDING, GPU, KUEUE, NETWORK_POLICY, NODE_POOL, ROLE,
-                     ROLE_BINDING, environment, guarded, intent, is_kind, labels, mapping, maps, name_of,
+                     ROLE_BINDING, TENANT_LABEL, environment, guarded, intent, is_kind, labels, mapping, maps, name_of,
                      namespace_of, of_type, strings, system_namespaces, tenant_namespaces, text)
 
 # Verbs that hand out more than the role holds: granting any role (bind), editing roles beyond one's own rights
@@ -113,6 +113,36 @@ def _cluster_queue_covers_gpus(args: StackValidationArgs, report: ReportViolatio
                        f"resource ({', '.join(strings(group.get('coveredResources'))) or 'none'}), so none of its "
                        f"GPU jobs is ever admitted there; cover {GPU} (or the pool's shared resource) with the "
                        "tenant's quota", q.urn)
+
+
+# Why a ClusterQueue other than its owner's may name a dedicated pool's flavor, stated on the queue (the active
+# health checks' with kubernetes.health.active_checks.dedicated_pools).
+ISOLATION_EXCEPTION = "gpucluster.io/isolation-exception"
+
+
+def _dedicated_flavors_stay_their_owners(args: StackValidationArgs, report: ReportViolation) -> None:
+    """A dedicated pool is its tenant's alone: a queue of anyone else that names its flavor can borrow its GPUs,
+    and its pods (privileged ones, for the health checks) run on the tenant's nodes."""
+    owners = {text(pool.get("name")): text(pool.get("dedicated_to")) for r in of_type(args.resources, NODE_POOL)
+              if (pool := mapping(intent(r).get("pool"))).get("dedicated_to")}
+    if not owners:
+        return
+    tenants = _namespace_labels(args.resources)
+    for q in args.resources:
+        if not is_kind(q.resource_type, KUEUE, "ClusterQueue"):
+            continue
+        spec = mapping(q.props.get("spec"))
+        named = sorted({f for g in maps(spec.get("resourceGroups")) for fl in maps(g.get("flavors"))
+                        if (f := text(fl.get("name"))) in owners})
+        selector = mapping(spec.get("namespaceSelector"))
+        served = {text(ls.get(TENANT_LABEL)) for ls in tenants.values() if selector and selects(selector, ls)}
+        why = text(mapping(mapping(q.props.get("metadata")).get("annotations")).get(ISOLATION_EXCEPTION))
+        for flavor in named:
+            if served != {owners[flavor]} and not why:
+                report(f"{q.name} names the flavor of pool {flavor}, which is dedicated to tenant {owners[flavor]}, "
+                       f"but serves {', '.join(sorted(served)) or 'no tenant'}: it can borrow that tenant's GPUs "
+                       f"and its pods run on that tenant's nodes; remove the flavor, or state why on the queue "
+                       f"({ISOLATION_EXCEPTION})", q.urn)
 
 
 def _peers(spec: Mapping[str, Any]) -> Iterator[tuple[str, Any]]:
@@ -304,6 +334,11 @@ TENANCY_POLICIES = [
         name="tenancy-clusterqueue-one-tenant",
         description="Checks that no Kueue ClusterQueue selects the namespaces of more than one tenant.",
         enforcement_level=EnforcementLevel.MANDATORY, validate=guarded(_cluster_queue_selects_one_tenant)),
+    StackValidationPolicy(
+        name="tenancy-dedicated-flavor-owner",
+        description="Checks that only its tenant's ClusterQueue names a dedicated pool's flavor, unless the queue "
+                    "states why.",
+        enforcement_level=EnforcementLevel.MANDATORY, validate=guarded(_dedicated_flavors_stay_their_owners)),
     StackValidationPolicy(
         name="tenancy-clusterqueue-gpu-quota",
         description="Checks that every ClusterQueue group on a GPU pool's flavor covers a GPU resource.",

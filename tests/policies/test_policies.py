@@ -248,6 +248,12 @@ CASES = [
       "or newer (NVIDIA's CUDA compatibility table): CUDA would not initialize; upgrade software.driver_version",
       "node pool h100 states NCCL 2.26.2-1 with CUDA 13.0.1, but the first NCCL built for CUDA 13 is 2.27.7: the "
       "images cannot carry that pair; correct software.nccl_version or cuda_version"]),
+    ("tenancy-dedicated-flavor-owner", lambda r: changed(r, "dev-h100", _set(["spec", "pool", "dedicated_to"],
+                                                                               "team-a")),
+     [f"{q} names the flavor of pool h100, which is dedicated to tenant team-a, but serves {who}: it can borrow that "
+      "tenant's GPUs and its pods run on that tenant's nodes; remove the flavor, or state why on the queue "
+      "(gpucluster.io/isolation-exception)" for q, who in (("dev-k8s-health-check-queue", "no tenant"),
+                                                           ("dev-team-b-cq", "team-b"))]),
     ("ops-uniform-software", lambda r: with_pool_copy(r, "570.124.06", "550.54.15"),
      ["training pools run different driver versions (550.54.15 on h100; 570.124.06 on h200); jobs spanning pools "
       "fail or slow down on mismatched driver: use one version, or set software.allow_version_skew on a canary "

@@ -393,6 +393,20 @@ def test_the_cronjobs_carry_their_hosts_times(dev_spec):
     assert len(set(jobs.values())) == len(jobs)
 
 
+def test_a_dedicated_pool_gets_no_check_unless_the_spec_says_so_and_then_the_queue_says_why(dev_data):
+    """The check's queue borrows whatever flavors it names, and its pods are privileged: on a pool dedicated to
+    a tenant that breaks the isolation the README promises, so it is the site's stated choice."""
+    dev_data["node_pools"][0]["dedicated_to"] = "team-a"
+    dev_data["tenants"][1]["gpu_quota"].pop("h100", None)
+    spec = parse_spec(yaml.safe_dump(dev_data))
+    assert checked_pools(spec) == [] and health_checks.render_health_checks(spec) == []
+    dev_data["kubernetes"].setdefault("health", {})["active_checks"] = {"dedicated_pools": True}
+    spec = parse_spec(yaml.safe_dump(dev_data))
+    queue = _objects(spec)[("ClusterQueue", health_checks.NAME)]
+    assert queue["metadata"]["annotations"] == {health_checks.ISOLATION_EXCEPTION: (
+        "active GPU checks on dedicated pool(s) h100 (kubernetes.health.active_checks.dedicated_pools)")}
+
+
 # --- day 2 ----------------------------------------------------------------------------------------------------
 
 def _actions(record, before_data, after_data):
