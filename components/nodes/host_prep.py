@@ -501,8 +501,8 @@ for _ in $(seq 60); do systemctl is-active --quiet kubelet && break; sleep 1; do
 systemctl is-active --quiet kubelet || fail "kubelet is not running after its restart; see journalctl -u kubelet"
 """.replace("@UNITS@", " ".join(ROLLOUT_UNITS))
 
-# The roll's end: its fabric ports up again (bounded), their link_downed counters as the port monitor's baseline
-# (records.PORT_SEEN: the roll's own bounces are no flap), then the monitors judge the host again.
+# The roll's end: its fabric ports up again (a bounded wait), their link_downed counters as the port monitor's
+# baseline (records.PORT_SEEN: the roll's own bounces are no flap), then the monitors judge the host again.
 _UNFENCE = r"""
 # --- the health monitors again, on the host as the roll leaves it --------------------------------------------
 seen=()
@@ -512,7 +512,9 @@ for p in @PORTS@; do
     [[ $(cat "$dir/state" 2>/dev/null) == *ACTIVE* && $(cat "$dir/phys_state" 2>/dev/null) == *LinkUp* ]] && break
     sleep 1
   done
-  [[ $(cat "$dir/state" 2>/dev/null) == *ACTIVE* ]] || fail "fabric port $p is not active 180 s after the roll: $(cat "$dir/state" 2>/dev/null || echo missing); see ibstat ${p%/*}"
+  # Not the roll's verdict to give: a port still down is the port monitor's to judge (and quarantine) once the
+  # marker is gone, without holding back the pool's later batches.
+  [[ $(cat "$dir/state" 2>/dev/null) == *ACTIVE* ]] || note "fabric port $p is not active 180 s after the roll ($(cat "$dir/state" 2>/dev/null || echo missing)): the port monitor judges it now"
   downed=$(cat "$dir/counters/link_downed" 2>/dev/null || true)
   if [[ $downed =~ ^[0-9]+$ ]]; then seen+=("$p $downed"); fi
 done

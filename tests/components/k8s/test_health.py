@@ -394,16 +394,32 @@ def test_a_roll_under_way_fences_the_port_check_and_its_own_bounces_are_no_flap(
     assert code == 0 and message.endswith("(roll under way on gpu-dev-01: its ports are not judged until it ends)")
     assert not (ports.host.state / "fabric-fault").exists()
     ports.set("mlx5_1", "4: ACTIVE", "5: LinkUp", 2)             # up again, having gone down twice
-    roll_end = [p for p in render_pool_preparation(NodePoolArgs.from_spec(ports.spec, ports.spec.node_pools[0]))
-                .roll.split("\n# --- ") if p.startswith("the health monitors again")]
-    assert len(roll_end) == 1
-    script = ("set -euo pipefail\nnote() { :; }\nfail() { echo \"$*\"; exit 1; }\n# --- " + roll_end[0]) \
-        .replace("/sys/class/infiniband", str(ports.sysfs)).replace("/var/lib/gpucluster", str(ports.host.state))
-    out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=30)
+    out = _roll_end(ports)
     assert out.returncode == 0, out.stdout + out.stderr
     assert not marker.exists()
     assert ports.check() == (0, "every fabric port of gpu-dev-01 is active")
     assert ports.host.check()[0] == 0                            # nothing for a burn-in to follow
+
+
+def _roll_end(ports, wait_s: int = 180) -> subprocess.CompletedProcess:
+    """The roll's last part, as rendered, over this host's stand-ins for sysfs and the state directory."""
+    roll_end = [p for p in render_pool_preparation(NodePoolArgs.from_spec(ports.spec, ports.spec.node_pools[0]))
+                .roll.split("\n# --- ") if p.startswith("the health monitors again")]
+    assert len(roll_end) == 1
+    script = ("set -euo pipefail\nnote() { echo \"$*\"; }\nfail() { echo \"$*\"; exit 1; }\n# --- " + roll_end[0]) \
+        .replace("/sys/class/infiniband", str(ports.sysfs)).replace("/var/lib/gpucluster", str(ports.host.state)) \
+        .replace("$(seq 180)", f"$(seq {wait_s})")
+    return subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=30)
+
+
+def test_a_port_still_down_after_the_roll_is_the_monitors_to_judge_not_the_rolls(ports):
+    marker = ports.host.state / Path(MAINTENANCE).name
+    marker.write_text(f"roll {int(time.time())}\n")
+    ports.set("mlx5_1", "1: DOWN", "3: Disabled", 1)
+    out = _roll_end(ports, wait_s=1)
+    assert out.returncode == 0 and "fabric port mlx5_1/1 is not active 180 s after the roll" in out.stdout, out
+    assert not marker.exists()
+    assert ports.check()[0] == 1                              # a real fault: quarantined as any other
 
 
 def test_a_marker_left_by_a_roll_that_died_fences_nothing_after_its_time(ports):
