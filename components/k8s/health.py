@@ -131,7 +131,8 @@ verdict() {
 # the host as its own checks found it (ports up, counters as the new baseline) before it lifts the marker.
 FENCE = r"""in_maintenance() {
   local what since
-  read -r what since < "$state/@MAINTENANCE@" 2>/dev/null || return 1
+  [[ -f $state/@MAINTENANCE@ ]] || return 1
+  read -r what since < "$state/@MAINTENANCE@" || return 1
   [[ $since =~ ^[0-9]+$ ]] && (( $(date +%s) - since < @MAINTENANCE_MAX_S@ )) && maintenance=$what
 }
 """.replace("@MAINTENANCE@", PurePosixPath(MAINTENANCE).name).replace("@MAINTENANCE_MAX_S@", str(MAINTENANCE_MAX_S))
