@@ -203,9 +203,9 @@ def test_nodes_that_offer_pods_less_than_the_spec_assumes_fail_their_check(dev_s
     check = by_name(dev_spec)["nodes-h100"]
     fine = judge(check, json.dumps({"items": [node("gpu-dev-01"), node("gpu-dev-02")]}))
     assert (fine.passed, fine.measured) == (True, "2/2 nodes as the spec")
-    short = judge(check, json.dumps({"items": [node("gpu-dev-01", memory="2013Gi"), node("gpu-dev-02", cpu="108000m")]}))
+    short = judge(check, json.dumps({"items": [node("gpu-dev-01", memory="1990Gi"), node("gpu-dev-02", cpu="108000m")]}))
     assert (short.passed, short.measured) == (False, "0/2 nodes as the spec")
-    assert "gpu-dev-01 offers 2013.0 GiB, the spec assumes 2047.9 (memory_gib_per_host is the Node's " in short.detail
+    assert "gpu-dev-01 offers 1990.0 GiB, the spec assumes 2000.2 (memory_gib_per_host is the Node's " in short.detail
     assert "gpu-dev-02 offers 108 cores, the spec assumes 110" in short.detail
     missing = judge(check, json.dumps({"items": [node("gpu-dev-01", gpus="4")]}))
     assert "no Node for gpu-dev-02" in missing.detail and "gpu-dev-01 offers 4 nvidia.com/gpu, the spec 8" in missing.detail
