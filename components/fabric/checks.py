@@ -203,7 +203,8 @@ def render_nccl_job(spec: ClusterSpec, pool: NodePool) -> list[dict[str, Any]]:
     gpus, floor = pool.nccl_ranks_per_host, nccl_floor_gb_per_s(spec, pool)
     env = [{"name": k, "value": v} for k, v in pod_env(nccl_envs(spec)[pool.name]).items()]
     exports = " ".join(f"-x {e['name']}" for e in env)
-    launcher = "set -euo pipefail\n" + _nccl_run(f"mpirun --allow-run-as-root -N {gpus} --bind-to none {exports} {NCCL_TESTS}", floor)
+    launcher = "set -euo pipefail\n" + _nccl_run(
+        f"mpirun --allow-run-as-root -N {gpus} --bind-to none {exports} {NCCL_TESTS}", floor)
     limits = {pool.gpu_resource_name: gpus}
     if spec.fabric.rdma and pool.nics:
         limits[rdma_resource(spec)] = 1

@@ -234,7 +234,8 @@ def burn_in_check(spec: ClusterSpec) -> str:
     """The custom plugin's script: the XIDs of the kernel monitor's GpuHardwareFault (a reset needs no burn-in)."""
     pattern = xid_pattern(spec.kubernetes.health.xids[XidAction.SERVICE])
     return fill(_BURN_IN_CHECK, PATTERN=pattern, RESULT=RESULT, RECORD=PurePosixPath(FAULT_RECORD).name,
-                VERDICT=PurePosixPath(VERDICT_FILE).name, LAST=PurePosixPath(BURN_IN_LAST).name, CHECK=PurePosixPath(CHECK_RECORD).name,
+                VERDICT=PurePosixPath(VERDICT_FILE).name, LAST=PurePosixPath(BURN_IN_LAST).name,
+                CHECK=PurePosixPath(CHECK_RECORD).name,
                 PORT=PurePosixPath(PORT_RECORD).name, NVML=PurePosixPath(NVML_RECORD).name)
 
 

@@ -23,8 +23,8 @@ from typing import Any
 
 from ..bash import fill
 from ..spec import ClusterSpec
-from .health import (FENCE, LAST_VERDICT, NAMESPACE, NVLINK_DOWN, NVML_RECORD, STATE_DIR, STATE_VOLUME, LABELS, PluginRule,
-                     detector, detector_container, plugin_monitor)
+from .health import (FENCE, LAST_VERDICT, NAMESPACE, NVLINK_DOWN, NVML_RECORD, STATE_DIR, STATE_VOLUME, LABELS,
+                     PluginRule, detector, detector_container, plugin_monitor)
 from .objects import Manifest
 
 NAME = "gpucluster-gpu-nvml"
@@ -122,7 +122,8 @@ esac
 
 
 def check_script() -> str:
-    return fill(_CHECK.replace("LAST_VERDICT\n", LAST_VERDICT).replace("FENCE\n", FENCE), LAST=LAST, SINCE=HOT_SINCE, GAP=_GAP_S,
+    return fill(_CHECK.replace("LAST_VERDICT\n", LAST_VERDICT).replace("FENCE\n", FENCE), LAST=LAST,
+                SINCE=HOT_SINCE, GAP=_GAP_S,
                 RECORD=PurePosixPath(NVML_RECORD).name, NVLINK=NVLINK_DOWN, SMI_S=_SMI_S)
 
 

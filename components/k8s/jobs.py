@@ -156,6 +156,13 @@ def render_mpijob(spec: ClusterSpec, tenant: Tenant, pool: NodePool, *, name: st
     }
 
 
+def _example_shape(pool: NodePool, nominal: int) -> tuple[int, int]:
+    """An example job's pods (two hosts where the pool has them and the tenant two GPUs) and GPUs per pod,
+    within the tenant's guaranteed `nominal`."""
+    pods = min(2, len(pool.hosts)) if nominal >= 2 else 1
+    return pods, max(1, min(pool.gpu_units_per_host, nominal // pods))
+
+
 def render_example_jobs(spec: ClusterSpec) -> dict[str, dict[str, Any]]:
     """One ready-to-edit Job per tenant and pool it has GPUs on, within its guaranteed GPUs: two pods (on two
     hosts where the pool has them), kept in one leaf switch's domain when the topology has that level; and the
@@ -168,8 +175,7 @@ def render_example_jobs(spec: ClusterSpec) -> dict[str, dict[str, Any]]:
             if pool_name not in kueue:
                 continue
             pool = spec.pools[pool_name]
-            pods = min(2, len(pool.hosts)) if quota.nominal >= 2 else 1
-            per_pod = max(1, min(pool.gpu_units_per_host, quota.nominal // pods))
+            pods, per_pod = _example_shape(pool, quota.nominal)
             if pool.sharing.time_slicing_replicas:     # one replica per pod, a pod per process
                 pods, per_pod = min(2, quota.nominal) or 1, 1
             out[f"{tenant.name}-{pool.name}"] = render_job(spec, tenant, pool, name=f"train-{pool.name}", pods=pods,
@@ -188,13 +194,13 @@ def render_example_batch_jobs(spec: ClusterSpec) -> dict[str, str]:
     Kubernetes template asks, the pool's NCCL settings, and torchrun on each node (one task a node)."""
     out = {}
     slurm = set(spec.kubernetes.slurm.pools)
+    envs = nccl_envs(spec) if slurm else {}             # the topology is planned once for every pool
     for tenant in spec.tenants:
         for pool_name, quota in tenant.gpu_quota.items():
             if pool_name not in slurm or not quota.nominal:
                 continue
             pool = spec.pools[pool_name]
-            nodes = min(2, len(pool.hosts)) if quota.nominal >= 2 else 1
-            gpus = max(1, min(pool.gpu.count, quota.nominal // nodes))
+            nodes, gpus = _example_shape(pool, quota.nominal)     # Slurm pools give whole GPUs only
             cores, mem_gib = per_gpu(pool)
             out[f"{tenant.name}-{pool.name}"] = (
                 f"#!/bin/bash\n#SBATCH --job-name=train-{pool.name}\n#SBATCH --account={tenant.name}\n"
@@ -205,7 +211,7 @@ def render_example_batch_jobs(spec: ClusterSpec) -> dict[str, str]:
                 f"{gpus} GPU(s), within its guaranteed {quota.nominal}.\n"
                 "# Edit the torchrun line and submit it with sbatch from a login node. The ranks get the pool's "
                 "NCCL settings from\n# here: a job's tasks do not see the slurmd pod's.\n"
-                "set -euo pipefail\n" + batch_exports(nccl_envs(spec)[pool.name])
+                "set -euo pipefail\n" + batch_exports(envs[pool.name])
                 + 'head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)\n'
                 f'srun torchrun --nnodes="$SLURM_NNODES" --nproc-per-node={gpus} --rdzv-backend=c10d '
                 '--rdzv-endpoint="$head:29500" --rdzv-id="$SLURM_JOB_ID" train.py\n')

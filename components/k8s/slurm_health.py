@@ -44,8 +44,8 @@ _KILL_AFTER_S = 5                            # timeout's grace before SIGKILL
 
 
 def script_bound_s(when: str) -> int:
-    """The longest the check can take: each bounded command once (nvidia-smi twice: -q and nvlink -s; scontrol
-    twice: the drain or the comment, and clearing it), with timeout's grace."""
+    """The longest the check can take: each bounded command once (dmesg; dcgmi after jobs; nvidia-smi twice: -q
+    and nvlink -s; scontrol twice: the drain or the comment, and clearing it), with timeout's grace."""
     calls = {"nvidia-smi": 2, "scontrol": 2, "dmesg": 1, "dcgmi": 1 if when == "epilog" else 0}
     return sum(n * (BOUNDS_S[tool] + _KILL_AFTER_S) for tool, n in calls.items())
 
@@ -219,10 +219,10 @@ def render_scripts(spec: ClusterSpec) -> dict[str, dict[str, str]]:
 def render_node_check(spec: ClusterSpec, when: str) -> str:
     """The check as `when` ("prolog" or "epilog"): a failing prolog exits 1 (Slurm requeues the job), an epilog
     0 (the job is over; the drain is what matters); only the epilog runs DCGM's diagnostic."""
-    prolog = when == "prolog"
-    xids = spec.kubernetes.health.fault_xids
-    return fill(_CHECK.replace("@NODES@", node_table(spec)), WHEN=when, NVLINK=NVLINK_DOWN, DCGM_RESULTS=DCGM_RESULTS,
-                DCGM_FAILED=DCGM_FAILED, PREFIX=DRAIN_PREFIX, NO_VERDICT=NO_VERDICT, FAIL_STATUS=int(prolog), DCGM=int(not prolog),
-                KILL_AFTER=_KILL_AFTER_S, SMI_S=BOUNDS_S["nvidia-smi"], DCGMI_S=BOUNDS_S["dcgmi"],
-                SCONTROL_S=BOUNDS_S["scontrol"], DMESG_S=BOUNDS_S["dmesg"], XID_PATTERN=xid_pattern(xids),
-                SERVICE_XIDS=" ".join(map(str, spec.kubernetes.health.xids[XidAction.SERVICE])))
+    prolog, health = when == "prolog", spec.kubernetes.health
+    return fill(_CHECK.replace("@NODES@", node_table(spec)), WHEN=when, NVLINK=NVLINK_DOWN,
+                DCGM_RESULTS=DCGM_RESULTS, DCGM_FAILED=DCGM_FAILED, PREFIX=DRAIN_PREFIX, NO_VERDICT=NO_VERDICT,
+                FAIL_STATUS=int(prolog), DCGM=int(not prolog), KILL_AFTER=_KILL_AFTER_S,
+                SMI_S=BOUNDS_S["nvidia-smi"], DCGMI_S=BOUNDS_S["dcgmi"], SCONTROL_S=BOUNDS_S["scontrol"],
+                DMESG_S=BOUNDS_S["dmesg"], XID_PATTERN=xid_pattern(health.fault_xids),
+                SERVICE_XIDS=" ".join(map(str, health.xids[XidAction.SERVICE])))

@@ -161,7 +161,8 @@ def render_report(spec: ClusterSpec, thresholds: Thresholds = Thresholds(),
               + (" and Slurm's node check" if spec.kubernetes.slurm.enabled else "")
               + " stop at the same XIDs. `kubectl get nodes -o custom-columns="
               "NAME:.metadata.name,FAULT:'.status.conditions[?(@.type==\"GpuHardwareFault\")].reason',"
-              "RESET:'.status.conditions[?(@.type==\"GpuResetRequired\")].reason'` lists them.", "", _nvml_line(spec), "", _quarantine_line(spec), "", _active_checks_line(spec), ""] \
+              "RESET:'.status.conditions[?(@.type==\"GpuResetRequired\")].reason'` lists them.", "",
+              _nvml_line(spec), "", _quarantine_line(spec), "", _active_checks_line(spec), ""] \
         if h.enabled else \
         ["Off (`kubernetes.health.enabled: false`): a GPU fault after burn-in shows only in DCGM's alerts.", ""]
     lines += [_slurm_health_line(spec), ""] if spec.kubernetes.slurm.enabled else []
