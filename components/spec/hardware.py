@@ -482,6 +482,11 @@ class NodePool(SpecModel):
             yield Problem(("tuning", "hugepages_2mi"),
                           f"{tuning.hugepages_2mi} hugepages of 2 MiB are {hugepages_gib:g} GiB, more than the "
                           f"host's {memory_gib} GiB (memory_gib_per_host); reserve at most {memory_gib * 512} pages")
+        elif tuning.system_reserved_memory_gib is not None and self.allocatable_memory_mib_per_host <= 0:
+            yield Problem(("tuning", "system_reserved_memory_gib"),
+                          f"{tuning.system_reserved_memory_gib} GiB kept for the system, with {hugepages_gib:g} GiB "
+                          f"of hugepages, leaves pods nothing of the host's {memory_gib} GiB (memory_gib_per_host); "
+                          "keep less")
         if tuning.shm_size_gib is not None and tuning.shm_size_gib > memory_gib:
             yield Problem(("tuning", "shm_size_gib"),
                           f"/dev/shm of {tuning.shm_size_gib} GiB is larger than the host's {memory_gib} GiB "

@@ -217,6 +217,16 @@ def test_host_tuning_above_the_host_and_the_gpu_is_refused(dev_data):
                for m in found)
 
 
+@pytest.mark.parametrize("value, problem", [
+    ("64", "Input should be a valid integer"), (-1, "greater than or equal to 0"), (4097, "less than or equal to 4096"),
+    (2048, "2048 GiB kept for the system, with 0 GiB of hugepages, leaves pods nothing of the host's 2048 GiB "
+           "(memory_gib_per_host); keep less")])
+def test_a_system_reservation_of_the_wrong_type_size_or_beyond_the_host_is_refused(dev_data, value, problem):
+    dev_data["node_pools"][0]["tuning"]["system_reserved_memory_gib"] = value
+    found = problems_of(dev_data)
+    assert any("node_pools[0].tuning.system_reserved_memory_gib:" in m and problem in m for m in found), found
+
+
 def test_a_driver_stack_that_cannot_be_installed_as_asked_is_refused_naming_each_field(dev_data):
     mirror = [{"os_family": "debian", "url": "https://mirror.example.internal/cuda/ubuntu2204/x86_64"}]
     dev_data["node_pools"][0]["software"] = {"package_repositories": mirror}

@@ -352,6 +352,7 @@ def test_checks_off_install_nothing(make_spec, health):
     ({"timeout_s": "900"}, "kubernetes.health.active_checks.timeout_s: Input should be a valid integer"),
     ({"enabled": "yes"}, "kubernetes.health.active_checks.enabled: Input should be a valid boolean"),
     ({"schedule": 6}, "kubernetes.health.active_checks.schedule: Input should be a valid string"),
+    ({"dedicated_pools": "yes"}, "kubernetes.health.active_checks.dedicated_pools: Input should be a valid boolean"),
 ])
 def test_bad_check_settings_are_refused_with_the_field(dev_data, settings, message):
     dev_data["kubernetes"].setdefault("health", {})["active_checks"] = settings
