@@ -140,9 +140,8 @@ def compose(stack: Any, name: str, spec: ClusterSpec, *,
         for m in quarantine.render_controller(spec):
             register(f"{name}-{m.role}", m.obj, after(namespaces[quarantine.NAMESPACE]))
         for rule in quarantine.render_rules(spec):
-            # Its spec is immutable; deleting the old rule first lifts its taints before the new rule decides.
-            register(f"{name}-{rule.role}", rule.obj, pulumi.ResourceOptions(
-                parent=stack, depends_on=[crd], replace_on_changes=["spec"], delete_before_replace=True))
+            # Its spec is immutable and in its name: a change creates the new rule before the old one goes.
+            register(f"{name}-{rule.role}", rule.obj, pulumi.ResourceOptions(parent=stack, depends_on=[crd]))
     for m in health_checks.render_health_checks(spec):
         # Kueue's webhooks must be serving before a check's Job is created, so that it is queued.
         deps = [kueue_release] + ([namespaces[health_checks.NAMESPACE]]

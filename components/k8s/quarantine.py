@@ -17,10 +17,17 @@ from its config/ (rbac/role.yaml, rbac/leader_election_role.yaml, manager/manage
 optional webhook and secure metrics, which need cert-manager.
 
 The rule's conditions, taint, selector and mode are immutable (CEL in its CRD), and its deletion removes its
-taint from every node (the controller's cleanup finalizer), so a change replaces it, deleting first.
+taint from every node (the controller's cleanup finalizer). A rule deleted before its replacement would lift
+every quarantine until the new one reconciled, so each rule's name ends in a digest of its spec: a change is a
+new rule, created first (its taints go on), and the old one deleted after. `gpucluster diff` flags any
+delete-first replacement of a taint-owning object (diff.TAINT_OWNERS).
 """
 
 from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
 
 from ..spec import ClusterSpec
 from ..spec.cluster import OPERATOR_NAMESPACES
@@ -34,6 +41,7 @@ NAMESPACE = OPERATOR_NAMESPACES["node_readiness"]
 NAME = "nrr-controller-manager"
 RULE = "gpucluster-gpu-health"
 RESET_RULE = "gpucluster-gpu-reset"
+RULE_LABEL = "gpucluster.io/readiness-rule"     # which rule a digest-named NodeReadinessRule is (RULE, RESET_RULE)
 IMAGE = "registry.k8s.io/node-readiness-controller/node-readiness-controller"
 GROUP = "readiness.node.x-k8s.io"
 _LABELS = {"app.kubernetes.io/name": "node-readiness-controller", "app.kubernetes.io/managed-by": "pulumi"}
@@ -65,16 +73,22 @@ def taint_effect(spec: ClusterSpec) -> str:
     return "NoExecute" if spec.kubernetes.health.quarantine.drain else "NoSchedule"
 
 
-def _rule(spec: ClusterSpec, role: str, name: str, conditions: tuple[str, ...], taint: dict[str, str]) -> Manifest:
+def rule_name(base: str, rule_spec: dict[str, Any]) -> str:
+    """`<base>-<digest of the spec>`: a changed rule is a new object, created before the old one is deleted."""
+    return f"{base}-{hashlib.sha256(json.dumps(rule_spec, sort_keys=True).encode()).hexdigest()[:8]}"
+
+
+def _rule(spec: ClusterSpec, role: str, base: str, conditions: tuple[str, ...], taint: dict[str, str]) -> Manifest:
+    rule_spec = {
+        "conditions": [{"type": c, "requiredStatus": "False", "defaultStatus": "False"} for c in conditions],
+        "taint": taint,
+        "enforcementMode": "continuous",
+        "nodeSelector": {"matchExpressions": [{"key": POOL_LABEL, "operator": "Exists"}]},
+        "dryRun": spec.kubernetes.health.quarantine.mode == "observe"}
     return Manifest(role, {
         "apiVersion": f"{GROUP}/v1alpha1", "kind": "NodeReadinessRule",
-        "metadata": {"name": name, "labels": dict(_LABELS)},
-        "spec": {
-            "conditions": [{"type": c, "requiredStatus": "False", "defaultStatus": "False"} for c in conditions],
-            "taint": taint,
-            "enforcementMode": "continuous",
-            "nodeSelector": {"matchExpressions": [{"key": POOL_LABEL, "operator": "Exists"}]},
-            "dryRun": spec.kubernetes.health.quarantine.mode == "observe"}})
+        "metadata": {"name": rule_name(base, rule_spec), "labels": {**_LABELS, RULE_LABEL: base}},
+        "spec": rule_spec})
 
 
 def render_rule(spec: ClusterSpec) -> Manifest:

@@ -456,8 +456,35 @@ ROLLOUT_OWED = "rollout owed: "     # preparation's line naming the restarts it 
 # What preparation may leave to the rollout, in the order its step on the host pays them.
 ROLLOUT_UNITS = ("driver", "fabric", "hugepages", "containerd", "kubelet")
 
+# What the roll is told on standard input of its host's drain (rollout.drain_outcome): it rolls on "go" only.
+NOT_DRAINED = ("deferred", "failed")
+ROLL_FAILED = "roll failed"     # the roll's own failure, for the uncordon to judge against the failure budget
+# The roll's own time bounds, each where its script waits: what the rollout's modelled wall time adds up.
+ROLL_BOUNDS_S = {"kubelet": 60, "ports": 180, "dcgmi": 900}
+# A driver stack install has no bound of ours (apt and DKMS's own): modelled as this, never enforced.
+DRIVER_INSTALL_MODEL_S = 1200
+_ROLL_GATE = r"""
+# --- the drain's outcome, on standard input from where pulumi runs ------------------------------------
+drained="$(cat)"
+if [[ "$drained" == @DEFERRED@ || "$drained" == @FAILED@ ]]; then
+  note "not drained ($drained): what is owed here waits for a later pulumi up"
+  finish
+  exit 0
+fi
+# From here a failure is the rollout's to judge against the pool's failure budget (the uncordon does): the
+# step prints it as "roll failed: why" and succeeds; the node stays cordoned meanwhile.
+roll_exit() {
+  local rc=$?
+  if (( rc != 0 )); then
+    printf '%s: %s: %s\n' "$HOST" @ROLL_FAILED@ "${LAST_ERROR:-a command failed (exit $rc); its error is above}"
+    exit 0
+  fi
+}
+trap roll_exit EXIT
+"""
+
 # The rollout's step on a host, after the node is drained: the restarts preparation left owed, then a short
-# burn-in; a failure leaves the node cordoned and tainted (the uncordon waits on this step).
+# burn-in; a failure leaves the node cordoned and tainted (the uncordon judges it).
 _ROLL = r"""
 # --- the restarts preparation left owed, on the drained node ------------------------------------------
 need systemctl "this host does not run systemd"
@@ -497,7 +524,7 @@ if owed restart-kubelet; then
   paid restart-kubelet
 fi
 # --- a short burn-in before the node takes work again -------------------------------------------------
-for _ in $(seq 60); do systemctl is-active --quiet kubelet && break; sleep 1; done
+for _ in $(seq @KUBELET_S@); do systemctl is-active --quiet kubelet && break; sleep 1; done
 systemctl is-active --quiet kubelet || fail "kubelet is not running after its restart; see journalctl -u kubelet"
 """.replace("@UNITS@", " ".join(ROLLOUT_UNITS))
 
@@ -508,13 +535,13 @@ _UNFENCE = r"""
 seen=()
 for p in @PORTS@; do
   dir=/sys/class/infiniband/${p%/*}/ports/${p#*/}
-  for _ in $(seq 180); do
+  for _ in $(seq @PORTS_S@); do
     [[ $(cat "$dir/state" 2>/dev/null) == *ACTIVE* && $(cat "$dir/phys_state" 2>/dev/null) == *LinkUp* ]] && break
     sleep 1
   done
   # Not the roll's verdict to give: a port still down is the port monitor's to judge (and quarantine) once the
   # marker is gone, without holding back the pool's later batches.
-  [[ $(cat "$dir/state" 2>/dev/null) == *ACTIVE* ]] || note "fabric port $p is not active 180 s after the roll ($(cat "$dir/state" 2>/dev/null || echo missing)): the port monitor judges it now"
+  [[ $(cat "$dir/state" 2>/dev/null) == *ACTIVE* ]] || note "fabric port $p is not active @PORTS_S@ s after the roll ($(cat "$dir/state" 2>/dev/null || echo missing)): the port monitor judges it now"
   downed=$(cat "$dir/counters/link_downed" 2>/dev/null || true)
   if [[ $downed =~ ^[0-9]+$ ]]; then seen+=("$p $downed"); fi
 done
@@ -528,7 +555,7 @@ note "the health monitors judge this host again"
 
 _ROLL_DCGM = r"""
 need dcgmi "install NVIDIA DCGM (datacenter-gpu-manager) and start nvidia-dcgm"
-if ! diag=$(timeout 900 dcgmi diag -r 1 2>&1); then
+if ! diag=$(timeout @DCGM_S@ dcgmi diag -r 1 2>&1); then
   fail "dcgmi diag -r 1 failed after the restart: $(printf '%s\n' "$diag" | grep -iE 'fail|error' | sed -n 1,3p | tr '\n' ' ')"
 fi
 note "dcgmi diag -r 1 passed"
@@ -551,7 +578,8 @@ class PoolPrep:
 
     def roll_for_host(self, host: Host, preparation: str) -> Script:
         """`preparation`: the digest of the host's preparation, whose owed restarts this rolls; a new one
-        changes the script, so the step runs again."""
+        changes the script, so the step runs again. Run with the drain's outcome on standard input (`go`,
+        or one of NOT_DRAINED, where it rolls nothing)."""
         return Script(script(f"Roll {host.hostname} after its preparation {preparation[:16]}: owed restarts, "
                              "then a short burn-in", host.hostname, self.roll))
 
@@ -621,8 +649,10 @@ def render_pool_prep(pool: NodePool, *, rdma: bool, gpudirect: bool = False, hos
                       DIR=KUBELET_DROP_IN_DIR, OWED=ROLLOUT_OWED))
     undo = _UNDO.replace("@RESTART_KUBELET@", fill(_RESTART_KUBELET, STATE=CPU_MANAGER_STATE, POLICY="none")
                          .strip("\n"))
-    roll = [functions] + ([stack.functions] if stack else []) + \
+    roll = [fill(_ROLL_GATE, DEFERRED=NOT_DRAINED[0], FAILED=NOT_DRAINED[1], ROLL_FAILED=ROLL_FAILED), functions] + \
+        ([stack.functions] if stack else []) + \
         [fill(_ROLL.replace("@RESTART_KUBELET@", restart_kubelet), PAGES=t.hugepages_2mi, STATE=STATE_DIR,
+              KUBELET_S=ROLL_BOUNDS_S["kubelet"],
               MAINTENANCE=MAINTENANCE)] + \
         ([fill(_HOLD, PATTERN=DRIVER_STACK_PACKAGES)] if stack else [])
     if host_driver:
@@ -632,9 +662,9 @@ def render_pool_prep(pool: NodePool, *, rdma: bool, gpudirect: bool = False, hos
         if pool.gpu.nvswitch:
             roll.append(_FABRIC_MANAGER)
         if pool.burn_in.enabled:
-            roll.append(_ROLL_DCGM)
+            roll.append(fill(_ROLL_DCGM, DCGM_S=ROLL_BOUNDS_S["dcgmi"]))
     roll.append(fill(_UNFENCE.replace("@PORTS@", " ".join(call(p) for p in rdma_ports(pool)) if rdma else ""),
-                     SEEN=PORT_SEEN, MAINTENANCE=MAINTENANCE))
+                     SEEN=PORT_SEEN, MAINTENANCE=MAINTENANCE, PORTS_S=ROLL_BOUNDS_S["ports"]))
     return PoolPrep(f"{pool.name}: {pool.gpu.count} x {pool.gpu.model}", "".join(parts), busy + fill(
         undo, UNIT=TUNING_UNIT, SCRIPT=TUNING_SCRIPT, DROP_IN=KUBELET_DROP_IN, HUGEPAGES=HUGEPAGES_SYSCTL,
         MEMLOCK=MEMLOCK_DROP_IN, PERSISTENCE=PERSISTENCE_OVERRIDE, PEERMEM=PEERMEM_MODULES_LOAD), "".join(roll))

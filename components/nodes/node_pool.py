@@ -17,6 +17,7 @@ retires a host removed from the spec (retire.py): `<name>-<host>-deregister` and
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any, ClassVar, Collection, Mapping, Sequence
 
 import pulumi
@@ -36,7 +37,8 @@ from ..types import token, with_aliases
 from .burn_in import burn_in_identity, parse_result, render_burn_in
 from .host_prep import PoolPrep, render_pool_prep
 from .retire import render_retirement, undo_guard
-from .rollout import owed_restarts, render_rollout, rollout_batches
+from .rollout import (PENDING_ANNOTATION, drain_outcome, owed_restarts, render_rollout, render_rollout_report,
+                      roll_failure, rollout_batches)
 
 BURN_IN_ANNOTATION = "gpucluster.io/burn-in"
 # The taint keys the last apply managed, so a key dropped from the spec is removed, not kept as someone else's.
@@ -144,10 +146,15 @@ def live_taints(node_spec: Any) -> list[dict[str, str]]:
     return out
 
 
-def managed_before(metadata: Any) -> list[str]:
+def annotation(metadata: Any, key: str) -> str:
+    """An annotation of a Node as read ("" when absent): typed outputs from the engine, or plain dicts."""
     annotations = (metadata.get("annotations") if type(metadata) is dict else getattr(metadata, "annotations", None)
                    ) if metadata else None
-    return [k for k in ((annotations or {}).get(MANAGED_TAINTS_ANNOTATION) or "").split(",") if k]
+    return (annotations or {}).get(key) or ""
+
+
+def managed_before(metadata: Any) -> list[str]:
+    return [k for k in annotation(metadata, MANAGED_TAINTS_ANNOTATION).split(",") if k]
 
 
 def render_node_patch(args: NodePoolArgs, host: Host, verdict: tuple[bool, str] | None,
@@ -208,7 +215,7 @@ def compose(component: Any, name: str, args: NodePoolArgs, ssh_private_key: pulu
     fabric = fabric or {}
     pool_prep = render_pool_preparation(args)
     component.burn_in, component.prepared, component.subnet_managers = {}, {}, []
-    rolls: dict[str, tuple[remote.Command, Script, pulumi.Resource]] = {}
+    rolls: dict[str, tuple[remote.Command, Script, pulumi.Resource, k8s.core.v1.Node]] = {}
     kube = (kubeconfig, kube_context)
     retirements = {h.hostname: render_retirement(pool, h, args.system_namespaces) for h in pool.hosts}
     for host in sorted(pool.hosts, key=lambda h: h.hostname not in subnet_managers):
@@ -249,14 +256,20 @@ def compose(component: Any, name: str, args: NodePoolArgs, ssh_private_key: pulu
             lambda a: node_taints(pool, a[0], live_taints(a[1]), managed_before(a[2])))
         patch = k8s.core.v1.NodePatch(f"{key}-node", metadata=meta, spec={"taints": taints},
                                       opts=pulumi.ResourceOptions(parent=component, depends_on=[*deps, live]))
-        rolls[host.hostname] = (prepare, script, patch)
-    previous: list[pulumi.Resource] = []
+        rolls[host.hostname] = (prepare, script, patch, live)
+    previous: list[local.Command] = []
+    uncordons: list[local.Command] = []
     for batch in rollout_batches(pool):
         previous = [_roll(component, kube, f"{name}-{h.hostname}", args, h, pool_prep, *rolls[h.hostname],
                           ssh_private_key, after=previous) for h in batch]
+        uncordons += previous
         # Last created, first deleted: a host that leaves the spec is drained before anything is undone.
         for h, given_back in zip(batch, previous):
             _kubectl(component, kube, f"{name}-{h.hostname}-retire", None, retirements[h.hostname].retire, [given_back])
+    # Runs again whenever a host's uncordon did: what the rollout left undone fails the apply, by name.
+    _kubectl(component, kube, f"{name}-rollout", render_rollout_report(pool), None, uncordons,
+             {"GPUCLUSTER_ROUND": pulumi.Output.all(*[u.stdout for u in uncordons]).apply(
+                 lambda out: hashlib.sha256("\0".join(o or "" for o in out).encode()).hexdigest())})
     component.register_outputs({**intent(args), "burn_in": component.burn_in, "gpus": pool.gpus,
                                 "peak_power_w_per_host": pool.peak_power_w_per_host})
 
@@ -265,18 +278,22 @@ Kube = tuple[pulumi.Input[str] | None, str | None]      # how kubectl reaches th
 
 
 def _roll(component: Any, kube: Kube, key: str, args: NodePoolArgs, host: Host, pool_prep: PoolPrep,
-          prepare: remote.Command, script: Script, patch: pulumi.Resource, ssh_private_key: pulumi.Input[str], *,
-          after: Sequence[pulumi.Resource]) -> pulumi.Resource:
+          prepare: remote.Command, script: Script, patch: pulumi.Resource, live: k8s.core.v1.Node,
+          ssh_private_key: pulumi.Input[str], *, after: Sequence[pulumi.Resource]) -> local.Command:
     """The host's drain, roll and uncordon, after its Node patch and the previous batch; returns the last.
-    All three run again whenever the preparation changes (its digest is in each); each does nothing where
-    nothing is owed."""
+    All three run again whenever the preparation changes (its digest is in each), and whenever the host's
+    Node carries a pending mark (a deferral or failure the last apply left); each does nothing where nothing
+    is owed. The roll hears the drain's outcome; the uncordon, the roll's failure."""
     prepared = digest(script)
     env = {"GPUCLUSTER_OWED": prepare.stdout.apply(owed_restarts), "GPUCLUSTER_ROLL": prepared}
     scripts = render_rollout(args.pool, host)
-    drain = _kubectl(component, kube, f"{key}-drain", scripts.drain, None, [patch, *after], env)
+    pending = live.metadata.apply(lambda m: annotation(m, PENDING_ANNOTATION))
+    drain = _kubectl(component, kube, f"{key}-drain", scripts.drain, None, [patch, *after],
+                     {**env, "GPUCLUSTER_PENDING": pending})
     roll = push(f"{key}-roll", args.target(host), pool_prep.roll_for_host(host, prepared), ssh_private_key,
-                parent=component, converge=True, depends_on=[drain])
-    return _kubectl(component, kube, f"{key}-uncordon", scripts.uncordon, None, [roll], env)
+                parent=component, converge=True, depends_on=[drain], stdin=drain.stdout.apply(drain_outcome))
+    return _kubectl(component, kube, f"{key}-uncordon", scripts.uncordon, None, [roll],
+                    {**env, "GPUCLUSTER_ROLL_FAILED": roll.stdout.apply(roll_failure)})
 
 
 def _kubectl(component: Any, kube: Kube, name: str, create: str | None, delete: str | None,

@@ -6,10 +6,14 @@ on the host and prints `<host>: rollout owed: <units>`. Three steps per host the
 `<pool>-<host>-drain`, where pulumi runs (kubectl): mark, taint and cordon the Node, then drain it with
 PodDisruptionBudgets honoured; `<pool>-<host>-roll`, over SSH: the owed restarts and a short burn-in;
 `<pool>-<host>-uncordon`, where pulumi runs: the Node back in service as it was before. Hosts are taken by
-rack, then hostname, `rollout.batch_size` at a time; a batch's drains wait for the previous batch's uncordons,
-so no more than that many of the pool's hosts are out at once, and a host that fails stops the batches after it
-(it stays cordoned and tainted, and the error says why). A host with nothing owed passes through all three
-without a drain.
+rack, then hostname, `rollout.batch_size` at a time; a batch's drains wait for the previous batch's uncordons.
+What the cluster holds out already counts: a drain takes its host out only while the pool's hosts out of
+service (cordoned, quarantined, not Ready, claimed by another drain, in a GPU Operator driver upgrade) leave
+room under max_unavailable, and is deferred otherwise. A host whose drain or roll fails stays out (tainted
+`gpucluster.io/rollout=failed`); within `rollout.failure_budget_hosts` the later batches go on, past it they
+wait. `<pool>-rollout`, last, names the hosts deferred or failed and fails the apply while there are any; the
+next apply tries exactly those again (the live Node's pending mark is an input of their drain). A host with
+nothing owed, or already rolled for this preparation, passes through all three without a drain.
 """
 
 from __future__ import annotations
@@ -17,13 +21,35 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from ..bash import fill, script
+from ..k8s.labels import BURN_IN_TAINT, POOL_LABEL, QUARANTINE_TAINT, RESET_TAINT
 from ..spec.hardware import STUCK_DELETION_S   # a drain waits no longer for a pod whose grace ended this long ago
 from ..spec import Host, NodePool
-from .host_prep import ROLLOUT_OWED, ROLLOUT_UNITS
+from .host_prep import DRIVER_INSTALL_MODEL_S, NOT_DRAINED, ROLL_BOUNDS_S, ROLL_FAILED, ROLLOUT_OWED, ROLLOUT_UNITS
 
 ROLLOUT_ANNOTATION = "gpucluster.io/rollout"
 CORDONED_BEFORE_ANNOTATION = "gpucluster.io/rollout-cordoned-before"
 ROLLOUT_TAINT = "gpucluster.io/rollout"     # not a managed taint: the Node patch keeps it, as another's
+# A drain's claim on room under max_unavailable, from its count of the pool's hosts out to its cordon; one
+# older than CLAIM_STALE_S is a killed run's and no longer counts.
+CLAIM_ANNOTATION = "gpucluster.io/rollout-claim"
+CLAIM_STALE_S = 300
+# Why the host's rollout is not done ("deferred: ..." or "failed: ..."): read by the next apply, whose drain
+# then runs again; lifted by the uncordon.
+PENDING_ANNOTATION = "gpucluster.io/rollout-pending"
+# The preparation (its digest) the host last rolled for: a drain run again for it has nothing to do.
+ROLLED_ANNOTATION = "gpucluster.io/rolled"
+# The library's taints that keep a host out of service whatever their effect (NoExecute ones of others count too).
+OUT_OF_SERVICE_TAINTS = (BURN_IN_TAINT, QUARANTINE_TAINT, RESET_TAINT)
+DEFERRED, FAILED = "rollout deferred", "rollout failed"     # the drain's outcome lines, besides a drain
+# The GPU Operator's driver upgrade (NVIDIA k8s-operator-libs, pkg/upgrade/consts.go): the states in which its
+# upgrade controller has a node out of service or is about to.
+UPGRADE_STATE_LABEL = "nvidia.com/gpu-driver-upgrade-state"
+UPGRADE_ACTIVE = ("cordon-required", "wait-for-jobs-required", "pod-deletion-required", "drain-required",
+                  "pod-restart-required", "validation-required", "uncordon-required")
+
+
+def jsonpath_annotation(key: str) -> str:
+    return "{.metadata.annotations." + key.replace(".", "\\.") + "}"
 
 
 def rollout_batches(pool: NodePool) -> list[list[Host]]:
@@ -31,6 +57,32 @@ def rollout_batches(pool: NodePool) -> list[list[Host]]:
     hosts = sorted(pool.hosts, key=lambda h: (h.rack, h.hostname))
     size = pool.rollout.batch_size(len(hosts))
     return [hosts[i:i + size] for i in range(0, len(hosts), size)]
+
+
+class RolloutModel(NamedTuple):
+    """A pool's rollout in time, from the bounds its steps run under: what the report prints."""
+    batches: int
+    hosts_per_batch: int
+    drain_s: int            # a batch's drain, at most (the pool's drain timeout)
+    roll_s: int             # a batch's roll, at most: the roll's own bounds for what the pool can owe
+
+    @property
+    def at_most_s(self) -> int:
+        return self.batches * (self.drain_s + self.roll_s)
+
+    def interruptions(self, job_hosts: int) -> int:
+        """How often a job on `job_hosts` of the pool's hosts can be stopped: once per batch it has a host in."""
+        return min(job_hosts, self.batches)
+
+
+def rollout_model(pool: NodePool, *, rdma: bool, host_driver: bool) -> RolloutModel:
+    batches = rollout_batches(pool)
+    roll = ROLL_BOUNDS_S["kubelet"] + (ROLL_BOUNDS_S["ports"] if rdma else 0)
+    if host_driver and pool.burn_in.enabled:
+        roll += ROLL_BOUNDS_S["dcgmi"]
+    if host_driver and pool.software.package_repositories:
+        roll += DRIVER_INSTALL_MODEL_S
+    return RolloutModel(len(batches), len(batches[0]), pool.rollout.drain_timeout_s, roll)
 
 
 def owed_restarts(stdout: str | None) -> str:
@@ -42,6 +94,26 @@ def owed_restarts(stdout: str | None) -> str:
         if sep:
             owed = " ".join(sorted({u for u in rest.split() if u in ROLLOUT_UNITS}))
     return owed
+
+
+def drain_outcome(stdout: str | None) -> str:
+    """What the roll is told of its host's drain: one of NOT_DRAINED (the roll waits for the next apply), else
+    `go` (drained, or nothing to drain)."""
+    for line in (stdout or "").splitlines():
+        for word, outcome in zip((f": {DEFERRED}", f": {FAILED}"), NOT_DRAINED):
+            if word in line:
+                return outcome
+    return "go"
+
+
+def roll_failure(stdout: str | None) -> str:
+    """The roll's failure, as its last such line says it ("" when it did not fail): the uncordon judges it."""
+    why = ""
+    for line in (stdout or "").splitlines():
+        _, sep, rest = line.partition(f": {ROLL_FAILED}: ")
+        if sep:
+            why = rest.strip()
+    return why
 
 
 # kubectl as pulumi runs it: the kubeconfig on standard input (a secret: the content, or a path to it, as the
@@ -89,6 +161,59 @@ has_taint() {
 }
 """
 
+# The pool's view, for the room a drain may take and the failures the rollout may go past.
+_POOL = r"""
+# pool_nodes: a line per Node of the pool: name, unschedulable, claim, driver upgrade state, taints
+# (key=value:effect ...), Ready.
+pool_nodes() {
+  local out
+  out="$("${kc[@]}" get nodes -l @POOL_LABEL@=@POOL@ -o 'jsonpath={range .items[*]}{.metadata.name}{"\t"}{.spec.unschedulable}{"\t"}{.metadata.annotations.gpucluster\.io/rollout-claim}{"\t"}{.metadata.labels.nvidia\.com/gpu-driver-upgrade-state}{"\t"}{range .spec.taints[*]}{.key}={.value}:{.effect} {end}{"\t"}{range .status.conditions[?(@.type=="Ready")]}{.status}{end}{"\n"}{end}' 2>&1)" \
+    || fail "kubectl cannot list pool @POOL@'s nodes: $out"
+  printf '%s\n' "$out"
+}
+# pool_out: "name<TAB>why" for each of the pool's hosts out of service now, or about to be.
+pool_out() {
+  local nodes
+  nodes="$(pool_nodes)"
+  printf '%s\n' "$nodes" | awk -F'\t' -v now="$(date +%s)" -v stale=@CLAIM_STALE_S@ -v ours=@OUT_TAINTS@ \
+    -v own=@OWN_TAINTS@ -v active=@UPGRADE_ACTIVE@ '
+    $1 == "" { next }
+    {
+      why = ""
+      if ($2 == "true") why = "cordoned"
+      else if ($6 != "True") why = "not Ready"
+      else if ($4 != "" && index(" " active " ", " " $4 " ")) why = "in a GPU Operator driver upgrade (" $4 ")"
+      else if ($3 ~ /^[0-9]+$/ && now - $3 < stale) why = "claimed by another drain"
+      else {
+        n = split($5, taints, " ")
+        for (i = 1; i <= n; i++) {
+          key = taints[i]; sub(/=.*/, "", key)
+          effect = taints[i]; sub(/.*:/, "", effect)
+          if (index(" " ours " ", " " key " ") || (effect == "NoExecute" && !index(" " own " ", " " key " "))) {
+            why = "tainted " taints[i]; break
+          }
+        }
+      }
+      if (why != "") print $1 "\t" why
+    }'
+}
+# give_up WHY: the host failed its rollout. It stays out (tainted failed, marked pending: the next apply tries
+# it again); within the pool's failure budget the step succeeds and the later batches go on.
+give_up() {
+  local why failed
+  why="$(printf '%s' "$*" | tr '\n' ' ' | cut -c1-400)"      # the mark's; the error says it all
+  "${kc[@]}" taint node "$HOST" --overwrite "@TAINT@=failed:NoSchedule" >/dev/null || true
+  "${kc[@]}" annotate node "$HOST" --overwrite @PENDING@="failed: $why" >/dev/null || true
+  failed="$(pool_nodes | awk -F'\t' -v t=@TAINT@=failed: 'index(" " $5, " " t) { n++ } END { print n + 0 }')"
+  if (( failed <= @FAILURE_BUDGET@ )); then
+    note @FAILED@" ($failed of the pool's failure budget of @FAILURE_BUDGET@; the rollout goes on, the next pulumi up tries it again): $*"
+    finish
+    exit 0
+  fi
+  fail "$* (rollout.failure_budget_hosts allows @FAILURE_BUDGET@ failed host(s) in pool @POOL@ and $failed have failed: the pool's later batches wait)"
+}
+"""
+
 _DRAIN = r"""
 owed_units="${GPUCLUSTER_OWED:-}"
 if [[ -z "$owed_units" ]]; then
@@ -96,16 +221,46 @@ if [[ -z "$owed_units" ]]; then
   finish
   exit 0
 fi
+roll="${GPUCLUSTER_ROLL:-}" value=in-progress failed=failed why="restart $owed_units"
+end_if_no_node "drain before we $why"
+rolled="$(node_field @ROLLED_PATH@)"
+if [[ -n "$roll" && "$rolled" == "$roll" ]]; then
+  note "already rolled for this preparation: not drained"
+  finish
+  exit 0
+fi
+# defer WHY: the host stays in service, marked pending, for the next apply.
+defer() {
+  "${kc[@]}" annotate node "$HOST" --overwrite @PENDING@="deferred: $1" @CLAIM@- >/dev/null
+  note @DEFERRED@": $1"
+  finish
+  exit 0
+}
+marked="$(node_field '{.metadata.annotations.gpucluster\.io/rollout-cordoned-before}')"
+if [[ -z "$marked" ]]; then
+  self="$(pool_out | awk -F'\t' -v h="$HOST" '$1 == h { print $2 }')"
+  if [[ "$self" == "in a GPU Operator driver upgrade"* ]]; then
+    defer "$self: the GPU Operator has it now"
+  elif [[ -z "$self" || "$self" == "claimed by another drain" ]]; then    # its own killed run's claim
+    # In service: claim room first, then count; of two drains that count at once, the later sees both.
+    "${kc[@]}" annotate node "$HOST" --overwrite @CLAIM@="$(date +%s)" >/dev/null
+    out="$(pool_out | awk -F'\t' -v h="$HOST" '$1 != h')"
+    n="$(printf '%s\n' "$out" | grep -c . || true)"
+    if (( n + 1 > @ROOM@ )); then
+      defer "$n of pool @POOL@'s hosts are out of service already ($(printf '%s\n' "$out" | sed -n 1,5p | awk -F'\t' '{ printf "%s%s: %s", (NR > 1 ? "; " : ""), $1, $2 }')) and max_unavailable allows @ROOM@"
+    fi
+  fi      # a host out of service already takes no room
+fi
 # A pod still there STUCK_S after its grace period ended has had its containers killed: what keeps it is a
 # finalizer (a Job's tracking one, while Kueue holds the Job suspended: its workload evicted, with no node to
 # replace this one), not work; the roll step checks on the host that nothing runs.
-roll="${GPUCLUSTER_ROLL:-}" value=in-progress failed=failed why="restart $owed_units"
 drain_flags=(--skip-wait-for-delete-timeout=@STUCK_S@)
-stuck="$HOST stays cordoned and tainted @TAINT@=failed, and the pool's later batches wait. Let its pods finish or move them (a running one: a PodDisruptionBudget that allows no eviction, or a pod no controller owns; a terminating one: what its finalizer waits for), then run pulumi up again, which drains it again and goes on. To put it back to work meanwhile: kubectl taint node $HOST @TAINT@- && kubectl uncordon $HOST"
+stuck="$HOST stays cordoned and tainted @TAINT@=failed. Let its pods finish or move them (a running one: a PodDisruptionBudget that allows no eviction, or a pod no controller owns; a terminating one: what its finalizer waits for), then run pulumi up again, which drains it again and goes on. To put it back to work meanwhile: kubectl taint node $HOST @TAINT@- && kubectl uncordon $HOST"
 """
 
 # Taking a Node out: it reads roll (the annotation's value), value (the taint's), failed (the taint's when the
-# drain does not finish), why, stuck (what the error says then) and drain_flags (more of kubectl drain's).
+# drain does not finish), why, stuck (what the error says then), drain_flags (more of kubectl drain's) and
+# give_up (what is done with the error).
 TAKE_OUT = r"""
 end_if_no_node "drain before we $why"
 # Marked first, with what it was: a run killed anywhere after this is finished or undone by the uncordon step.
@@ -132,7 +287,7 @@ if ! drained="$("${kc[@]}" drain "$HOST" --ignore-daemonsets --delete-emptydir-d
   # pod no controller owns), or terminating past its grace period, kept by a finalizer.
   held="$("${kc[@]}" get pods -A --field-selector "spec.nodeName=$HOST" -o jsonpath='{range .items[*]}{.metadata.namespace}/{.metadata.name}{"\t"}{.metadata.ownerReferences[0].kind}{"\t"}{.metadata.deletionTimestamp}{"\t"}{.metadata.finalizers}{"\n"}{end}' 2>/dev/null \
     | awk -F'\t' '$1 != "" && $2 != "DaemonSet" { printf "%s%s (%s)", sep, $1, ($3 == "" ? "running" : "terminating since " $3 ($4 == "" ? "" : ", kept by finalizers " $4)); sep = "; " }' || true)"
-  fail "the drain did not finish: $(printf '%s\n' "$drained" | grep -iE 'error|cannot|timed out' | sed -n 1,3p | tr '\n' ' ')- still on $HOST: ${held:-nothing it could list}. $stuck"
+  give_up "the drain did not finish: $(printf '%s\n' "$drained" | grep -iE 'error|cannot|timed out' | sed -n 1,3p | tr '\n' ' ')- still on $HOST: ${held:-nothing it could list}. $stuck"
 fi
 # kubectl prints a pod again each time it retries its eviction: count each pod once
 changed "drained: $(printf '%s\n' "$drained" | sed -n 's/^evicting pod //p' | sort -u | grep -c . || true) pod(s) evicted"
@@ -146,6 +301,12 @@ if [[ -z "$before" ]]; then
   exit 0
 fi
 taints="$(node_field "$TAINTS")"
+if has_taint "$taints" "@TAINT@=failed"; then
+  note "its rollout failed: it stays out of service until a pulumi up rolls it"
+  finish
+  exit 0
+fi
+if [[ -n "${GPUCLUSTER_ROLL_FAILED:-}" ]]; then give_up "the roll failed: $GPUCLUSTER_ROLL_FAILED"; fi
 if has_taint "$taints" @TAINT@; then
   "${kc[@]}" taint node "$HOST" @TAINT@- >/dev/null
   changed "removed the taint @TAINT@"
@@ -156,9 +317,24 @@ if [[ "$before" != true && "$unschedulable" == true ]]; then
   changed "uncordoned"
 fi
 # Unmarked last: a run killed before this does the steps above again, which change nothing twice.
-"${kc[@]}" annotate node "$HOST" @ANNOTATION@- @CORDONED_BEFORE@- >/dev/null
+"${kc[@]}" annotate node "$HOST" --overwrite @ROLLED@="${GPUCLUSTER_ROLL:-}" @ANNOTATION@- @CORDONED_BEFORE@- \
+  @PENDING@- @CLAIM@- >/dev/null
 if [[ "$before" == true ]]; then changed "rollout done (it stays cordoned, as it was before)"
 else changed "rollout done: back in service"; fi
+"""
+
+# The pool's last step: what the rollout left undone, by host; the apply fails while there is any.
+_REPORT = r"""
+pending="$("${kc[@]}" get nodes -l @POOL_LABEL@=@POOL@ -o 'jsonpath={range .items[*]}{.metadata.name}{"\t"}{.metadata.annotations.gpucluster\.io/rollout-pending}{"\n"}{end}' 2>&1)" \
+  || fail "kubectl cannot list pool @POOL@'s nodes: $pending"
+undone="$(printf '%s\n' "$pending" | awk -F'\t' '$2 != "" { print }')"
+if [[ -n "$undone" ]]; then
+  failed="$(printf '%s\n' "$undone" | awk -F'\t' '$2 ~ /^failed/ { n++ } END { print n + 0 }')"
+  deferred="$(printf '%s\n' "$undone" | awk -F'\t' '$2 ~ /^deferred/ { n++ } END { print n + 0 }')"
+  printf '%s\n' "$undone" | sed 's/\t/: /; s/^/  /' >&2
+  fail "pool @POOL@'s rollout is not done: $failed host(s) failed, out of service (cordoned, tainted @TAINT@=failed) until their cause is fixed, and $deferred deferred for want of room under max_unavailable (listed above). The other hosts rolled. Run pulumi up again: it tries just these"
+fi
+note "pool @POOL@: every host rolled or owed nothing"
 """
 
 
@@ -167,15 +343,39 @@ class RolloutScripts(NamedTuple):
     uncordon: str
 
 
+def _names(pool: NodePool) -> dict[str, object]:
+    own = sorted({t.key for t in pool.all_taints})
+    return {"ANNOTATION": ROLLOUT_ANNOTATION, "CORDONED_BEFORE": CORDONED_BEFORE_ANNOTATION, "TAINT": ROLLOUT_TAINT,
+            "CLAIM": CLAIM_ANNOTATION, "PENDING": PENDING_ANNOTATION, "ROLLED": ROLLED_ANNOTATION,
+            "POOL": pool.name, "POOL_LABEL": POOL_LABEL, "CLAIM_STALE_S": CLAIM_STALE_S,
+            "OUT_TAINTS": " ".join([ROLLOUT_TAINT, *OUT_OF_SERVICE_TAINTS]), "OWN_TAINTS": " ".join(own) or "-",
+            "UPGRADE_ACTIVE": " ".join(UPGRADE_ACTIVE), "FAILURE_BUDGET": pool.rollout.failure_budget_hosts,
+            "FAILED": FAILED}
+
+
 def render_rollout(pool: NodePool, host: Host) -> RolloutScripts:
     """The host's drain and uncordon scripts, run by bash where pulumi runs. They read GPUCLUSTER_OWED (the
-    restarts owed, `owed_restarts`), GPUCLUSTER_ROLL (which preparation they roll), GPUCLUSTER_CONTEXT
-    (optional) and the kubeconfig on standard input (optional)."""
-    names = {"ANNOTATION": ROLLOUT_ANNOTATION, "CORDONED_BEFORE": CORDONED_BEFORE_ANNOTATION,
-             "TAINT": ROLLOUT_TAINT}
+    restarts owed, `owed_restarts`), GPUCLUSTER_ROLL (which preparation they roll), GPUCLUSTER_ROLL_FAILED (the
+    uncordon: `roll_failure`), GPUCLUSTER_PENDING (the drain: the Node's pending mark as the apply read it, only
+    so that the step runs again), GPUCLUSTER_CONTEXT (optional) and the kubeconfig on standard input
+    (optional)."""
+    names = _names(pool)
     title = f"({pool.name}'s rollout, run by pulumi with kubectl)"
-    return RolloutScripts(
-        script(f"Drain {host.hostname} {title}", host.hostname,
-               KUBECTL + fill(_DRAIN + TAKE_OUT, TIMEOUT=pool.rollout.drain_timeout_s, STUCK_S=STUCK_DELETION_S,
-                              **names)),
-        script(f"Give {host.hostname} back to work {title}", host.hostname, KUBECTL + fill(_UNCORDON, **names)))
+    pool_view = fill(_POOL, **{k: names[k] for k in ("POOL", "POOL_LABEL", "CLAIM_STALE_S", "OUT_TAINTS",
+                                                     "OWN_TAINTS", "UPGRADE_ACTIVE", "TAINT", "PENDING",
+                                                     "FAILURE_BUDGET", "FAILED")})
+    drain = fill(_DRAIN + TAKE_OUT, TIMEOUT=pool.rollout.drain_timeout_s, STUCK_S=STUCK_DELETION_S,
+                 ROOM=pool.rollout.batch_size(len(pool.hosts)), DEFERRED=DEFERRED,
+                 ROLLED_PATH=jsonpath_annotation(ROLLED_ANNOTATION),
+                 **{k: names[k] for k in ("ANNOTATION", "CORDONED_BEFORE", "TAINT", "CLAIM", "PENDING", "POOL")})
+    uncordon = fill(_UNCORDON, **{k: names[k] for k in ("ANNOTATION", "CORDONED_BEFORE", "TAINT", "CLAIM",
+                                                         "PENDING", "ROLLED")})
+    return RolloutScripts(script(f"Drain {host.hostname} {title}", host.hostname, KUBECTL + pool_view + drain),
+                          script(f"Give {host.hostname} back to work {title}", host.hostname,
+                                 KUBECTL + pool_view + uncordon))
+
+
+def render_rollout_report(pool: NodePool) -> str:
+    """The pool's last rollout step (`<pool>-rollout`): the hosts left deferred or failed, by name and why."""
+    return script(f"What {pool.name}'s rollout left undone (run by pulumi with kubectl)", pool.name,
+                  KUBECTL + fill(_REPORT, POOL=pool.name, POOL_LABEL=POOL_LABEL, TAINT=ROLLOUT_TAINT))

@@ -15,6 +15,9 @@ from ..types import moved_urn, urn_parts
 _ORDER_ONLY = ("dependsOn", "propertyDependencies")
 # Fields whose change makes the provider replace the resource rather than update it in place.
 _REPLACING = ("inputs.metadata.name", "inputs.metadata.namespace", "inputs.apiVersion", "inputs.kind")
+# Kinds whose deletion lifts taints from nodes (a NodeReadinessRule's cleanup finalizer): replaced delete-first,
+# every node they hold is free until the new one reconciles.
+TAINT_OWNERS = ("NodeReadinessRule",)
 
 
 @dataclass(frozen=True)
@@ -29,6 +32,7 @@ class ResourceDiff:
     urn: str
     action: str                 # create | delete | update | replace | read | discard (reads change nothing)
     changes: tuple[Change, ...] = ()
+    delete_first: bool = False  # a replacement that deletes the old object before it creates the new one
 
 
 def load_plan(plan_dir: Path) -> dict[str, Any]:
@@ -128,7 +132,8 @@ def diff_plans(old: dict[str, Any], new: dict[str, Any]) -> list[ResourceDiff]:
         # Dependencies alone (the order things run in) are a same step: the engine records them, runs nothing.
         if any(not c.path.startswith(_ORDER_ONLY) for c in changes):
             action = "replace" if any(_replaces(after[urn], c.path) for c in changes) else "update"
-            out.append(ResourceDiff(after[urn]["urn"], action, changes))
+            first = action == "replace" and bool((after[urn].get("options") or {}).get("deleteBeforeReplace"))
+            out.append(ResourceDiff(after[urn]["urn"], action, changes, first))
     order = {"delete": 0, "discard": 0, "replace": 1, "update": 2, "create": 3, "read": 4}
     return sorted(out, key=lambda d: (order[d.action], d.urn))
 
@@ -154,12 +159,20 @@ def _short(value: Any, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def taint_owner(urn: str) -> bool:
+    return urn_parts(urn)[1][-1].split(":")[-1] in TAINT_OWNERS
+
+
 def render_diff(diffs: list[ResourceDiff], unchanged: int, outputs: list[Change] | None = None) -> str:
     lines = []
     for d in diffs:
         _, types, name = urn_parts(d.urn)
         kind = types[-1]
         lines.append(f"{_SIGN[d.action]:<2} {d.action:<7} {kind} {name}")
+        if d.delete_first and taint_owner(d.urn):
+            lines.append(f"      !! deleted before its replacement is created: a {kind.split(':')[-1]} lifts its "
+                         "taints from every node as it goes, and the nodes it holds (quarantined, reset pending) "
+                         "take work until the new one reconciles")
         lines += [f"      {c.path}: {_short(c.old)} -> {_short(c.new)}" for c in d.changes]
     counts = {a: sum(d.action == a for d in diffs) for a in ("create", "update", "replace", "delete")}
     if outputs:

@@ -18,7 +18,8 @@ from ..k8s.labels import QUARANTINE_TAINT
 from ..k8s.quarantine import RULE
 from ..k8s.slurm_health import DRAIN_PREFIX, NO_VERDICT
 from ..spec.xids import XidAction
-from ..nodes.rollout import rollout_batches
+from ..nodes.host_prep import DRIVER_INSTALL_MODEL_S
+from ..nodes.rollout import rollout_batches, rollout_model
 from ..spec import ClusterSpec, NodePool
 from ..spec.cluster import checked_pools
 from ..spec.topology import Topology, plan_topology
@@ -60,6 +61,13 @@ def _driver_stack(pool: NodePool) -> str:
     return f"installs {named} from mirrors" if sw.package_repositories else f"checks {named}"
 
 
+def _largest_job_hosts(spec: ClusterSpec, pool: NodePool) -> int:
+    """The hosts of the pool the largest tenant guarantee in it fills (0 with none)."""
+    per_host = pool.gpu.count * (pool.sharing.time_slicing_replicas or 1)
+    gpus = max((t.gpu_quota[pool.name].nominal for t in spec.tenants if pool.name in t.gpu_quota), default=0)
+    return min(len(pool.hosts), -(-gpus // per_host))
+
+
 def render_report(spec: ClusterSpec, thresholds: Thresholds = Thresholds(),
                   policies: PolicyResults | None = None) -> str:
     topology = plan_topology(spec)[0]
@@ -76,18 +84,31 @@ def render_report(spec: ClusterSpec, thresholds: Thresholds = Thresholds(),
               "A change that restarts kubelet or containerd, or a new driver stack to install (the 'driver stack' "
               "column), reaches hosts where tenants' pods run a batch at a time "
               "(rack by rack): each is cordoned, drained (PodDisruptionBudgets honoured), changed, checked and "
-              "given back before the next batch starts; hosts without tenants' pods take it at once. A drain "
-              "that does not finish in time stops the pool's rollout and leaves that host cordoned and tainted "
-              "`gpucluster.io/rollout=failed`; a host that fails its checks after the change stays cordoned and "
-              "tainted `gpucluster.io/rollout=in-progress`. 'Draining at most' adds up the drain timeouts of the "
-              "batches, the longest the drains can take. A host removed from the spec is drained the same way "
-              "(tainted `gpucluster.io/rollout=retiring`), then undone, its kubelet stopped and its Node "
+              "given back before the next batch starts; hosts without tenants' pods take it at once. Hosts out of "
+              "service already (cordoned, quarantined, not Ready, in a GPU Operator driver upgrade) count against "
+              "max unavailable when a drain starts: a host that would exceed it is deferred, left in service. "
+              "The GPU Operator's driver upgrades count the rollout's cordoned hosts the same way. A host whose "
+              "drain or roll fails stays out, cordoned and tainted `gpucluster.io/rollout=failed`; up to the "
+              "'failure budget' of such hosts the later batches go on, one more stops them. The apply ends by "
+              "naming every host deferred or failed, and fails while there is any; the next apply tries just "
+              "those again. 'Wall time at most' is every batch's drain to its timeout plus the roll's own bounds "
+              "(kubelet's return, the fabric ports' return, `dcgmi diag -r 1`; a driver stack install modelled "
+              f"at {DRIVER_INSTALL_MODEL_S // 60} min); a job on the largest tenant guarantee's hosts is "
+              "stopped at most once per batch it has a host in. A host removed from the spec is drained the same "
+              "way (tainted `gpucluster.io/rollout=retiring`), then undone, its kubelet stopped and its Node "
               "deleted; a drain that does not finish keeps it, cordoned, with everything in place.", ""]
-    lines += _md_table(["pool", "hosts", "max unavailable", "hosts a batch", "batches", "drain timeout",
-                        "draining at most", "driver stack"], [
-        [p.name, len(p.hosts), p.rollout.max_unavailable, len(batches[0]), len(batches),
-         f"{p.rollout.drain_timeout_s // 60} min", f"{len(batches) * p.rollout.drain_timeout_s / 3600:g} h",
-         _driver_stack(p)] for p in spec.node_pools for batches in [rollout_batches(p)]])
+    rows = []
+    for p in spec.node_pools:
+        m = rollout_model(p, rdma=spec.fabric.rdma, host_driver=not (
+            spec.kubernetes.gpu_operator.enabled and spec.kubernetes.gpu_operator.driver_managed))
+        job = _largest_job_hosts(spec, p)
+        rows.append([p.name, len(p.hosts), p.rollout.max_unavailable, m.hosts_per_batch, m.batches,
+                     p.rollout.failure_budget_hosts, f"{m.drain_s // 60} min", f"{m.roll_s // 60} min",
+                     f"{m.at_most_s / 3600:.3g} h", f"{job} host(s): {m.interruptions(job)}" if job else "-",
+                     _driver_stack(p)])
+    lines += _md_table(["pool", "hosts", "max unavailable", "hosts a batch", "batches", "failure budget",
+                        "drain timeout", "roll at most", "wall time at most", "largest job: stopped at most",
+                        "driver stack"], rows)
     lines += ["In order (a batch's first and last host, by rack then name):", ""]
     lines += [f"- {p.name}: " + "; ".join(
         f"{i}) {b[0].hostname}" + (f" .. {b[-1].hostname} ({len(b)})" if len(b) > 1 else "")

@@ -282,6 +282,12 @@ class Rollout(SpecModel):
                     "stops and the host stays cordoned and tainted gpucluster.io/rollout=failed. At least "
                     f"{MIN_DRAIN_S} s: one eviction's grace period and the wait for a pod a finalizer keeps. "
                     "Omitted: one hour.")
+    failure_budget_hosts: int = Field(
+        0, ge=0, le=10000,
+        description="How many of the pool's hosts may fail their drain or roll while the rollout goes on: each "
+                    "stays out of service (cordoned, tainted gpucluster.io/rollout=failed, still counted against "
+                    "max_unavailable), the apply ends by naming them, and the next apply tries them again. One "
+                    "more stops the pool's later batches. Omitted: 0, the first failed host stops them.")
 
     def _drain_covers_one_eviction(self) -> Iterator[Problem]:
         if self.drain_timeout_s < MIN_DRAIN_S:

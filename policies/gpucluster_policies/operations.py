@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
+from typing import Any, Mapping
 
 from pulumi_policy import EnforcementLevel, ReportViolation, StackValidationArgs, StackValidationPolicy
 
 from .common import (CLUSTER, NODE_POOL, PROMETHEUS_RULE, dig, environment, guarded, intent, is_kind, items,
-                     mapping, maps, name_of, number, of_type, schema, settings, shown, text)
+                     mapping, maps, metadata, name_of, number, of_type, schema, settings, shown, text)
 
 _POWER_SCHEMA = schema(derating={
     "type": "number", "exclusiveMinimum": 0, "maximum": 1, "default": 0.8,
@@ -90,6 +91,11 @@ _READINESS = "readiness.node.x-k8s.io"
 _FAULT_CONDITION = "GpuHardwareFault"
 
 
+def _rule_name(props: Mapping[str, Any]) -> str | None:
+    """The rule as the spec knows it: its name without the digest of its spec (quarantine.RULE_LABEL)."""
+    return text(mapping(metadata(props).get("labels")).get("gpucluster.io/readiness-rule")) or name_of(props)
+
+
 def _quarantine(args: StackValidationArgs, report: ReportViolation) -> None:
     """A GPU that faults after burn-in (an XID 79, a double-bit ECC error) must stop taking jobs: some
     NodeReadinessRule on the fault condition taints nodes, not only previews it (dry run)."""
@@ -100,7 +106,7 @@ def _quarantine(args: StackValidationArgs, report: ReportViolation) -> None:
              and _FAULT_CONDITION in [c.get("type") for c in maps(dig(r.props, "spec", "conditions"))]]
     if any(mapping(r.props.get("spec")).get("dryRun") is not True for r in rules):
         return
-    why = (f"its GPU quarantine rule {', '.join(str(name_of(r.props)) for r in rules)} only previews (dry run)"
+    why = (f"its GPU quarantine rule {', '.join(str(_rule_name(r.props)) for r in rules)} only previews (dry run)"
            if rules else f"no NodeReadinessRule acts on {_FAULT_CONDITION}")
     report(f"{why} in {env}, so a node whose GPU faults after burn-in keeps taking jobs; set "
            "kubernetes.health.quarantine.mode: enforce (with kubernetes.health.enabled)")

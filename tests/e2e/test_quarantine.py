@@ -16,7 +16,7 @@ import pytest
 from components.k8s.health import BLIND_CONDITION, BURN_IN_CONDITION, PORT_CONDITION, PORTS_FILE, RESET_CONDITION
 from components.k8s.health_nvml import NVLINK_CONDITION, TEMPERATURE_CONDITION, HOT_SINCE
 from components.k8s.labels import QUARANTINE_TAINT, RESET_TAINT
-from components.k8s.quarantine import RESET_RULE, RULE
+from components.k8s.quarantine import RESET_RULE, RULE, RULE_LABEL
 
 from . import readiness
 from .conftest import Cluster, wait_for
@@ -32,20 +32,24 @@ NVLINK_DEGRADED = (SAMPLES / "nvidia_smi_nvlink_s_degraded.txt").read_text()
 
 
 def plan_rule(c: Cluster, name: str = RULE) -> dict[str, Any]:
-    (rule,) = [o for o in c.plan.objects if o["kind"] == "NodeReadinessRule" and o["metadata"]["name"] == name]
+    """The plan's rule `name` (quarantine.RULE or RESET_RULE), whose object name ends in its spec's digest."""
+    (rule,) = [o for o in c.plan.objects if o["kind"] == "NodeReadinessRule"
+               and o["metadata"]["labels"][RULE_LABEL] == name]
+    assert rule["metadata"]["name"].startswith(f"{name}-")
     return rule
 
 
 def test_the_rule_is_served_and_its_immutable_fields_refuse_an_in_place_change(cluster: Cluster):
-    """The apiserver evaluates the CRD's CEL: a changed taint or condition list is refused, so the stack replaces
-    the rule (deleting first: its deletion lifts its taints) instead of updating it."""
-    served = cluster.cp.get("nodereadinessrules.readiness.node.x-k8s.io", RULE)
+    """The apiserver evaluates the CRD's CEL: a changed taint or condition list is refused, so a changed rule is
+    a new one (its name carries its spec's digest), created before the old one is deleted."""
+    name = plan_rule(cluster)["metadata"]["name"]
+    served = cluster.cp.get("nodereadinessrules.readiness.node.x-k8s.io", name)
     assert served["spec"]["conditions"] == plan_rule(cluster)["spec"]["conditions"]
     effect = served["spec"]["taint"]["effect"]
     other = "NoSchedule" if effect == "NoExecute" else "NoExecute"
     for patch, message in (({"spec": {"taint": {"effect": other}}}, "taint effect is immutable"),
                            ({"spec": {"conditions": [served["spec"]["conditions"][0]]}}, "conditions is immutable")):
-        proc = cluster.cp.kubectl("patch", "nodereadinessrules.readiness.node.x-k8s.io", RULE, "--type=merge",
+        proc = cluster.cp.kubectl("patch", "nodereadinessrules.readiness.node.x-k8s.io", name, "--type=merge",
                                   "--dry-run=server", "-p", json.dumps(patch), check=False)
         assert proc.returncode != 0 and message in proc.stderr, proc.stderr
     bad = copy.deepcopy(plan_rule(cluster))

@@ -15,8 +15,11 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
-from components.nodes.rollout import (CORDONED_BEFORE_ANNOTATION, ROLLOUT_ANNOTATION, ROLLOUT_TAINT,
-                                      render_rollout, rollout_batches)
+from components.k8s.labels import QUARANTINE_TAINT
+from components.nodes.rollout import (CLAIM_ANNOTATION, CORDONED_BEFORE_ANNOTATION, DEFERRED, FAILED,
+                                      PENDING_ANNOTATION, ROLLED_ANNOTATION, ROLLOUT_ANNOTATION, ROLLOUT_TAINT,
+                                      UPGRADE_STATE_LABEL, drain_outcome, render_rollout, render_rollout_report,
+                                      rollout_batches)
 from components.spec import Host, NodePool
 
 from tests.cutting import cut_everywhere
@@ -28,11 +31,12 @@ pytestmark = pytest.mark.e2e
 
 
 def run_step(c: Cluster, script: str, home: Path, *, owed: str = "kubelet", kubeconfig: str | None = None,
-             timeout_s: float = 180) -> subprocess.CompletedProcess[str]:
+             timeout_s: float = 180, roll_failed: str = "") -> subprocess.CompletedProcess[str]:
     """As pulumi-command runs a local command: bash -c, the component's environment, the kubeconfig (content
-    or path) on standard input. Omitted `kubeconfig`: the control plane's, as content."""
+    or path) on standard input. Omitted `kubeconfig`: the control plane's, as content. `roll_failed`: what
+    the uncordon hears of the roll (rollout.roll_failure)."""
     env = {"PATH": f"{c.cp.bin}:/usr/bin:/bin", "HOME": str(home), "GPUCLUSTER_OWED": owed,
-           "GPUCLUSTER_ROLL": "e2e-preparation"}
+           "GPUCLUSTER_ROLL": "e2e-preparation", "GPUCLUSTER_ROLL_FAILED": roll_failed}
     stdin = c.cp.kubeconfig.read_text() if kubeconfig is None else kubeconfig
     return subprocess.run(["/bin/bash", "-c", script], env=env, input=stdin, capture_output=True, text=True,
                           timeout=timeout_s)
@@ -50,7 +54,8 @@ def restore(c: Cluster, host: str) -> None:
     """Whatever a failed assertion left: the node uncordoned, untainted, unmarked."""
     c.cp.kubectl("uncordon", host)
     c.cp.kubectl("taint", "node", host, f"{ROLLOUT_TAINT}-", check=False)
-    c.cp.kubectl("annotate", "node", host, f"{ROLLOUT_ANNOTATION}-", f"{CORDONED_BEFORE_ANNOTATION}-")
+    c.cp.kubectl("annotate", "node", host, f"{ROLLOUT_ANNOTATION}-", f"{CORDONED_BEFORE_ANNOTATION}-",
+                 f"{ROLLED_ANNOTATION}-", f"{PENDING_ANNOTATION}-", f"{CLAIM_ANNOTATION}-")
 
 
 def a_grant(c: Cluster) -> Grant:
@@ -150,7 +155,8 @@ def test_with_nowhere_else_to_go_kueue_requeues_a_drained_job_and_admits_it_agai
     for other in others:
         c.cp.kubectl("cordon", other)
     try:
-        scripts = render_rollout(pool, host)
+        # room for every host: the others' cordons would defer the drain otherwise (max_unavailable)
+        scripts = render_rollout(with_rollout(pool, max_unavailable="100%"), host)
         out = run_step(c, scripts.drain, home, timeout_s=300)
         assert out.returncode == 0, out.stderr
         conds = wait_for(lambda: (x := conditions(c, job)).get("Requeued", {}).get("status") == "True" and x, 60,
@@ -273,7 +279,9 @@ def rollout_steps(c: Cluster) -> tuple[dict[str, dict[str, Any]], dict[str, list
     """The plan's drain, roll and uncordon resources by URN, and each one's dependencies among them."""
     plan = json.loads((c.plan.dir / "resources.json").read_text())
     steps = {r["urn"]: r for r in plan["resources"] if r["name"].endswith(("-drain", "-roll", "-uncordon"))}
-    return steps, {u: [d for d in r["dependsOn"] if d in steps] for u, r in steps.items()}
+    def deps(r: dict[str, Any]) -> set[str]:       # the engine waits for both kinds
+        return {*r["dependsOn"], *(d for ds in (r.get("propertyDependencies") or {}).values() for d in ds)}
+    return steps, {u: [d for d in deps(r) if d in steps] for u, r in steps.items()}
 
 
 def run_graph(steps: dict[str, Any], deps: dict[str, list[str]], act: Callable[[str], bool]) -> dict[str, bool | None]:
@@ -315,14 +323,18 @@ def test_the_plans_rollout_never_has_more_of_a_pools_hosts_out_than_a_batch(clea
         return next(h for h in pool_of if urn.endswith(f"-{h}-drain") or urn.endswith(f"-{h}-roll")
                     or urn.endswith(f"-{h}-uncordon"))
 
+    said: dict[str, str] = {}
+
     def act(urn: str) -> bool:
         name, host = steps[urn]["name"], host_of(urn)
         if name.endswith("-roll"):
-            assert node(clean, host)["spec"].get("unschedulable") is True, f"{host} rolled while schedulable"
+            assert node(clean, host)["spec"].get("unschedulable") is True, \
+                f"{host} rolled while schedulable; its drain said: {said.get(host)}"
             time.sleep(0.5)
             return host not in failing.values()
         out = run_step(clean, (clean.plan.dir / "scripts" / "_local" / f"{name}.sh").read_text(), tmp_path)
         assert out.returncode == 0, out.stderr
+        said[host] = out.stdout
         return True
 
     most: dict[str, int] = {p: 0 for p in pools}
@@ -365,3 +377,120 @@ def test_the_plans_rollout_never_has_more_of_a_pools_hosts_out_than_a_batch(clea
                     assert drained is None, f"{h.hostname} of batch {i + 1} was drained after batch 2 failed"
     assert clean.wait_admitted(job).admitted      # Kueue keeps the job admitted; its pods run again
     clean.wait_running(job, timeout_s=90)
+
+
+def with_rollout(pool: NodePool, **rollout: Any) -> NodePool:
+    return pool.model_copy(update={"rollout": pool.rollout.model_copy(update=rollout)})
+
+
+def annotations(c: Cluster, host: str) -> dict[str, str]:
+    return node(c, host)["metadata"].get("annotations") or {}
+
+
+def run_report(c: Cluster, pool: NodePool, home: Path) -> subprocess.CompletedProcess[str]:
+    return run_step(c, render_rollout_report(pool), home)
+
+
+@pytest.mark.parametrize("how", ["quarantined", "cordoned", "driver-upgrade"])
+def test_a_host_already_out_counts_against_max_unavailable_and_the_drain_waits_for_the_next_apply(
+        clean: Cluster, tmp_path: Path, how: str):
+    """One of the pool's hosts out of service already (quarantined, cordoned by a person, in a GPU Operator
+    driver upgrade): with room for one, the rollout defers the next host (left in service, marked pending,
+    named by the pool's report) instead of taking a second out; the next apply, with room again, rolls it."""
+    pool = with_rollout(a_grant(clean).pool, max_unavailable=1)
+    if len(pool.hosts) < 2:
+        pytest.skip("one host: nothing else can be out")
+    out_host, host = pool.hosts[0].hostname, pool.hosts[1]
+    take_out = {"quarantined": ["taint", "node", out_host, f"{QUARANTINE_TAINT}=gpu-fault:NoExecute"],
+                "cordoned": ["cordon", out_host],
+                "driver-upgrade": ["label", "node", out_host, f"{UPGRADE_STATE_LABEL}=drain-required"]}[how]
+    clean.cp.kubectl(*take_out)
+    try:
+        scripts = render_rollout(pool, host)
+        out = run_step(clean, scripts.drain, tmp_path)
+        assert out.returncode == 0, out.stderr
+        assert f"{host.hostname}: {DEFERRED}: 1 of pool {pool.name}'s hosts are out of service already ({out_host}" \
+            in out.stdout and "max_unavailable allows 1" in out.stdout, out.stdout
+        assert drain_outcome(out.stdout) == "deferred"
+        n = node(clean, host.hostname)
+        assert not n["spec"].get("unschedulable") and rollout_taint(n) is None
+        assert annotations(clean, host.hostname)[PENDING_ANNOTATION].startswith("deferred: ")
+        assert CLAIM_ANNOTATION not in annotations(clean, host.hostname)
+        out = run_step(clean, scripts.uncordon, tmp_path)
+        assert out.returncode == 0 and "not taken out by a rollout: left as it is" in out.stdout, out.stderr
+        report = run_report(clean, pool, tmp_path)
+        assert report.returncode == 1 and f"{host.hostname}: deferred: " in report.stderr, report.stderr
+        assert "0 host(s) failed" in report.stderr and "1 deferred" in report.stderr
+        # the other host out itself takes no more room: it is rolled
+        out = run_step(clean, render_rollout(pool, pool.hosts[0]).drain, tmp_path)
+        if how == "driver-upgrade":     # ... unless the GPU Operator is at work on it
+            assert f"{DEFERRED}: in a GPU Operator driver upgrade (drain-required)" in out.stdout, out.stdout
+        else:
+            assert out.returncode == 0 and "drained: " in out.stdout, out.stderr
+            assert run_step(clean, render_rollout(pool, pool.hosts[0]).uncordon, tmp_path).returncode == 0
+    finally:
+        restore(clean, out_host)
+        clean.cp.kubectl("taint", "node", out_host, f"{QUARANTINE_TAINT}-", check=False)
+        clean.cp.kubectl("label", "node", out_host, f"{UPGRADE_STATE_LABEL}-")
+    try:
+        out = run_step(clean, scripts.drain, tmp_path)      # the next apply: room again
+        assert out.returncode == 0 and "drained: " in out.stdout, out.stdout + out.stderr
+        out = run_step(clean, scripts.uncordon, tmp_path)
+        assert out.returncode == 0 and "rollout done: back in service" in out.stdout, out.stderr
+        a = annotations(clean, host.hostname)
+        assert PENDING_ANNOTATION not in a and a[ROLLED_ANNOTATION] == "e2e-preparation"
+        assert run_report(clean, pool, tmp_path).returncode == 0
+        out = run_step(clean, scripts.drain, tmp_path)      # run again for the same preparation: nothing to do
+        assert out.returncode == 0 and "already rolled for this preparation: not drained" in out.stdout
+        assert not node(clean, host.hostname)["spec"].get("unschedulable")
+    finally:
+        restore(clean, host.hostname)
+
+
+def test_within_the_failure_budget_a_failed_host_stays_out_and_the_rollout_goes_on(busy):
+    """A drain a disruption budget blocks, and a roll that failed, with `failure_budget_hosts: 1`: the first
+    failure stays out (cordoned, tainted failed, pending) and its steps succeed, so the later batches go on;
+    the pool's report names it; a second failure is past the budget and stops the rollout."""
+    c, pool, host, job, home = busy
+    pool = with_rollout(pool, failure_budget_hosts=1)
+    with blocking_budget(c, job, "budgeted"):
+        drain = render_rollout(pool, host).drain.replace(f"--timeout={pool.rollout.drain_timeout_s}s", "--timeout=5s")
+        out = run_step(c, drain, home)
+        assert out.returncode == 0, out.stderr
+        assert f"{host.hostname}: {FAILED} (1 of the pool's failure budget of 1; the rollout goes on" in out.stdout
+        assert drain_outcome(out.stdout) == "failed"
+        n = node(c, host.hostname)
+        assert n["spec"].get("unschedulable") is True and rollout_taint(n) == "failed"
+        assert annotations(c, host.hostname)[PENDING_ANNOTATION].startswith("failed: the drain did not finish")
+        out = run_step(c, render_rollout(pool, host).uncordon, home)
+        assert out.returncode == 0 and "its rollout failed: it stays out of service" in out.stdout, out.stderr
+        assert node(c, host.hostname)["spec"].get("unschedulable") is True
+        report = run_report(c, pool, home)
+        assert report.returncode == 1 and f"{host.hostname}: failed: the drain did not finish" in report.stderr
+        assert "1 host(s) failed" in report.stderr
+    # the next apply: the budget lifted, drained; then the roll fails, judged by the uncordon
+    out = run_step(c, render_rollout(pool, host).drain.replace("--timeout=3600s", "--timeout=60s"), home)
+    assert out.returncode == 0 and rollout_taint(node(c, host.hostname)) == "in-progress", out.stderr
+    other = next((h for h in pool.hosts if h.hostname != host.hostname), None)
+    try:
+        if other is not None:       # a second failure in the pool is one past the budget
+            c.cp.kubectl("taint", "node", other.hostname, f"{ROLLOUT_TAINT}=failed:NoSchedule")
+        out = run_step(c, render_rollout(pool, host).uncordon, home, roll_failed="dcgmi diag -r 1 failed")
+        if other is not None:
+            assert out.returncode == 1, out.stdout
+            assert "the roll failed: dcgmi diag -r 1 failed (rollout.failure_budget_hosts allows 1 failed host(s)" \
+                in out.stderr and "2 have failed: the pool's later batches wait" in out.stderr, out.stderr
+        else:
+            assert out.returncode == 0 and FAILED in out.stdout, out.stderr
+        n = node(c, host.hostname)
+        assert n["spec"].get("unschedulable") is True and rollout_taint(n) == "failed"
+        assert annotations(c, host.hostname)[PENDING_ANNOTATION] == "failed: the roll failed: dcgmi diag -r 1 failed"
+    finally:
+        if other is not None:
+            c.cp.kubectl("taint", "node", other.hostname, f"{ROLLOUT_TAINT}-", check=False)
+    # and the apply after that rolls it: given back, nothing pending, the report clean
+    assert run_step(c, render_rollout(pool, host).drain, home).returncode == 0
+    out = run_step(c, render_rollout(pool, host).uncordon, home)
+    assert out.returncode == 0 and "back in service" in out.stdout, out.stderr
+    assert PENDING_ANNOTATION not in annotations(c, host.hostname)
+    assert run_report(c, pool, home).returncode == 0

@@ -133,9 +133,11 @@ def test_a_host_added_mid_pool_moves_later_hosts_to_later_batches_and_changes_no
     drain = next(u for u in old if u.endswith("::dev-h100-gpu-dev-02-drain"))
     assert old[drain]["dependsOn"] != new[drain]["dependsOn"]          # it now waits for gpu-dev-01a's batch
     touched = {d.urn.rsplit("::", 1)[-1] for d in diff_plans(before, after) if d.action not in ("create", "read")}
-    # components' intent, and the detectors' lists of fabric ports and NVSwitch hosts (read on every look: no
-    # pod restarts)
-    assert touched <= {"dev-h100", "dev-fabric", "dev", "dev-k8s-gpu-health-ports", "dev-k8s-gpu-nvml-hosts"}, touched
+    # components' intent, the detectors' lists of fabric ports and NVSwitch hosts (read on every look: no
+    # pod restarts) and the
+    # pool's rollout report (it waits for every host's uncordon)
+    assert touched <= {"dev-h100", "dev-fabric", "dev", "dev-k8s-gpu-health-ports", "dev-k8s-gpu-nvml-hosts",
+                       "dev-h100-rollout"}, touched
 
 
 def _before_the_move(plan: dict) -> dict:
@@ -179,3 +181,25 @@ def test_moved_urns_name_every_component_of_the_chain_by_todays_token():
     assert moved_urn(moved_urn(old)) == moved_urn(old)
     assert moved_urn("urn:pulumi:dev::p::gpucluster:k8s:Tenant::a::gpucluster:k8s:Tenant") == \
         "urn:pulumi:dev::p::gpucluster:index:Tenant::a::gpucluster:k8s:Tenant"    # a name may hold "::"
+
+
+def test_a_changed_quarantine_rule_is_a_new_rule_created_before_the_old_one_goes(record, dev_data):
+    """Its spec is immutable and its deletion lifts its taints: a change (here the taint's effect) renames it,
+    so the engine creates the new rule first; the diff flags a taint owner replaced delete-first."""
+    before = plan_of(record, dev_data)
+    dev_data["kubernetes"]["health"].setdefault("quarantine", {})["drain"] = \
+        not parse_spec(yaml.safe_dump(dev_data)).kubernetes.health.quarantine.drain
+    after = plan_of(record, dev_data)
+    diffs = diff_plans(before, after)
+    rule = next(d for d in diffs if d.urn.endswith("::dev-k8s-quarantine-rule"))
+    assert rule.action == "replace" and not rule.delete_first
+    names = [c for c in rule.changes if c.path == "inputs.metadata.name"]
+    assert len(names) == 1 and names[0].old != names[0].new
+    assert all(n.startswith("gpucluster-gpu-health-") for n in (names[0].old, names[0].new))
+    assert "!!" not in render_diff(diffs, unchanged=0)
+    for r in after["resources"]:        # as an earlier release registered it: delete-first
+        if r["urn"] == rule.urn:
+            r.setdefault("options", {})["deleteBeforeReplace"] = True
+    text = render_diff(diff_plans(before, after), unchanged=0)
+    assert "+- replace kubernetes:readiness.node.x-k8s.io/v1alpha1:NodeReadinessRule dev-k8s-quarantine-rule\n" \
+        "      !! deleted before its replacement is created: a NodeReadinessRule lifts its taints from every node" in text

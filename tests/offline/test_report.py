@@ -86,10 +86,12 @@ def test_plan_and_check_write_the_report_beside_the_plan(tmp_path):
 
 def test_the_report_shows_each_pools_rollout_batches_in_order():
     report = render_report(load_spec(ROOT / "stacks" / "prod.yaml"))
-    assert ("| h100 | 8 | 2 | 2 | 4 | 60 min | 4 h | installs driver 570.172.08 + Fabric Manager, DOCA-OFED 2.9.5 "
-            "from mirrors |") in report
+    # 4 batches of (a 60 min drain + the roll's bounds: kubelet 60 s, the InfiniBand ports 180 s, dcgmi 900 s,
+    # the driver stack install modelled at 1200 s = 39 min) = 6.6 h; one failed host may stay out
+    assert ("| h100 | 8 | 2 | 2 | 4 | 1 | 60 min | 39 min | 6.6 h | 4 host(s): 4 | installs driver 570.172.08 + "
+            "Fabric Manager, DOCA-OFED 2.9.5 from mirrors |") in report
     dev = render_report(load_spec(ROOT / "stacks" / "dev.yaml"))
-    assert "| h100 | 2 | 10% | 1 | 2 | 60 min | 2 h | - |" in dev
+    assert "| h100 | 2 | 10% | 1 | 2 | 0 | 60 min | 19 min | 2.63 h | 2 host(s): 2 | - |" in dev
     assert ("- h100: 1) gpu-prod-01 .. gpu-prod-02 (2); 2) gpu-prod-03 .. gpu-prod-04 (2); "
             "3) gpu-prod-05 .. gpu-prod-06 (2); 4) gpu-prod-07 .. gpu-prod-08 (2)") in report
 

@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
+from components.ssh import as_command
+
 from .doubles import ALL_REDUCE, DOUBLES, HEALTHY, STATE_DIR, state_env
 
 OVERLAID = ("/etc", "/usr/local", "/opt", "/var/lib", "/var/cache", "/srv", "/root")
@@ -267,6 +269,11 @@ class TestHosts:
              "-o", f"UserKnownHostsFile={known}", "-o", "StrictHostKeyChecking=yes", "-o", "ConnectTimeout=5",
              f"{user}@{host.address}", command], capture_output=True, text=True, timeout=timeout_s,
             input=stdin if stdin is not None else "")
+
+    def roll(self, host: TestHost, script: str, drained: str = "go") -> subprocess.CompletedProcess:
+        """The rollout's roll step as push() runs it: the drain's outcome (rollout.drain_outcome) on its
+        standard input. A failure is its stdout's `roll failed:` line (rollout.roll_failure), exit 0."""
+        return self.ssh(host, as_command(script, "root", stdin=True), stdin=drained, timeout_s=120)
 
     def stop(self) -> None:
         """Everything gone before the next module starts hosts under the same names: a process a killed script

@@ -45,7 +45,7 @@ def prepare(hosts, host, **change):
 
 
 def roll(hosts, host, **change):
-    return hosts.ssh(host, as_command(scripts(host.name, **change)[1].create, "root"))
+    return hosts.roll(host, scripts(host.name, **change)[1].create)
 
 
 def pages(host):

@@ -156,12 +156,15 @@ def _actions(before, after):
             if GpuKubernetesStack.TYPE not in d.urn.rsplit("::", 2)[-2].rsplit("$", 1)[-1]}
 
 
-def test_a_new_drain_or_mode_replaces_the_rule_deleting_it_first(record, dev_data):
-    """The rule's spec is immutable in its CRD; deleting the old rule lifts its taints (the controller's
-    finalizer), and the new one taints again what is still faulty."""
+def test_a_new_drain_or_mode_is_a_new_rule_created_before_the_old_one_goes(record, dev_data):
+    """The rule's spec is immutable in its CRD and deleting a rule lifts its taints (the controller's
+    finalizer): its name carries its spec's digest, so a change is a new object, which the engine creates
+    before it deletes the old one (no delete-first option)."""
     before = _stack_plan(record, dev_data)
     rule = next(r for r in before["resources"] if r["urn"].endswith("::dev-k8s-quarantine-rule"))
-    assert rule["options"] == {"deleteBeforeReplace": True, "replaceOnChanges": ["spec"]}
+    assert not rule["options"].get("deleteBeforeReplace") and not rule["options"].get("replaceOnChanges")
+    assert rule["inputs"]["metadata"]["name"].startswith("gpucluster-gpu-health-")
+    assert rule["inputs"]["metadata"]["labels"]["gpucluster.io/readiness-rule"] == "gpucluster-gpu-health"
     for settings, replaced in (({"mode": "enforce"}, {"dev-k8s-quarantine-rule", "dev-k8s-reset-rule"}),
                                ({"mode": "observe", "drain": False}, {"dev-k8s-quarantine-rule"})):
         dev_data["kubernetes"]["health"] = {"quarantine": settings}

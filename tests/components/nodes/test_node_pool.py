@@ -28,9 +28,9 @@ def test_each_hosts_resources_are_keyed_by_hostname(dev_spec, record):
     run = pool_run(record, dev_spec)
     pool = next(r for r in run.records if r.type == GpuNodePool.TYPE)
     children = sorted(short(r.urn) for r in run.records if r.parent == pool.urn)
-    assert children == sorted(f"dev-h100-{h}-{role}" for h in ("gpu-dev-01", "gpu-dev-02")
+    assert children == sorted([f"dev-h100-{h}-{role}" for h in ("gpu-dev-01", "gpu-dev-02")
                               for role in ("prepare", "burn-in", "node", "live", "drain", "roll", "uncordon",
-                                           "deregister", "leave", "retire"))
+                                           "deregister", "leave", "retire")] + ["dev-h100-rollout"])
     assert {r.kind for r in run.records if short(r.urn).endswith("-live")} == {"read"}
 
 
@@ -117,7 +117,8 @@ def test_adding_a_host_changes_nothing_for_the_others(dev_data, record):
     dev_data["sites"][0]["racks"][0]["pdu_capacity_kw"] = 60
     dev_data["node_pools"][0]["hosts"].append({"hostname": "gpu-dev-03", "address": "10.10.0.13", "rack": "r01"})
     after = plan(dev_data)
-    assert {u for u in before if before[u] != after.get(u)} == set()
+    # the pool's rollout report alone: it waits for every host's uncordon
+    assert {u.rsplit("::", 1)[1] for u in before if before[u] != after.get(u)} == {"dev-h100-rollout"}
     # prepare, burn-in, the node's patch and its live read, the rollout's drain, roll and uncordon, and what
     # retires it: deregister, leave, retire
     assert len(after) - len(before) == 10

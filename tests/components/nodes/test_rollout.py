@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pulumi
 import pytest
 
 from components.nodes import GpuNodePool, NodePoolArgs
 from components.nodes.host_prep import ROLLOUT_OWED
-from components.nodes.rollout import owed_restarts, render_rollout, rollout_batches
+from components.nodes.host_prep import ROLL_BOUNDS_S, render_pool_prep
+from components.nodes.rollout import (drain_outcome, owed_restarts, render_rollout, roll_failure, rollout_batches,
+                                      rollout_model)
+from components.spec import load_spec
 from components.spec.hardware import Rollout
 from tests.conftest import ssh_key
 
@@ -64,14 +69,18 @@ def test_each_batch_waits_for_the_last_to_be_given_back(record, dev_spec):
     def deps(name):       # the preparation is one too: its output says what is owed
         assert urn[f"{name.rsplit('-', 1)[0]}-prepare"] in r[name].dependencies or name.endswith("-roll")
         return set(r[name].dependencies) - {u for u in urn.values() if u.endswith("-prepare")}
-    assert deps("p-gpu-1-drain") == {urn["p-gpu-1-node"]}
-    assert deps("p-gpu-2-drain") == {urn["p-gpu-2-node"]}
+    # the live read too: a pending mark on the Node runs the drain again
+    assert deps("p-gpu-1-drain") == {urn["p-gpu-1-node"], urn["p-gpu-1-live"]}
+    assert deps("p-gpu-2-drain") == {urn["p-gpu-2-node"], urn["p-gpu-2-live"]}
     for h in ("gpu-3", "gpu-4"):
-        assert deps(f"p-{h}-drain") == {urn[f"p-{h}-node"], urn["p-gpu-1-uncordon"], urn["p-gpu-2-uncordon"]}
-    assert deps("p-gpu-5-drain") == {urn["p-gpu-5-node"], urn["p-gpu-3-uncordon"], urn["p-gpu-4-uncordon"]}
+        assert deps(f"p-{h}-drain") == {urn[f"p-{h}-node"], urn[f"p-{h}-live"], urn["p-gpu-1-uncordon"],
+                                        urn["p-gpu-2-uncordon"]}
+    assert deps("p-gpu-5-drain") == {urn["p-gpu-5-node"], urn["p-gpu-5-live"], urn["p-gpu-3-uncordon"],
+                                     urn["p-gpu-4-uncordon"]}
     for h in ("gpu-1", "gpu-5"):
         assert deps(f"p-{h}-roll") == {urn[f"p-{h}-drain"]}
         assert deps(f"p-{h}-uncordon") == {urn[f"p-{h}-roll"]}
+    assert set(r["p-rollout"].dependencies) == {urn[f"p-gpu-{i}-uncordon"] for i in range(1, 6)}
 
 
 def test_the_kubectl_steps_run_bash_with_the_kubeconfig_kept_secret(record, dev_spec):
@@ -88,15 +97,19 @@ def test_the_kubectl_steps_run_bash_with_the_kubeconfig_kept_secret(record, dev_
         assert "apiVersion" not in step.inputs["create"]
         env = step.inputs["environment"]
         assert env["GPUCLUSTER_CONTEXT"] == "prod-admin" and len(env["GPUCLUSTER_ROLL"]) == 64
-    known = lambda env: {k: v for k, v in env.items() if k != "GPUCLUSTER_OWED"}  # noqa: E731 (OWED: after apply)
+    known = lambda env: {k: v for k, v in env.items() if k in ("GPUCLUSTER_ROLL", "GPUCLUSTER_CONTEXT")}  # noqa: E731
     assert known(drain.inputs["environment"]) == known(uncordon.inputs["environment"])
+    assert "GPUCLUSTER_PENDING" in drain.inputs["environment"]
+    assert "GPUCLUSTER_ROLL_FAILED" in uncordon.inputs["environment"]
+    assert pulumi.runtime.rpc.is_rpc_secret(r["p-gpu-1-roll"].inputs["stdin"])     # the drain's outcome
     assert r["p-gpu-1-roll"].inputs["create"] == r["p-gpu-1-roll"].inputs["update"]
 
 
 def test_without_a_kubeconfig_kubectl_uses_its_own(record, dev_spec):
     r = by_name(run_pool(record, dev_spec, pool_of(dev_spec, {"r01": ["gpu-1"]})))
     assert "stdin" not in r["p-gpu-1-drain"].inputs
-    assert set(r["p-gpu-1-drain"].inputs["environment"]) == {"GPUCLUSTER_OWED", "GPUCLUSTER_ROLL"}
+    assert set(r["p-gpu-1-drain"].inputs["environment"]) == {"GPUCLUSTER_OWED", "GPUCLUSTER_ROLL",
+                                                              "GPUCLUSTER_PENDING"}
 
 
 def test_the_drain_honours_disruption_budgets_and_the_pools_timeout(dev_spec):
@@ -105,3 +118,41 @@ def test_the_drain_honours_disruption_budgets_and_the_pools_timeout(dev_spec):
     assert "drain \"$HOST\" --ignore-daemonsets --delete-emptydir-data --timeout=900s" in drain
     assert "drain_flags=(--skip-wait-for-delete-timeout=60)" in drain      # not for pods only a finalizer holds
     assert "--force" not in drain and "--disable-eviction" not in drain
+
+
+@pytest.mark.parametrize("rdma, host_driver, repos, burn_in, roll_s", [
+    (False, True, False, True, 60 + 900), (True, True, False, True, 60 + 180 + 900),
+    (True, False, False, True, 60 + 180), (True, True, True, False, 60 + 180 + 1200)])
+def test_the_rollouts_modelled_time_adds_the_drain_and_the_rolls_own_bounds(dev_spec, rdma, host_driver, repos,
+                                                                            burn_in, roll_s):
+    """What the report prints comes from the batches and the bounds the steps run under (ROLL_BOUNDS_S is
+    filled into the roll's script: its waits for kubelet and the ports, dcgmi's timeout)."""
+    pool = pool_of(dev_spec, {"r01": ["gpu-1", "gpu-2", "gpu-3"], "r02": ["gpu-4"]}, max_unavailable=2,
+                   drain_timeout_s=600)
+    # prod's pool installs its driver stack from the site's mirrors; dev's only checks the versions
+    software = load_spec(Path(__file__).parents[3] / "stacks" / "prod.yaml").node_pools[0].software if repos \
+        else pool.software
+    pool = pool.model_copy(update={"software": software,
+                                   "burn_in": pool.burn_in.model_copy(update={"enabled": burn_in})})
+    assert bool(pool.software.package_repositories) == repos
+    m = rollout_model(pool, rdma=rdma, host_driver=host_driver)
+    assert (m.batches, m.hosts_per_batch, m.drain_s, m.roll_s) == (2, 2, 600, roll_s)
+    assert m.at_most_s == 2 * (600 + roll_s)
+    assert (m.interruptions(1), m.interruptions(4)) == (1, 2)
+    roll = render_pool_prep(pool, rdma=True).roll
+    assert f"seq {ROLL_BOUNDS_S['kubelet']})" in roll and f"seq {ROLL_BOUNDS_S['ports']})" in roll
+
+
+@pytest.mark.parametrize("stdout, outcome", [
+    (None, "go"), ("gpu-1: drained: 1 pod(s) evicted\n", "go"), ("gpu-1: no restart is owed here: not drained\n", "go"),
+    ("gpu-1: rollout deferred: 1 of pool h100's hosts are out\n", "deferred"),
+    ("gpu-1: rollout failed (1 of the pool's failure budget of 1; ...): the drain did not finish\n", "failed")])
+def test_the_roll_hears_whether_its_drain_took_the_node_out(stdout, outcome):
+    assert drain_outcome(stdout) == outcome
+
+
+@pytest.mark.parametrize("stdout, why", [
+    (None, ""), ("gpu-1: 2 change(s)\n", ""), ("gpu-1: roll failed: dcgmi diag -r 1 failed after the restart\n",
+                                                "dcgmi diag -r 1 failed after the restart")])
+def test_the_uncordon_hears_the_rolls_own_failure(stdout, why):
+    assert roll_failure(stdout) == why

@@ -6,7 +6,8 @@ HOST=leaf-dev-01
 CHANGES=0
 note() { printf '%s: %s\n' "$HOST" "$*"; }
 changed() { CHANGES=$((CHANGES + 1)); note "changed: $*"; }
-fail() { printf '%s: error: %s\n' "$HOST" "$*" >&2; exit 1; }
+# shellcheck disable=SC2034  # LAST_ERROR is for an EXIT trap that reports the failure (the rollout's roll)
+fail() { LAST_ERROR="$*"; printf '%s: error: %s\n' "$HOST" "$*" >&2; exit 1; }
 need() { command -v "$1" >/dev/null 2>&1 || fail "$1 is missing ($2)"; }
 # same_file PATH CONTENT: the file exists and holds exactly CONTENT (what put_file would leave alone).
 same_file() { [[ -f "$1" ]] && printf '%s\n' "$2" | cmp -s - "$1"; }
