@@ -18,7 +18,7 @@ retires a host removed from the spec (retire.py): `<name>-<host>-deregister` and
 from __future__ import annotations
 
 import hashlib
-from typing import Any, ClassVar, Collection, Mapping, Sequence
+from typing import Any, ClassVar, Collection, Mapping, NamedTuple, Sequence
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -216,7 +216,10 @@ def compose(component: Any, name: str, args: NodePoolArgs, ssh_private_key: pulu
     pool_prep = render_pool_preparation(args)
     component.burn_in, component.prepared, component.subnet_managers = {}, {}, []
     rolls: dict[str, tuple[remote.Command, Script, pulumi.Resource, k8s.core.v1.Node]] = {}
-    kube = (kubeconfig, kube_context)
+    # kubectl acts only on the cluster the Kubernetes provider reaches: its kube-system namespace's uid, read
+    # through the provider on every apply, is what each kubectl step checks before it acts.
+    cluster = k8s.core.v1.Namespace.get(f"{name}-cluster", "kube-system", opts=pulumi.ResourceOptions(parent=component))
+    kube = Kube(kubeconfig, kube_context, cluster.metadata.apply(lambda m: (m.uid if m else None) or ""))
     retirements = {h.hostname: render_retirement(pool, h, args.system_namespaces) for h in pool.hosts}
     for host in sorted(pool.hosts, key=lambda h: h.hostname not in subnet_managers):
         key = f"{name}-{host.hostname}"
@@ -274,7 +277,11 @@ def compose(component: Any, name: str, args: NodePoolArgs, ssh_private_key: pulu
                                 "peak_power_w_per_host": pool.peak_power_w_per_host})
 
 
-Kube = tuple[pulumi.Input[str] | None, str | None]      # how kubectl reaches the cluster: kubeconfig, context
+class Kube(NamedTuple):
+    """How kubectl reaches the cluster, and which cluster it must be."""
+    kubeconfig: pulumi.Input[str] | None
+    context: str | None
+    cluster: pulumi.Input[str]          # the uid of its kube-system namespace, as the Kubernetes provider reads it
 
 
 def _roll(component: Any, kube: Kube, key: str, args: NodePoolArgs, host: Host, pool_prep: PoolPrep,
@@ -289,7 +296,7 @@ def _roll(component: Any, kube: Kube, key: str, args: NodePoolArgs, host: Host, 
     scripts = render_rollout(args.pool, host)
     pending = live.metadata.apply(lambda m: annotation(m, PENDING_ANNOTATION))
     drain = _kubectl(component, kube, f"{key}-drain", scripts.drain, None, [patch, *after],
-                     {**env, "GPUCLUSTER_PENDING": pending})
+                     {**env, "GPUCLUSTER_PENDING": pending}, previous_output=True)
     roll = push(f"{key}-roll", args.target(host), pool_prep.roll_for_host(host, prepared), ssh_private_key,
                 parent=component, converge=True, depends_on=[drain], stdin=drain.stdout.apply(drain_outcome))
     return _kubectl(component, kube, f"{key}-uncordon", scripts.uncordon, None, [roll],
@@ -297,12 +304,15 @@ def _roll(component: Any, kube: Kube, key: str, args: NodePoolArgs, host: Host, 
 
 
 def _kubectl(component: Any, kube: Kube, name: str, create: str | None, delete: str | None,
-             deps: Sequence[pulumi.Resource], env: Mapping[str, pulumi.Input[str]] | None = None) -> local.Command:
+             deps: Sequence[pulumi.Resource], env: Mapping[str, pulumi.Input[str]] | None = None, *,
+             previous_output: bool = False) -> local.Command:
     """A step run by bash where pulumi runs, with kubectl reaching the cluster as the pool was told. A
-    `create` runs again on every change (its `update`); a `delete` runs with the inputs it was stored with."""
-    kubeconfig, kube_context = kube
-    environment = {**(env or {}), **({"GPUCLUSTER_CONTEXT": kube_context} if kube_context else {})}
+    `create` runs again on every change (its `update`); a `delete` runs with the inputs it was stored with.
+    `previous_output`: an update gets its last run's output (PULUMI_COMMAND_STDOUT)."""
+    environment = {**(env or {}), "GPUCLUSTER_CLUSTER": kube.cluster,
+                   **({"GPUCLUSTER_CONTEXT": kube.context} if kube.context else {})}
     return local.Command(
         name, create=create, update=create, delete=delete, interpreter=["/bin/bash", "-c"],
-        environment=environment or None, stdin=None if kubeconfig is None else pulumi.Output.secret(kubeconfig),
-        add_previous_output_in_env=False, opts=pulumi.ResourceOptions(parent=component, depends_on=list(deps)))
+        environment=environment or None, stdin=None if kube.kubeconfig is None else pulumi.Output.secret(kube.kubeconfig),
+        add_previous_output_in_env=previous_output,
+        opts=pulumi.ResourceOptions(parent=component, depends_on=list(deps)))

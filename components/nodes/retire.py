@@ -122,8 +122,8 @@ class RetireScripts(NamedTuple):
 
 
 def render_retirement(pool: NodePool, host: Host, system_namespaces: Sequence[str]) -> RetireScripts:
-    """The host's retirement steps. The kubectl ones read GPUCLUSTER_CONTEXT (optional) and the kubeconfig on
-    standard input (optional), as the rollout's do. `system_namespaces`: pods there are node agents, not work."""
+    """The host's retirement steps. The kubectl ones read GPUCLUSTER_CLUSTER, GPUCLUSTER_CONTEXT (optional) and the
+    kubeconfig on standard input (optional), as the rollout's do. `system_namespaces`: pods there are node agents, not work."""
     names = {"ANNOTATION": ROLLOUT_ANNOTATION, "CORDONED_BEFORE": CORDONED_BEFORE_ANNOTATION,
              "TAINT": ROLLOUT_TAINT, "POOL": pool.name}
     guard = fill(_NODE_GUARD.replace("@POOL_LABEL@", POOL_LABEL.replace(".", "\\.")), POOL=pool.name)

@@ -117,7 +117,8 @@ def roll_failure(stdout: str | None) -> str:
 
 
 # kubectl as pulumi runs it: the kubeconfig on standard input (a secret: the content, or a path to it, as the
-# Kubernetes provider's `kubeconfig` takes it), else kubectl's own (KUBECONFIG or ~/.kube/config).
+# Kubernetes provider's `kubeconfig` takes it), else kubectl's own (KUBECONFIG or ~/.kube/config); then proof
+# that it reaches the stack's cluster before any step acts.
 KUBECTL = r"""
 need kubectl "the rollout drains and uncordons nodes with kubectl where pulumi runs; install it there"
 kubeconfig="$(cat)"
@@ -134,6 +135,13 @@ fi
 unset kubeconfig
 kc=(kubectl)
 if [[ -n "${GPUCLUSTER_CONTEXT:-}" ]]; then kc+=(--context "$GPUCLUSTER_CONTEXT"); fi
+# Only the stack's own cluster: the one whose kube-system namespace the Kubernetes provider read (its uid).
+[[ -n "${GPUCLUSTER_CLUSTER:-}" ]] || fail "this step was not told which cluster is the stack's (GPUCLUSTER_CLUSTER, the uid of its kube-system namespace as the Kubernetes provider reads it; a step an earlier release stored has none): nothing was changed. Run pulumi up once with the host still in the spec, then again"
+cluster="$("${kc[@]}" get namespace kube-system -o 'jsonpath={.metadata.uid}' 2>&1)" \
+  || fail "kubectl cannot reach the cluster to check it is the stack's: $(printf '%s\n' "$cluster" | sed -n 1,2p | tr '\n' ' ')"
+if [[ "$cluster" != "$GPUCLUSTER_CLUSTER" ]]; then
+  fail "kubectl reaches another cluster than the stack's Kubernetes provider (its kube-system namespace is $cluster, the stack's $GPUCLUSTER_CLUSTER; context $("${kc[@]}" config current-context 2>/dev/null || echo unknown)): nothing was changed. Give the node pool the kubeconfig and context the Kubernetes provider uses (kubernetes:kubeconfig, kubernetes:context; kubeconfig= and kube_context= where you import the components)"
+fi
 # node_field JSONPATH: a field of this host's Node ("" when absent, or when there is no such Node). Always
 # assigned (x="$(node_field ...)"), never tested inline: only an assignment stops the script when kubectl fails.
 node_field() {
@@ -223,11 +231,25 @@ if [[ -z "$owed_units" ]]; then
 fi
 roll="${GPUCLUSTER_ROLL:-}" value=in-progress failed=failed why="restart $owed_units"
 end_if_no_node "drain before we $why"
+# Run again for another reason than a new preparation (a new release of this script, a new input), a drain
+# must not take out a host its roll has paid already. A pending mark (deferred, failed) or the rollout's own
+# mark always goes on. A host rolled before its Node recorded the preparation (an earlier release), whose
+# drain ran before (pulumi-command gives it its last output), is taken as rolled: the roll checks on the host,
+# and what it finds still owed there marks the host pending, drained by the next apply.
 rolled="$(node_field @ROLLED_PATH@)"
-if [[ -n "$roll" && "$rolled" == "$roll" ]]; then
-  note "already rolled for this preparation: not drained"
-  finish
-  exit 0
+pending="$(node_field @PENDING_PATH@)"
+ours="$(node_field '{.metadata.annotations.gpucluster\.io/rollout-cordoned-before}')"
+if [[ -z "$pending" && -z "$ours" && -n "$roll" ]]; then
+  if [[ "$rolled" == "$roll" ]]; then
+    note "already rolled for this preparation: not drained"
+    finish
+    exit 0
+  elif [[ -z "$rolled" && -n "${PULUMI_COMMAND_STDOUT:-}" ]]; then
+    "${kc[@]}" annotate node "$HOST" --overwrite @ROLLED@="$roll" >/dev/null
+    note "rolled before its Node recorded it: not drained (the roll checks what the host still owes)"
+    finish
+    exit 0
+  fi
 fi
 # defer WHY: the host stays in service, marked pending, for the next apply.
 defer() {
@@ -296,6 +318,14 @@ changed "drained: $(printf '%s\n' "$drained" | sed -n 's/^evicting pod //p' | so
 _UNCORDON = r"""
 before="$(node_field '{.metadata.annotations.gpucluster\.io/rollout-cordoned-before}')"
 if [[ -z "$before" ]]; then
+  if [[ -n "${GPUCLUSTER_ROLL_FAILED:-}" ]]; then
+    # not drained (taken as rolled, or deferred) and the host still owes what stops work: the next apply drains it
+    why="$(printf '%s' "$GPUCLUSTER_ROLL_FAILED" | tr '\n' ' ' | cut -c1-400)"
+    "${kc[@]}" annotate node "$HOST" --overwrite @PENDING@="deferred: not drained, and the roll found: $why" >/dev/null
+    note @DEFERRED@": not drained, and the roll found: $why"
+    finish
+    exit 0
+  fi
   note "not taken out by a rollout: left as it is"
   finish
   exit 0
@@ -357,8 +387,8 @@ def render_rollout(pool: NodePool, host: Host) -> RolloutScripts:
     """The host's drain and uncordon scripts, run by bash where pulumi runs. They read GPUCLUSTER_OWED (the
     restarts owed, `owed_restarts`), GPUCLUSTER_ROLL (which preparation they roll), GPUCLUSTER_ROLL_FAILED (the
     uncordon: `roll_failure`), GPUCLUSTER_PENDING (the drain: the Node's pending mark as the apply read it, only
-    so that the step runs again), GPUCLUSTER_CONTEXT (optional) and the kubeconfig on standard input
-    (optional)."""
+    so that the step runs again), GPUCLUSTER_CLUSTER (the stack's cluster), GPUCLUSTER_CONTEXT (optional) and the
+    kubeconfig on standard input (optional)."""
     names = _names(pool)
     title = f"({pool.name}'s rollout, run by pulumi with kubectl)"
     pool_view = fill(_POOL, **{k: names[k] for k in ("POOL", "POOL_LABEL", "CLAIM_STALE_S", "OUT_TAINTS",
@@ -366,10 +396,11 @@ def render_rollout(pool: NodePool, host: Host) -> RolloutScripts:
                                                      "FAILURE_BUDGET", "FAILED")})
     drain = fill(_DRAIN + TAKE_OUT, TIMEOUT=pool.rollout.drain_timeout_s, STUCK_S=STUCK_DELETION_S,
                  ROOM=pool.rollout.batch_size(len(pool.hosts)), DEFERRED=DEFERRED,
-                 ROLLED_PATH=jsonpath_annotation(ROLLED_ANNOTATION),
-                 **{k: names[k] for k in ("ANNOTATION", "CORDONED_BEFORE", "TAINT", "CLAIM", "PENDING", "POOL")})
-    uncordon = fill(_UNCORDON, **{k: names[k] for k in ("ANNOTATION", "CORDONED_BEFORE", "TAINT", "CLAIM",
-                                                         "PENDING", "ROLLED")})
+                 ROLLED_PATH=jsonpath_annotation(ROLLED_ANNOTATION), PENDING_PATH=jsonpath_annotation(PENDING_ANNOTATION),
+                 **{k: names[k] for k in ("ANNOTATION", "CORDONED_BEFORE", "TAINT", "CLAIM", "PENDING", "POOL",
+                                          "ROLLED")})
+    uncordon = fill(_UNCORDON, DEFERRED=DEFERRED, **{k: names[k] for k in (
+        "ANNOTATION", "CORDONED_BEFORE", "TAINT", "CLAIM", "PENDING", "ROLLED")})
     return RolloutScripts(script(f"Drain {host.hostname} {title}", host.hostname, KUBECTL + pool_view + drain),
                           script(f"Give {host.hostname} back to work {title}", host.hostname,
                                  KUBECTL + pool_view + uncordon))

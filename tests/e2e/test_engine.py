@@ -105,6 +105,7 @@ def team(engine: Pulumi) -> Path:
     engine(program, "stack", "init", "dev")
     engine(program, "config", "set", "platformStack", "organization/platform/dev")
     engine(program, "config", "set", "--secret", "sshPrivateKey", input=KEY)
+    engine(program, "config", "set", "--secret", "kubeconfig", "~/.kube/gpucluster-dev")
     return program
 
 
@@ -181,6 +182,7 @@ def test_the_engine_builds_the_dev_environment_from_the_yaml_example(engine):
     program = engine.program(Path("examples") / "pulumi-yaml", Path("stacks") / "dev.yaml")
     engine(program, "stack", "init", "dev")
     engine(program, "config", "set", "--secret", "sshPrivateKey", input=KEY)
+    engine(program, "config", "set", "--secret", "kubeconfig", "~/.kube/gpucluster-dev")
     engine(program, "up", "--yes")
     spec = load_spec(ROOT / "stacks" / "dev.yaml")
     project = "gpucluster-yaml"

@@ -16,6 +16,7 @@ from typing import Any, Callable, Iterator
 import pytest
 
 from components.k8s.labels import QUARANTINE_TAINT
+from components.nodes.retire import render_retirement
 from components.nodes.rollout import (CLAIM_ANNOTATION, CORDONED_BEFORE_ANNOTATION, DEFERRED, FAILED,
                                       PENDING_ANNOTATION, ROLLED_ANNOTATION, ROLLOUT_ANNOTATION, ROLLOUT_TAINT,
                                       UPGRADE_STATE_LABEL, drain_outcome, render_rollout, render_rollout_report,
@@ -30,13 +31,22 @@ from .scenarios import Grant, grants
 pytestmark = pytest.mark.e2e
 
 
+def cluster_uid(c: Cluster) -> str:
+    """The stack's cluster, as the Kubernetes provider's read of kube-system gives it to every kubectl step."""
+    return c.cp.get("namespace", "kube-system")["metadata"]["uid"]
+
+
 def run_step(c: Cluster, script: str, home: Path, *, owed: str = "kubelet", kubeconfig: str | None = None,
-             timeout_s: float = 180, roll_failed: str = "") -> subprocess.CompletedProcess[str]:
+             timeout_s: float = 180, roll_failed: str = "", cluster: str | None = None,
+             previous: str | None = None) -> subprocess.CompletedProcess[str]:
     """As pulumi-command runs a local command: bash -c, the component's environment, the kubeconfig (content
     or path) on standard input. Omitted `kubeconfig`: the control plane's, as content. `roll_failed`: what
-    the uncordon hears of the roll (rollout.roll_failure)."""
+    the uncordon hears of the roll (rollout.roll_failure). `cluster`: the stack's cluster (omitted: this control
+    plane's). `previous`: the step's last output, as pulumi-command gives it to an update (omitted: none)."""
     env = {"PATH": f"{c.cp.bin}:/usr/bin:/bin", "HOME": str(home), "GPUCLUSTER_OWED": owed,
-           "GPUCLUSTER_ROLL": "e2e-preparation", "GPUCLUSTER_ROLL_FAILED": roll_failed}
+           "GPUCLUSTER_ROLL": "e2e-preparation", "GPUCLUSTER_ROLL_FAILED": roll_failed,
+           "GPUCLUSTER_CLUSTER": cluster_uid(c) if cluster is None else cluster,
+           **({"PULUMI_COMMAND_STDOUT": previous} if previous is not None else {})}
     stdin = c.cp.kubeconfig.read_text() if kubeconfig is None else kubeconfig
     return subprocess.run(["/bin/bash", "-c", script], env=env, input=stdin, capture_output=True, text=True,
                           timeout=timeout_s)
@@ -242,7 +252,8 @@ def test_a_host_that_is_not_a_node_is_not_drained_and_an_unreachable_cluster_is_
         next(line.split()[-1] for line in clean.cp.kubeconfig.read_text().splitlines() if "server:" in line),
         "https://127.0.0.1:9")
     out = run_step(clean, render_rollout(pool, pool.hosts[0]).drain, tmp_path, kubeconfig=unreachable, timeout_s=90)
-    assert out.returncode == 1 and f"{pool.hosts[0].hostname}: error: kubectl cannot read node" in out.stderr
+    assert out.returncode == 1, out.stdout
+    assert f"{pool.hosts[0].hostname}: error: kubectl cannot reach the cluster to check it is the stack's" in out.stderr
     assert "apiVersion" not in out.stdout + out.stderr          # the kubeconfig is never printed
 
 
@@ -494,3 +505,53 @@ def test_within_the_failure_budget_a_failed_host_stays_out_and_the_rollout_goes_
     assert out.returncode == 0 and "back in service" in out.stdout, out.stderr
     assert PENDING_ANNOTATION not in annotations(c, host.hostname)
     assert run_report(c, pool, home).returncode == 0
+
+
+@pytest.mark.parametrize("step", ["drain", "uncordon", "retire", "deregister", "report"])
+def test_a_kubectl_step_pointed_at_another_cluster_changes_nothing_and_says_so(clean: Cluster, tmp_path: Path,
+                                                                            step: str):
+    """The kubeconfig kubectl was given reaches a cluster whose kube-system is not the one the Kubernetes
+    provider read (another cluster, the ambient context): every step refuses before it acts; a step stored
+    without the stack's cluster (an earlier release) refuses too."""
+    pool = a_grant(clean).pool
+    host = pool.hosts[0]
+    retire = render_retirement(pool, host, sorted(clean.spec.agent_namespaces))
+    script = {"drain": render_rollout(pool, host).drain, "uncordon": render_rollout(pool, host).uncordon,
+              "retire": retire.retire, "deregister": retire.deregister, "report": render_rollout_report(pool)}[step]
+    before = node(clean, host.hostname)
+    other = "0c5e4d7a-0000-4000-8000-000000000000"
+    out = run_step(clean, script, tmp_path, cluster=other)
+    assert out.returncode == 1, out.stdout
+    assert f"kubectl reaches another cluster than the stack's Kubernetes provider (its kube-system namespace is " \
+           f"{cluster_uid(clean)}, the stack's {other}" in out.stderr and "nothing was changed" in out.stderr
+    out = run_step(clean, script, tmp_path, cluster="")
+    assert out.returncode == 1 and "this step was not told which cluster is the stack's" in out.stderr
+    after = node(clean, host.hostname)
+    assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+
+
+def test_a_drain_run_again_for_another_reason_than_a_new_preparation_drains_nothing(busy):
+    """A new release changes the drain's script (or an input), so every host's drain runs again with the owed
+    restarts its preparation once printed. Rolled for this preparation (the Node says so), or rolled before the
+    Node recorded it (the step ran before: pulumi-command gives it its last output), it drains nothing; what
+    the host still owes comes back from the roll, marks the host pending, and the next apply drains it."""
+    c, pool, host, job, home = busy
+    scripts = render_rollout(pool, host)
+    out = run_step(c, scripts.drain, home, previous="gpu-dev-01: drained: 1 pod(s) evicted\n")
+    assert out.returncode == 0, out.stderr
+    assert "rolled before its Node recorded it: not drained" in out.stdout, out.stdout
+    assert not node(c, host.hostname)["spec"].get("unschedulable")
+    assert annotations(c, host.hostname)[ROLLED_ANNOTATION] == "e2e-preparation"
+    out = run_step(c, scripts.drain, home)          # the same preparation, the Node records it now
+    assert out.returncode == 0 and "already rolled for this preparation: not drained" in out.stdout, out.stdout
+    assert drain_outcome(out.stdout) == "go"
+    # the roll (told "go") found the kubelet restart still owed, with the tenant's pod running
+    out = run_step(c, scripts.uncordon, home, roll_failed="1 tenant pod(s) still run here after the drain")
+    assert out.returncode == 0, out.stderr
+    assert f"{DEFERRED}: not drained, and the roll found: 1 tenant pod(s) still run here" in out.stdout
+    assert annotations(c, host.hostname)[PENDING_ANNOTATION].startswith("deferred: not drained")
+    out = run_step(c, scripts.drain, home, previous="anything")     # the next apply: pending, so drained
+    assert out.returncode == 0 and "drained: " in out.stdout, out.stdout + out.stderr
+    out = run_step(c, scripts.uncordon, home)
+    assert out.returncode == 0 and "back in service" in out.stdout, out.stderr
+    assert PENDING_ANNOTATION not in annotations(c, host.hostname)

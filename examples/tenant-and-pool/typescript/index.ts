@@ -10,7 +10,7 @@ const l40s = new gpucluster.GpuNodePool("dev-l40s", {
     specFile: "../expansion.yaml",
     pool: "l40s",
     sshPrivateKey: config.requireSecret("sshPrivateKey"),
-    kubeconfig: config.getSecret("kubeconfig"), // for kubectl's drains in a rollout; omitted: its own config
+    kubeconfig: config.getSecret("kubeconfig"), // kubectl's (drains, retirements): the Kubernetes provider's cluster
 });
 
 // A tenant on the platform's pools, checked against what the platform guarantees already.

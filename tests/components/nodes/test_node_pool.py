@@ -30,7 +30,7 @@ def test_each_hosts_resources_are_keyed_by_hostname(dev_spec, record):
     children = sorted(short(r.urn) for r in run.records if r.parent == pool.urn)
     assert children == sorted([f"dev-h100-{h}-{role}" for h in ("gpu-dev-01", "gpu-dev-02")
                               for role in ("prepare", "burn-in", "node", "live", "drain", "roll", "uncordon",
-                                           "deregister", "leave", "retire")] + ["dev-h100-rollout"])
+                                           "deregister", "leave", "retire")] + ["dev-h100-rollout", "dev-h100-cluster"])
     assert {r.kind for r in run.records if short(r.urn).endswith("-live")} == {"read"}
 
 

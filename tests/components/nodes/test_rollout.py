@@ -68,7 +68,8 @@ def test_each_batch_waits_for_the_last_to_be_given_back(record, dev_spec):
 
     def deps(name):       # the preparation is one too: its output says what is owed
         assert urn[f"{name.rsplit('-', 1)[0]}-prepare"] in r[name].dependencies or name.endswith("-roll")
-        return set(r[name].dependencies) - {u for u in urn.values() if u.endswith("-prepare")}
+        # and the cluster's identity, read once for the pool (every kubectl step checks it)
+        return set(r[name].dependencies) - {u for u in urn.values() if u.endswith(("-prepare", "p-cluster"))}
     # the live read too: a pending mark on the Node runs the drain again
     assert deps("p-gpu-1-drain") == {urn["p-gpu-1-node"], urn["p-gpu-1-live"]}
     assert deps("p-gpu-2-drain") == {urn["p-gpu-2-node"], urn["p-gpu-2-live"]}
@@ -80,7 +81,7 @@ def test_each_batch_waits_for_the_last_to_be_given_back(record, dev_spec):
     for h in ("gpu-1", "gpu-5"):
         assert deps(f"p-{h}-roll") == {urn[f"p-{h}-drain"]}
         assert deps(f"p-{h}-uncordon") == {urn[f"p-{h}-roll"]}
-    assert set(r["p-rollout"].dependencies) == {urn[f"p-gpu-{i}-uncordon"] for i in range(1, 6)}
+    assert set(r["p-rollout"].dependencies) == {urn[f"p-gpu-{i}-uncordon"] for i in range(1, 6)} | {urn["p-cluster"]}
 
 
 def test_the_kubectl_steps_run_bash_with_the_kubeconfig_kept_secret(record, dev_spec):
@@ -109,7 +110,7 @@ def test_without_a_kubeconfig_kubectl_uses_its_own(record, dev_spec):
     r = by_name(run_pool(record, dev_spec, pool_of(dev_spec, {"r01": ["gpu-1"]})))
     assert "stdin" not in r["p-gpu-1-drain"].inputs
     assert set(r["p-gpu-1-drain"].inputs["environment"]) == {"GPUCLUSTER_OWED", "GPUCLUSTER_ROLL",
-                                                              "GPUCLUSTER_PENDING"}
+                                                              "GPUCLUSTER_PENDING", "GPUCLUSTER_CLUSTER"}
 
 
 def test_the_drain_honours_disruption_budgets_and_the_pools_timeout(dev_spec):
