@@ -166,7 +166,7 @@ def test_the_rollouts_step_owing_hugepages_and_an_mtu_killed_anywhere_converges(
         assert not host.exists(MAINTENANCE), f"step {k}: the monitors are still fenced"
 
     try:
-        cut_everywhere(lambda text: test_hosts.ssh(host, as_command(text, "root")),
+        cut_everywhere(lambda text: test_hosts.roll(host, text),
                        scripts(host.name, **new)[1].create, owed, converged)
     finally:
         host.set_hardware()

@@ -92,7 +92,7 @@ def test_the_rollouts_step_killed_anywhere_converges_on_the_next_run(test_hosts)
         host.set_hardware(PODS=DRAINED)
 
     try:
-        cut_everywhere(lambda text: run(test_hosts, host, text), roll_script(host.name, **B).create, owed,
+        cut_everywhere(lambda text: test_hosts.roll(host, text), roll_script(host.name, **B).create, owed,
                        lambda k: (prepared_as_on_disk(host, k, power_cap=True), no_action_owed(host, k)))
     finally:
         host.set_hardware()
