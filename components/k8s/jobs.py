@@ -31,6 +31,9 @@ EXAMPLE_MPI_IMAGE = "docker.io/mpioperator/mpi-pi:openmpi"
 MPI_HOME = "/home/mpiuser"
 MPI_SSH_PORT = 2222
 
+# The pod condition Kueue's node failure controller sets on a pod it fails (kueue pkg/controller/tas).
+KUEUE_TERMINATED = "TerminatedByKueue"
+
 
 def per_gpu(pool: NodePool) -> tuple[int, int]:
     """CPU cores and GiB of memory that come with one GPU (or slice) of the pool, rounded down, from what the
@@ -100,8 +103,11 @@ def render_job(spec: ClusterSpec, tenant: Tenant, pool: NodePool, *, name: str, 
             # replacement 10 s doubling per failure, ignored ones included, counted per index here but over
             # the whole job with a job-wide backoffLimit (a rollout's evictions of 8 pods: 10 min).
             "backoffLimitPerIndex": 0, "maxFailedIndexes": 0,
-            "podFailurePolicy": {"rules": [{"action": "Ignore",
-                                            "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}]},
+            # Kueue's own (TAS): a replacement pod pinned to a node that cannot take it (drained, tainted) is
+            # failed with TerminatedByKueue (reason UnschedulableOnAssignedNode) for the Job controller to create
+            # again elsewhere; counted as a failure, it would fail the whole job (maxFailedIndexes 0).
+            "podFailurePolicy": {"rules": [{"action": "Ignore", "onPodConditions": [
+                {"type": "DisruptionTarget", "status": "True"}, {"type": KUEUE_TERMINATED, "status": "True"}]}]},
             "template": {
                 "metadata": template_meta,
                 "spec": {

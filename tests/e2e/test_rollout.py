@@ -555,3 +555,78 @@ def test_a_drain_run_again_for_another_reason_than_a_new_preparation_drains_noth
     out = run_step(c, scripts.uncordon, home)
     assert out.returncode == 0 and "back in service" in out.stdout, out.stderr
     assert PENDING_ANNOTATION not in annotations(c, host.hostname)
+
+
+def test_a_multi_pod_job_its_budget_protects_survives_a_rollout_of_its_pool(clean: Cluster, tmp_path: Path):
+    """A tenant's job with a pod per host (each asks for more than half a host's GPUs), a PodDisruptionBudget
+    allowing one pod out. The
+    rollout drains a host: the evicted pod's replacement is pinned by Kueue's topology assignment to the
+    drained host, cannot run, and Kueue fails it (TerminatedByKueue, UnschedulableOnAssignedNode); the
+    template's failure policy ignores that as it ignores an eviction, so the job is not failed: Kueue finds no
+    other node, requeues the workload, and admits it again once the host is given back."""
+    g = a_grant(clean)
+    pool = with_rollout(g.pool, max_unavailable="100%")
+    per_pod = pool.gpu.count // 2 + 1
+    pods = min(len(pool.hosts), g.nominal // per_pod)
+    if pods < 2:
+        pytest.skip("the tenant's guarantee does not cover two pods of more than half a host each")
+    job = clean.submit(clean.job(g.tenant, pool, "survivor", pods=pods, gpus_per_pod=per_pod))
+    clean.wait_admitted(job)
+    running = clean.wait_running(job, timeout_s=120)
+    host = next(h for h in pool.hosts if h.hostname == running[0]["spec"]["nodeName"])
+    ns, name = job["metadata"]["namespace"], job["metadata"]["name"]
+    pdb = {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": name, "namespace": ns},
+           # minAvailable: a Job has no scale, so the disruption controller cannot count maxUnavailable
+           "spec": {"minAvailable": pods - 1, "selector": {"matchLabels": {"batch.kubernetes.io/job-name": name}}}}
+    clean.cp.apply_objects([pdb])
+    try:
+        wait_for(lambda: clean.cp.get("pdb", name, namespace=ns).get("status", {}).get("expectedPods") == pods, 30,
+                 lambda: "the budget does not count the job's pods")
+        scripts = render_rollout(pool, host)
+        out = run_step(clean, scripts.drain, tmp_path, timeout_s=300)
+        assert out.returncode == 0, out.stderr
+
+        def terminated_by_kueue() -> bool:
+            return any(c.get("type") == "TerminatedByKueue" for p in clean.pods(job)
+                       for c in p.get("status", {}).get("conditions") or [])
+        settled = wait_for(lambda: (conditions(clean, job).get("Requeued", {}).get("status") == "True"
+                                    or terminated_by_kueue()) and conditions(clean, job), 120,
+                           lambda: f"neither requeued nor replaced: {conditions(clean, job)}")
+        assert settled
+        time.sleep(5)       # what the Job controller makes of the failed replacement
+        status = clean.cp.get("job", name, namespace=ns)["status"]
+        assert not [c for c in status.get("conditions") or [] if c["type"] == "Failed" and c["status"] == "True"], \
+            status
+        out = run_step(clean, scripts.uncordon, tmp_path)
+        assert out.returncode == 0, out.stderr
+        clean.wait_admitted(job, timeout_s=120)
+        assert len(clean.wait_running(job, timeout_s=120)) == pods
+        status = clean.cp.get("job", name, namespace=ns)["status"]
+        assert not status.get("failedIndexes") and not [
+            c for c in status.get("conditions") or [] if c["type"] == "Failed" and c["status"] == "True"], status
+    finally:
+        clean.cp.kubectl("delete", "pdb", name, "-n", ns, "--ignore-not-found")
+        restore(clean, host.hostname)
+
+
+def test_a_pod_kueue_fails_for_its_assigned_node_is_not_the_jobs_failure(busy):
+    """What Kueue's node failure controller does to a replacement pod pinned to a node that cannot take it
+    (TAS, the node drained or tainted): the pod Failed with the condition TerminatedByKueue
+    (UnschedulableOnAssignedNode), for the Job controller to create it again elsewhere. Done here as Kueue does
+    it (a status patch), the real Job controller judges it by the template's failure policy: not a failed
+    index, the job goes on with a new pod."""
+    c, pool, host, job, home = busy
+    ns, name = job["metadata"]["namespace"], job["metadata"]["name"]
+    (pod,) = [p for p in c.pods(job) if p["status"].get("phase") == "Running"]
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    c.cp.kubectl("patch", "pod", pod["metadata"]["name"], "-n", ns, "--subresource=status", "--type=merge", "-p",
+                 json.dumps({"status": {"phase": "Failed", "conditions": [
+                     {"type": "TerminatedByKueue", "status": "True", "reason": "UnschedulableOnAssignedNode",
+                      "message": "Pod terminated by Kueue NodeFailureController due to node taint",
+                      "lastTransitionTime": now}]}}))
+    replaced = wait_for(lambda: [p for p in c.pods(job) if p["metadata"]["uid"] != pod["metadata"]["uid"]], 90,
+                        lambda: f"no replacement pod: {c.cp.get('job', name, namespace=ns)['status']}")
+    assert replaced
+    status = c.cp.get("job", name, namespace=ns)["status"]
+    assert not status.get("failedIndexes") and not [
+        x for x in status.get("conditions") or [] if x["type"] in ("Failed", "FailureTarget")], status

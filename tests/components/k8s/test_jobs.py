@@ -45,12 +45,14 @@ def test_an_evicted_pod_comes_back_after_its_own_back_off_and_any_other_failure_
     """A drain's eviction (DisruptionTarget) is ignored; the Job controller's back-off (10 s doubling per failure,
     ignored ones included: kubernetes pkg/controller/job/backoff_utils.go) counts per index, so a rollout that
     evicts every pod of an 8-pod job delays each by 10 s, not the whole job by 2^7 x 10 s (capped at 10 min).
-    No index may fail: a real failure still ends the job at once, as backoffLimit 0 did."""
+    No index may fail: a real failure still ends the job at once, as backoffLimit 0 did. A pod Kueue fails for
+    its assigned node (TerminatedByKueue, tests/e2e/test_rollout.py) is ignored like an eviction."""
     spec = render_job(dev_spec, dev_spec.tenants[0], dev_spec.pools["h100"], name="t", pods=8)["spec"]
     assert spec["completionMode"] == "Indexed"
     assert (spec["backoffLimitPerIndex"], spec["maxFailedIndexes"]) == (0, 0) and "backoffLimit" not in spec
     assert spec["podFailurePolicy"]["rules"] == [
-        {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}]
+        {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"},
+                                                 {"type": "TerminatedByKueue", "status": "True"}]}]
 
 
 def test_shm_is_memory_backed_and_sized_from_the_pod_memory(dev_spec):
