@@ -277,11 +277,12 @@ class Rollout(SpecModel):
                            "rounded up to at least one host. Omitted: 10%. Also the GPU Operator's "
                            "driver upgrade policy where it manages the driver (the smallest over its pools).")
     drain_timeout_s: int = Field(
-        3600, ge=1, le=86400,
+        3600, ge=1, le=604800,
         description="How long evicting a host's pods (PodDisruptionBudgets honoured) may take; past it the rollout "
                     "stops and the host stays cordoned and tainted gpucluster.io/rollout=failed. At least "
-                    f"{MIN_DRAIN_S} s: one eviction's grace period and the wait for a pod a finalizer keeps. "
-                    "Omitted: one hour.")
+                    f"{MIN_DRAIN_S} s: one eviction's grace period and the wait for a pod a finalizer keeps; on "
+                    "a Slurm pool, the partition's longest job (kubernetes.slurm.partition_max_time_h) more, as "
+                    "Slinky keeps a busy slurmd until its jobs end. At most 7 days. Omitted: one hour.")
     failure_budget_hosts: int = Field(
         0, ge=0, le=10000,
         description="How many of the pool's hosts may fail their drain or roll while the rollout goes on: each "

@@ -9,8 +9,11 @@ from pydantic import Field
 from .common import (ChartRepo, Dn, DnsLabel, GroupPrefix, HostOrIp, ImageRef, LdapUri, Problem, SpecModel,
                      duplicates, shown)
 
+from .hardware import MIN_DRAIN_S
+
 if TYPE_CHECKING:
     from .cluster import ClusterSpec
+    from .hardware import NodePool
 
 SLINKY_NAMESPACE = "slinky"          # the operator's and its webhook's, as Slinky's install guide names it
 SLINKY_VERSION = r"^[0-9]+\.[0-9]+\.[0-9]+$"
@@ -201,6 +204,28 @@ def _login_problems(spec: ClusterSpec) -> Iterator[Problem]:
                                "rename the group in the directory or leave it out of the tenant")
 
 
+def _drain_covers_jobs(spec: ClusterSpec, pool: NodePool) -> Iterator[Problem]:
+    """A rollout's drain of a Slurm host waits for its jobs: Slinky's PodDisruptionBudget (maxUnavailable 0 over
+    the slurmd pods it labels busy) refuses the eviction while one runs, and the cordon drains the Slurm node,
+    so no new job starts. The drain's bound must cover the longest job the partition allows, or a rollout
+    fails on every busy host and leaves it out of service."""
+    max_time_h = spec.kubernetes.slurm.partition_max_time_h
+    p = spec.node_pools.index(pool)
+    if max_time_h is None:
+        yield Problem(("kubernetes", "slurm", "partition_max_time_h"),
+                      f"unset (UNLIMITED), but the rollout of Slurm pool {pool.name} drains a host only once its "
+                      "jobs end (Slinky's disruption budget holds a busy slurmd), so it needs a bound: set the "
+                      f"longest a job may run, and node_pools[{pool.name}].rollout.drain_timeout_s at least that "
+                      f"plus {MIN_DRAIN_S} s")
+    elif pool.rollout.drain_timeout_s < max_time_h * 3600 + MIN_DRAIN_S:
+        yield Problem(("node_pools", p, "rollout", "drain_timeout_s"),
+                      f"{pool.rollout.drain_timeout_s} s cannot cover a Slurm job of the partition's "
+                      f"{max_time_h} h (kubernetes.slurm.partition_max_time_h): the drain waits for it (Slinky's "
+                      "disruption budget holds a busy slurmd), and fails where it runs longer; give at least "
+                      f"{max_time_h * 3600 + MIN_DRAIN_S} ({max_time_h} h and {MIN_DRAIN_S} s for the eviction) "
+                      "or lower partition_max_time_h")
+
+
 def slurm_problems(spec: ClusterSpec) -> Iterator[Problem]:
     """The pools Slurm takes exist, are whole GPUs, and no tenant has a Kueue quota on one."""
     s = spec.kubernetes.slurm
@@ -228,6 +253,8 @@ def slurm_problems(spec: ClusterSpec) -> Iterator[Problem]:
                           f"node pool {name} is dedicated to tenant {pool.dedicated_to} through Kueue "
                           "(dedicated_to), which does not schedule a Slurm pool; remove dedicated_to or the pool "
                           "from slurm.pools")
+        else:
+            yield from _drain_covers_jobs(spec, pool)
     seen: dict[str, str] = {}
     for p, pool in enumerate(spec.node_pools):
         for h, host in enumerate(pool.hosts if pool.name in s.pools else ()):

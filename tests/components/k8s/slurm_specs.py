@@ -25,7 +25,9 @@ def with_slurm_pool(data: dict[str, Any], hosts: int = 2, two_leaves: bool = Tru
                          "address": "10.10.0.3"})
         switches.append({"name": "spine-dev-01", "role": "spine", "vendor": "cumulus", "address": "10.10.0.4",
                          "ports": 32, "port_speed_gbps": 400, "rack": "r02", "power_w": 1500})
-    data["kubernetes"]["slurm"] = {"pools": [SLURM_POOL]}
+    # a rollout's drain waits for the partition's longest job (Slinky's disruption budget)
+    pool["rollout"] = {**pool.get("rollout", {}), "drain_timeout_s": 12 * 3600 + 300}
+    data["kubernetes"]["slurm"] = {"pools": [SLURM_POOL], "partition_max_time_h": 12}
     # team-a's Slurm account: a share of 4 GPUs, at most 8; team-b's: 2, no limit
     data["tenants"][0]["gpu_quota"][SLURM_POOL] = {"nominal": 4, "borrowing_limit": 4}
     data["tenants"][1]["gpu_quota"][SLURM_POOL] = 2
@@ -40,6 +42,7 @@ def with_h200_pool(data: dict[str, Any]) -> None:
     limit) and none of the H100 pools."""
     pool = copy.deepcopy(data["node_pools"][0])
     pool.update(name=H200_POOL, gpu={"model": "H200-SXM5-141GB", "count": 8},
+                rollout={**pool.get("rollout", {}), "drain_timeout_s": 12 * 3600 + 300},
                 hosts=[{"hostname": "gpu-h200-01.lab1.example", "address": "10.10.0.30", "rack": "r02"}])
     data["node_pools"].append(pool)
     data["kubernetes"]["slurm"]["pools"].append(H200_POOL)

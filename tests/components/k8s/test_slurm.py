@@ -78,7 +78,7 @@ def test_each_slurm_pool_is_a_daemonset_nodeset_holding_all_gpus_of_its_nodes(sp
     assert ns["podSpec"]["volumes"] == [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "512Gi"}}]
     assert ns["metadata"]["annotations"]["k8s.v1.cni.cncf.io/networks"]     # RoCE GIDs need the rails' netdevs
     assert ns["partition"] == {"enabled": True, "configMap": {"State": "UP", "Default": "YES",
-                                                              "MaxTime": "UNLIMITED"}}
+                                                              "MaxTime": "0-12:00:00"}}
 
 
 def test_gres_conf_ties_each_gpu_to_the_cores_of_its_numa_node(make_spec):
@@ -126,6 +126,15 @@ def test_kueue_does_not_see_a_slurm_pool(spec):
     (lambda d: d["node_pools"][1].update(cpu_cores_per_host=110), "node_pools[1].cpu_cores_per_host",
      "NUMA nodes"),
     (lambda d: d["kubernetes"]["slurm"].update(version="9.9.9"), "kubernetes.slurm.version", "not known"),
+    # a rollout's drain waits for the longest job Slurm lets run (Slinky holds a busy slurmd)
+    (lambda d: d["kubernetes"]["slurm"].pop("partition_max_time_h"), "kubernetes.slurm.partition_max_time_h",
+     "the rollout of Slurm pool h100-slurm drains a host only once its jobs end"),
+    (lambda d: d["kubernetes"]["slurm"].update(partition_max_time_h=24), "node_pools[1].rollout.drain_timeout_s",
+     "43500 s cannot cover a Slurm job of the partition's 24 h (kubernetes.slurm.partition_max_time_h): the "
+     "drain waits for it (Slinky's disruption budget holds a busy slurmd), and fails where it runs longer; give "
+     "at least 86520"),
+    (lambda d: d["node_pools"][1]["rollout"].update(drain_timeout_s=43319), "node_pools[1].rollout.drain_timeout_s",
+     "give at least 43320"),
 ])
 def test_a_bad_slurm_section_is_refused_naming_the_field(dev_data, edit, where, words):
     with_slurm_pool(dev_data)

@@ -47,7 +47,7 @@ def test_slurmctld_takes_the_generated_files_and_makes_one_partition_per_pool(co
     spec, env, _ = controller
     partition = fields(scontrol(env, "show", "partition", "-o", SLURM_POOL))
     assert partition["Nodes"] == "gpu-slurm-[01-03]" and partition["NodeSets"] == SLURM_POOL
-    assert (partition["Default"], partition["State"], partition["MaxTime"]) == ("YES", "UP", "UNLIMITED")
+    assert (partition["Default"], partition["State"], partition["MaxTime"]) == ("YES", "UP", "12:00:00")
     assert partition["TotalCPUs"] == str(3 * 112)
     config = scontrol(env, "show", "config")
     for line in ("SelectType              = select/cons_tres", "TopologyPlugin          = topology/tree",
