@@ -93,7 +93,7 @@ def test_the_cluster_chart_carries_the_generated_config(slurm_cluster, rendered)
     nodeset = one(objects, "NodeSet", f"slurm-worker-{SLURM_POOL}")["spec"]
     assert nodeset["scalingMode"] == "DaemonSet"
     assert sorted(nodeset["extraConf"].split()) == ["Features=h100-sxm5-80gb", "Gres=gpu:h100-sxm5-80gb:8"]
-    assert sorted(nodeset["partition"]["config"].split()) == ["Default=YES", "MaxTime=UNLIMITED", "State=UP"]
+    assert sorted(nodeset["partition"]["config"].split()) == ["Default=YES", "MaxTime=0-12:00:00", "State=UP"]
     pod = nodeset["template"]["spec"]
     assert pod["nodeSelector"] == {POOL_LABEL: SLURM_POOL}    # a NodeSet of its own: not the example's defaults
     assert pod["hostname"] == f"{SLURM_POOL}-"          # the operator names the NodeSet's Slurm nodes by it
