@@ -87,6 +87,20 @@ def test_a_drain_timeout_that_cannot_cover_one_eviction_is_refused_saying_what_o
     assert problems_of(dev_data) == []
 
 
+@pytest.mark.parametrize("rollout, words", [
+    ({"failure_budget_hosts": -1}, "node_pools[0].rollout.failure_budget_hosts: Input should be greater than or "
+                                   "equal to 0 (got -1)"),
+    ({"failure_budget_hosts": "one"}, "node_pools[0].rollout.failure_budget_hosts: "),
+    ({"failure_budget_hosts": 1.5}, "node_pools[0].rollout.failure_budget_hosts: "),
+    ({"drain_timeout_s": 604801}, "node_pools[0].rollout.drain_timeout_s: Input should be less than or equal to "
+                                  "604800 (got 604801)"),
+])
+def test_a_bad_failure_budget_or_a_drain_over_a_week_is_refused_naming_the_field(dev_data, rollout, words):
+    dev_data["node_pools"][0]["rollout"] = rollout
+    (problem,) = problems_of(dev_data)
+    assert words in problem, problem
+
+
 @pytest.mark.parametrize("value", [1, 4096, "1%", "100%", "25%"])
 def test_a_rollout_count_or_percentage_in_range_is_taken(dev_data, value):
     dev_data["node_pools"][0]["rollout"] = {"max_unavailable": value}
