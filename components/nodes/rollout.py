@@ -258,8 +258,7 @@ defer() {
   finish
   exit 0
 }
-marked="$(node_field '{.metadata.annotations.gpucluster\.io/rollout-cordoned-before}')"
-if [[ -z "$marked" ]]; then
+if [[ -z "$ours" ]]; then      # taken out by this rollout already: no room to claim
   self="$(pool_out | awk -F'\t' -v h="$HOST" '$1 == h { print $2 }')"
   if [[ "$self" == "in a GPU Operator driver upgrade"* ]]; then
     defer "$self: the GPU Operator has it now"
