@@ -137,7 +137,7 @@ def compose(stack: Any, name: str, spec: ClusterSpec, *,
     if quarantine.enabled(spec):
         crd = k8s.yaml.v2.ConfigFile(f"{name}-nodereadinessrule-crd", file=quarantine.crd_source(spec),
                                      opts=pulumi.ResourceOptions(parent=stack))
-        for m in quarantine.render_controller(spec):
+        for m in [*quarantine.render_controller(spec), *quarantine.render_breaker(spec)]:
             register(f"{name}-{m.role}", m.obj, after(namespaces[quarantine.NAMESPACE]))
         for rule in quarantine.render_rules(spec):
             # Its spec is immutable and in its name: a change creates the new rule before the old one goes.

@@ -116,6 +116,20 @@ def render_alert_rules(spec: ClusterSpec) -> list[dict[str, Any]]:
                 f"node {{{{ $labels.node }}}} is quarantined ({QUARANTINE_TAINT}): a GPU fault not yet followed by "
                 "a passing burn-in; after the repair and a reboot, burn it in again with `pulumi up --replace` of "
                 "its <pool>-<host>-burn-in resource"))
+            if quarantine.breaker_enabled(spec):
+                # Quarantined NoSchedule and not NoExecute for longer than the breaker's passes take: held by
+                # the breaker (its pool has its share evicted already) or no breaker running to grant it.
+                taint = f'kube_node_spec_taint{{key="{QUARANTINE_TAINT}",effect="%s"}}'
+                rules.append(_rule(
+                    "GpuQuarantineHeld", f"max by (node) ({taint % 'NoSchedule'}) unless on (node) "
+                                         f"max by (node) ({taint % 'NoExecute'})", "5m", "critical",
+                    "node {{ $labels.node }} is quarantined but not drained: its pool has its share of nodes "
+                    "(kubernetes.health.quarantine.evict_at_most_percent) evicted already, or the breaker "
+                    f"(deployment {quarantine.BREAKER} in {quarantine.NAMESPACE}) is not running. Its jobs run on. "
+                    "Many faults at once are more often a detector's, a driver's or the site's than the GPUs': "
+                    f"`kubectl get nodes -L {quarantine.GRANT_LABEL}` and the detectors' logs first; "
+                    f"`kubectl label node {{{{ $labels.node }}}} {quarantine.GRANT_LABEL}={quarantine.GRANTED}` "
+                    "drains it by hand"))
     if checked_pools(spec):
         # kube-state-metrics' Job series of the checks started within a day: a failed test has quarantined its
         # node (GpuNodeQuarantined says so); a check that failed with no failed test could not run at all.

@@ -3,13 +3,24 @@
 A second rule, `gpucluster-gpu-reset`, taints a node NoSchedule while GpuResetRequired is True (an XID that NVIDIA's
 catalog resolves by a GPU reset or a reboot): new work waits, the jobs there run on, the reboot releases it.
 
-One NodeReadinessRule on every GPU node, in continuous enforcement: its taint stays while GpuHardwareFault,
+One NodeReadinessRule on every GPU node, in continuous enforcement: its NoSchedule taint stays while GpuHardwareFault,
 GpuBurnInRequired or FabricPortFault (health.py), or GpuOverheating or GpuNvlinkDown (health_nvml.py, when the spec
 quarantines on them) is anything but False, and goes once all are False again. A condition the
 detector has not yet reported counts as False (the rule's defaultStatus; upstream's "problem gate" pattern), so
-a new node waits only for its burn-in taint. Draining is Kubernetes' own: a NoExecute taint makes the taint
-eviction controller evict every pod that does not tolerate it, and Kueue (TASReplaceNodeOnNodeTaints and
-TASFailedNodeReplacement, on by default in 0.19) requeues the workloads whose pods were there.
+a new node waits only for its burn-in taint. Draining is Kubernetes' own: a second rule, `gpucluster-gpu-evict`,
+with the same conditions and the same taint key, taints NoExecute, so the taint eviction controller evicts every
+pod that does not tolerate it, and Kueue (TASReplaceNodeOnNodeTaints and TASFailedNodeReplacement, on by default
+in 0.19) requeues the workloads whose pods were there.
+
+The circuit breaker: the evict rule selects only the nodes the breaker grants (label gpucluster.io/quarantine-
+evict=granted), and the breaker (a Deployment beside the controller, breaker.sh below) grants at most
+evict_at_most_percent of a pool at once, among the nodes the first rule holds. The rest stay NoSchedule, marked
+why (annotation gpucluster.io/quarantine-held), and alerted: a fault on many nodes at once is more often a
+detector's, a driver's or the site's than the GPUs', and evicting a pool's jobs for it would be the outage. The
+breaker only grants and takes back grants; node-readiness-controller alone adds and removes taints, so a node
+recovers (its conditions False, both taints off) whether or not the breaker runs, and a breaker that is down or
+cannot reach the apiserver evicts nothing (its own failure is never a verdict). It takes a grant back only once
+the node carries neither taint: a rule leaves its taint on a node it no longer selects (ruleAppliesTo in v0.5.0).
 
 Upstream ships no chart for it yet (registry.k8s.io OCI is "WIP"), only release manifests: the CRD is applied
 from the pinned release's crds.yaml (or the site's copy); the namespace, RBAC and Deployment are rendered here
@@ -41,7 +52,12 @@ NAMESPACE = OPERATOR_NAMESPACES["node_readiness"]
 NAME = "nrr-controller-manager"
 RULE = "gpucluster-gpu-health"
 RESET_RULE = "gpucluster-gpu-reset"
-RULE_LABEL = "gpucluster.io/readiness-rule"     # which rule a digest-named NodeReadinessRule is (RULE, RESET_RULE)
+EVICT_RULE = "gpucluster-gpu-evict"
+RULE_LABEL = "gpucluster.io/readiness-rule"     # which rule a digest-named NodeReadinessRule is (RULE, ...)
+GRANT_LABEL = "gpucluster.io/quarantine-evict"  # the breaker's grant: the evict rule selects these nodes
+GRANTED = "granted"
+HELD_ANNOTATION = "gpucluster.io/quarantine-held"   # why the breaker holds a quarantined node NoSchedule only
+BREAKER = "gpucluster-quarantine-breaker"
 IMAGE = "registry.k8s.io/node-readiness-controller/node-readiness-controller"
 GROUP = "readiness.node.x-k8s.io"
 _LABELS = {"app.kubernetes.io/name": "node-readiness-controller", "app.kubernetes.io/managed-by": "pulumi"}
@@ -69,8 +85,10 @@ def image(spec: ClusterSpec) -> str:
     return mirrored(f"{IMAGE}:{spec.kubernetes.health.quarantine.version}", spec)
 
 
-def taint_effect(spec: ClusterSpec) -> str:
-    return "NoExecute" if spec.kubernetes.health.quarantine.drain else "NoSchedule"
+def breaker_enabled(spec: ClusterSpec) -> bool:
+    """A breaker runs where a rule evicts for real and not every faulty node may be evicted."""
+    q = spec.kubernetes.health.quarantine
+    return q.mode == "enforce" and q.drain and q.evict_at_most_percent < 100
 
 
 def rule_name(base: str, rule_spec: dict[str, Any]) -> str:
@@ -78,12 +96,15 @@ def rule_name(base: str, rule_spec: dict[str, Any]) -> str:
     return f"{base}-{hashlib.sha256(json.dumps(rule_spec, sort_keys=True).encode()).hexdigest()[:8]}"
 
 
-def _rule(spec: ClusterSpec, role: str, base: str, conditions: tuple[str, ...], taint: dict[str, str]) -> Manifest:
+def _rule(spec: ClusterSpec, role: str, base: str, conditions: tuple[str, ...], taint: dict[str, str],
+          granted_only: bool = False) -> Manifest:
+    selector = [{"key": POOL_LABEL, "operator": "Exists"}] + \
+        ([{"key": GRANT_LABEL, "operator": "In", "values": [GRANTED]}] if granted_only else [])
     rule_spec = {
         "conditions": [{"type": c, "requiredStatus": "False", "defaultStatus": "False"} for c in conditions],
         "taint": taint,
         "enforcementMode": "continuous",
-        "nodeSelector": {"matchExpressions": [{"key": POOL_LABEL, "operator": "Exists"}]},
+        "nodeSelector": {"matchExpressions": selector},
         "dryRun": spec.kubernetes.health.quarantine.mode == "observe"}
     return Manifest(role, {
         "apiVersion": f"{GROUP}/v1alpha1", "kind": "NodeReadinessRule",
@@ -92,9 +113,17 @@ def _rule(spec: ClusterSpec, role: str, base: str, conditions: tuple[str, ...], 
 
 
 def render_rule(spec: ClusterSpec) -> Manifest:
-    """The quarantine: a fault that needs NVIDIA's diagnosis, or one not yet followed by a passing burn-in."""
+    """The quarantine: a fault that needs NVIDIA's diagnosis, or one not yet followed by a passing burn-in. No
+    new work lands on the node; the evict rule drains it."""
     return _rule(spec, "quarantine-rule", RULE, conditions(spec),
-                 {"key": QUARANTINE_TAINT, "value": "gpu-fault", "effect": taint_effect(spec)})
+                 {"key": QUARANTINE_TAINT, "value": "gpu-fault", "effect": "NoSchedule"})
+
+
+def render_evict_rule(spec: ClusterSpec) -> Manifest:
+    """The drain: the same conditions, NoExecute, on the nodes the breaker granted (every GPU node without one)."""
+    return _rule(spec, "evict-rule", EVICT_RULE, conditions(spec),
+                 {"key": QUARANTINE_TAINT, "value": "gpu-fault", "effect": "NoExecute"},
+                 granted_only=breaker_enabled(spec))
 
 
 def render_reset_rule(spec: ClusterSpec) -> Manifest:
@@ -105,7 +134,8 @@ def render_reset_rule(spec: ClusterSpec) -> Manifest:
 
 
 def render_rules(spec: ClusterSpec) -> list[Manifest]:
-    return [render_rule(spec), render_reset_rule(spec)]
+    drain = [render_evict_rule(spec)] if spec.kubernetes.health.quarantine.drain else []
+    return [render_rule(spec), *drain, render_reset_rule(spec)]
 
 
 def render_controller(spec: ClusterSpec) -> list[Manifest]:
@@ -165,9 +195,148 @@ def render_controller(spec: ClusterSpec) -> list[Manifest]:
                     # keep a job that takes a whole node from fitting). A cluster without a node outside the
                     # pools (control-plane nodes count) leaves it pending, and `pulumi up`, which awaits it, fails
                     # naming it.
-                    "tolerations": [dict(t) for t in TOLERATE_EVERY_TAINT],
-                    "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-                        "nodeSelectorTerms": [{"matchExpressions": [{"key": POOL_LABEL,
-                                                                     "operator": "DoesNotExist"}]}]}}},
+                    "tolerations": [dict(t) for t in TOLERATE_EVERY_TAINT], "affinity": _off_gpu_nodes(),
                     "containers": [container]}}}}),
+    ]
+
+
+def _off_gpu_nodes() -> dict[str, Any]:
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [{"key": POOL_LABEL, "operator": "DoesNotExist"}]}]}}}
+
+
+# The breaker's loop (kubectl, bash and jq; its image is quarantine.kubectl_image). Every pass reads the GPU
+# nodes once and, per pool, counts the nodes in use (NoExecute-tainted, or granted and still quarantined), takes
+# back the grants of nodes that carry neither taint, and grants the quarantined nodes waiting, by name, while the
+# pool is under its share; the rest it marks held, with why. Every call is time-bound; a pass that cannot read
+# the nodes changes nothing. BREAKER_ONCE=1: one pass (the tests).
+BREAKER_SCRIPT = r'''#!/bin/bash
+set -euo pipefail
+readonly POOL_LABEL=@POOL_LABEL@ TAINT=@TAINT@ GRANT=@GRANT@ GRANTED=@GRANTED@ HELD=@HELD@
+readonly PERCENT=${EVICT_AT_MOST_PERCENT:?} PERIOD_S=${PERIOD_S:-15} HEARTBEAT=${HEARTBEAT:-/tmp/heartbeat}
+
+log() { echo "quarantine breaker: $*" >&2; }
+kube() { timeout 30 kubectl --request-timeout=20s "$@"; }
+
+# One line per change: "grant|release|unhold <node>" or "hold <node> <why>".
+decide() {
+  jq -r --arg pool "$POOL_LABEL" --arg taint "$TAINT" --arg grant "$GRANT" --arg granted "$GRANTED" \
+     --arg held "$HELD" --argjson percent "$PERCENT" '
+    def tainted($effect): any(.spec.taints[]?; .key == $taint and .effect == $effect);
+    [.items[] | {name: .metadata.name, pool: .metadata.labels[$pool],
+                 quarantined: tainted("NoSchedule"), evicting: tainted("NoExecute"),
+                 granted: (.metadata.labels[$grant] == $granted), held: (.metadata.annotations[$held] // "")}]
+    | group_by(.pool)[]
+    | . as $nodes | length as $size
+    | ([1, ($size * $percent / 100 | floor)] | max) as $cap
+    | [$nodes[] | select(.evicting or (.granted and .quarantined))] as $inuse
+    | [$nodes[] | select(.quarantined and (.granted | not) and (.evicting | not))] as $waiting
+    | ([$cap - ($inuse | length), 0] | max) as $room
+    | ($waiting[$room:] | map(.name)) as $holding
+    | ($inuse[] | select(.granted | not) | "grant \(.name)"),
+      ($nodes[] | select(.granted and (.quarantined | not) and (.evicting | not)) | "release \(.name)"),
+      ($waiting[:$room][] | "grant \(.name)"),
+      ($waiting[$room:][]
+       | "breaker open: \(($inuse | length) + $room) of the \($size) nodes of pool \(.pool) evicted at once, at most \($cap) (\($percent)%); \($holding | length) more held NoSchedule, their jobs running: check the detectors before the GPUs" as $why
+       | select(.held != $why) | "hold \(.name) \($why)"),
+      ($nodes[] | select(.held != "" and (.name as $n | $holding | any(. == $n) | not)) | "unhold \(.name)")'
+}
+
+act() {
+  local verb=$1 node=$2 why=${3:-}
+  case $verb in
+    grant) kube label node "$node" "$GRANT=$GRANTED" --overwrite >/dev/null ;;
+    release) kube label node "$node" "$GRANT-" >/dev/null ;;
+    hold) kube annotate node "$node" --overwrite "$HELD=$why" >/dev/null ;;
+    unhold) kube annotate node "$node" "$HELD-" >/dev/null ;;
+    *) log "unknown action $verb"; return 1 ;;
+  esac
+}
+
+pass() {
+  local nodes actions verb node why
+  if ! nodes=$(kube get nodes -l "$POOL_LABEL" -o json); then
+    log "cannot read the GPU nodes: no node granted or released this pass"
+    return 0
+  fi
+  if ! actions=$(decide <<<"$nodes"); then
+    log "cannot read the node list kubectl returned: no node granted or released this pass"
+    return 0
+  fi
+  while read -r verb node why; do
+    [[ -n $verb ]] || continue
+    if act "$verb" "$node" "$why"; then
+      log "$verb $node${why:+: $why}"
+    else
+      log "could not $verb $node: left for the next pass"
+    fi
+  done <<<"$actions"
+}
+
+while :; do
+  pass
+  touch "$HEARTBEAT"
+  [[ -z ${BREAKER_ONCE:-} ]] || break
+  sleep "$PERIOD_S"
+done
+'''
+
+
+def breaker_script() -> str:
+    return (BREAKER_SCRIPT.replace("@POOL_LABEL@", POOL_LABEL).replace("@TAINT@", QUARANTINE_TAINT)
+            .replace("@GRANT@", GRANT_LABEL).replace("@GRANTED@", GRANTED).replace("@HELD@", HELD_ANNOTATION))
+
+
+def render_breaker(spec: ClusterSpec) -> list[Manifest]:
+    """Its service account, a cluster role that reads and labels nodes, the script, and a Deployment of one
+    (Recreate: two breakers at once could each grant the last room) placed as the controller is."""
+    if not breaker_enabled(spec):
+        return []
+    q = spec.kubernetes.health.quarantine
+    labels = {**_LABELS, "app.kubernetes.io/name": BREAKER}
+    meta = {"namespace": NAMESPACE, "labels": labels}
+    data = {"breaker.sh": breaker_script()}
+    checksum = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+    container = {
+        "name": "breaker", "image": mirrored(q.kubectl_image, spec), "command": ["/bin/bash", "/config/breaker.sh"],
+        "env": [{"name": "EVICT_AT_MOST_PERCENT", "value": str(q.evict_at_most_percent)},
+                {"name": "HOME", "value": "/tmp"}],
+        # Every pass touches the heartbeat, even one that could not reach the apiserver: a loop that stops is
+        # restarted, an apiserver that is away is not the breaker's to fix.
+        "livenessProbe": {"exec": {"command": ["/bin/bash", "-c", '[[ -n $(find /tmp/heartbeat -mmin -3) ]]']},
+                          "initialDelaySeconds": 60, "periodSeconds": 60},
+        "securityContext": {"readOnlyRootFilesystem": True, "allowPrivilegeEscalation": False,
+                            "capabilities": {"drop": ["ALL"]}},
+        "resources": {"limits": {"cpu": "200m", "memory": "128Mi"}, "requests": {"cpu": "10m", "memory": "32Mi"}},
+        "volumeMounts": [{"name": "config", "mountPath": "/config", "readOnly": True},
+                         {"name": "tmp", "mountPath": "/tmp"}]}
+    subject = [{"kind": "ServiceAccount", "name": BREAKER, "namespace": NAMESPACE}]
+    return [
+        Manifest("quarantine-breaker-sa", {"apiVersion": "v1", "kind": "ServiceAccount",
+                                           "metadata": {"name": BREAKER, **meta}}),
+        Manifest("quarantine-breaker-role", {
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": {"name": BREAKER, "labels": labels},
+            "rules": [rbac_rule([""], ["nodes"], ["get", "list", "patch"])]}),
+        Manifest("quarantine-breaker-binding", {
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": BREAKER, "labels": labels},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": BREAKER},
+            "subjects": subject}),
+        Manifest("quarantine-breaker-config", {"apiVersion": "v1", "kind": "ConfigMap",
+                                               "metadata": {"name": BREAKER, **meta}, "data": data}),
+        Manifest("quarantine-breaker", {
+            "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": BREAKER, **meta},
+            "spec": {"replicas": 1, "strategy": {"type": "Recreate"},
+                     "selector": {"matchLabels": {"app.kubernetes.io/name": BREAKER}}, "template": {
+                "metadata": {"labels": labels, "annotations": {"gpucluster.io/config-sha256": checksum}},
+                "spec": {
+                    "priorityClassName": "system-cluster-critical", "serviceAccountName": BREAKER,
+                    "terminationGracePeriodSeconds": 5,
+                    "securityContext": {"runAsNonRoot": True, "runAsUser": 65534, "runAsGroup": 65534,
+                                        "seccompProfile": {"type": "RuntimeDefault"}},
+                    "tolerations": [dict(t) for t in TOLERATE_EVERY_TAINT], "affinity": _off_gpu_nodes(),
+                    "containers": [container],
+                    "volumes": [{"name": "config", "configMap": {"name": BREAKER, "defaultMode": 0o555}},
+                                {"name": "tmp", "emptyDir": {"sizeLimit": "16Mi"}}]}}}}),
     ]

@@ -230,8 +230,11 @@ def _quarantine_line(spec: ClusterSpec) -> str:
     q = spec.kubernetes.health.quarantine
     if q.mode == "off":
         return "Quarantine is off (`kubernetes.health.quarantine.mode: off`): a faulty node stays schedulable."
-    effect = "NoExecute: its pods are evicted and Kueue requeues their jobs" if q.drain else \
-        "NoSchedule: running jobs finish, no new pod lands there"
+    share = f"at most {q.evict_at_most_percent}% of a pool at once (at least one node; the circuit breaker " \
+        "holds the rest NoSchedule and alerts GpuQuarantineHeld)" if q.evict_at_most_percent < 100 else \
+        "every faulty node"
+    effect = f"NoSchedule, and NoExecute on {share}: its pods are evicted and Kueue requeues their jobs" \
+        if q.drain else "NoSchedule: running jobs finish, no new pod lands there"
     held = quarantine_conditions(spec)
     when = "while " + ", ".join(f"`{c}`" for c in held[:-1]) + f" or `{held[-1]}` is true"
     what = (f"node-readiness-controller {q.version} taints a GPU node `{QUARANTINE_TAINT}` ({effect}) {when}"

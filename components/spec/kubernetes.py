@@ -203,9 +203,22 @@ class QuarantineSettings(CrdSource):
                                "or dev). off: no controller and no rule; faults are still conditions and alerts. "
                                "Omitted: enforce.")
     drain: bool = Field(
-        True, description="true: the taint is NoExecute, so Kubernetes evicts the node's pods at once and Kueue "
-                          "requeues their workloads (a job on a faulty GPU is lost anyway); node agents tolerate "
-                          "it. false: NoSchedule, running jobs finish and no new pod lands there. Omitted: true.")
+        True, description="true: a faulty node is tainted NoSchedule at once and, within evict_at_most_percent of "
+                          "its pool, NoExecute too, so Kubernetes evicts its pods and Kueue requeues their "
+                          "workloads (a job on a faulty GPU is lost anyway); node agents tolerate both. false: "
+                          "NoSchedule only, running jobs finish and no new pod lands there. Omitted: true.")
+    evict_at_most_percent: int = Field(
+        10, ge=1, le=100,
+        description="The circuit breaker, with drain: at most this share of a pool's nodes (rounded down, never "
+                    "less than one) is quarantined NoExecute at once; a further faulty node is held NoSchedule "
+                    "only (its jobs run on, no new pod lands there) and the alert GpuQuarantineHeld fires. Many "
+                    "nodes failing at once is more often a detector's, a driver's or the site's fault than the "
+                    "GPUs'; `kubectl label node <node> gpucluster.io/quarantine-evict=granted` evicts a held node "
+                    "by hand. 100: no breaker, every faulty node is drained. Omitted: 10.")
+    kubectl_image: ImageRef = Field(
+        "registry.k8s.io/kubectl:v1.33.5",
+        description="The circuit breaker's image: kubectl with bash and jq, as Kubernetes' own kubectl image has "
+                    "them (build/server-image/kubectl/Dockerfile). Omitted: registry.k8s.io/kubectl:v1.33.5.")
     version: str = Field("v0.5.0", pattern=VERSION, description="node-readiness-controller release whose CRD and "
                                                                 "image are installed. Omitted: v0.5.0.")
 
@@ -281,8 +294,8 @@ class HealthSettings(SpecModel):
                     "same list. Any other XID is an event only; a job's own XIDs (13, 31, 43, 45, 94) are refused. "
                     "Omitted: every XID the catalog resolves by a reset, a reboot or a diagnosis.")
     quarantine: QuarantineSettings = Field(default_factory=QuarantineSettings,
-                                           description="Omitted: enforced, draining, node-readiness-controller "
-                                                       "v0.5.0.")
+                                           description="Omitted: enforced, draining at most 10% of a pool at "
+                                                       "once, node-readiness-controller v0.5.0.")
     active_checks: ActiveCheckSettings = Field(default_factory=ActiveCheckSettings,
                                                description="Omitted: `dcgmi diag -r 1` on every idle node every "
                                                            "six hours.")

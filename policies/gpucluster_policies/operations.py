@@ -106,8 +106,9 @@ def _quarantine(args: StackValidationArgs, report: ReportViolation) -> None:
              and _FAULT_CONDITION in [c.get("type") for c in maps(dig(r.props, "spec", "conditions"))]]
     if any(mapping(r.props.get("spec")).get("dryRun") is not True for r in rules):
         return
-    why = (f"its GPU quarantine rule {', '.join(str(_rule_name(r.props)) for r in rules)} only previews (dry run)"
-           if rules else f"no NodeReadinessRule acts on {_FAULT_CONDITION}")
+    names = ", ".join(sorted(str(_rule_name(r.props)) for r in rules))
+    why = (f"its GPU quarantine rule{'s' if len(rules) > 1 else ''} {names} only preview{'' if len(rules) > 1 else 's'}"
+           " (dry run)" if rules else f"no NodeReadinessRule acts on {_FAULT_CONDITION}")
     report(f"{why} in {env}, so a node whose GPU faults after burn-in keeps taking jobs; set "
            "kubernetes.health.quarantine.mode: enforce (with kubernetes.health.enabled)")
 

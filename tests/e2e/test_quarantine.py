@@ -7,16 +7,18 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
-from components.k8s.health import BLIND_CONDITION, BURN_IN_CONDITION, PORT_CONDITION, PORTS_FILE, RESET_CONDITION
+from components.k8s.health import (BLIND_CONDITION, BURN_IN_CONDITION, CONDITION, PORT_CONDITION, PORTS_FILE,
+                                   RESET_CONDITION)
 from components.k8s.health_nvml import NVLINK_CONDITION, TEMPERATURE_CONDITION, HOT_SINCE
 from components.k8s.labels import QUARANTINE_TAINT, RESET_TAINT
-from components.k8s.quarantine import RESET_RULE, RULE, RULE_LABEL
+from components.k8s.quarantine import GRANT_LABEL, HELD_ANNOTATION, RESET_RULE, RULE, RULE_LABEL
 
 from . import readiness
 from .conftest import Cluster, wait_for
@@ -60,19 +62,22 @@ def test_the_rule_is_served_and_its_immutable_fields_refuse_an_in_place_change(c
 
 
 def _unquarantine(c: Cluster) -> None:
-    """The next test's nodes as the spec has them."""
+    """The next test's nodes as the spec has them: no quarantine taint, breaker grant or hold."""
     for node in c.nodes().values():
         taints = node["spec"].get("taints") or []
-        if any(t["key"] in (QUARANTINE_TAINT, RESET_TAINT) for t in taints):
-            c.cp.kubectl("patch", "node", node["metadata"]["name"], "--type=merge", "-p", json.dumps(
-                {"spec": {"taints": [t for t in taints if t["key"] not in (QUARANTINE_TAINT, RESET_TAINT)]}}))
+        meta = node["metadata"]
+        if any(t["key"] in (QUARANTINE_TAINT, RESET_TAINT) for t in taints) or \
+                GRANT_LABEL in (meta.get("labels") or {}) or HELD_ANNOTATION in (meta.get("annotations") or {}):
+            c.cp.kubectl("patch", "node", meta["name"], "--type=merge", "-p", json.dumps(
+                {"metadata": {"labels": {GRANT_LABEL: None}, "annotations": {HELD_ANNOTATION: None}},
+                 "spec": {"taints": [t for t in taints if t["key"] not in (QUARANTINE_TAINT, RESET_TAINT)]}}))
 
 
-def _enforced_rule(c: Cluster) -> dict[str, Any]:
-    rule = plan_rule(c)
-    if rule["spec"]["dryRun"]:
+def _enforced_rule(c: Cluster) -> readiness.Quarantine:
+    """The plan's quarantine: its rules and its breaker, each pass as readiness.Quarantine.settle runs them."""
+    if plan_rule(c)["spec"]["dryRun"]:
         pytest.skip(f"{c.plan.stack} observes only (kubernetes.health.quarantine.mode: observe)")
-    return rule
+    return readiness.Quarantine.of(c.plan.objects)
 
 
 def _watched(c: Cluster, node: str, work: Path) -> Detector:
@@ -204,8 +209,8 @@ def test_with_no_healthy_room_left_kueue_evicts_the_job_and_readmits_it_once_the
         assert node in conditions["Evicted"]["message"]
         # Requeued with nowhere to go, and Kueue says why; the evicted pod has terminated (the Job keeps it,
         # failed, while it is suspended).
-        excluded = f'taint "{QUARANTINE_TAINT}=gpu-fault:{rule["spec"]["taint"]["effect"]}": 1'
-        wait_for(lambda: (a := clean.admission(job)) and not a.admitted and excluded in a.message, 60,
+        excluded = re.compile(f'taint "{re.escape(QUARANTINE_TAINT)}=gpu-fault:No(Schedule|Execute)": 1')
+        wait_for(lambda: (a := clean.admission(job)) and not a.admitted and excluded.search(a.message), 60,
                  lambda: f"no pending reason naming the quarantine: {clean._why(job)}")
         time.sleep(5)
         assert not clean.admission(job).admitted
@@ -289,7 +294,7 @@ def test_a_detector_that_cannot_read_its_inputs_holds_no_node_and_says_it_is_bli
     node = next((h.hostname for p in clean.spec.node_pools if p.nics for h in p.hosts), None)
     if node is None or not clean.spec.fabric.rdma:
         pytest.skip("no GPU host with RDMA NICs")
-    assert BLIND_CONDITION not in {c["type"] for c in rule["spec"]["conditions"]}
+    assert BLIND_CONDITION not in {c["type"] for c in rule.hold["spec"]["conditions"]}
     d = _watched(clean, node, tmp_path)
     try:
         d.wait_condition("False", "HealthChecksReading", BLIND_CONDITION)
@@ -318,7 +323,7 @@ def test_a_gpu_that_stays_too_hot_or_loses_an_nvlink_quarantines_the_node_until_
     """The real NVML detector beside the real kernel detector on one node, each patching its own conditions;
     nvidia-smi prints real captures. Its looks of the last eleven minutes are the state file it keeps."""
     rule = _enforced_rule(clean)
-    if TEMPERATURE_CONDITION not in {c["type"] for c in rule["spec"]["conditions"]}:
+    if TEMPERATURE_CONDITION not in {c["type"] for c in rule.hold["spec"]["conditions"]}:
         pytest.skip("the stack does not quarantine on temperature")
     node = next((h.hostname for p in clean.spec.node_pools if p.gpu.nvswitch for h in p.hosts), None)
     if node is None:
@@ -365,3 +370,84 @@ def test_a_gpu_that_stays_too_hot_or_loses_an_nvlink_quarantines_the_node_until_
         n.stop()
         d.forget()
         _unquarantine(clean)
+
+
+def _set_fault(c: Cluster, node: str, status: str) -> None:
+    """GpuHardwareFault as the detector writes it (the detector itself is proven above)."""
+    c.cp.kubectl("patch", "node", node, "--subresource=status", "--type=strategic", "-p", json.dumps(
+        {"status": {"conditions": [{"type": CONDITION, "status": status,
+                                    "reason": "GpuXid48" if status == "True" else "NoGpuHardwareXid",
+                                    "message": "e2e: the breaker's test", "lastHeartbeatTime": _now(),
+                                    "lastTransitionTime": _now()}]}}))
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def _sleeper(c: Cluster, ns: str, node: str) -> str:
+    """A pod on `node` that tolerates the node's taints of now, so only a quarantine taint evicts it."""
+    taints = c.nodes()[node]["spec"].get("taints") or []
+    name = f"on-{node}"
+    c.cp.apply_objects([{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": ns},
+                         "spec": {"nodeName": node, "containers": [{"name": "c", "image": "busybox"}],
+                                  "tolerations": [{"key": t["key"], "operator": "Exists", "effect": t["effect"]}
+                                                  for t in taints]}}])
+    wait_for(lambda: c.cp.get("pod", name, ns)["status"].get("phase") == "Running", 60,
+             lambda: f"pod {name} not running")
+    return name
+
+
+def test_a_fault_on_more_nodes_than_the_breaker_allows_drains_its_share_and_holds_the_rest(clean: Cluster):
+    """The plan's breaker (its own script, the real kubectl and jq, the real apiserver) between the plan's two
+    rules: every faulty node takes no new work, only the pool's share is drained (its pod evicted by Kubernetes'
+    taint eviction), the rest keep their pods and say why; as a drained node recovers, the next one is drained."""
+    q = _enforced_rule(clean)
+    if q.breaker is None:
+        pytest.skip(f"{clean.plan.stack} has no breaker (quarantine.drain false or evict_at_most_percent 100)")
+    pool = max(clean.spec.node_pools, key=lambda p: len(p.hosts))
+    hosts = sorted(h.hostname for h in pool.hosts)
+    share = max(1, len(hosts) * q.percent // 100)
+    if len(hosts) <= share:
+        pytest.skip(f"pool {pool.name}: its share ({share}) is every host")
+    faulty = hosts[:share + 1]
+    drained, held = faulty[:share], faulty[share]
+    ns = "e2e-breaker"
+    clean.cp.kubectl("create", "namespace", ns)
+    pods = {n: _sleeper(clean, ns, n) for n in faulty}
+
+    def taints(node: str) -> set[str]:
+        return {t["effect"] for t in clean.nodes()[node]["spec"].get("taints") or [] if t["key"] == QUARANTINE_TAINT}
+
+    def pod_gone(node: str) -> bool:
+        pod = clean.cp.get("pods", namespace=ns)["items"]
+        return not any(p["metadata"]["name"] == pods[node] and not p["metadata"].get("deletionTimestamp")
+                       for p in pod)
+    try:
+        for n in faulty:
+            _set_fault(clean, n, "True")
+        log = q.settle(clean.cp, faulty)
+        assert {n: taints(n) for n in faulty} == {**{n: {"NoSchedule", "NoExecute"} for n in drained},
+                                                   held: {"NoSchedule"}}, log
+        for n in drained:
+            wait_for(lambda n=n: pod_gone(n), 60, lambda n=n: f"pod on drained {n} not evicted")
+        time.sleep(3)
+        assert not pod_gone(held)                                      # its job runs on
+        note = clean.nodes()[held]["metadata"]["annotations"][HELD_ANNOTATION]
+        assert note.startswith(f"breaker open: {share} of the {len(hosts)} nodes of pool {pool.name} evicted at "
+                               f"once, at most {share} ({q.percent}%); 1 more held NoSchedule"), note
+        assert q.settle(clean.cp, faulty) == ""                        # settled: a second pass writes nothing
+
+        _set_fault(clean, drained[0], "False")                         # repaired (and burned in)
+        log = q.settle(clean.cp, faulty)
+        assert taints(drained[0]) == set() and taints(held) == {"NoSchedule"}, log   # the grant goes back first
+        log += q.settle(clean.cp, faulty)
+        assert GRANT_LABEL not in clean.nodes()[drained[0]]["metadata"]["labels"], log
+        assert taints(held) == {"NoSchedule", "NoExecute"}, log
+        assert HELD_ANNOTATION not in (clean.nodes()[held]["metadata"].get("annotations") or {})
+        wait_for(lambda: pod_gone(held), 60, lambda: f"pod on {held} not evicted once granted")
+    finally:
+        for n in faulty:
+            _set_fault(clean, n, "False")
+        _unquarantine(clean)
+        clean.cp.kubectl("delete", "namespace", ns, "--wait=false")

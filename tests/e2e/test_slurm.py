@@ -175,14 +175,15 @@ def test_the_operator_runs_one_slurmd_on_each_node_of_the_slurm_pool_named_after
 
 
 def test_a_quarantined_node_loses_its_slurmd_and_gets_it_back_once_released(operator):
-    """Day 2: the quarantine's taint as node-readiness-controller sets it with `drain: true` (NoExecute). The
+    """Day 2: the evict rule's taint as node-readiness-controller sets it with `drain: true` (NoExecute). The
     slurmd pod tolerates only the pool's taints, so Kubernetes evicts it and the operator starts none there while
     the taint holds (Slurm then sees the node down and requeues its job); lifting the taint brings it back."""
     cp, spec = operator.cp, operator.spec
     pool = spec.pools[SLURM_POOL]
     host, others = pool.hosts[0].hostname, {h.hostname for h in pool.hosts[1:]}
     on = lambda: set(slurmd_on(operator))   # noqa: E731
-    taint = f"{QUARANTINE_TAINT}=gpu-fault:{quarantine.taint_effect(spec)}"
+    evict = quarantine.render_evict_rule(spec).obj["spec"]["taint"]         # on a node the breaker granted
+    taint = f"{evict['key']}={evict['value']}:{evict['effect']}"
     cp.kubectl("taint", "node", host, taint)
     try:
         wait_for(lambda: on() == others, 90, lambda: f"slurmd pods on {on()}, want {others}")

@@ -184,11 +184,11 @@ def test_moved_urns_name_every_component_of_the_chain_by_todays_token():
 
 
 def test_a_changed_quarantine_rule_is_a_new_rule_created_before_the_old_one_goes(record, dev_data):
-    """Its spec is immutable and its deletion lifts its taints: a change (here the taint's effect) renames it,
-    so the engine creates the new rule first; the diff flags a taint owner replaced delete-first."""
+    """Its spec is immutable and its deletion lifts its taints: a change (here from observing to enforcing)
+    renames it, so the engine creates the new rule first; the diff flags a taint owner replaced delete-first."""
     before = plan_of(record, dev_data)
-    dev_data["kubernetes"]["health"].setdefault("quarantine", {})["drain"] = \
-        not parse_spec(yaml.safe_dump(dev_data)).kubernetes.health.quarantine.drain
+    assert parse_spec(yaml.safe_dump(dev_data)).kubernetes.health.quarantine.mode == "observe"
+    dev_data["kubernetes"]["health"].setdefault("quarantine", {})["mode"] = "enforce"
     after = plan_of(record, dev_data)
     diffs = diff_plans(before, after)
     rule = next(d for d in diffs if d.urn.endswith("::dev-k8s-quarantine-rule"))

@@ -46,7 +46,7 @@ def test_writes_one_manifest_per_kubernetes_object(dev_plan):
            if r["type"].startswith("kubernetes:") and r["type"] != "kubernetes:helm.sh/v3:Release"
            and not r.get("read") and "apiVersion" in r["inputs"]]
     manifests = [p for p in dev_plan.files if p.startswith("manifests/")]
-    assert len(manifests) == len(k8s) == 80
+    assert len(manifests) == len(k8s) == 81
     assert "manifests/_cluster/node-gpu-dev-01.yaml" in manifests
     assert "manifests/team-a/networkpolicy-default-deny.yaml" in manifests
     assert "manifests/_cluster/clusterqueue-team-b.yaml" in manifests
@@ -63,7 +63,7 @@ def test_the_same_spec_gives_byte_identical_plans(tmp_path):
 
 
 def test_summary_counts_resources_and_tenants(dev_plan):
-    assert "Stack dev of project gpucluster: 116 resources and 3 read(s) of live objects" in dev_plan.summary
+    assert "Stack dev of project gpucluster: 117 resources and 3 read(s) of live objects" in dev_plan.summary
     assert "Kubernetes: GPU Operator v26.7.0, Network Operator 26.4.1, Kueue 0.19.2, NFD 0.19.0; RDMA resource " \
            "rdma/rdma_shared_devices" in dev_plan.summary
     assert "Cluster dev (dev): 2 nodes, 16 GPUs, fabric rocev2, storage beegfs" in dev_plan.summary

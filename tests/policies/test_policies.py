@@ -231,11 +231,11 @@ CASES = [
      ["node pool h100 skips burn-in in prod, so a node with a bad GPU, NIC or cable takes production work; set "
       "burn_in.enabled: true"]),
     ("ops-gpu-quarantine-enforced", lambda r: changed(r, "dev", _set(["environment"], "prod")),
-     ["its GPU quarantine rule gpucluster-gpu-health only previews (dry run) in prod, so a node whose GPU faults "
-      "after burn-in keeps taking jobs; set kubernetes.health.quarantine.mode: enforce (with "
+     ["its GPU quarantine rules gpucluster-gpu-evict, gpucluster-gpu-health only preview (dry run) in prod, so a "
+      "node whose GPU faults after burn-in keeps taking jobs; set kubernetes.health.quarantine.mode: enforce (with "
       "kubernetes.health.enabled)"]),
-    ("ops-gpu-quarantine-enforced", lambda r: without(changed(r, "dev", _set(["environment"], "prod")),
-                                                      "dev-k8s-quarantine-rule"),
+    ("ops-gpu-quarantine-enforced", lambda r: without(without(changed(r, "dev", _set(["environment"], "prod")),
+                                                              "dev-k8s-quarantine-rule"), "dev-k8s-evict-rule"),
      ["no NodeReadinessRule acts on GpuHardwareFault in prod, so a node whose GPU faults after burn-in keeps taking "
       "jobs; set kubernetes.health.quarantine.mode: enforce (with kubernetes.health.enabled)"]),
     ("ops-driver-cuda-nccl-compatible", lambda r: changed(r, "dev-h100", _set(["spec", "pool", "software"], {

@@ -4,6 +4,7 @@ node agent must tolerate so that a drained node keeps what its burn-in needs."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 
@@ -28,8 +29,13 @@ def with_quarantine(make_spec, **settings):
     return make_spec(lambda d: d["kubernetes"].setdefault("health", {}).update(quarantine=settings))
 
 
+def _rules(spec):
+    return {r.obj["metadata"]["labels"][quarantine.RULE_LABEL]: r.obj["spec"] for r in quarantine.render_rules(spec)}
+
+
 def test_the_rule_holds_the_taint_until_every_health_condition_is_false(dev_spec):
-    rule, reset = (r.obj["spec"] for r in quarantine.render_rules(dev_spec))
+    rules = _rules(dev_spec)
+    rule, reset = rules[quarantine.RULE], rules[quarantine.RESET_RULE]
     detector = {c["type"] for cfg in (health.monitor_config(dev_spec), health.burn_in_monitor_config(),
                                       health.port_monitor_config(), health_nvml.monitor_config(dev_spec))
                 for c in cfg["conditions"]}
@@ -51,21 +57,42 @@ def test_the_rule_holds_the_taint_until_every_health_condition_is_false(dev_spec
     assert reset["nodeSelector"] == rule["nodeSelector"] and reset["dryRun"] == rule["dryRun"]
 
 
-@pytest.mark.parametrize("settings, effect, dry_run", [
-    ({}, "NoExecute", False), ({"drain": False}, "NoSchedule", False), ({"mode": "observe"}, "NoExecute", True)])
-def test_drain_and_mode_choose_the_taint_effect_and_the_dry_run(make_spec, settings, effect, dry_run):
-    rule = quarantine.render_rule(with_quarantine(make_spec, **settings)).obj["spec"]
-    assert (rule["taint"]["effect"], rule["dryRun"]) == (effect, dry_run)
+GRANTED_ONLY = {"key": quarantine.GRANT_LABEL, "operator": "In", "values": [quarantine.GRANTED]}
 
 
-def test_the_rule_passes_the_pinned_crd(make_spec, shared_dir, tmp_path):
+@pytest.mark.parametrize("settings, evict_selector, dry_run, breaker", [
+    ({"mode": "enforce"}, [GRANTED_ONLY], False, True),
+    ({"mode": "enforce", "evict_at_most_percent": 100}, [], False, False),
+    ({"mode": "enforce", "drain": False}, None, False, False),
+    ({"mode": "observe"}, [], True, False)])
+def test_every_faulty_node_is_held_and_only_the_breakers_grants_are_drained(make_spec, settings, evict_selector,
+                                                                           dry_run, breaker):
+    """The quarantine rule stops new work on every faulty node; the evict rule, same conditions and key, drains
+    the nodes the breaker granted (every faulty node where no breaker runs: 100%, or observe's dry run)."""
+    spec = with_quarantine(make_spec, **settings)
+    rules = _rules(spec)
+    assert rules[quarantine.RULE]["taint"]["effect"] == "NoSchedule"
+    evict = rules.get(quarantine.EVICT_RULE)
+    if evict_selector is None:
+        assert evict is None
+    else:
+        assert evict["taint"] == {**rules[quarantine.RULE]["taint"], "effect": "NoExecute"}
+        assert evict["conditions"] == rules[quarantine.RULE]["conditions"]
+        assert evict["nodeSelector"]["matchExpressions"] == [{"key": POOL_LABEL, "operator": "Exists"},
+                                                             *evict_selector]
+    assert {r["dryRun"] for r in rules.values()} == {dry_run}
+    assert quarantine.breaker_enabled(spec) is breaker and bool(quarantine.render_breaker(spec)) is breaker
+
+
+def test_the_rules_pass_the_pinned_crd(make_spec, shared_dir, tmp_path):
     """Schema only here (the CEL rules run in the real apiserver of `make e2e`)."""
-    rules = [quarantine.render_rule(with_quarantine(make_spec, **s)).obj
-             for s in ({}, {"drain": False}, {"mode": "observe"})]
+    rules = [r.obj for s in ({}, {"drain": False}, {"mode": "observe"}, {"mode": "enforce"})
+             for r in quarantine.render_rules(with_quarantine(make_spec, **s))]
     (tmp_path / "rules.yaml").write_text(yaml.safe_dump_all(rules))
     out = subprocess.run([sys.executable, str(shared_dir / "tools" / "validate_crs.py"), "--crds", str(PINNED_CRD),
                           "--strict-kinds", str(tmp_path / "rules.yaml")], capture_output=True, text=True)
-    assert out.returncode == 0 and out.stdout.strip().splitlines()[-1] == "3 validated, 0 errors", out.stdout
+    assert out.returncode == 0 and out.stdout.strip().splitlines()[-1] == f"{len(rules)} validated, 0 errors", \
+        out.stdout
 
 
 def test_the_taint_key_meets_the_crds_own_rules(dev_spec):
@@ -165,10 +192,12 @@ def test_a_new_drain_or_mode_is_a_new_rule_created_before_the_old_one_goes(recor
     assert not rule["options"].get("deleteBeforeReplace") and not rule["options"].get("replaceOnChanges")
     assert rule["inputs"]["metadata"]["name"].startswith("gpucluster-gpu-health-")
     assert rule["inputs"]["metadata"]["labels"]["gpucluster.io/readiness-rule"] == "gpucluster-gpu-health"
-    for settings, replaced in (({"mode": "enforce"}, {"dev-k8s-quarantine-rule", "dev-k8s-reset-rule"}),
-                               ({"mode": "observe", "drain": False}, {"dev-k8s-quarantine-rule"})):
+    breaker = {f"dev-k8s-quarantine-breaker{role}": "create" for role in ("", "-sa", "-role", "-binding", "-config")}
+    rules = dict.fromkeys(("dev-k8s-quarantine-rule", "dev-k8s-evict-rule", "dev-k8s-reset-rule"), "replace")
+    for settings, actions in (({"mode": "enforce"}, {**rules, **breaker, "dev-k8s-gpu-alerts": "update"}),
+                              ({"mode": "observe", "drain": False}, {"dev-k8s-evict-rule": "delete"})):
         dev_data["kubernetes"]["health"] = {"quarantine": settings}
-        assert _actions(before, _stack_plan(record, dev_data)) == dict.fromkeys(replaced, "replace")
+        assert _actions(before, _stack_plan(record, dev_data)) == actions
 
 
 def test_new_fault_xids_roll_the_detector_and_leave_the_rule_alone(record, dev_data):
@@ -194,3 +223,136 @@ def test_a_vendored_crd_that_is_not_in_the_project_is_refused_with_its_line(tmp_
     (tmp_path / "vendor" / "nrr").mkdir(parents=True)
     (tmp_path / "vendor" / "nrr" / "crds.yaml").write_text(PINNED_CRD.read_text())
     assert quarantine.crd_source(load_spec(spec_file)) == "vendor/nrr/crds.yaml"
+
+
+# --- the circuit breaker ---------------------------------------------------------------------------------------
+
+def test_the_breaker_is_restricted_off_gpu_nodes_and_may_only_read_and_label_nodes(make_spec):
+    spec = with_quarantine(make_spec, mode="enforce", evict_at_most_percent=25)
+    objs = {m.obj["kind"]: m.obj for m in quarantine.render_breaker(spec)}
+    for obj in objs.values():
+        kubernetes_validate.validate(obj, spec.kubernetes.version, strict=True)
+    assert objs["ClusterRole"]["rules"] == [{"apiGroups": [""], "resources": ["nodes"],
+                                             "verbs": ["get", "list", "patch"]}]
+    deployment = objs["Deployment"]["spec"]
+    assert deployment["replicas"] == 1 and deployment["strategy"] == {"type": "Recreate"}   # one breaker at a time
+    pod = deployment["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["image"] == "registry.k8s.io/kubectl:v1.33.5"
+    assert {"name": "EVICT_AT_MOST_PERCENT", "value": "25"} in container["env"]
+    assert pod["securityContext"]["runAsNonRoot"] and container["securityContext"]["readOnlyRootFilesystem"]
+    term = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert term == [{"matchExpressions": [{"key": POOL_LABEL, "operator": "DoesNotExist"}]}]
+    assert objs["ConfigMap"]["data"]["breaker.sh"] == quarantine.breaker_script()
+
+
+def test_the_breaker_image_goes_through_the_mirror(make_spec):
+    spec = make_spec(lambda d: (d["kubernetes"].update(image_registry="mirror.example.internal/k8s"),
+                                d["kubernetes"].setdefault("health", {}).update(quarantine={"mode": "enforce"})))
+    (dep,) = [m.obj for m in quarantine.render_breaker(spec) if m.obj["kind"] == "Deployment"]
+    assert dep["spec"]["template"]["spec"]["containers"][0]["image"] == \
+        "mirror.example.internal/k8s/registry.k8s.io/kubectl:v1.33.5"
+
+
+@pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck is not installed (.ci/run installs it)")
+def test_the_breaker_script_is_clean(tmp_path):
+    (tmp_path / "breaker.sh").write_text(quarantine.breaker_script())
+    out = subprocess.run(["shellcheck", "-S", "style", str(tmp_path / "breaker.sh")], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout
+
+
+def _node(name, pool, quarantined=False, evicting=False, granted=False, held=None):
+    taints = [{"key": QUARANTINE_TAINT, "value": "gpu-fault", "effect": e}
+              for e, on in (("NoSchedule", quarantined), ("NoExecute", evicting)) if on]
+    labels = {POOL_LABEL: pool, **({quarantine.GRANT_LABEL: quarantine.GRANTED} if granted else {})}
+    return {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": labels,
+                         "annotations": {quarantine.HELD_ANNOTATION: held} if held else {}},
+            "spec": {"taints": taints}}
+
+
+# A kubectl double for one pass: `get nodes` prints NODES (or fails when it is absent), every other call is
+# recorded and fails for the nodes in FAIL. The real apiserver and kubectl judge it in tests/e2e/test_quarantine.py.
+_KUBECTL = r'''#!/bin/bash
+args=" $* "
+if [[ $args == *" get nodes "* ]]; then
+  [[ -f $NODES ]] || { echo "The connection to the server was refused" >&2; exit 1; }
+  cat "$NODES"; exit 0
+fi
+echo "$*" >>"$CALLS"
+for n in ${FAIL:-}; do [[ $args != *" $n "* ]] || { echo "conflict" >&2; exit 1; }; done
+'''
+
+
+def _one_pass(tmp_path, nodes, percent, fail=""):
+    bin_ = tmp_path / "bin"
+    bin_.mkdir(exist_ok=True)
+    (bin_ / "kubectl").write_text(_KUBECTL)
+    (bin_ / "kubectl").chmod(0o755)
+    (tmp_path / "script.sh").write_text(quarantine.breaker_script())
+    calls = tmp_path / "calls"
+    calls.write_text("")
+    if nodes is not None:
+        (tmp_path / "nodes.json").write_text(json.dumps({"kind": "List", "items": nodes}))
+    env = {"PATH": f"{bin_}:/usr/bin:/bin", "NODES": str(tmp_path / "nodes.json"), "CALLS": str(calls),
+           "FAIL": fail, "EVICT_AT_MOST_PERCENT": str(percent), "BREAKER_ONCE": "1",
+           "HEARTBEAT": str(tmp_path / "heartbeat")}
+    out = subprocess.run(["bash", str(tmp_path / "script.sh")], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert (tmp_path / "heartbeat").exists()
+    return [line.split(" ", 4)[1:4] for line in calls.read_text().splitlines()], out.stderr
+
+
+GRANT = f"{quarantine.GRANT_LABEL}={quarantine.GRANTED}"
+needs_jq = pytest.mark.skipif(shutil.which("jq") is None, reason="jq is not installed (.ci/run installs it)")
+
+
+@needs_jq
+def test_the_breaker_grants_at_most_its_share_of_a_pool_and_holds_the_rest_saying_why(tmp_path):
+    a = [_node(f"a-{i:02}", "a", quarantined=i in (3, 5, 7, 9)) for i in range(10)]
+    b = [_node("b-01", "b", quarantined=True)]             # one node: the share rounds down to none, at least one
+    calls, log = _one_pass(tmp_path, a + b, percent=20)
+    assert [c for c in calls if c[0] == "label"] == [
+        ["label", "node", "a-03"], ["label", "node", "a-05"], ["label", "node", "b-01"]]
+    held = [c[2] for c in calls if c[0] == "annotate"]
+    assert held == ["a-07", "a-09"]
+    assert "hold a-07: breaker open: 2 of the 10 nodes of pool a evicted at once, at most 2 (20%); 2 more held " \
+           "NoSchedule, their jobs running: check the detectors before the GPUs" in log
+
+
+@needs_jq
+def test_a_grant_is_taken_back_only_once_the_node_carries_neither_taint(tmp_path):
+    """The rule leaves its taint on a node it no longer selects: a grant goes only after both taints are off."""
+    nodes = [_node("a-01", "a", granted=True),                                        # recovered: released
+             _node("a-02", "a", evicting=True, granted=True),                         # NoSchedule off first
+             _node("a-03", "a", quarantined=True, evicting=True),                     # its grant lost: given back
+             _node("a-04", "a", quarantined=True)]                                    # no room: held
+    calls, _ = _one_pass(tmp_path, nodes, percent=50)
+    assert calls[:2] == [["label", "node", "a-03"], ["label", "node", "a-01"]]
+    assert f"{quarantine.GRANT_LABEL}-" in (tmp_path / "calls").read_text().splitlines()[1]
+    assert [c[2] for c in calls if c[0] == "annotate"] == ["a-04"]
+    assert not any(c[2] == "a-02" for c in calls)
+
+
+@needs_jq
+def test_a_held_node_is_marked_once_and_unmarked_when_granted(tmp_path):
+    why = ("breaker open: 1 of the 2 nodes of pool a evicted at once, at most 1 (50%); 1 more held NoSchedule, "
+           "their jobs running: check the detectors before the GPUs")
+    nodes = [_node("a-01", "a", quarantined=True, evicting=True, granted=True),
+             _node("a-02", "a", quarantined=True, held=why)]
+    assert _one_pass(tmp_path, nodes, percent=50)[0] == []                      # nothing to write again
+    nodes[0] = _node("a-01", "a", granted=True)                                 # a-01 recovered
+    calls, _ = _one_pass(tmp_path, nodes, percent=50)
+    assert calls == [["label", "node", "a-01"], ["label", "node", "a-02"], ["annotate", "node", "a-02"]]
+    assert (tmp_path / "calls").read_text().splitlines()[2].endswith(f"{quarantine.HELD_ANNOTATION}-")
+
+
+@needs_jq
+def test_the_breakers_own_trouble_changes_no_node(tmp_path):
+    """An apiserver it cannot reach is no verdict: the pass changes nothing, says so, and the loop goes on."""
+    calls, log = _one_pass(tmp_path, None, percent=10)
+    assert calls == [] and "cannot read the GPU nodes: no node granted or released this pass" in log
+    nodes = [_node("a-01", "a", quarantined=True), _node("b-01", "b", quarantined=True)]
+    calls, log = _one_pass(tmp_path, nodes, percent=10, fail="a-01")
+    assert [c[2] for c in calls] == ["a-01", "b-01"]
+    assert "could not grant a-01: left for the next pass" in log and "grant b-01" in log
