@@ -3,7 +3,7 @@
 import pulumi
 
 from components import GpuCluster, SpecError, load_spec
-from components.spec.slurm import DIRECTORY_PASSWORD
+from components.spec.slurm import DIRECTORY_PASSWORD, directory_password_problem
 
 config = pulumi.Config()
 try:
@@ -14,6 +14,8 @@ except SpecError as e:          # the engine prints a RunError's message alone, 
 kubernetes = pulumi.Config("kubernetes")
 # The Slurm login set's directory account, where the spec names one (kubernetes.slurm.login.directory.bind_dn).
 directory_password = config.get_secret(DIRECTORY_PASSWORD)
+if (problem := directory_password_problem(config.get(DIRECTORY_PASSWORD) or "x")):     # checked, never printed
+    raise pulumi.RunError(f"the stack's secret {problem}")
 if directory_password is None and spec.kubernetes.slurm.secret_settings:
     raise pulumi.RunError("kubernetes.slurm.login.directory.bind_dn needs its password as the stack's secret "
                           "slurmDirectoryPassword: `pulumi config set --secret slurmDirectoryPassword`")

@@ -32,6 +32,7 @@ from .nodes import NodePoolArgs, node_pool
 from .spec import ClusterSpec, SpecError, Tenant as TenantSpec, load_spec, parse_spec
 from .spec.loader import located_error, read_object
 from .spec.tenants import Tenancy, no_directories, tenancy_problems
+from .spec.slurm import directory_password_problem
 from .storage import filesystem
 from .types import PACKAGE, token, with_aliases
 
@@ -332,6 +333,16 @@ def _directory_password(spec: ClusterSpec, args: GpuKubernetesStackArgs) -> Opti
     if password is None and spec.kubernetes.slurm.secret_settings:
         raise InputPropertyError("slurmDirectoryPassword", "the spec's kubernetes.slurm.login.directory.bind_dn "
                                                            "needs its password: give slurmDirectoryPassword")
+    if isinstance(password, str) and (problem := directory_password_problem(password)):
+        raise InputPropertyError("slurmDirectoryPassword", problem)
+    if isinstance(password, pulumi.Output):
+        # A secret input arrives as an Output with its value known: a bad one is refused as an input error
+        # where it is read, not as a failure of the Secret that carries it.
+        def checked(value: Optional[str]) -> Optional[str]:
+            if value is not None and (problem := directory_password_problem(value)):
+                raise InputPropertyError("slurmDirectoryPassword", problem)
+            return value
+        return password.apply(checked)
     return password
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from ..spec import SpecError, load_spec
 from ..spec.common import shown, why
-from ..spec.loader import read_mapping
+from ..spec.loader import read_bounded, read_mapping, too_large
 from .common import EXIT_FAILED, EXIT_OK, add_project_dir, plain_secrets, report_bad_input, spec_path
 
 HELP = ("validate a stack's cluster spec and list every problem; with --kubeconfig, run the validation suite "
@@ -29,7 +29,7 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     try:
         path = spec_path(args)
-        spec = load_spec(path)
+        spec = load_spec(path, args.project_dir)
         warnings = plain_secrets(args, spec.environment) + spec.warnings()
     except SpecError as e:
         return report_bad_input(e)
@@ -70,9 +70,10 @@ def _cluster_access(args: argparse.Namespace) -> list[str]:
     path = Path(args.kubeconfig)
     fix = "give the kubeconfig of the cluster `pulumi up` built"
     try:
-        if path.stat().st_size > MAX_KUBECONFIG_BYTES:
-            return out + [f"{path}: {path.stat().st_size:,} bytes, not a kubeconfig; {fix}"]
-        doc: Any = read_mapping(path.read_bytes(), str(path), "apiVersion, kind: Config, clusters, contexts")[0]
+        data = read_bounded(path, MAX_KUBECONFIG_BYTES)
+        if (big := too_large(path, data, MAX_KUBECONFIG_BYTES, "a kubeconfig")):
+            return out + [f"{big}; {fix}"]
+        doc: Any = read_mapping(data, str(path), "apiVersion, kind: Config, clusters, contexts")[0]
     except (OSError, ValueError) as e:       # ValueError: a NUL in the path
         return out + [f"{path}: cannot be read ({why(e)}); {fix}"]
     except SpecError as e:          # the spec loader's guards: not UTF-8, not YAML, aliases, nesting, keys twice

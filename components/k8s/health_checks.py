@@ -26,7 +26,7 @@ from typing import Any
 from ..bash import fill
 from ..spec import ClusterSpec, Host, NodePool
 from ..spec.cluster import OPERATOR_NAMESPACES, checked_pools
-from ..spec.kubernetes import LOWEST_PRIORITY
+from ..spec.kubernetes import LOWEST_PRIORITY, cron_fields
 from ..spec.hardware import GPU_RESOURCE
 from ..fabric.checks import NCCL_TESTS
 from ..fabric.nccl import LARGEST_BUSBW_AWK
@@ -177,8 +177,6 @@ def _cluster_queue(spec: ClusterSpec, pools: list[NodePool]) -> dict[str, Any]:
                                     "withinClusterQueue": "Never"}}}
 
 
-_MACROS = {"@yearly": "0 0 1 1 *", "@annually": "0 0 1 1 *", "@monthly": "0 0 1 * *", "@weekly": "0 0 * * 0",
-           "@daily": "0 0 * * *", "@midnight": "0 0 * * *", "@hourly": "0 * * * *"}
 
 
 def spread(schedule: str, hostname: str) -> str:
@@ -186,7 +184,7 @@ def spread(schedule: str, hostname: str) -> str:
     Kueue admissions) do not all start in one minute: a fixed minute becomes the host's minute, and a stepped
     hour or minute (`*/6`) starts at the host's offset within the step (`3-23/6`). Derived from the host's name:
     the same on every apply. A list, a range or a fixed hour is the site's choice and kept."""
-    minute, hour, *rest = _MACROS.get(schedule, schedule).split()
+    minute, hour, *rest = cron_fields(schedule)
     h = int.from_bytes(hashlib.sha256(hostname.encode()).digest()[:8], "big")
     if (step := re.fullmatch(r"\*/([0-9]+)", minute)) and int(step[1]) > 1:
         n = int(step[1])

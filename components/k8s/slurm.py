@@ -24,9 +24,9 @@ from ..bash import call, fill, script
 from ..fabric.nccl import nccl_envs, pod_env
 from ..spec import ClusterSpec, NodePool
 from ..spec.cluster import network_operator_enabled
-from ..spec.common import CONTROL_RE
 from ..spec.kubernetes import ChartSource
-from ..spec.slurm import SLINKY_KNOWN, SLINKY_NAMESPACE, directory_groups, tenant_directory_groups
+from ..spec.slurm import (DEFAULT_QOS, SLINKY_KNOWN, SLINKY_NAMESPACE, directory_groups,
+                          directory_password_problem, tenant_directory_groups)
 from ..spec.topology import network_places
 from ..types import token
 from .helm import Chart, release
@@ -343,10 +343,9 @@ def render_sssd_conf(spec: ClusterSpec) -> str:
 
 def render_sssd_bind(password: str) -> str:
     """The bind account's password, as a snippet of sssd.conf's domain section."""
-    if not password or password != password.strip() or CONTROL_RE.search(password):
-        raise ValueError("slurmDirectoryPassword is empty, starts or ends with a space, or holds a control "
-                         "character (a line break), which sssd.conf cannot carry; set the bind account's "
-                         "password again with `pulumi config set --secret slurmDirectoryPassword`")
+    problem = directory_password_problem(password)
+    if problem:               # refused where it enters (the program, the provider, the stack's settings)
+        raise ValueError(problem)
     return f"[domain/{SSSD_DOMAIN}]\nldap_default_authtok_type = password\nldap_default_authtok = {password}\n"
 
 
@@ -444,7 +443,7 @@ class Qos(NamedTuple):
 def render_qos(spec: ClusterSpec) -> list[Qos]:
     """A QOS per priority class and Slurm's own `normal` (jobs without a class: Kueue's priority 0), ranked by
     value; each preempts every QOS ranked below it."""
-    values = {"normal": 0, **{pc.name: pc.value for pc in spec.kubernetes.kueue.priority_classes}}
+    values = {DEFAULT_QOS: 0, **{pc.name: pc.value for pc in spec.kubernetes.kueue.priority_classes}}
     ranks = {v: r for r, v in enumerate(sorted(set(values.values())))}
     return [Qos(name, ranks[v], tuple(sorted(n for n, w in values.items() if w < v)))
             for name, v in sorted(values.items(), key=lambda kv: (kv[1], kv[0]))]

@@ -11,8 +11,8 @@ from typing import Any
 import yaml
 
 from ..spec import SpecError
-from ..spec.loader import PRIVATE_KEY_RE
-from ..spec.slurm import DIRECTORY_PASSWORD
+from ..spec.loader import MAX_FILE_BYTES, PRIVATE_KEY_RE, read_bounded, too_large
+from ..spec.slurm import DIRECTORY_PASSWORD, directory_password_problem
 
 
 # Secrets the program reads only where the spec asks for them (SlurmSettings.secret_settings), so Pulumi.yaml cannot
@@ -73,6 +73,9 @@ def load_stack_config(project_dir: Path, stack: str, needed: tuple[str, ...] = (
                 values[qualify(key)] = encode(value)
                 if qualify(key) in secret_keys | optional or PRIVATE_KEY_RE.search(values[qualify(key)]):
                     plain.append(qualify(key))
+                if qualify(key) == qualify(DIRECTORY_PASSWORD) and \
+                        (problem := directory_password_problem(values[qualify(key)])):
+                    raise SpecError(str(stack_file), [f"{stack_file}: {qualify(key)}: {problem}"])
     secret_keys.update(qualify(k) for k in needed)
     for key in sorted(secret_keys):     # declared secrets no stack file sets (they live in the engine's state)
         if key not in values:
@@ -84,7 +87,10 @@ def load_stack_config(project_dir: Path, stack: str, needed: tuple[str, ...] = (
 def _read_yaml(path: Path) -> dict[str, Any]:
     """A Pulumi settings file as a mapping; anything else is bad input naming the file."""
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        raw = read_bounded(path)
+        if (big := too_large(path, raw, MAX_FILE_BYTES, "a Pulumi settings file")):
+            raise SpecError(str(path), [f"{big}; fix the file"])
+        data = yaml.safe_load(raw.decode("utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
         raise SpecError(str(path), [f"{path}: cannot be read as YAML ({str(e)[:200]}); fix the file"]) from None
     if data is None:

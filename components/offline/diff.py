@@ -69,6 +69,9 @@ def _shape_problem(plan: Any) -> str | None:
                 return f"the {key} of {r['urn']} are not an object"
         if not isinstance(r.get("dependsOn") if r.get("dependsOn") is not None else [], list):
             return f"the dependsOn of {r['urn']} is not a list"
+        replace_on = (r.get("options") or {}).get("replaceOnChanges") or []
+        if not isinstance(replace_on, list) or not all(isinstance(p, str) for p in replace_on):
+            return f"the replaceOnChanges of {r['urn']} is not a list of property paths"
     return None
 
 
@@ -93,7 +96,7 @@ def _comparable(entry: dict[str, Any]) -> dict[str, Any]:
 
 def _replaces(entry: dict[str, Any], path: str) -> bool:
     """The provider's replaceOnChanges (e.g. a command's `triggers[*]`) also forces a replacement."""
-    declared = (entry.get("options") or {}).get("replaceOnChanges", [])
+    declared = (entry.get("options") or {}).get("replaceOnChanges") or []
     prefixes = _REPLACING + tuple(f"inputs.{p.split('[')[0]}" for p in declared)
     return "*" in declared or path.startswith(prefixes)
 

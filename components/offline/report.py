@@ -73,8 +73,11 @@ def render_report(spec: ClusterSpec, thresholds: Thresholds = Thresholds(),
     topology = plan_topology(spec)[0]
     lines = [f"# Cluster {spec.name} ({spec.environment})", "",
              f"{len(list(spec.hosts()))} nodes, {spec.gpus} GPUs, fabric {spec.fabric.kind}, storage "
-             f"{spec.storage.kind}. Thresholds: {thresholds.source}.", "", "![topology](topology.svg)", "",
-             "## GPUs and nodes per pool", ""]
+             f"{spec.storage.kind}. Thresholds: {thresholds.source}.", "", "![topology](topology.svg)", ""]
+    warnings = spec.warnings()
+    if warnings:     # legal but risky choices, as the plan's summary prints them
+        lines += ["## Warnings", "", *(f"- {w}" for w in warnings), ""]
+    lines += ["## GPUs and nodes per pool", ""]
     lines += _md_table(["pool", "workload", "GPU", "hosts", "GPUs", "data NICs", "tenants"], [
         [p.name, p.workload, f"{p.gpu.count} x {p.gpu.model} ({p.gpu.power_w} W)", len(p.hosts), p.gpus,
          f"{len(p.nics)} x {p.nics[0].speed_gbps} Gb/s" if p.nics else "-",

@@ -28,6 +28,9 @@ LOSSLESS_PRIORITIES = {"sonic": (3, 4)}
 OPERATOR_NAMESPACES = {"gpu_operator": "gpu-operator", "network_operator": "network-operator",
                        "kueue": "kueue-system", "nfd": "node-feature-discovery", "mpi_operator": "mpi-operator",
                        "node_readiness": "nrr-system", "health_checks": "gpu-health-checks"}
+# The lowest GPU temperature limit that is a fault, not a busy GPU: data-center GPUs run up to their Max Operating
+# Temp under load (87 C on an H800, tests/samples/nvidia_smi_q_h800.txt; slowdown at 89 C).
+LOADED_GPU_C = 75
 # Namespaces no tenant may take: Kubernetes' own and the operators'; a tenant there would share their privileges.
 SYSTEM_NAMESPACES = frozenset({"default", "kube-system", "kube-public", "kube-node-lease",
                                *OPERATOR_NAMESPACES.values()})
@@ -246,6 +249,17 @@ class ClusterSpec(SpecModel):
         if storage.kind != "none" and sized and not storage.effective_quotas:
             out.append(f"storage quotas are off, so the filesystem_gib of tenant(s) {', '.join(sized[:5])} is not "
                        "enforced (set storage.quotas)")
+        whole = [f"{p.name} ({len(p.hosts)} hosts, max_unavailable {p.rollout.max_unavailable})"
+                 for p in self.node_pools if len(p.hosts) > 1 and p.rollout.batch_size(len(p.hosts)) >= len(p.hosts)]
+        if whole:
+            out.append(f"the rollout of pool(s) {', '.join(whole[:5])} takes every host out of service in one batch: "
+                       "a change that disrupts running work (a driver, kubelet or fabric change) stops every job "
+                       "on the pool at once; set rollout.max_unavailable to a share (e.g. '25%')")
+        limit = self.kubernetes.monitoring.gpu_temperature_limit_c
+        if limit < LOADED_GPU_C:
+            out.append(f"kubernetes.monitoring.gpu_temperature_limit_c is {limit} C, below what a busy GPU reaches "
+                       f"within NVIDIA's limits (an H800's Max Operating Temp is 87 C): GpuTemperatureHigh fires "
+                       f"on every busy node; alert at {LOADED_GPU_C}-87 C")
         health = self.kubernetes.health
         if health.enabled and health.active_checks.enabled:
             checked = {p.name for p in checked_pools(self)}
@@ -531,6 +545,13 @@ def _nccl_hosts_fit(spec: ClusterSpec) -> Iterator[Problem]:
 
 def _kubernetes(spec: ClusterSpec) -> Iterator[Problem]:
     k = spec.kubernetes
+    limit, monitor = k.monitoring.gpu_temperature_limit_c, k.health.gpu_monitor
+    if limit < LOADED_GPU_C and k.health.enabled and monitor.enabled and "temperature" in monitor.quarantine_on:
+        yield Problem(("kubernetes", "monitoring", "gpu_temperature_limit_c"),
+                      f"{limit} C is below what a busy GPU reaches within NVIDIA's limits (an H800's Max Operating "
+                      f"Temp is 87 C, nvidia-smi -q), and health.gpu_monitor.quarantine_on has 'temperature': "
+                      f"every node that runs a job for temperature_for_s would be quarantined as overheating; give "
+                      f"{LOADED_GPU_C}-87 or remove 'temperature' from quarantine_on")
     network = k.network_operator.chart_version if network_operator_enabled(spec) else None
     if not k.allow_unknown_versions and find(k.gpu_operator.chart_version, network, k.kueue.chart_version,
                                              k.nfd.chart_version) is None:

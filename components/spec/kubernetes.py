@@ -25,7 +25,8 @@ def _resource_name(value: str) -> str:
 
 ResourceName = Annotated[str, AfterValidator(_resource_name)]
 
-_CRON_MACROS = ("@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly")
+_CRON_MACROS = {"@yearly": "0 0 1 1 *", "@annually": "0 0 1 1 *", "@monthly": "0 0 1 * *", "@weekly": "0 0 * * 0",
+                "@daily": "0 0 * * *", "@midnight": "0 0 * * *", "@hourly": "0 * * * *"}
 _CRON_FIELDS = (("minute", 0, 59), ("hour", 0, 23), ("day of month", 1, 31), ("month", 1, 12), ("day of week", 0, 6))
 
 
@@ -43,10 +44,48 @@ def _cron(value: str) -> str:
             m = re.fullmatch(r"(\*|([0-9]+)(?:-([0-9]+))?)(?:/([0-9]+))?", part)
             numbers = [int(n) for n in (m.group(2), m.group(3)) if n is not None] if m else []
             if not m or any(not low <= n <= high for n in numbers) or (m.group(4) is not None and
-                                                                      int(m.group(4)) == 0):
+                                                                      int(m.group(4)) == 0) or numbers != sorted(numbers):
                 raise ValueError(f"{shown(value)}: {shown(part)} is not a valid {what} (numbers {low}-{high}, "
-                                 "'*', ranges a-b, lists a,b and steps /n)")
+                                 "'*', ranges a-b from low to high, lists a,b and steps /n)")
+    if not cron_fires(value):
+        raise ValueError(f"{shown(value)} never fires: no month it names has that day (with day of week '*', the "
+                         "day of month must be one the month has); fix the day of month or the month")
     return value
+
+
+def _cron_values(text: str, low: int, high: int) -> set[int]:
+    """The numbers a (valid) cron field matches, as robfig/cron's getRange expands them: `a/n` runs to the end."""
+    out: set[int] = set()
+    for part in text.split(","):
+        m = re.fullmatch(r"(\*|([0-9]+)(?:-([0-9]+))?)(?:/([0-9]+))?", part)
+        assert m is not None
+        start = low if m[1] == "*" else int(m[2])
+        end = high if m[1] == "*" or (m[3] is None and m[4]) else int(m[3] or m[2])
+        out.update(range(start, end + 1, int(m[4] or 1)))
+    return out
+
+
+def cron_fields(value: str) -> list[str]:
+    """The five fields of a schedule, a macro spelled out."""
+    return _CRON_MACROS.get(value, value).split()
+
+
+def cron_fires(value: str) -> bool:
+    """Whether the schedule ever fires. robfig/cron's dayMatches: with day of month or day of week '*', a day
+    must match both; otherwise either. So only a day of month that no month of the schedule has, with day of
+    week '*', never comes (30 February)."""
+    minute, hour, dom, month, dow = cron_fields(value)
+    if dow not in ("*", "*/1") or dom in ("*", "*/1"):
+        return True
+    days = {1: 31, 2: 29, 3: 31, 4: 30, 5: 31, 6: 30, 7: 31, 8: 31, 9: 30, 10: 31, 11: 30, 12: 31}
+    return any(d <= days[m] for m in _cron_values(month, 1, 12) for d in _cron_values(dom, 1, 31))
+
+
+def cron_min_gap_min(value: str) -> int:
+    """The shortest time between two firings on one day, in minutes (1440 where it fires once a day)."""
+    minute, hour, *_ = cron_fields(value)
+    times = sorted(h * 60 + m for h in _cron_values(hour, 0, 23) for m in _cron_values(minute, 0, 59))
+    return min((b - a for a, b in zip(times, times[1:])), default=1440)
 
 
 CronSchedule = Annotated[str, AfterValidator(_cron)]
@@ -251,6 +290,16 @@ class ActiveCheckSettings(SpecModel):
     nccl: bool = Field(True, description="After the diagnostic, an NCCL all_reduce at 8 GiB across the host's GPUs "
                                          "(fabric.checks.nccl_tests_image) must return right values at the pool's "
                                          "burn-in minimum bus bandwidth. Omitted: yes.")
+
+    def _at_most_hourly(self) -> Iterator[Problem]:
+        gap = cron_min_gap_min(self.schedule)
+        if gap < 60:
+            yield Problem(("schedule",), f"{shown(self.schedule)} queues a check every {gap} minute(s), but each "
+                                         "takes every GPU of an idle host for up to timeout_s and pulls its images: "
+                                         "idle hosts would do little else and tenants' jobs would wait for them; "
+                                         "check at most hourly (e.g. '0 */6 * * *')")
+
+    _checks = (_at_most_hourly,)
 
 
 class GpuMonitorSettings(SpecModel):

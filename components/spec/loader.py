@@ -319,10 +319,12 @@ def load_tenants(path: str | Path) -> TenantsFile:
     """A tenants-only stack file (see tenants/), read with the same guards and messages as a cluster spec."""
     p = Path(path)
     try:
-        data = p.read_bytes()
+        data = read_bounded(p)
     except (OSError, ValueError) as e:       # ValueError: a NUL in the path
         raise SpecError(str(p), [f"{p}: cannot read the tenants file ({why(e)}); create it or set the "
                                  "stack's tenantsFile to its path"], "the tenants file") from None
+    if (big := too_large(p, data, MAX_FILE_BYTES, "a tenants file")):
+        raise SpecError(str(p), [big], "the tenants file")
     try:
         data, lines = read_mapping(data, str(p), "platform_stack and tenants")
         return TenantsFile(str(p), TenantsSpec.model_validate(data), lines)
@@ -379,6 +381,18 @@ def read_json(path: Path, what: str, fix: str, max_bytes: int = MAX_FILE_BYTES) 
     return json_of(read_text(path, what, fix, max_bytes), path, what, fix)
 
 
+def read_bounded(path: Path, max_bytes: int = MAX_FILE_BYTES) -> bytes:
+    """At most `max_bytes` + 1 bytes of the file: a device or a pipe (/dev/zero, <(cmd)) has no size to check
+    first, so every read is bounded, and a caller seeing more than `max_bytes` refuses the file."""
+    with path.open("rb") as f:
+        return f.read(max_bytes + 1)
+
+
+def too_large(path: Path, data: bytes, max_bytes: int, what: str) -> str | None:
+    return f"{path}: more than {max_bytes:,} bytes, more than {what} can be (is this the right file?)" \
+        if len(data) > max_bytes else None
+
+
 def _refused(path: Path, what: str, fix: str, problem: str) -> SpecError:
     return SpecError(str(path), [f"{problem}; {fix}"], what)
 
@@ -387,10 +401,10 @@ def read_text(path: Path, what: str, fix: str, max_bytes: int = MAX_FILE_BYTES) 
     """A file's text, at most `max_bytes` and UTF-8, or a SpecError naming the file and `fix`."""
     refuse = partial(_refused, path, what, fix)
     try:
-        size = path.stat().st_size
-        if size > max_bytes:
-            raise refuse(f"{path}: {size:,} bytes, more than {what} can be ({max_bytes:,})")
-        return _decode(path.read_bytes(), str(path), max_bytes, what)
+        data = read_bounded(path, max_bytes)
+        if (big := too_large(path, data, max_bytes, what)):
+            raise refuse(big)
+        return _decode(data, str(path), max_bytes, what)
     except FileNotFoundError:
         raise refuse(f"{path}: no such file") from None
     except (OSError, ValueError) as e:       # ValueError: a NUL in the path
@@ -409,11 +423,14 @@ def json_of(text: str, path: Path, what: str, fix: str) -> Any:
         repeated.extend(k for i, k in enumerate(keys) if k in keys[:i])
         return dict(pairs)
 
-    def no_constant(name: str) -> Any:
-        raise ValueError(f"{name} is not a JSON number; give a finite value")
+    constants: list[_Constant] = []
+
+    def constant(name: str) -> Any:
+        constants.append(_Constant(name, len(constants)))
+        return constants[-1]
 
     try:
-        data = json.loads(text, object_pairs_hook=unique, parse_constant=no_constant)
+        data = json.loads(text, object_pairs_hook=unique, parse_constant=constant)
     except json.JSONDecodeError as e:
         raise refuse(f"{path}:{e.lineno}: not valid JSON: {e.msg} (line {e.lineno}, column {e.colno})") from None
     except ValueError as e:
@@ -423,7 +440,48 @@ def json_of(text: str, path: Path, what: str, fix: str) -> Any:
     if repeated:
         raise SpecError(str(path), [f"{path}: {shown(k)} is given twice in one object; JSON keeps the last one "
                                     f"silently, so keep one" for k in dict.fromkeys(repeated)], what)
+    if constants:
+        offsets = _bare_constants(text)
+        raise SpecError(str(path), [
+            f"{path}:{text.count(chr(10), 0, offsets[c.index]) + 1}: {fmt_loc(loc) or '(the whole file)'}: {c.name} "
+            f"is not a JSON number; give a finite value; {fix}" for loc, c in _constants_in(data)], what)
     return data
+
+
+class _Constant(NamedTuple):
+    """NaN or (-)Infinity where a JSON file has one, and which one of them in the text it is."""
+    name: str
+    index: int
+
+
+def _constants_in(value: Any, loc: Loc = ()) -> Iterator[tuple[Loc, _Constant]]:
+    if isinstance(value, _Constant):
+        yield loc, value
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield from _constants_in(v, loc + (k,))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _constants_in(v, loc + (i,))
+
+
+def _bare_constants(text: str) -> list[int]:
+    """Offsets of NaN, Infinity and -Infinity outside strings, in order (json.loads meets them in this order)."""
+    out, i, quoted = [], 0, False
+    while i < len(text):
+        ch = text[i]
+        if quoted:
+            quoted = ch != '"'
+            i += 2 if ch == "\\" else 1
+            continue
+        if ch == '"':
+            quoted = True
+        elif text.startswith(("NaN", "Infinity", "-Infinity"), i):
+            out.append(i)
+            i += 3
+            continue
+        i += 1
+    return out
 
 
 class _Unusual(Exception):
@@ -484,25 +542,30 @@ def read_mapping(text: str | bytes, source: str, wanted: str) -> tuple[dict, dic
     return data, lines
 
 
-def load_spec(path: str | Path) -> ClusterSpec:
+def load_spec(path: str | Path, project_dir: Path | None = None) -> ClusterSpec:
+    """The spec file, validated; vendored charts and files are looked for in the project it belongs to, else in
+    `project_dir` (the command's), else in the working directory's (where the engine runs the program): a spec
+    kept outside the project is checked as strictly as one inside."""
     p = Path(path)
     try:
-        if p.is_file() and p.stat().st_size > MAX_FILE_BYTES:
-            raise SpecError(str(p), [f"{p}: {p.stat().st_size:,} bytes; a spec is at most {MAX_FILE_BYTES:,} "
-                                     "bytes (is this the right file?)"])
-        data = p.read_bytes()
+        data = read_bounded(p)
     except (OSError, ValueError) as e:       # ValueError: a NUL in the path
         raise SpecError(str(p), [f"{p}: cannot read the spec ({why(e)}); create it or pass the right path"]) \
             from None
-    key = (str(p.resolve()), data)
+    if (big := too_large(p, data, MAX_FILE_BYTES, "a spec")):
+        raise SpecError(str(p), [big])
+    project = project_of(p) or (project_dir.resolve() if project_dir and (project_dir / "Pulumi.yaml").is_file()
+                                else None) \
+        or project_of(Path.cwd() / "spec")
+    key = (str(p.resolve()), data, str(project))
     if key not in _LOADED:            # the CLI validates a spec, then the program loads it: parsed once
         if len(_LOADED) >= 4:
             _LOADED.pop(next(iter(_LOADED)))
-        _LOADED[key] = parse_spec(data, str(p), project_of(p))
+        _LOADED[key] = parse_spec(data, str(p), project)
     return _LOADED[key]
 
 
-_LOADED: dict[tuple[str, bytes], ClusterSpec] = {}     # specs are immutable, so one parse serves every reader
+_LOADED: dict[tuple[str, bytes, str], ClusterSpec] = {}     # specs are immutable, so one parse serves every reader
 
 
 def loaded_specs() -> list[ClusterSpec]:

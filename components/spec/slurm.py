@@ -6,8 +6,8 @@ from typing import TYPE_CHECKING, Iterator, Literal
 
 from pydantic import Field
 
-from .common import (ChartRepo, Dn, DnsLabel, GroupPrefix, HostOrIp, ImageRef, LdapUri, Problem, SpecModel,
-                     duplicates, shown)
+from .common import (CONTROL_RE, ChartRepo, Dn, DnsLabel, GroupPrefix, HostOrIp, ImageRef, LdapUri, Problem,
+                     SpecModel, duplicates, shown)
 
 from .hardware import MIN_DRAIN_S
 
@@ -20,6 +20,8 @@ SLINKY_VERSION = r"^[0-9]+\.[0-9]+\.[0-9]+$"
 # Slinky releases (oldest first) whose charts, CRDs and operator were read for this library (the slurm-operator Go module's
 # helm/ and config/crd/bases at the tag), with the Slurm release their images run.
 SLINKY_KNOWN = {"1.1.0": "25.11"}
+DEFAULT_QOS = "normal"               # slurmdbd's own QOS, every association's default (sacctmgr(1))
+ROOT_ACCOUNT = "root"                # the account tree's root, parent of every account
 DIRECTORY_PASSWORD = "slurmDirectoryPassword"     # the stack's secret: the login set's directory bind password
 
 
@@ -156,6 +158,15 @@ class SlurmSettings(SpecModel):
         return (DIRECTORY_PASSWORD,) if self.enabled and self.login and self.login.directory.bind_dn else ()
 
 
+def directory_password_problem(password: str) -> str | None:
+    """Why sssd.conf cannot carry the bind password (its value runs to the end of its line), or None."""
+    if not password or password != password.strip() or CONTROL_RE.search(password):
+        return (f"{DIRECTORY_PASSWORD} is empty, starts or ends with a space, or holds a control character (a line "
+                "break), which sssd.conf cannot carry; set the bind account's password again with `pulumi config "
+                f"set --secret {DIRECTORY_PASSWORD} < FILE` (no trailing newline)")
+    return None
+
+
 def login_groups(spec: ClusterSpec) -> list[tuple[tuple[str | int, ...], str]]:
     """The identity groups (where each is in the spec) that may log in: those that edit or administer a tenant
     with GPUs on a Slurm pool. Viewers do not: a login is for running jobs."""
@@ -268,7 +279,48 @@ def slurm_problems(spec: ClusterSpec) -> Iterator[Problem]:
         yield Problem(at + ("default_pool",), f"{s.default_pool!r} is not one of slurm.pools "
                                               f"({', '.join(s.pools) or 'none'}); name one of them")
     yield from _login_problems(spec)
+    if s.enabled:
+        yield from _slurm_names(spec)
     if s.enabled and s.version not in SLINKY_KNOWN and not spec.kubernetes.allow_unknown_versions:
         yield Problem(at + ("version",), f"Slinky {s.version} is not known to this library; known: "
                                          f"{', '.join(SLINKY_KNOWN)}. Use a known one or set "
                                          "kubernetes.allow_unknown_versions: true")
+
+
+def _slurm_names(spec: ClusterSpec) -> Iterator[Problem]:
+    """Names Slurm's own objects already have, and names other components own: each would hand Slurm (or take
+    from it) something that is not its own."""
+    from .cluster import SYSTEM_NAMESPACES      # cluster imports this module
+    s, k = spec.kubernetes.slurm, spec.kubernetes
+    taken = {k.dns_namespace: "cluster DNS's", **({k.monitoring.namespace: "monitoring's"} if k.monitoring.enabled
+                                                  else {}),
+             SLINKY_NAMESPACE: "the Slinky operator's", **dict.fromkeys(SYSTEM_NAMESPACES, "Kubernetes' or an "
+                                                                                          "operator's")}
+    if s.namespace in taken:
+        yield Problem(("kubernetes", "slurm", "namespace"),
+                      f"{s.namespace!r} is {taken[s.namespace]} namespace: Pulumi would own it with Slurm (its "
+                      "labels set for Slurm's pods, and removing Slurm would delete it); give Slurm its own, e.g. "
+                      "'slurm'")
+    for i, pc in enumerate(k.kueue.priority_classes):
+        if pc.name == DEFAULT_QOS:
+            yield Problem(("kubernetes", "kueue", "priority_classes", i, "name"),
+                          f"'{DEFAULT_QOS}' is Slurm's default QOS, which every job without --qos runs under: "
+                          f"a class of that name would give all of them priority {pc.value} and preempt by it; "
+                          "rename the class")
+    pools = set(s.pools)
+    for i, t in enumerate(spec.tenants):
+        if t.name == ROOT_ACCOUNT and pools & set(t.gpu_quota):
+            yield Problem(("tenants", i, "name"),
+                          f"'{ROOT_ACCOUNT}' is Slurm's root account, the parent of every account: the tenant's "
+                          "GPU limit there would cap the whole cluster; rename the tenant")
+        for pool in sorted(pools & set(t.gpu_quota)):
+            if t.gpu_quota[pool].lending_limit is not None:
+                yield Problem(("tenants", i, "gpu_quota", pool, "lending_limit"),
+                              f"Slurm pool {pool} has no lending limit: its fair share lends every idle GPU and "
+                              "preemption takes them back (QOS); remove lending_limit or move the quota to a "
+                              "Kueue pool")
+    a = s.accounting
+    if a.database_host is None and a.database_user == "root":
+        yield Problem(("kubernetes", "slurm", "accounting", "database_user"),
+                      "'root' is the in-cluster MariaDB's superuser, which its image refuses as the application's "
+                      "user (MARIADB_USER=\"root\" stops its entrypoint); use another, e.g. 'slurm'")

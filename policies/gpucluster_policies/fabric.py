@@ -8,13 +8,14 @@ of them, including objects written by other components or programs.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from pulumi_policy import EnforcementLevel, ReportViolation, StackValidationArgs, StackValidationPolicy
+from pulumi_policy.proxy import UnknownValueError
 
-from .common import (CONFIG_MAP, FABRIC, NODE_POOL, dig, guarded, items, mapping, name_of, namespace_of, number,
-                     of_type, schema, settings, shown, strings, text)
+from .common import (CONFIG_MAP, FABRIC, NODE_POOL, dig, guarded, items, kind_of, mapping, name_of, namespace_of,
+                     number, of_type, schema, settings, shown, strings, text)
 
 
 def _ends(fabric: Any) -> Iterator[tuple[str, Mapping[str, Any]]]:
@@ -128,6 +129,76 @@ def _nccl_hca_exact(args: StackValidationArgs, report: ReportViolation) -> None:
                    f"before the names for exact matches: NCCL_IB_HCA={exclude}={names}", resource.urn)
 
 
+_POOL_LABEL = "gpucluster.io/pool"
+
+
+def _pod_specs(node: Any) -> Iterator[Mapping[str, Any]]:
+    """Every pod spec in a resource's properties, at any depth: a Pod's, a Job's or Deployment's template, an
+    MPIJob's replicas, a CronJob's job template, or whatever kind a program registers."""
+    if isinstance(node, Mapping):
+        if isinstance(_known(node, "containers"), Sequence):
+            yield node
+        for key in list(node):
+            yield from _pod_specs(_known(node, key))
+    elif isinstance(node, Sequence) and not isinstance(node, (str, bytes)):
+        for i in range(len(node)):
+            yield from _pod_specs(_known(node, i))
+
+
+def _known(node: Any, key: Any) -> Any:
+    """node[key], or None where its value is not known yet (a preview): what is unknown holds no setting."""
+    try:
+        return node[key] if isinstance(node, Sequence) or key in node else None
+    except UnknownValueError:
+        return None
+
+
+def _pinned_pool(pod: Mapping[str, Any]) -> str | None:
+    """The node pool a pod spec selects by the pool label (nodeSelector or a required node affinity), if one."""
+    pool = text(mapping(pod.get("nodeSelector")).get(_POOL_LABEL))
+    terms = dig(pod, "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution",
+                "nodeSelectorTerms")
+    for term in items(terms):
+        for e in items(mapping(term).get("matchExpressions")):
+            e = mapping(e)
+            values = list(strings(e.get("values")))
+            if e.get("key") == _POOL_LABEL and e.get("operator") == "In" and len(values) == 1:
+                pool = pool or values[0]
+    return pool
+
+
+def _workload_nccl(args: StackValidationArgs, report: ReportViolation) -> None:
+    """A workload's own NCCL setting where the fabric sets that variable: a different value sends its traffic on
+    another class, device or interface than the hosts and switches carry (judged by what the resource sets, of
+    any kind, whoever registered it). The pool it pins is compared with that pool's settings; one that pins none,
+    with every pool's."""
+    fabric_env: dict[str, Mapping[str, Any]] = {}
+    for fabric in of_type(args.resources, FABRIC):
+        fabric_env.update({str(p): mapping(env) for p, env in mapping(fabric.props.get("nccl_env")).items()})
+    managed = {k for env in fabric_env.values() for k in env}
+    if not managed:
+        return
+    for r in args.resources:
+        if kind_of(r.resource_type) is None:        # Kubernetes objects carry pods (a chart's are rendered)
+            continue
+        for pod in _pod_specs(r.props):
+            pool = _pinned_pool(pod)
+            pools = [pool] if pool in fabric_env else sorted(fabric_env)
+            for c in [*items(pod.get("containers")), *items(pod.get("initContainers"))]:
+                for e in items(mapping(c).get("env")):
+                    name, value = text(mapping(e).get("name")), mapping(e).get("value")
+                    if name not in managed or value is None:
+                        continue
+                    expected = {shown(fabric_env[p][name]) for p in pools if name in fabric_env[p]}
+                    if expected and shown(value) not in expected:
+                        where = f"{name_of(r.props) or r.name}" + (f" in {namespace_of(r.props)}"
+                                                                   if namespace_of(r.props) else "")
+                        report(f"{where} (container {text(mapping(c).get('name'))}) sets {name}={shown(value)}, but the "
+                               f"fabric sets {name}={' or '.join(sorted(expected))} for "
+                               f"{'pool ' + pools[0] if len(pools) == 1 else 'its pools'}: remove it and take the "
+                               "pool's NCCL settings (its ConfigMap nccl-<pool>, envFrom)", r.urn)
+
+
 def _oversubscription(max_default: float, advice: str):
     config_schema = schema(maxRatio={"type": "number", "minimum": 1, "default": max_default,
                                      "description": "Highest downlink:uplink ratio of a leaf serving training pools."})
@@ -168,6 +239,10 @@ FABRIC_POLICIES = [
         name="fabric-nccl-hca-exact",
         description="Checks that NCCL_IB_HCA names devices exactly ('=' prefix).",
         enforcement_level=EnforcementLevel.MANDATORY, validate=guarded(_nccl_hca_exact)),
+    StackValidationPolicy(
+        name="fabric-nccl-workload-settings",
+        description="Checks that no workload sets an NCCL variable the fabric sets to another value.",
+        enforcement_level=EnforcementLevel.MANDATORY, validate=guarded(_workload_nccl)),
     StackValidationPolicy(
         name="fabric-leaf-oversubscription",
         description="Checks that leaves serving training pools are oversubscribed at most 2:1.",

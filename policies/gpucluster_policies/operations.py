@@ -45,12 +45,18 @@ def _rack_power(args: StackValidationArgs, report: ReportViolation) -> None:
 
 
 _TEMP = re.compile(r"DCGM_FI_DEV_GPU_TEMP\b[^<>]*>=?\s*([0-9]+(?:\.[0-9]+)?)")
-_TEMP_SCHEMA = schema(maxCelsius={"type": "number", "default": 85,
-                                  "description": "Highest GPU temperature the alert may fire at."})
+_TEMP_SCHEMA = schema(
+    maxCelsius={"type": "number", "default": 85, "description": "Highest GPU temperature the alert may fire at."},
+    minCelsius={"type": "number", "default": 75,
+                "description": "Lowest, in minEnvironments: below it the alert fires on every busy GPU (an H800 "
+                               "runs up to its Max Operating Temp, 87 C, within NVIDIA's limits)."},
+    minEnvironments={"type": "array", "items": {"type": "string"}, "default": ["prod"],
+                     "description": "Environments whose alert must not fire below minCelsius."})
 
 
 def _temperature_alert(args: StackValidationArgs, report: ReportViolation) -> None:
-    limit = settings(args, _TEMP_SCHEMA)["maxCelsius"]
+    config = settings(args, _TEMP_SCHEMA)
+    limit = config["maxCelsius"]
     alerts = []
     for rule_set in of_type(args.resources, PROMETHEUS_RULE):
         for group in maps(dig(rule_set.props, "spec", "groups")):
@@ -61,10 +67,15 @@ def _temperature_alert(args: StackValidationArgs, report: ReportViolation) -> No
     if not alerts:
         report(f"no alert watches GPU temperature (DCGM_FI_DEV_GPU_TEMP); enable kubernetes.monitoring so one "
                f"fires above at most {limit:g} C")
+    low = config["minCelsius"] if environment(args.resources) in config["minEnvironments"] else None
     for rule_set, name, threshold in alerts:
         if threshold > limit:
             report(f"alert {name} fires above {threshold:g} C, later than {limit:g} C, when GPUs already throttle; "
                    f"set kubernetes.monitoring.gpu_temperature_limit_c to at most {limit:g}", rule_set.urn)
+        elif low is not None and threshold < low:
+            report(f"alert {name} fires above {threshold:g} C, below the {low:g} C a busy GPU reaches within "
+                   f"NVIDIA's limits, so it fires on every busy node in {environment(args.resources)}; set "
+                   f"kubernetes.monitoring.gpu_temperature_limit_c to {low:g}-{limit:g}", rule_set.urn)
 
 
 _BURN_IN_SCHEMA = schema(requiredEnvironments={
@@ -81,6 +92,28 @@ def _burn_in(args: StackValidationArgs, report: ReportViolation) -> None:
         if mapping(spec.get("burn_in")).get("enabled", True) is False:
             report(f"node pool {spec.get('name')} skips burn-in in {env}, so a node with a bad GPU, NIC or cable "
                    "takes production work; set burn_in.enabled: true", pool.urn)
+
+
+_ROLLOUT_SCHEMA = schema(requiredEnvironments={
+    "type": "array", "items": {"type": "string"}, "default": ["prod"],
+    "description": "Environments where a rollout must leave part of each pool in service."})
+
+
+def _rollout_bounded(args: StackValidationArgs, report: ReportViolation) -> None:
+    """A rollout batch of the whole pool (max_unavailable 100%, or a count of every host) stops every job on it
+    at once: what the rollout exists to avoid."""
+    env = environment(args.resources)
+    if env not in settings(args, _ROLLOUT_SCHEMA)["requiredEnvironments"]:
+        return
+    for pool in of_type(args.resources, NODE_POOL):
+        spec = mapping(intent(pool).get("pool"))
+        hosts, m = len(items(spec.get("hosts"))), mapping(spec.get("rollout")).get("max_unavailable", "10%")
+        percent = re.fullmatch(r"([0-9]+)%", str(m))
+        batch = -(-hosts * int(percent[1]) // 100) if percent else number(m)   # a count arrives as a float
+        if hosts > 1 and batch is not None and batch >= hosts:
+            report(f"node pool {spec.get('name')} rolls all {hosts} hosts in one batch (rollout.max_unavailable "
+                   f"{shown(m)}) in {env}: a disruptive change stops every job on the pool at once; set a share such as "
+                   "'25%'", pool.urn)
 
 
 _QUARANTINE_SCHEMA = schema(requiredEnvironments={
@@ -207,6 +240,11 @@ OPERATIONS_POLICIES = [
         name="ops-burn-in-enabled",
         description="Checks that every node pool of a production environment burns in its nodes.",
         enforcement_level=EnforcementLevel.MANDATORY, validate=guarded(_burn_in), config_schema=_BURN_IN_SCHEMA),
+    StackValidationPolicy(
+        name="ops-rollout-bounded",
+        description="Checks that a production pool's rollout leaves part of the pool in service.",
+        enforcement_level=EnforcementLevel.MANDATORY, validate=guarded(_rollout_bounded),
+        config_schema=_ROLLOUT_SCHEMA),
     StackValidationPolicy(
         name="ops-gpu-quarantine-enforced",
         description="Checks that a production environment takes a node whose GPU faults out of service.",

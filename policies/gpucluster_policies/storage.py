@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from pulumi_policy import EnforcementLevel, ReportViolation, StackValidationArgs, StackValidationPolicy
 
 from .common import (FILESYSTEM, REMOTE_COMMAND, dig, environment, guarded, intent, maps, number, of_type, schema,
@@ -32,14 +34,36 @@ def _no_reformat(args: StackValidationArgs, report: ReportViolation) -> None:
 
 
 def _servers_protected(args: StackValidationArgs, report: ReportViolation) -> None:
+    """Judged by where a command connects and what it does, not where it sits: the filesystem's own server
+    commands, and any other program's command with a delete against a storage server, must be protected."""
     for fs in of_type(args.resources, FILESYSTEM):
-        servers = {text(s.get("address")): s.get("hostname") for s in maps(intent(fs).get("servers"))}
+        servers = {}
+        for s in maps(intent(fs).get("servers")):
+            servers.update({text(s.get("address")): s.get("hostname"), text(s.get("hostname")): s.get("hostname")})
+        servers.pop(None, None)
         for r in of_type(args.resources, REMOTE_COMMAND):
+            if r.opts.protect:
+                continue
             parent = r.parent.urn if r.parent is not None else None
             host = text(dig(r.props, "connection", "host"))
-            if parent == fs.urn and host in servers and not r.opts.protect:
+            if host not in servers:
+                continue
+            if parent == fs.urn:
                 report(f"{r.name} sets up storage server {servers[host]} but is not protected, so a destroy or a "
                        "replacement runs its delete; protect it", r.urn)
+            elif (m := _DESTRUCTIVE.search(text(r.props.get("delete")) or "")):
+                report(f"{r.name} connects to storage server {servers[host]} ({host}) and its delete runs "
+                       f"`{m.group(0).strip()}`, which destroys data, yet it is not protected: a destroy or a "
+                       "replacement runs it on the server that holds the filesystem; protect it or drop that "
+                       "from its delete", r.urn)
+
+
+# Commands that destroy a device's or a directory tree's data (what a delete must never run unprotected on a
+# storage server): filesystem creation and signature wiping, whole-device writes, volume and pool removal.
+_DESTRUCTIVE = re.compile(
+    r"(?<![\w.-])(?:mkfs(?:\.[a-z0-9]+)?|mkfs\.lustre|wipefs|blkdiscard|shred|sgdisk\s+(?:-Z|--zap-all)"
+    r"|dd\s[^;|&\n]*\bof=/dev/\S+|zpool\s+(?:destroy|labelclear)|zfs\s+destroy|lvremove|vgremove|pvremove"
+    r"|mdadm\s[^;|&\n]*--zero-superblock|rm\s+-[a-zA-Z]*[rR][a-zA-Z]*\s+/\S*)")
 
 
 _RAID_SCHEMA = schema(allowedRaidLevels={

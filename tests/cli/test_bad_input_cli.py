@@ -81,6 +81,38 @@ def test_a_plain_directory_password_in_stack_settings_is_reported_though_no_stac
     assert "pulumi config set --secret slurmDirectoryPassword < FILE" in err
 
 
+def test_a_directory_password_sssd_cannot_carry_is_refused_by_validate_and_plan_without_echoing_it(project):
+    config = yaml.safe_load((project / "Pulumi.dev.yaml").read_text()) or {}
+    config.setdefault("config", {})["gpucluster:slurmDirectoryPassword"] = "first-line\nsecond-line"
+    (project / "Pulumi.dev.yaml").write_text(yaml.safe_dump(config))
+    for command in ("validate", "plan"):
+        err = refused(gpucluster(command, "dev", cwd=project))
+        assert "gpucluster:slurmDirectoryPassword: slurmDirectoryPassword is empty, starts or ends with a space, " \
+               "or holds a control character (a line break)" in err, err
+        assert "first-line" not in err and "second-line" not in err
+    assert not (project / "build" / "dev").exists()
+
+
+def test_a_spec_outside_the_project_has_its_vendored_charts_looked_for_by_validate_as_by_plan(project,
+                                                                                          tmp_path_factory):
+    data = yaml.safe_load((project / "stacks" / "dev.yaml").read_text())
+    data["kubernetes"].setdefault("kueue", {})["chart_path"] = "vendor/kueue"
+    elsewhere = tmp_path_factory.mktemp("specs") / "lab.yaml"
+    elsewhere.write_text(yaml.safe_dump(data, sort_keys=False))
+    for command in ("validate", "plan"):
+        err = refused(gpucluster(command, str(elsewhere), cwd=project))
+        assert f"kubernetes.kueue.chart_path: vendor/kueue has no Chart.yaml in the project ({project.resolve()})" \
+            in err, (command, err)
+
+
+def test_a_spec_that_is_a_device_is_read_no_further_than_a_spec_can_be(project):
+    for command in ("validate", "plan"):
+        started = time.monotonic()
+        err = refused(gpucluster(command, "/dev/zero", cwd=project))
+        assert "/dev/zero: more than 16,777,216 bytes, more than a spec can be (is this the right file?)" in err
+        assert time.monotonic() - started < 30
+
+
 def test_a_program_that_stops_with_a_run_error_is_bad_input_with_its_message(project):
     main = project / "__main__.py"
     main.write_text('import pulumi\nraise pulumi.RunError("stopped on purpose: set X")\n' + main.read_text())

@@ -520,3 +520,17 @@ def test_a_program_misnaming_an_input_or_leaving_one_out_fails_the_type_check(tm
     assert done.returncode != 0
     assert "'pools' does not exist in type 'GpuNodePoolArgs'" in done.stdout, done.stdout
     assert "Property 'tenant' is missing" in done.stdout, done.stdout
+
+
+@pytest.mark.parametrize("password", ["line\nbreak", " leading-space", ""])
+def test_a_directory_password_sssd_cannot_carry_is_an_input_error_naming_it(provider, dev_data, password):
+    with_slurm_pool(dev_data)
+    dev_data["kubernetes"]["slurm"]["login"] = {"directory": {
+        "uris": ["ldaps://ldap.site.example"], "search_base": "dc=site,dc=example", "group_prefix": "oidc:",
+        "bind_dn": "cn=sssd,dc=site,dc=example"}}
+    error, _ = _refused(provider, {"specYaml": yaml.safe_dump(dev_data),
+                                   "slurmDirectoryPassword": rpc.wrap_rpc_secret(password)}, "GpuKubernetesStack")
+    found = _property_errors(error)
+    assert found.startswith("slurmDirectoryPassword: slurmDirectoryPassword is empty, starts or ends with a space, "
+                            "or holds a control character"), found
+    assert password.strip() not in found or not password.strip()

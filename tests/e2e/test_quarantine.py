@@ -447,7 +447,10 @@ def test_a_fault_on_more_nodes_than_the_breaker_allows_drains_its_share_and_hold
         assert HELD_ANNOTATION not in (clean.nodes()[held]["metadata"].get("annotations") or {})
         wait_for(lambda: pod_gone(held), 60, lambda: f"pod on {held} not evicted once granted")
     finally:
-        for n in faulty:
-            _set_fault(clean, n, "False")
+        for n in faulty:                   # as a new node: no condition of ours (Detector.forget)
+            conditions = clean.cp.get("node", n)["status"].get("conditions", [])
+            clean.cp.kubectl("patch", "node", n, "--subresource=status", "--type=json", "-p", json.dumps(
+                [{"op": "remove", "path": f"/status/conditions/{i}"} for i, x in reversed(list(enumerate(conditions)))
+                 if x["type"] == CONDITION]), check=False)
         _unquarantine(clean)
         clean.cp.kubectl("delete", "namespace", ns, "--wait=false")

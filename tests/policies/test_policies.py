@@ -47,6 +47,7 @@ def test_every_policy_is_named_described_and_configurable_with_defaults():
 
 def test_every_policy_has_a_mutation_test():
     tested = {case[0] for case in CASES} | {"ssh-host-key-pinned", "k8s-job-templates-gpu-limits",
+                                             "fabric-nccl-workload-settings",
                                              "fabric-leaf-nonblocking", "storage-servers-protected",
                                              "tenancy-prod-network-bounds", "k8s-images-from-mirror"}
     assert tested == set(BY_NAME)
@@ -226,6 +227,19 @@ CASES = [
         ["spec", "groups", 0, "rules", 0, "expr"], "max by (Hostname, gpu) (DCGM_FI_DEV_GPU_TEMP) > 92")),
      ["alert GpuTemperatureHigh fires above 92 C, later than 85 C, when GPUs already throttle; set "
       "kubernetes.monitoring.gpu_temperature_limit_c to at most 85"]),
+    ("ops-gpu-temperature-alert", lambda r: changed(changed(r, "dev", _set(["environment"], "prod")),
+                                                    "dev-k8s-gpu-alerts", _set(["spec", "groups", 0, "rules", 0, "expr"],
+                                                                               "max by (Hostname, gpu) (DCGM_FI_DEV_GPU_TEMP) > 40")),
+     ["alert GpuTemperatureHigh fires above 40 C, below the 75 C a busy GPU reaches within NVIDIA's limits, so it "
+      "fires on every busy node in prod; set kubernetes.monitoring.gpu_temperature_limit_c to 75-85"]),
+    ("ops-rollout-bounded", lambda r: changed(changed(r, "dev", _set(["environment"], "prod")), "dev-h100",
+                                              _set(["spec", "pool", "rollout", "max_unavailable"], "100%")),
+     ["node pool h100 rolls all 2 hosts in one batch (rollout.max_unavailable 100%) in prod: a disruptive change "
+      "stops every job on the pool at once; set a share such as '25%'"]),
+    ("ops-rollout-bounded", lambda r: changed(changed(r, "dev", _set(["environment"], "prod")), "dev-h100",
+                                              _set(["spec", "pool", "rollout", "max_unavailable"], 2)),
+     ["node pool h100 rolls all 2 hosts in one batch (rollout.max_unavailable 2) in prod: a disruptive change "
+      "stops every job on the pool at once; set a share such as '25%'"]),
     ("ops-burn-in-enabled", lambda r: changed(changed(r, "dev", _set(["environment"], "prod")), "dev-h100",
                                               _set(["spec", "pool", "burn_in", "enabled"], False)),
      ["node pool h100 skips burn-in in prod, so a node with a bad GPU, NIC or cable takes production work; set "
@@ -545,3 +559,50 @@ def test_a_driver_at_or_above_its_cuda_minimum_with_a_matching_nccl_passes(dev_r
     run = changed(dev_run, "dev-h100", _set(["spec", "pool", "software"], {
         "driver_version": driver, "cuda_version": cuda, "nccl_version": nccl}))
     assert findings(run, "ops-driver-cuda-nccl-compatible") == []
+
+
+# --- judged by what a resource does, whoever registered it ---------------------------------------------------
+
+def _env(**values):
+    return [{"name": k, "value": v} for k, v in values.items()]
+
+
+MPIJOB = "kubernetes:kubeflow.org/v2beta1:MPIJob"
+
+
+@pytest.mark.parametrize("type_, inputs, where", [
+    (JOB, job(containers=[{"name": "main", "image": "r/t:1", "env": _env(NCCL_IB_TC="0")}]), "train in team-a"),
+    ("kubernetes:core/v1:Pod", {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "team-b"},
+                                "spec": {"containers": [{"name": "main", "image": "r/t:1",
+                                                         "env": _env(NCCL_IB_TC="0")}]}}, "p in team-b"),
+    (MPIJOB, {"apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob", "metadata": {"name": "m", "namespace": "team-a"},
+              "spec": {"mpiReplicaSpecs": {"Worker": {"replicas": 2, "template": {"spec": {
+                  "containers": [{"name": "main", "image": "r/t:1", "env": _env(NCCL_IB_TC="0")}]}}}}}},
+     "m in team-a"),
+])
+def test_a_workload_of_any_kind_that_sets_its_own_nccl_class_is_reported(dev_run, type_, inputs, where):
+    found = findings(with_resource(dev_run, type_, "user-workload", inputs), "fabric-nccl-workload-settings")
+    assert found == [f"{where} (container main) sets NCCL_IB_TC=0, but the fabric sets NCCL_IB_TC=106 for pool "
+                     "h100: remove it and take the pool's NCCL settings (its ConfigMap nccl-<pool>, envFrom)"]
+
+
+def test_a_workload_that_repeats_the_fabrics_settings_or_sets_its_own_others_is_not_reported(dev_run):
+    inputs = job(containers=[{"name": "main", "image": "r/t:1",
+                              "env": _env(NCCL_IB_TC="106", NCCL_DEBUG="INFO", MY_VAR="x")}],
+                 nodeSelector={"gpucluster.io/pool": "h100"})
+    assert findings(with_resource(dev_run, JOB, "train", inputs), "fabric-nccl-workload-settings") == []
+
+
+def test_a_users_own_command_that_can_wipe_a_storage_server_is_reported_wherever_it_sits(dev_run):
+    command = {"connection": {"host": "10.10.0.31", "user": "ops"}, "create": "true",
+               "delete": "umount /srv/ost0 && wipefs -a /dev/nvme1n1"}
+    found = findings(with_resource(dev_run, "command:remote:Command", "cleanup-ost", command),
+                     "storage-servers-protected")
+    assert found == ["cleanup-ost connects to storage server stor-dev-01 (10.10.0.31) and its delete runs `wipefs`, "
+                     "which destroys data, yet it is not protected: a destroy or a replacement runs it on the server "
+                     "that holds the filesystem; protect it or drop that from its delete"]
+    assert findings(with_resource(dev_run, "command:remote:Command", "cleanup-ost", command, protect=True),
+                    "storage-servers-protected") == []
+    harmless = {**command, "delete": "systemctl restart chronyd"}
+    assert findings(with_resource(dev_run, "command:remote:Command", "cleanup-ost", harmless),
+                    "storage-servers-protected") == []
