@@ -128,9 +128,10 @@ class GpuCluster(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: GpuClusterArgs, opts: Optional[pulumi.ResourceOptions] = None):
         spec = spec_of(args)          # before anything registers: a bad spec leaves nothing half-made
+        ssh_key = _required(args, "ssh_private_key")
         password = _directory_password(spec, args)
         super().__init__(cluster.GpuCluster.TYPE, name, cluster.intent(spec), opts)
-        cluster.compose(self, name, spec, args["ssh_private_key"], kubeconfig=args.get("kubeconfig"),
+        cluster.compose(self, name, spec, ssh_key, kubeconfig=args.get("kubeconfig"),
                         kube_context=args.get("kube_context"), slurm_directory_password=password)
         self.gpus = pulumi.Output.from_input(spec.gpus)
         self.flavors = pulumi.Output.from_input(self.kubernetes.flavors)
@@ -160,6 +161,7 @@ class GpuNodePool(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: GpuNodePoolArgs, opts: Optional[pulumi.ResourceOptions] = None):
         spec = spec_of(args)
+        ssh_key = _required(args, "ssh_private_key")
         pool = next((p for p in spec.node_pools if p.name == args.get("pool")), None)
         if pool is None:
             raise InputPropertyError("pool", f"the spec has no node pool {args.get('pool')!r}; its pools: "
@@ -167,7 +169,7 @@ class GpuNodePool(pulumi.ComponentResource):
         pool_args = NodePoolArgs.from_spec(spec, pool)
         super().__init__(node_pool.GpuNodePool.TYPE, name, node_pool.intent(pool_args),
                          with_aliases(node_pool.GpuNodePool.TYPE, opts))
-        node_pool.compose(self, name, pool_args, args["ssh_private_key"], kubeconfig=args.get("kubeconfig"),
+        node_pool.compose(self, name, pool_args, ssh_key, kubeconfig=args.get("kubeconfig"),
                           kube_context=args.get("kube_context"))
         self.burn_in = pulumi.Output.from_input(self.burn_in)
         self.gpus = pulumi.Output.from_input(pool.gpus)
@@ -189,9 +191,10 @@ class Fabric(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: HostsArgs, opts: Optional[pulumi.ResourceOptions] = None):
         spec = spec_of(args)
+        ssh_key = _required(args, "ssh_private_key")
         super().__init__(fabric.Fabric.TYPE, name, fabric.intent(spec),
                          with_aliases(fabric.Fabric.TYPE, opts))
-        fabric.compose(self, name, spec, args["ssh_private_key"], gpu_hosts=True)
+        fabric.compose(self, name, spec, ssh_key, gpu_hosts=True)
         for output in ("nccl_env", "topology", "data_plane", "checks"):
             setattr(self, output, pulumi.Output.from_input(getattr(self, output)))
 
@@ -209,12 +212,13 @@ class ParallelFilesystem(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: HostsArgs, opts: Optional[pulumi.ResourceOptions] = None):
         spec = spec_of(args)
+        ssh_key = _required(args, "ssh_private_key")
         if spec.storage.kind == "none":
             raise InputPropertyError(_spec_property(args), "the spec's storage.kind is none: give a spec with a "
                                                            "Lustre or BeeGFS filesystem (storage.kind)")
         super().__init__(filesystem.ParallelFilesystem.TYPE, name, filesystem.intent(spec),
                          with_aliases(filesystem.ParallelFilesystem.TYPE, opts))
-        filesystem.compose(self, name, spec, args["ssh_private_key"], host_ready=None, namespaces=None)
+        filesystem.compose(self, name, spec, ssh_key, host_ready=None, namespaces=None)
         self.summary = pulumi.Output.from_input(self.outputs)
         self.claims = pulumi.Output.from_input(claims_of(spec))
         self.auth = _secret(self.auth)
@@ -273,8 +277,42 @@ class Tenant(pulumi.ComponentResource):
                                                                     for i in range(3))
 
 
+# Inputs that are text, by their Python name: the property the engine names, and whether a secret (an Output).
+_TEXT_INPUTS = {"spec_file": "specFile", "spec_yaml": "specYaml", "kube_context": "kubeContext", "pool": "pool",
+                "ssh_private_key": "sshPrivateKey", "kubeconfig": "kubeconfig",
+                "slurm_directory_password": "slurmDirectoryPassword"}
+
+
+def _text_inputs(args: SpecArgs) -> None:
+    """Each text input a string (a secret: an Output of one), refused as an input error naming it otherwise; a
+    value of another type would fail deep inside a resource, reported as an unknown error. Checked in place:
+    a secret's check runs when its value resolves, before anything reads it."""
+    values: dict[str, Any] = args        # type: ignore[assignment]
+    for key, prop in _TEXT_INPUTS.items():
+        value = values.get(key)
+        if value is None:
+            continue
+        if isinstance(value, pulumi.Output):
+            values[key] = value.apply(lambda v, prop=prop: _text(prop, v))
+        else:
+            _text(prop, value)
+
+
+def _text(prop: str, value: Any) -> Any:
+    if value is not None and not isinstance(value, str):
+        raise InputPropertyError(prop, f"must be a string; got {type(value).__name__}")
+    return value
+
+
+def _required(args: Any, key: str) -> Any:
+    if args.get(key) is None:
+        raise InputPropertyError(_TEXT_INPUTS[key], "required: give it")
+    return args[key]
+
+
 def spec_of(args: SpecArgs) -> ClusterSpec:
     """The validated spec of a component's args; the loader's own problems, each naming the property."""
+    _text_inputs(args)
     given = [k for k in ("spec_file", "spec_yaml") if args.get(k) is not None]
     if len(given) != 1:
         raise InputPropertyError("specFile", "give the cluster spec as specFile (a path) or as specYaml (its "

@@ -63,6 +63,7 @@ roll=retire value=retiring failed=retiring why="retire it (it left pool @POOL@ i
 give_up() { fail "$*"; }     # a host leaving the spec has no rollout to go on with
 drain_flags=(--skip-wait-for-delete-timeout=@TIMEOUT@)
 stuck="$HOST stays cordoned and tainted @TAINT@=retiring and is not retired: its Node, mounts, preparation and fabric settings stay until a drain finishes. Let its pods finish or move them (a PodDisruptionBudget that allows no eviction, a pod no controller owns), then run pulumi up again. To keep the host instead, put it back in the spec, run pulumi up, then kubectl taint node $HOST @TAINT@- && kubectl uncordon $HOST"
+end_if_no_node "drain before we $why"
 """
 
 _DEREGISTER = r"""

@@ -160,6 +160,8 @@ end_if_no_node() {
     exit 0
   fi
 }
+# one_line TEXT: TEXT on one line of at most 400 characters, for a mark on the Node (the error says it all).
+one_line() { printf '%s' "$*" | tr '\n' ' ' | cut -c1-400; }
 # shellcheck disable=SC2034  # not every step reads the taints
 TAINTS='{range .spec.taints[*]}{.key}={.value}{"\n"}{end}'
 # has_taint TAINTS KEY[=VALUE]: TAINTS (node_field "$TAINTS") has that taint (grep reads all its input).
@@ -209,7 +211,7 @@ pool_out() {
 # it again); within the pool's failure budget the step succeeds and the later batches go on.
 give_up() {
   local why failed
-  why="$(printf '%s' "$*" | tr '\n' ' ' | cut -c1-400)"      # the mark's; the error says it all
+  why="$(one_line "$*")"
   "${kc[@]}" taint node "$HOST" --overwrite "@TAINT@=failed:NoSchedule" >/dev/null || true
   "${kc[@]}" annotate node "$HOST" --overwrite @PENDING@="failed: $why" >/dev/null || true
   failed="$(pool_nodes | awk -F'\t' -v t=@TAINT@=failed: 'index(" " $5, " " t) { n++ } END { print n + 0 }')"
@@ -279,11 +281,10 @@ drain_flags=(--skip-wait-for-delete-timeout=@STUCK_S@)
 stuck="$HOST stays cordoned and tainted @TAINT@=failed. Let its pods finish or move them (a running one: a PodDisruptionBudget that allows no eviction, or a pod no controller owns; a terminating one: what its finalizer waits for), then run pulumi up again, which drains it again and goes on. To put it back to work meanwhile: kubectl taint node $HOST @TAINT@- && kubectl uncordon $HOST"
 """
 
-# Taking a Node out: it reads roll (the annotation's value), value (the taint's), failed (the taint's when the
+# Taking a Node out, once its caller has ended where the host has no Node: it reads roll (the annotation's value), value (the taint's), failed (the taint's when the
 # drain does not finish), why, stuck (what the error says then), drain_flags (more of kubectl drain's) and
 # give_up (what is done with the error).
 TAKE_OUT = r"""
-end_if_no_node "drain before we $why"
 # Marked first, with what it was: a run killed anywhere after this is finished or undone by the uncordon step.
 marked="$(node_field '{.metadata.annotations.gpucluster\.io/rollout-cordoned-before}')"
 before="$(node_field '{.spec.unschedulable}')"
@@ -319,7 +320,7 @@ before="$(node_field '{.metadata.annotations.gpucluster\.io/rollout-cordoned-bef
 if [[ -z "$before" ]]; then
   if [[ -n "${GPUCLUSTER_ROLL_FAILED:-}" ]]; then
     # not drained (taken as rolled, or deferred) and the host still owes what stops work: the next apply drains it
-    why="$(printf '%s' "$GPUCLUSTER_ROLL_FAILED" | tr '\n' ' ' | cut -c1-400)"
+    why="$(one_line "$GPUCLUSTER_ROLL_FAILED")"
     "${kc[@]}" annotate node "$HOST" --overwrite @PENDING@="deferred: not drained, and the roll found: $why" >/dev/null
     note @DEFERRED@": not drained, and the roll found: $why"
     finish

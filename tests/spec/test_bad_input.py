@@ -405,14 +405,21 @@ SECOND_ROUND = [   # what reaches a host or the cluster is checked against what 
 def test_what_would_damage_a_host_or_the_cluster_is_refused_by_validate_and_plan_alike(dev_data, change, message,
                                                                                      tmp_path):
     change(dev_data)
-    found = [m.split(": ", 1)[1] for m in problems_of(dev_data)]
+    refused_alike(dev_data, message, tmp_path)
+
+
+def refused_alike(data, message, tmp_path) -> None:
+    """The loader names the problem, and validate and plan both refuse the file with it (exit 2, no traceback),
+    plan writing nothing."""
+    found = [m.split(": ", 1)[1] for m in problems_of(data)]
     assert any(m.startswith(message) for m in found), found
     spec_file = tmp_path / "spec.yaml"
-    spec_file.write_text(yaml.safe_dump(dev_data, sort_keys=False))
+    spec_file.write_text(yaml.safe_dump(data, sort_keys=False))
     from tests.cli.test_cli import gpucluster
     for command in ("validate", "plan"):
         out = gpucluster(command, str(spec_file), *(["--out", str(tmp_path / "o")] if command == "plan" else []))
         assert out.returncode == 2 and message in out.stderr and "Traceback" not in out.stderr, (command, out.stderr)
+    assert not (tmp_path / "o").exists()
 
 
 def test_a_vendored_chart_that_is_not_in_the_project_is_refused_with_its_line(tmp_path):
