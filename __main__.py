@@ -14,7 +14,8 @@ except SpecError as e:          # the engine prints a RunError's message alone, 
 kubernetes = pulumi.Config("kubernetes")
 # The Slurm login set's directory account, where the spec names one (kubernetes.slurm.login.directory.bind_dn).
 directory_password = config.get_secret(DIRECTORY_PASSWORD)
-if (problem := directory_password_problem(config.get(DIRECTORY_PASSWORD) or "x")):     # checked, never printed
+given = config.get(DIRECTORY_PASSWORD)            # checked here, never printed
+if given is not None and (problem := directory_password_problem(given)):
     raise pulumi.RunError(f"the stack's secret {problem}")
 if directory_password is None and spec.kubernetes.slurm.secret_settings:
     raise pulumi.RunError("kubernetes.slurm.login.directory.bind_dn needs its password as the stack's secret "

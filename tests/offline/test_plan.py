@@ -216,3 +216,29 @@ def test_infiniband_plan_runs_opensm_on_the_subnet_managers_and_every_script_is_
         f.write_text(text)
     out = subprocess.run(["shellcheck", "-S", "style", *map(str, tmp_path.iterdir())], capture_output=True, text=True)
     assert out.returncode == 0, out.stdout[:3000]
+
+
+def test_the_program_refuses_a_directory_password_sssd_cannot_carry_without_printing_it(tmp_path):
+    """Under the engine the secret comes decrypted from the stack's config: the program checks it where it enters
+    and stops with a RunError naming the setting (the engine prints it alone), never the value."""
+    import copy
+
+    import pulumi
+    import yaml
+    from components.offline.runner import _as_main, _program_dir, run_offline
+    from tests.components.k8s.slurm_specs import with_slurm_pool
+    from tests.conftest import _DEV
+    data = copy.deepcopy(_DEV)
+    with_slurm_pool(data)
+    data["kubernetes"]["slurm"]["login"] = {"directory": {
+        "uris": ["ldaps://ldap.site.example"], "search_base": "dc=site,dc=example", "group_prefix": "oidc:",
+        "bind_dn": "cn=sssd,dc=site,dc=example"}}
+    spec_file = tmp_path / "lab.yaml"
+    spec_file.write_text(yaml.safe_dump(data, sort_keys=False))
+    config = {"gpucluster:specFile": str(spec_file), "gpucluster:sshPrivateKey": "key",
+              "gpucluster:slurmDirectoryPassword": "first-line\nsecond-line"}
+    with _program_dir(ROOT), pytest.raises(pulumi.RunError) as e:
+        run_offline(_as_main(ROOT / "__main__.py"), project="gpucluster", stack="lab", config=config,
+                    secret_keys=["gpucluster:sshPrivateKey", "gpucluster:slurmDirectoryPassword"])
+    assert str(e.value).startswith("the stack's secret slurmDirectoryPassword is empty, starts or ends with a space")
+    assert "first-line" not in str(e.value)
