@@ -143,3 +143,39 @@ def test_the_full_spec_is_valid():
 @given(st.lists(st.tuples(st.sampled_from(_FULL_PATHS), _VALUES), min_size=1, max_size=3))
 def test_any_value_anywhere_in_a_spec_with_every_day2_section_gives_problems_not_a_crash(changes):
     _only_spec_errors(yaml.safe_dump(with_changes(_FULL, changes), allow_unicode=True))
+
+
+# validate and plan agree: a spec validate accepts plans without errors. Names are where one component's
+# object meets another's (a namespace, a queue, an account), so the values are names the spec already uses and
+# names others own; any string field of the spec may take one.
+def _value_at(doc, path):
+    for part in path:
+        doc = doc[part]
+    return doc
+
+
+_NAMES = sorted({v for p in _FULL_PATHS if isinstance(v := _value_at(_FULL, p), str) and len(v) < 40
+                 and v.replace("-", "").isalnum()} | {"kube-system", "slinky", "slurm", "monitoring", "gpu-operator",
+                                                     "kueue-system", "nrr-system", "normal", "root", "default"})
+
+
+_TEXT_PATHS = [p for p in _FULL_PATHS if isinstance(_value_at(_FULL, p), str)]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                  HealthCheck.function_scoped_fixture])
+@given(st.lists(st.tuples(st.sampled_from(_TEXT_PATHS), st.sampled_from(_NAMES)), min_size=1, max_size=2))
+def test_a_spec_validate_accepts_plans_without_errors(tmp_path_factory, changes):
+    from components.offline.plan import build_plan
+    from components.offline.runner import run_program
+    from components.spec.loader import SpecError
+    from tests.conftest import ROOT
+    data = with_changes(_FULL, changes)
+    try:
+        parse_spec(yaml.safe_dump(data))
+    except SpecError:
+        return                                      # validate refuses it: nothing more to agree on
+    spec_file = tmp_path_factory.mktemp("agree") / "agree.yaml"
+    spec_file.write_text(yaml.safe_dump(data, sort_keys=False))
+    plan = build_plan(run_program(ROOT, "agree", spec_file=spec_file, secrets=("slurmDirectoryPassword",)))
+    assert plan.errors == [], (changes, plan.errors[:3])
