@@ -11,7 +11,7 @@ from typing import Any
 
 from ..spec import SpecError, load_spec
 from ..spec.common import shown, why
-from ..spec.loader import read_bounded, read_mapping, too_large
+from ..spec.loader import read_bounded, read_mapping
 from .common import EXIT_FAILED, EXIT_OK, add_project_dir, plain_secrets, report_bad_input, spec_path
 
 HELP = ("validate a stack's cluster spec and list every problem; with --kubeconfig, run the validation suite "
@@ -70,10 +70,8 @@ def _cluster_access(args: argparse.Namespace) -> list[str]:
     path = Path(args.kubeconfig)
     fix = "give the kubeconfig of the cluster `pulumi up` built"
     try:
-        data = read_bounded(path, MAX_KUBECONFIG_BYTES)
-        if (big := too_large(path, data, MAX_KUBECONFIG_BYTES, "a kubeconfig")):
-            return out + [f"{big}; {fix}"]
-        doc: Any = read_mapping(data, str(path), "apiVersion, kind: Config, clusters, contexts")[0]
+        doc: Any = read_mapping(read_bounded(path, "a kubeconfig", MAX_KUBECONFIG_BYTES), str(path),
+                                "apiVersion, kind: Config, clusters, contexts")[0]
     except (OSError, ValueError) as e:       # ValueError: a NUL in the path
         return out + [f"{path}: cannot be read ({why(e)}); {fix}"]
     except SpecError as e:          # the spec loader's guards: not UTF-8, not YAML, aliases, nesting, keys twice

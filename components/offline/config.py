@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 
 from ..spec import SpecError
-from ..spec.loader import MAX_FILE_BYTES, PRIVATE_KEY_RE, read_bounded, too_large
+from ..spec.loader import PRIVATE_KEY_RE, read_bounded
 from ..spec.slurm import DIRECTORY_PASSWORD, directory_password_problem
 
 
@@ -87,10 +87,7 @@ def load_stack_config(project_dir: Path, stack: str, needed: tuple[str, ...] = (
 def _read_yaml(path: Path) -> dict[str, Any]:
     """A Pulumi settings file as a mapping; anything else is bad input naming the file."""
     try:
-        raw = read_bounded(path)
-        if (big := too_large(path, raw, MAX_FILE_BYTES, "a Pulumi settings file")):
-            raise SpecError(str(path), [f"{big}; fix the file"])
-        data = yaml.safe_load(raw.decode("utf-8"))
+        data = yaml.safe_load(read_bounded(path, "a Pulumi settings file").decode("utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
         raise SpecError(str(path), [f"{path}: cannot be read as YAML ({str(e)[:200]}); fix the file"]) from None
     if data is None:

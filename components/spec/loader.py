@@ -319,12 +319,10 @@ def load_tenants(path: str | Path) -> TenantsFile:
     """A tenants-only stack file (see tenants/), read with the same guards and messages as a cluster spec."""
     p = Path(path)
     try:
-        data = read_bounded(p)
+        data = read_bounded(p, "a tenants file")
     except (OSError, ValueError) as e:       # ValueError: a NUL in the path
         raise SpecError(str(p), [f"{p}: cannot read the tenants file ({why(e)}); create it or set the "
                                  "stack's tenantsFile to its path"], "the tenants file") from None
-    if (big := too_large(p, data, MAX_FILE_BYTES, "a tenants file")):
-        raise SpecError(str(p), [big], "the tenants file")
     try:
         data, lines = read_mapping(data, str(p), "platform_stack and tenants")
         return TenantsFile(str(p), TenantsSpec.model_validate(data), lines)
@@ -381,16 +379,15 @@ def read_json(path: Path, what: str, fix: str, max_bytes: int = MAX_FILE_BYTES) 
     return json_of(read_text(path, what, fix, max_bytes), path, what, fix)
 
 
-def read_bounded(path: Path, max_bytes: int = MAX_FILE_BYTES) -> bytes:
-    """At most `max_bytes` + 1 bytes of the file: a device or a pipe (/dev/zero, <(cmd)) has no size to check
-    first, so every read is bounded, and a caller seeing more than `max_bytes` refuses the file."""
+def read_bounded(path: Path, what: str, max_bytes: int = MAX_FILE_BYTES) -> bytes:
+    """The file's bytes, read no further than `max_bytes` + 1: a device or a pipe (/dev/zero, <(cmd)) has no size
+    to check first. More than `max_bytes` is a SpecError saying so; OSError where it cannot be read."""
     with path.open("rb") as f:
-        return f.read(max_bytes + 1)
-
-
-def too_large(path: Path, data: bytes, max_bytes: int, what: str) -> str | None:
-    return f"{path}: more than {max_bytes:,} bytes, more than {what} can be (is this the right file?)" \
-        if len(data) > max_bytes else None
+        data = f.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise SpecError(str(path), [f"{path}: more than {max_bytes:,} bytes, more than {what} can be (is this the "
+                                    "right file?)"], what)
+    return data
 
 
 def _refused(path: Path, what: str, fix: str, problem: str) -> SpecError:
@@ -401,10 +398,7 @@ def read_text(path: Path, what: str, fix: str, max_bytes: int = MAX_FILE_BYTES) 
     """A file's text, at most `max_bytes` and UTF-8, or a SpecError naming the file and `fix`."""
     refuse = partial(_refused, path, what, fix)
     try:
-        data = read_bounded(path, max_bytes)
-        if (big := too_large(path, data, max_bytes, what)):
-            raise refuse(big)
-        return _decode(data, str(path), max_bytes, what)
+        return _decode(read_bounded(path, what, max_bytes), str(path), max_bytes, what)
     except FileNotFoundError:
         raise refuse(f"{path}: no such file") from None
     except (OSError, ValueError) as e:       # ValueError: a NUL in the path
@@ -548,12 +542,10 @@ def load_spec(path: str | Path, project_dir: Path | None = None) -> ClusterSpec:
     kept outside the project is checked as strictly as one inside."""
     p = Path(path)
     try:
-        data = read_bounded(p)
+        data = read_bounded(p, "a spec")
     except (OSError, ValueError) as e:       # ValueError: a NUL in the path
         raise SpecError(str(p), [f"{p}: cannot read the spec ({why(e)}); create it or pass the right path"]) \
             from None
-    if (big := too_large(p, data, MAX_FILE_BYTES, "a spec")):
-        raise SpecError(str(p), [big])
     project = project_of(p) or (project_dir.resolve() if project_dir and (project_dir / "Pulumi.yaml").is_file()
                                 else None) \
         or project_of(Path.cwd() / "spec")
