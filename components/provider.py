@@ -14,7 +14,7 @@ import json
 import re
 import sys
 from importlib import metadata
-from typing import Any, Optional, TypedDict
+from typing import Any, Callable, Optional, TypedDict
 
 import pulumi
 from pulumi.errors import InputPropertiesError, InputPropertyError
@@ -277,36 +277,42 @@ class Tenant(pulumi.ComponentResource):
                                                                     for i in range(3))
 
 
-# Inputs that are text, by their Python name: the property the engine names, and whether a secret (an Output).
-_TEXT_INPUTS = {"spec_file": "specFile", "spec_yaml": "specYaml", "kube_context": "kubeContext", "pool": "pool",
-                "ssh_private_key": "sshPrivateKey", "kubeconfig": "kubeconfig",
-                "slurm_directory_password": "slurmDirectoryPassword"}
+# Inputs that are text, by their Python name: the property the engine names, and what else the text must be
+# (a function giving the problem, or None).
+_TEXT_INPUTS: dict[str, tuple[str, Callable[[str], Optional[str]] | None]] = {
+    "spec_file": ("specFile", None), "spec_yaml": ("specYaml", None), "kube_context": ("kubeContext", None),
+    "pool": ("pool", None), "ssh_private_key": ("sshPrivateKey", None), "kubeconfig": ("kubeconfig", None),
+    "slurm_directory_password": ("slurmDirectoryPassword", directory_password_problem)}
 
 
 def _text_inputs(args: SpecArgs) -> None:
-    """Each text input a string (a secret: an Output of one), refused as an input error naming it otherwise; a
-    value of another type would fail deep inside a resource, reported as an unknown error. Checked in place:
-    a secret's check runs when its value resolves, before anything reads it."""
+    """Each text input a string (a secret: an Output of one) that passes its check, refused as an input error
+    naming it otherwise; a bad value would fail deep inside a resource, reported as an unknown error. Checked in
+    place: a secret's check runs when its value resolves, before anything reads it."""
     values: dict[str, Any] = args        # type: ignore[assignment]
-    for key, prop in _TEXT_INPUTS.items():
+    for key, (prop, check) in _TEXT_INPUTS.items():
         value = values.get(key)
         if value is None:
             continue
         if isinstance(value, pulumi.Output):
-            values[key] = value.apply(lambda v, prop=prop: _text(prop, v))
+            values[key] = value.apply(lambda v, prop=prop, check=check: _text(prop, v, check))
         else:
-            _text(prop, value)
+            _text(prop, value, check)
 
 
-def _text(prop: str, value: Any) -> Any:
-    if value is not None and not isinstance(value, str):
+def _text(prop: str, value: Any, check: Callable[[str], Optional[str]] | None) -> Any:
+    if value is None:
+        return value
+    if not isinstance(value, str):
         raise InputPropertyError(prop, f"must be a string; got {type(value).__name__}")
+    if check is not None and (problem := check(value)):
+        raise InputPropertyError(prop, problem)
     return value
 
 
 def _required(args: Any, key: str) -> Any:
     if args.get(key) is None:
-        raise InputPropertyError(_TEXT_INPUTS[key], "required: give it")
+        raise InputPropertyError(_TEXT_INPUTS[key][0], "required: give it")
     return args[key]
 
 
@@ -371,17 +377,7 @@ def _directory_password(spec: ClusterSpec, args: GpuKubernetesStackArgs) -> Opti
     if password is None and spec.kubernetes.slurm.secret_settings:
         raise InputPropertyError("slurmDirectoryPassword", "the spec's kubernetes.slurm.login.directory.bind_dn "
                                                            "needs its password: give slurmDirectoryPassword")
-    if isinstance(password, str) and (problem := directory_password_problem(password)):
-        raise InputPropertyError("slurmDirectoryPassword", problem)
-    if isinstance(password, pulumi.Output):
-        # A secret input arrives as an Output with its value known: a bad one is refused as an input error
-        # where it is read, not as a failure of the Secret that carries it.
-        def checked(value: Optional[str]) -> Optional[str]:
-            if value is not None and (problem := directory_password_problem(value)):
-                raise InputPropertyError("slurmDirectoryPassword", problem)
-            return value
-        return password.apply(checked)
-    return password
+    return password             # its text checked by spec_of (_TEXT_INPUTS)
 
 
 def _secret(value: Optional[pulumi.Input[str]]) -> pulumi.Output[Optional[str]]:

@@ -177,8 +177,6 @@ def _cluster_queue(spec: ClusterSpec, pools: list[NodePool]) -> dict[str, Any]:
                                     "withinClusterQueue": "Never"}}}
 
 
-
-
 def spread(schedule: str, hostname: str) -> str:
     """The host's own time within the schedule's interval, so that a fleet's checks (and their image pulls and
     Kueue admissions) do not all start in one minute: a fixed minute becomes the host's minute, and a stepped

@@ -40,6 +40,7 @@ import hashlib
 import json
 from typing import Any
 
+from ..bash import fill
 from ..spec import ClusterSpec
 from ..spec.cluster import OPERATOR_NAMESPACES
 from . import health_nvml
@@ -283,8 +284,8 @@ done
 
 
 def breaker_script() -> str:
-    return (BREAKER_SCRIPT.replace("@POOL_LABEL@", POOL_LABEL).replace("@TAINT@", QUARANTINE_TAINT)
-            .replace("@GRANT@", GRANT_LABEL).replace("@GRANTED@", GRANTED).replace("@HELD@", HELD_ANNOTATION))
+    return fill(BREAKER_SCRIPT, POOL_LABEL=POOL_LABEL, TAINT=QUARANTINE_TAINT, GRANT=GRANT_LABEL, GRANTED=GRANTED,
+                HELD=HELD_ANNOTATION)
 
 
 def render_breaker(spec: ClusterSpec) -> list[Manifest]:

@@ -27,6 +27,7 @@ ResourceName = Annotated[str, AfterValidator(_resource_name)]
 
 _CRON_MACROS = {"@yearly": "0 0 1 1 *", "@annually": "0 0 1 1 *", "@monthly": "0 0 1 * *", "@weekly": "0 0 * * 0",
                 "@daily": "0 0 * * *", "@midnight": "0 0 * * *", "@hourly": "0 * * * *"}
+_CRON_PART = re.compile(r"(\*|([0-9]+)(?:-([0-9]+))?)(?:/([0-9]+))?")    # '*' or a-b, then /step
 _CRON_FIELDS = (("minute", 0, 59), ("hour", 0, 23), ("day of month", 1, 31), ("month", 1, 12), ("day of week", 0, 6))
 
 
@@ -41,7 +42,7 @@ def _cron(value: str) -> str:
                          f"day-of-week, e.g. '0 */6 * * *') or one of {', '.join(_CRON_MACROS)}")
     for text, (what, low, high) in zip(fields, _CRON_FIELDS):
         for part in text.split(","):
-            m = re.fullmatch(r"(\*|([0-9]+)(?:-([0-9]+))?)(?:/([0-9]+))?", part)
+            m = _CRON_PART.fullmatch(part)
             numbers = [int(n) for n in (m.group(2), m.group(3)) if n is not None] if m else []
             if not m or any(not low <= n <= high for n in numbers) or (m.group(4) is not None and
                                                                       int(m.group(4)) == 0) or numbers != sorted(numbers):
@@ -57,7 +58,7 @@ def _cron_values(text: str, low: int, high: int) -> set[int]:
     """The numbers a (valid) cron field matches, as robfig/cron's getRange expands them: `a/n` runs to the end."""
     out: set[int] = set()
     for part in text.split(","):
-        m = re.fullmatch(r"(\*|([0-9]+)(?:-([0-9]+))?)(?:/([0-9]+))?", part)
+        m = _CRON_PART.fullmatch(part)
         assert m is not None
         start = low if m[1] == "*" else int(m[2])
         end = high if m[1] == "*" or (m[3] is None and m[4]) else int(m[3] or m[2])

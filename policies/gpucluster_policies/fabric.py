@@ -8,14 +8,13 @@ of them, including objects written by other components or programs.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from pulumi_policy import EnforcementLevel, ReportViolation, StackValidationArgs, StackValidationPolicy
-from pulumi_policy.proxy import UnknownValueError
 
-from .common import (CONFIG_MAP, FABRIC, NODE_POOL, dig, guarded, items, kind_of, mapping, name_of, namespace_of,
-                     number, of_type, schema, settings, shown, strings, text)
+from .common import (CONFIG_MAP, FABRIC, NODE_POOL, containers, dig, guarded, items, mapping, name_of, namespace_of,
+                     number, of_type, pod_specs, schema, settings, shown, strings, text)
 
 
 def _ends(fabric: Any) -> Iterator[tuple[str, Mapping[str, Any]]]:
@@ -132,27 +131,6 @@ def _nccl_hca_exact(args: StackValidationArgs, report: ReportViolation) -> None:
 _POOL_LABEL = "gpucluster.io/pool"
 
 
-def _pod_specs(node: Any) -> Iterator[Mapping[str, Any]]:
-    """Every pod spec in a resource's properties, at any depth: a Pod's, a Job's or Deployment's template, an
-    MPIJob's replicas, a CronJob's job template, or whatever kind a program registers."""
-    if isinstance(node, Mapping):
-        if isinstance(_known(node, "containers"), Sequence):
-            yield node
-        for key in list(node):
-            yield from _pod_specs(_known(node, key))
-    elif isinstance(node, Sequence) and not isinstance(node, (str, bytes)):
-        for i in range(len(node)):
-            yield from _pod_specs(_known(node, i))
-
-
-def _known(node: Any, key: Any) -> Any:
-    """node[key], or None where its value is not known yet (a preview): what is unknown holds no setting."""
-    try:
-        return node[key] if isinstance(node, Sequence) or key in node else None
-    except UnknownValueError:
-        return None
-
-
 def _pinned_pool(pod: Mapping[str, Any]) -> str | None:
     """The node pool a pod spec selects by the pool label (nodeSelector or a required node affinity), if one."""
     pool = text(mapping(pod.get("nodeSelector")).get(_POOL_LABEL))
@@ -169,8 +147,8 @@ def _pinned_pool(pod: Mapping[str, Any]) -> str | None:
 
 def _workload_nccl(args: StackValidationArgs, report: ReportViolation) -> None:
     """A workload's own NCCL setting where the fabric sets that variable: a different value sends its traffic on
-    another class, device or interface than the hosts and switches carry (judged by what the resource sets, of
-    any kind, whoever registered it). The pool it pins is compared with that pool's settings; one that pins none,
+    another class, device or interface than the hosts and switches carry (judged by what the resource sets, in
+    every pod template of every workload kind the pack knows, whoever registered it). The pool it pins is compared with that pool's settings; one that pins none,
     with every pool's."""
     fabric_env: dict[str, Mapping[str, Any]] = {}
     for fabric in of_type(args.resources, FABRIC):
@@ -179,13 +157,11 @@ def _workload_nccl(args: StackValidationArgs, report: ReportViolation) -> None:
     if not managed:
         return
     for r in args.resources:
-        if kind_of(r.resource_type) is None:        # Kubernetes objects carry pods (a chart's are rendered)
-            continue
-        for pod in _pod_specs(r.props):
+        for _, pod in pod_specs(r.resource_type, r.props):
             pool = _pinned_pool(pod)
             pools = [pool] if pool in fabric_env else sorted(fabric_env)
-            for c in [*items(pod.get("containers")), *items(pod.get("initContainers"))]:
-                for e in items(mapping(c).get("env")):
+            for c in containers(pod):
+                for e in items(c.get("env")):
                     name, value = text(mapping(e).get("name")), mapping(e).get("value")
                     if name not in managed or value is None:
                         continue
@@ -193,7 +169,7 @@ def _workload_nccl(args: StackValidationArgs, report: ReportViolation) -> None:
                     if expected and shown(value) not in expected:
                         where = f"{name_of(r.props) or r.name}" + (f" in {namespace_of(r.props)}"
                                                                    if namespace_of(r.props) else "")
-                        report(f"{where} (container {text(mapping(c).get('name'))}) sets {name}={shown(value)}, but the "
+                        report(f"{where} (container {text(c.get('name'))}) sets {name}={shown(value)}, but the "
                                f"fabric sets {name}={' or '.join(sorted(expected))} for "
                                f"{'pool ' + pools[0] if len(pools) == 1 else 'its pools'}: remove it and take the "
                                "pool's NCCL settings (its ConfigMap nccl-<pool>, envFrom)", r.urn)
