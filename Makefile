@@ -47,11 +47,13 @@ e2e-tools:
 e2e: $(STAMP) e2e-tools
 	GPUCLUSTER_E2E=1 GPUCLUSTER_E2E_TOOLS=$(abspath $(E2E)) $(BIN)/python -m pytest -q -m e2e tests/e2e
 
-# The real Pulumi engine (the CLI and its YAML language host, from Go modules: about 12 minutes cold, so CI leaves
-# it out) runs the YAML example against the component provider.
-engine-e2e: $(STAMP)
+# The real Pulumi engine (the CLI, its YAML and Python language hosts and the Kubernetes provider, from Go
+# modules) runs the YAML examples against the component provider, and the project's own program for each
+# environment against the control plane and the SSH test hosts.
+engine-e2e: $(STAMP) e2e-tools
 	e2e/build-tools.sh $(E2E) engine
-	GPUCLUSTER_ENGINE_E2E=1 GPUCLUSTER_E2E_TOOLS=$(abspath $(E2E)) $(BIN)/python -m pytest -q -m e2e tests/e2e/test_engine.py
+	GPUCLUSTER_ENGINE_E2E=1 GPUCLUSTER_E2E_TOOLS=$(abspath $(E2E)) $(BIN)/python -m pytest -q -m e2e \
+	  tests/e2e/test_engine.py tests/e2e/test_engine_python.py
 
 # Scale: plan time, memory, graph shape and blast radius from 16 to 2,048 nodes against Pulumi's floor
 # (about an hour on 2 cores at full size; `$(BIN)/python bench/bench.py 16 128` for a quick look).

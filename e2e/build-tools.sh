@@ -6,8 +6,8 @@
 # A binary is rebuilt only when its wrapper module changed, so later runs take seconds.
 # Usage: e2e/build-tools.sh [OUT_DIR]   (default .e2e; binaries in OUT_DIR/bin; KWOK stages, the CRDs of Kueue,
 # the MPI operator and the Prometheus Operator beside)
-#        e2e/build-tools.sh OUT_DIR engine   (only the Pulumi CLI and its YAML language host, for `make engine-e2e`;
-# about 12 minutes cold, which is why `make e2e` and CI leave them out)
+#        e2e/build-tools.sh OUT_DIR engine   (only the real engine for `make engine-e2e`: the Pulumi CLI, its YAML and
+# Python language hosts and the Kubernetes provider; about 30 minutes cold, which is why CI leaves them out)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=$(realpath -m "${1:-.e2e}")
@@ -25,26 +25,42 @@ export GONOSUMDB=sigs.k8s.io/scheduler-library
 log=$out/bin/BUILD.txt
 touch "$log"
 
-# stamp MODULE: what a binary was built from (its wrapper's go.mod pins every version; go.sum only records them)
+# stamp MODULE: what a binary was built from (its wrapper's go.mod pins every version; go.sum only records them;
+# a wrapper's own main package, where it has one, is part of it)
 stamp() {
-  sha256sum <"$tools/$1/go.mod" | cut -c1-16
+  local files=("$tools/$1/go.mod") f
+  for f in "$tools/$1"/*.go; do
+    if [[ -e $f ]]; then files+=("$f"); fi
+  done
+  cat "${files[@]}" | sha256sum | cut -c1-16
 }
 
-# build MODULE BINARY PACKAGE [LDFLAGS]
+# Built binaries are kept once per machine, outside any clone, under their name and stamp: a fresh clone (a CI
+# run) copies them instead of building again. GPUCLUSTER_TOOL_CACHE moves it; removing it forces a rebuild.
+cache=${GPUCLUSTER_TOOL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpucluster/tools}
+mkdir -p "$cache"
+
+# build MODULE BINARY PACKAGE [LDFLAGS [BEFORE]]: BEFORE, a command run first when the binary must be built
 build() {
-  local module=$1 bin=$2 pkg=$3 ldflags=${4:-}
+  local module=$1 bin=$2 pkg=$3 ldflags=${4:-} before=${5:-}
   local stamp; stamp=$(stamp "$module")
   if [[ -x $out/bin/$bin && $(cat "$out/bin/.$bin.stamp" 2>/dev/null) == "$stamp" ]]; then
     return 0
   fi
-  local start=$SECONDS
-  echo "build-tools: building $bin ($pkg)" >&2
-  (cd "$tools/$module" && go build -trimpath -ldflags "-s -w $ldflags" -o "$out/bin/$bin.tmp" "$pkg")
+  local cached=$cache/$bin-$stamp
+  if [[ ! -x $cached ]]; then
+    local start=$SECONDS
+    echo "build-tools: building $bin ($pkg)" >&2
+    if [[ -n $before ]]; then "$before"; fi
+    (cd "$tools/$module" && go build -trimpath -ldflags "-s -w $ldflags" -o "$cached.tmp.$$" "$pkg")
+    mv "$cached.tmp.$$" "$cached"
+    local size; size=$(du -m "$cached" | cut -f1)
+    printf '%s\t%ss\t%sMiB\t%s\n' "$bin" "$((SECONDS - start))" "$size" "$(date -u +%FT%TZ)" >>"$log"
+    echo "build-tools: $bin built in $((SECONDS - start)) s, $size MiB (kept in $cache)" >&2
+  fi
+  cp "$cached" "$out/bin/$bin.tmp"
   mv "$out/bin/$bin.tmp" "$out/bin/$bin"
-  stamp "$module" >"$out/bin/.$bin.stamp"
-  local size; size=$(du -m "$out/bin/$bin" | cut -f1)
-  printf '%s\t%ss\t%sMiB\t%s\n' "$bin" "$((SECONDS - start))" "$size" "$(date -u +%FT%TZ)" >>"$log"
-  echo "build-tools: $bin built in $((SECONDS - start)) s, $size MiB" >&2
+  echo "$stamp" >"$out/bin/.$bin.stamp"
 }
 
 # module_dir MODULE PATH@VERSION: where the module proxy unpacked a dependency (for files shipped beside the code).
@@ -55,6 +71,28 @@ module_dir() {
 if [[ ${2:-} == engine ]]; then
   build pulumi pulumi github.com/pulumi/pulumi/pkg/v3/cmd/pulumi
   build pulumi-yaml pulumi-language-yaml github.com/pulumi/pulumi-yaml/cmd/pulumi-language-yaml
+  # The Python language host of sdk/v3 v3.78.0 and, beside it (where that host looks, not on PATH), the exec
+  # script of the engine's own sdk release, which pip's pulumi does not ship.
+  build pulumi-language-python pulumi-language-python github.com/pulumi/pulumi/sdk/v3/python/cmd/pulumi-language-python
+  engine_sdk=$(module_dir pulumi "github.com/pulumi/pulumi/sdk/v3@$(awk '$1 == "github.com/pulumi/pulumi/sdk/v3" {print $2}' \
+    "$tools/pulumi/go.mod")")
+  install -m 0755 "$engine_sdk/python/cmd/pulumi-language-python-exec" "$out/bin/pulumi-language-python-exec"
+  # The Kubernetes provider: its main package's embedded schema and mapping, made as its generate.go makes them
+  # (VERSION is the plugin version the binary reports), then the wrapper's copy of that main package.
+  k8s_provider=$(sed -n 's/^require github.com\/pulumi\/pulumi-kubernetes\/provider\/v4 \(v[0-9a-f.-]*\)$/\1/p' \
+    "$tools/pulumi-kubernetes/go.mod")
+  k8s_cmd=$(module_dir pulumi-kubernetes "github.com/pulumi/pulumi-kubernetes/provider/v4@$k8s_provider")/cmd/pulumi-resource-kubernetes
+  k8s_plugin_version=$(sed -n 's/^\/\/ plugin version: \(.*\)$/\1/p' "$tools/pulumi-kubernetes/go.mod")
+  # shellcheck disable=SC2317  # called by build, only when the provider is built
+  k8s_embeds() {
+    cp "$k8s_cmd/schema.json" "$k8s_cmd/terraform-mapping.json" "$tools/pulumi-kubernetes/"
+    chmod u+w "$tools/pulumi-kubernetes/schema.json" "$tools/pulumi-kubernetes/terraform-mapping.json"
+    (cd "$tools/pulumi-kubernetes" && VERSION=$k8s_plugin_version go run "$k8s_cmd/generate.go")
+    rm "$tools/pulumi-kubernetes/schema.json" "$tools/pulumi-kubernetes/terraform-mapping.json"
+  }
+  build pulumi-kubernetes pulumi-resource-kubernetes . \
+    "-X github.com/pulumi/pulumi-kubernetes/provider/v4/pkg/version.Version=$k8s_plugin_version" k8s_embeds
+  echo "$k8s_plugin_version" >"$out/bin/pulumi-resource-kubernetes.version"
   exit 0
 fi
 

@@ -49,7 +49,7 @@ def test_a_team_is_onboarded_from_the_platforms_exported_tenancy(prod_outputs):
     cq = by_name["prod-team-d-cq"].inputs["spec"]
     assert cq["cohortName"] == "gpu-cluster"
     gpus = [r for r in cq["resourceGroups"][0]["flavors"][0]["resources"] if r["name"] == "nvidia.com/gpu"][0]
-    assert (gpus["nominalQuota"], gpus["borrowingLimit"]) == (0, 16)
+    assert (gpus["nominalQuota"], gpus["borrowingLimit"]) == ("0", "16")
     nccl = by_name["prod-team-d-nccl-h100"].inputs["data"]
     assert nccl == prod_outputs["tenancy"]["nccl"]["h100"]
     assert run.outputs["tenantNamespaces"][0] == {"team-d": "team-d"}

@@ -171,7 +171,7 @@ def _cluster_queue(spec: ClusterSpec, pools: list[NodePool]) -> dict[str, Any]:
                      # One host's check waiting for its host must not hold back another host's.
                      "queueingStrategy": "BestEffortFIFO",
                      "resourceGroups": [{"coveredResources": resources, "flavors": [
-                         {"name": p.name, "resources": [{"name": r, "nominalQuota": 0} for r in resources]}
+                         {"name": p.name, "resources": [{"name": r, "nominalQuota": "0"} for r in resources]}
                          for p in pools]}],
                      "preemption": {"reclaimWithinCohort": "Never", "borrowWithinCohort": {"policy": "Never"},
                                     "withinClusterQueue": "Never"}}}

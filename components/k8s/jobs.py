@@ -15,6 +15,7 @@ from ..spec import ClusterSpec, NodePool, Tenant
 from ..fabric.nccl import batch_exports, nccl_envs, pod_env
 from ..spec.cluster import network_operator_enabled
 from .labels import POOL_LABEL
+from .quantities import binary
 from .network_operator import pod_networks, rdma_resource
 from .tenant import LOCAL_QUEUE
 from .images import mirrored
@@ -65,7 +66,7 @@ def render_job(spec: ClusterSpec, tenant: Tenant, pool: NodePool, *, name: str, 
     extended = {pool.gpu_resource_name: str(gpus)} if gpus else {}      # device plugins: requests equal limits
     if network_operator_enabled(spec) and pool.nics and gpus:
         extended[rdma_resource(spec)] = "1"
-    requests: dict[str, Any] = {"cpu": str(max(1, cores * gpus)), "memory": f"{max(1, mem_gib * gpus)}Gi", **extended}
+    requests: dict[str, Any] = {"cpu": str(max(1, cores * gpus)), "memory": binary(max(1, mem_gib * gpus), "Gi"), **extended}
     resources: dict[str, Any] = {"requests": requests,
                                  "limits": {**extended, **({"memory": requests["memory"]} if limits else {})}}
     container: dict[str, Any] = {
@@ -77,7 +78,7 @@ def render_job(spec: ClusterSpec, tenant: Tenant, pool: NodePool, *, name: str, 
     }
     # Memory-backed, counted against the pod's memory: half of what the pod requests.
     volumes: list[dict[str, Any]] = [{"name": "dshm", "emptyDir": {"medium": "Memory",
-                                                                   "sizeLimit": f"{max(1, mem_gib * gpus // 2)}Gi"}}]
+                                                                   "sizeLimit": binary(max(1, mem_gib * gpus // 2), "Gi")}}]
     claims = spec.filesystem_claims(tenant) if filesystem else []
     for claim in claims:                                                 # at the paths they have on the hosts
         container["volumeMounts"].append({"name": claim.name, "mountPath": claim.path, "readOnly": claim.read_only})

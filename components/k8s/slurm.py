@@ -34,6 +34,7 @@ from .images import chart_from, mirrored
 from .labels import POOL_LABEL, pool_tolerations
 from .network_operator import pod_networks, rdma_resource
 from .objects import Manifest, register
+from .quantities import binary
 from .slurm_health import PROLOG_EPILOG_TIMEOUT_S, render_scripts
 
 CHARTS = "oci://ghcr.io/slinkyproject/charts"
@@ -307,7 +308,7 @@ def render_nodeset(spec: ClusterSpec, pool: NodePool) -> dict[str, Any]:
         "ordinalPadding": 0,
         "metadata": {"annotations": networks} if networks else {},
         "podSpec": {"nodeSelector": {POOL_LABEL: pool.name}, "tolerations": pool_tolerations(pool),
-                    "volumes": [{"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": f"{shm}Gi"}}]},
+                    "volumes": [{"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": binary(shm, "Gi")}}]},
     }
 
 
@@ -584,7 +585,7 @@ def render_mariadb(spec: ClusterSpec) -> list[Manifest]:
     s = spec.kubernetes.slurm
     a = s.accounting
     labels = {"app.kubernetes.io/name": MARIADB, "app.kubernetes.io/part-of": "slurm"}
-    claim = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": f"{a.database_size_gib}Gi"}},
+    claim = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": binary(a.database_size_gib, "Gi")}},
              **({"storageClassName": a.storage_class} if a.storage_class else {})}
     password = {"secretKeyRef": {"name": DATABASE_SECRET, "key": "password"}}
     container = {

@@ -24,6 +24,7 @@ from ..fabric.nccl import nccl_envs, pod_env
 from ..spec.common import SpecModel
 from ..types import token, with_aliases
 from .objects import Manifest, register
+from .quantities import binary, cpu
 
 # A LocalQueue named "default" also receives jobs that carry no queue-name label (Kueue's defaulting).
 LOCAL_QUEUE = "default"
@@ -155,7 +156,7 @@ def render_limit_range(args: TenantArgs) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "LimitRange", "metadata": _meta(args, "container-defaults"),
             "spec": {"limits": [{
                 "type": "Container",
-                "defaultRequest": {"cpu": d.cpu_request, "memory": f"{d.memory_request_mib}Mi"},
+                "defaultRequest": {"cpu": cpu(d.cpu_request), "memory": binary(d.memory_request_mib, "Mi")},
             }]}}
 
 
@@ -165,7 +166,7 @@ def render_resource_quota(args: TenantArgs) -> dict[str, Any]:
     hard = {"pods": str(o.pods), "services": str(o.services), "configmaps": str(o.configmaps),
             "secrets": str(o.secrets), "services.loadbalancers": str(o.load_balancers),
             "services.nodeports": str(o.node_ports), "persistentvolumeclaims": str(s.max_claims),
-            "requests.storage": f"{s.quota_gib}Gi"}
+            "requests.storage": binary(s.quota_gib, "Gi")}
     return {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": _meta(args, "tenant-quota"),
             "spec": {"hard": hard}}
 
@@ -192,8 +193,8 @@ def render_cluster_queue(args: TenantArgs) -> dict[str, Any]:
     # other, so a job asking for whole GPUs is never admitted onto slices, nor the reverse.
     gpu_names = sorted({q.gpu_resource for q in args.quotas.values()} | {QUEUE_RESOURCES[2]})
     flavors = [{"name": flavor, "resources": [
-        _share("cpu", q.cpu_cores, str), _share("memory", q.memory_gib, lambda n: f"{n}Gi"),
-        *(_share(name, q.gpus if name == q.gpu_resource else Share(nominal=0), int) for name in gpu_names)]}
+        _share("cpu", q.cpu_cores, str), _share("memory", q.memory_gib, lambda n: binary(n, "Gi")),
+        *(_share(name, q.gpus if name == q.gpu_resource else Share(nominal=0), str) for name in gpu_names)]}
         for flavor, q in args.quotas.items()]
     groups = [{"coveredResources": [*QUEUE_RESOURCES[:2], *gpu_names], "flavors": flavors}] if flavors else []
     p = t.preemption

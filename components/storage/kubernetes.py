@@ -12,6 +12,7 @@ from typing import Any
 
 from ..k8s.labels import POOL_LABEL
 from ..k8s.objects import Manifest
+from ..k8s.quantities import binary
 from ..spec import ClusterSpec
 from .layout import Layout
 
@@ -32,7 +33,7 @@ def render_volumes(spec: ClusterSpec, layout: Layout) -> list[Manifest]:
             volume: dict[str, Any] = {
                 "apiVersion": "v1", "kind": "PersistentVolume",
                 "metadata": {"name": pv, "labels": labels},
-                "spec": {"capacity": {"storage": f"{gib}Gi"}, "accessModes": [mode],
+                "spec": {"capacity": {"storage": binary(gib, "Gi")}, "accessModes": [mode],
                          "persistentVolumeReclaimPolicy": "Retain", "storageClassName": "",
                          "hostPath": {"path": path, "type": "Directory"},
                          "claimRef": {"namespace": ns, "name": claim}, "nodeAffinity": affinity}}
@@ -40,6 +41,6 @@ def render_volumes(spec: ClusterSpec, layout: Layout) -> list[Manifest]:
                 "apiVersion": "v1", "kind": "PersistentVolumeClaim",
                 "metadata": {"name": claim, "namespace": ns, "labels": labels},
                 "spec": {"accessModes": [mode], "storageClassName": "", "volumeName": pv,
-                         "resources": {"requests": {"storage": f"{gib}Gi"}}}}
+                         "resources": {"requests": {"storage": binary(gib, "Gi")}}}}
             out += [Manifest(f"pv-{pv}", volume), Manifest(f"pvc-{ns}-{claim}", claim_obj)]
     return out

@@ -259,3 +259,40 @@ def environment(resources: Sequence[Any]) -> str | None:
 def system_namespaces(resources: Sequence[Any]) -> set[str]:
     clusters = of_type(resources, CLUSTER)
     return set(strings(clusters[0].props.get("system_namespaces"))) if clusters else set(SYSTEM_NAMESPACES)
+
+
+class SecretStr(str):
+    """A string that came to the pack as a Pulumi secret: equal to its value everywhere, and telling a policy
+    that it is encrypted in the state and masked in logs (the policy SDK unwraps secrets before policies see
+    them, and the real engine hands them over with their values)."""
+
+
+def _marked(value: Any) -> Any:
+    if isinstance(value, str):
+        return SecretStr(value)
+    if isinstance(value, dict):
+        return {k: _marked(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_marked(v) for v in value]
+    return value
+
+
+def mark_secrets() -> None:
+    """Every string inside a secret reaches validation policies as a SecretStr, under the real engine and in
+    `gpucluster check` alike (both run the SDK's analyzer, which this patches once, on import of the pack).
+    Remediations, which write secrets back, get them wrapped as the SDK makes them."""
+    from pulumi_policy import deserialize
+
+    unwrapped = deserialize._deserialize_property
+    if getattr(unwrapped, "marks_secrets", False):
+        return
+
+    def marking(prop: Any, proxy_secrets: bool = False) -> Any:
+        value = unwrapped(prop, proxy_secrets)
+        if (not proxy_secrets and isinstance(prop, dict)
+                and prop.get(deserialize.SPECIAL_SIG_KEY) == deserialize.SPECIAL_SECRET_SIG):
+            return _marked(value)
+        return value
+
+    marking.marks_secrets = True  # type: ignore[attr-defined]
+    deserialize._deserialize_property = marking

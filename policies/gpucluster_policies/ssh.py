@@ -10,7 +10,7 @@ from typing import Any
 from pulumi_policy import EnforcementLevel, ReportViolation, ResourceValidationArgs, ResourceValidationPolicy
 from pulumi_policy.proxy import UnknownValueError
 
-from .common import REMOTE_COMMAND, guarded, mapping
+from .common import REMOTE_COMMAND, SecretStr, guarded, mapping
 
 # Private key material in the formats tools write: PEM (PKCS#1 RSA, SEC1 EC, DSA, PKCS#8 plain and encrypted,
 # OpenSSH's own), OpenPGP's armored secret key, PuTTY's .ppk.
@@ -69,11 +69,12 @@ def _has_key(text: str) -> bool:
 
 
 def _no_key_material(args: ResourceValidationArgs, report: ReportViolation) -> None:
-    """The policy SDK unwraps secrets before policies see them, so where a key may legitimately be (a
-    connection's privateKey, a Kubernetes Secret's data) is known by field; anywhere else a key is a leak."""
+    """A key in a Pulumi secret (a SecretStr: encrypted in the state, masked in logs) or where a key belongs (a
+    connection's privateKey, a Kubernetes Secret's data, which the provider makes secret) is kept; anywhere
+    else a key in the clear is a leak."""
     secret_fields = _SECRET_FIELDS.get(args.resource_type, ())
     for path, text in _strings(args.props, ""):
-        if path in _KEY_FIELDS or path.startswith(secret_fields):
+        if isinstance(text, SecretStr) or path in _KEY_FIELDS or path.startswith(secret_fields):
             continue
         if _has_key(text):
             report(f"carries a private key in {path}, where it ends up in plan files, state and "

@@ -55,7 +55,7 @@ def test_diff_shows_a_quota_change(project):
     out = gpucluster("diff", "build/before", "build/after", "--exit-code", cwd=project)
     assert out.returncode == 1
     assert "~  update  kubernetes:kueue.x-k8s.io/v1beta2:ClusterQueue dev-team-b-cq" in out.stdout
-    assert "inputs.spec.resourceGroups[0].flavors[0].resources[2].nominalQuota: 6 -> 5" in out.stdout
+    assert 'inputs.spec.resourceGroups[0].flavors[0].resources[2].nominalQuota: "6" -> "5"' in out.stdout
 
 
 def test_diff_of_a_missing_plan_is_bad_input(tmp_path, capsys):

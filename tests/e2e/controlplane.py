@@ -290,11 +290,12 @@ class ControlPlane:
         return proc
 
     def get(self, kind: str, name: str | None = None, namespace: str | None = None,
-            selector: str | None = None) -> Any:
+            selector: str | None = None, managed_fields: bool = False) -> Any:
         """What `kubectl get KIND [NAME] -o json` prints (`-A` for a list without a namespace), read from the API
         itself: the tests poll, and each kubectl process costs a fifth of a second of the CPU the control plane
         needs. kubectl's names (plural, singular, short, kind, each also with its group) are resolved through
-        discovery; a name discovery does not know is left to kubectl."""
+        discovery; a name discovery does not know is left to kubectl. `managed_fields`: keep an object's
+        metadata.managedFields (who applied which field)."""
         try:
             resource = self._resource(kind)
         except OSError as e:                     # the apiserver unreachable: as kubectl failing
@@ -303,6 +304,7 @@ class ControlPlane:
             args = ["get", kind, *([name] if name else []), "-o", "json"]
             args += ["-n", namespace] if namespace else (["-A"] if not name else [])
             args += ["-l", selector] if selector else []
+            args += ["--show-managed-fields"] if managed_fields else []
             return json.loads(self.kubectl(*args).stdout)
         path = resource.prefix
         if resource.namespaced and (namespace or name):
@@ -317,7 +319,7 @@ class ControlPlane:
         except OSError as e:
             raise ControlPlaneError(f"get {kind} {name or ''} failed: {e}") from None
         if name:
-            return _shown(got)
+            return got if managed_fields else _shown(got)
         return {"apiVersion": "v1", "kind": "List",
                 "items": [_shown({"apiVersion": resource.api_version, "kind": resource.kind, **item})
                           for item in got["items"]]}

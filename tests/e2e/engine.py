@@ -28,13 +28,11 @@ from pulumi.runtime.proto import plugin_pb2, provider_pb2, provider_pb2_grpc, re
 PLUGINS = {"kubernetes": "4.34.2", "command": "1.2.1", "random": "4.21.4"}
 
 
-class EchoProvider(provider_pb2_grpc.ResourceProviderServicer):
-    """A resource provider plugin that creates nothing: what it is given is what it outputs. A command's stdout
-    is unknown in a preview and empty after `up`, as a command that printed nothing."""
+class Plugin(provider_pb2_grpc.ResourceProviderServicer):
+    """What every stand-in plugin answers alike: its version, and a configuration it takes as given."""
 
     def __init__(self, version: str):
         self.version = version
-        self.created: list[str] = []
 
     def Handshake(self, request, context):
         return provider_pb2.ProviderHandshakeResponse(accept_secrets=True, accept_resources=True,
@@ -59,6 +57,18 @@ class EchoProvider(provider_pb2_grpc.ResourceProviderServicer):
     def Check(self, request, context):
         return provider_pb2.CheckResponse(inputs=request.news)
 
+    def Cancel(self, request, context):
+        return empty_pb2.Empty()
+
+
+class EchoProvider(Plugin):
+    """A resource provider plugin that creates nothing: what it is given is what it outputs. A command's stdout
+    is unknown in a preview and empty after `up`, as a command that printed nothing."""
+
+    def __init__(self, version: str):
+        super().__init__(version)
+        self.created: list[str] = []
+
     def Diff(self, request, context):
         """By top-level input, against the inputs of the last update (what it computed is not an input)."""
         olds, news = json_format.MessageToDict(request.old_inputs), json_format.MessageToDict(request.news)
@@ -77,6 +87,10 @@ class EchoProvider(provider_pb2_grpc.ResourceProviderServicer):
         return provider_pb2.CreateResponse(id=request.urn.rsplit("::", 1)[-1], properties=props)
 
     def Read(self, request, context):
+        """A refresh finds what it recorded (a password stays the one it made); a `get` of an object it never
+        made finds one by that name."""
+        if request.properties.fields:
+            return provider_pb2.ReadResponse(id=request.id, properties=request.properties, inputs=request.inputs)
         props = struct_pb2.Struct()
         props.update({"metadata": {"name": request.id}, "spec": {}})
         return provider_pb2.ReadResponse(id=request.id, properties=props, inputs=request.inputs)
@@ -85,9 +99,6 @@ class EchoProvider(provider_pb2_grpc.ResourceProviderServicer):
         return provider_pb2.UpdateResponse(properties=request.news)
 
     def Delete(self, request, context):
-        return empty_pb2.Empty()
-
-    def Cancel(self, request, context):
         return empty_pb2.Empty()
 
     def Construct(self, request, context):
@@ -103,13 +114,18 @@ class EchoProvider(provider_pb2_grpc.ResourceProviderServicer):
         return provider_pb2.ConstructResponse(urn=urn)
 
 
-def serve_echo(version: str) -> tuple[grpc.Server, int, EchoProvider]:
-    echo = EchoProvider(version)
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=16))
-    provider_pb2_grpc.add_ResourceProviderServicer_to_server(echo, server)
+def serve(plugin: Plugin) -> tuple[grpc.Server, int]:
+    """A stand-in plugin on a port of its own, for PULUMI_DEBUG_PROVIDERS."""
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=32))
+    provider_pb2_grpc.add_ResourceProviderServicer_to_server(plugin, server)
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
-    return server, port, echo
+    return server, port
+
+
+def serve_echo(version: str) -> tuple[grpc.Server, int, EchoProvider]:
+    echo = EchoProvider(version)
+    return *serve(echo), echo
 
 
 def start_component_provider(cwd: Path, stderr: Path) -> tuple[subprocess.Popen, int]:

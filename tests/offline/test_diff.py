@@ -29,7 +29,7 @@ def test_a_tenant_quota_change_touches_only_that_tenant_and_its_cluster_queue(re
     assert sorted(changed) == [("update", "dev-team-a"), ("update", "dev-team-a-cq")]   # its intent, its quota
     cq = next(d for d in diffs if d.urn.endswith("dev-team-a-cq"))
     assert [(c.path, c.old, c.new) for c in cq.changes] == [
-        ("inputs.spec.resourceGroups[0].flavors[0].resources[2].nominalQuota", 10, 8)]
+        ("inputs.spec.resourceGroups[0].flavors[0].resources[2].nominalQuota", "10", "8")]
 
 
 def test_adding_a_tenant_changes_no_other_tenant(record, dev_data):

@@ -8,7 +8,6 @@ of network filesystems, LNet and the BeeGFS tools are recording doubles.
 from __future__ import annotations
 
 import os
-import shlex
 import subprocess
 
 import pytest
@@ -20,99 +19,13 @@ from components.storage.layout import plan_layout
 from components.storage.scripts import (render_beegfs_client, render_beegfs_server, render_directories,
                                         render_lustre_client, render_lustre_server)
 from components.storage import scripts as storage_scripts
-from tests.components.storage.beegfs_upstream import CONF_KEYS
 from tests.conftest import _DEV
 from tests.realssh.doubles import STATE_DIR
-
-_RECORD = f'#!/usr/bin/env bash\nset -euo pipefail\nS={STATE_DIR}\nprintf \'%s %s\\n\' "$(basename "$0")" "$*" >> "$S/calls.log"\n'
-DOUBLES = {
-    "mkfs.lustre": _RECORD + r'''
-fs="" idx=0 role=""
-for a in "$@"; do
-  case "$a" in
-    --fsname=*) fs=${a#--fsname=} ;;
-    --index=*) idx=${a#--index=} ;;
-    --ost) role=OST ;;
-    --mdt) role=MDT ;;
-    --mgs) if [[ -z "$role" ]]; then role=MGS; fi ;;
-  esac
-done
-label=MGS
-if [[ "$role" != MGS ]]; then label=$(printf '%s:%s%04x' "$fs" "$role" "$idx"); fi
-mkfs.ext4 -q -F -L "$label" "${*: -1}"
-''',
-    "mkfs.xfs": _RECORD + 'mkfs.ext4 -q -F -L "${3}" "${*: -1}"\n',     # -f -L LABEL DEVICE
-    "mount": _RECORD + 'mkdir -p "$S/mounts"; touch "$S/mounts/${1//\\//_}"\n',
-    "umount": _RECORD + 'rm -f "$S/mounts/${1//\\//_}"\n',
-    # `df -t beegfs MOUNT` answers for a mounted BeeGFS (the client's RDMA check calls it); anything else is df's
-    "df": _RECORD + 'if [[ "${1:-}" == -t && "${2:-}" == beegfs ]]; then [[ -e "$S/mounts/${3//\\//_}" ]]; '
-                    'else exec /usr/bin/df "$@"; fi\n',
-    "findmnt": _RECORD + '[[ -e "$S/mounts/${*: -1}" || -e "$S/mounts/${2//\\//_}" ]]\n',
-    # LNet's configured NIs ("NET INTERFACE" lines), as `lnetctl import [--del]` of lnet.conf's YAML leaves them;
-    # adding an NI it has, or deleting one it lacks, fails as lnetctl does (EEXIST, ENOENT)
-    "lnetctl": _RECORD + r'''
-nis=$S/lnet-nis
-touch "$nis"
-case "$1" in
-  lnet) if [[ "$2" == unconfigure ]]; then : > "$nis"; fi ;;
-  import)
-    del=0
-    if [[ "${2:-}" == --del ]]; then del=1; shift; fi
-    conf=$(cat "${2:-/dev/stdin}")
-    ni="$(sed -n 's/.*net type: //p' <<<"$conf") $(sed -n 's/^ *0: //p' <<<"$conf")"
-    if (( del )); then
-      grep -qxF "$ni" "$nis" || { echo "del: errno -2: cannot delete network $ni" >&2; exit 1; }
-      grep -vxF "$ni" "$nis" > "$nis.new" || true
-      mv "$nis.new" "$nis"
-    else
-      if grep -qxF "$ni" "$nis"; then echo "add: errno -17: cannot add network $ni: File exists" >&2; exit 1; fi
-      printf '%s\n' "$ni" >> "$nis"
-    fi ;;
-esac
-''',
-    "mount.lustre": _RECORD,
-    "lctl": _RECORD + 'if [[ "$1" == list_nids ]]; then cat "$S/nids"; fi\n',
-    # the Lustre kernel modules are built for Lustre's kernels, not this one: the servers' are "there"
-    "modinfo": _RECORD + '[[ "$1" == lustre || "$1" == osd_ldiskfs || "$1" == ko2iblnd ]] && [[ -e "$S/lustre-modules" ]]\n',
-    "beegfs-setup-mgmtd": _RECORD + 'touch "$2/format.conf"\n',
-    "beegfs-setup-meta": _RECORD + 'touch "$2/nodeNumID"\n',
-    "beegfs-setup-storage": _RECORD + 'touch "$2/targetNumID"\n',
-}
-
-
-def _beegfs_daemon(keys: frozenset[str]) -> str:
-    """A BeeGFS daemon reading its conf file: like the real one it refuses any key its parser does not know
-    and exits at start (keys from upstream's parsers, beegfs_upstream.py), else runs on."""
-    return _RECORD + f"""
-allowed=" {' '.join(sorted(keys))} "
-while IFS= read -r line; do
-  key=$(sed -n 's/^[[:space:]]*\\([A-Za-z0-9]*\\)[[:space:]]*=.*/\\1/p' <<<"$line")
-  if [[ -n "$key" && "$allowed" != *" $key "* ]]; then
-    echo "Unrecoverable error: The config argument '$key' is invalid"
-    exit 1
-  fi
-done < "$1"
-"""
-
+from tests.realssh.storage_host import BEEGFS_CLIENT_PACKAGES, RECORD as _RECORD, beegfs_client_module, storage_host
 
 @pytest.fixture(scope="module")
 def host(test_hosts):
-    h = test_hosts.hosts["gpu-dev-03"]
-    for tool, text in DOUBLES.items():
-        h.sh(f"printf '%s' {shlex.quote(text)} > /usr/local/bin/{tool} && chmod +x /usr/local/bin/{tool}")
-    h.sh(f"printf '%s@tcp\\n' {h.address} > {STATE_DIR}/nids")
-    h.sh(f"touch {STATE_DIR}/lustre-modules")
-    # lnet.service: `lnetctl lnet configure`, then `lnetctl import /etc/lnet.conf` (reference 5; unconfigured first)
-    h.put("/usr/local/sbin/lnet-up", "#!/bin/sh\nlnetctl lnet unconfigure && lnetctl import /etc/lnet.conf\n")
-    h.sh("chmod +x /usr/local/sbin/lnet-up")
-    h.put("/etc/systemd/system/lnet.service", "[Service]\nType=oneshot\nExecStart=/usr/local/sbin/lnet-up\n")
-    h.sh("mkdir -p /etc/beegfs && for s in meta storage mgmtd; do : > /etc/beegfs/beegfs-$s.conf; done")
-    for role in ("mgmtd", "meta", "storage"):      # Type=simple units, as BeeGFS 7.4 ships them
-        h.put(f"/usr/local/bin/beegfs-daemon-{role}", _beegfs_daemon(CONF_KEYS[("7.4", role)]))
-        h.sh(f"chmod +x /usr/local/bin/beegfs-daemon-{role}")
-        h.put(f"/etc/systemd/system/beegfs-{role}.service", "[Service]\nType=simple\n"
-              f"ExecStart=/usr/local/bin/beegfs-daemon-{role} /etc/beegfs/beegfs-{role}.conf\n")
-    return h
+    return storage_host(test_hosts.hosts["gpu-dev-03"])
 
 
 @pytest.fixture
@@ -337,26 +250,15 @@ SECRET = "Rk9PQkFSc2VjcmV0MTIzNDU2Nzg5MGFiY2RlZmdoaWprbG1ub3BxcnN0dXZ3eHl6"
 
 
 def rdma_client_module(host):
-    """The BeeGFS client module, loaded with RDMA, as its proc files show it (ProcFsHelper.c's format)."""
-    module = host.root / "proc_fs" / "beegfs" / "5F1E-6A2B-gpu-dev-03"
-    module.mkdir(parents=True, exist_ok=True)
-    (module / "config").write_text("connUseRDMA = 1\n")
-    (module / "meta_nodes").write_text("stor-dev-01 [ID: 1]\n   Root: <yes>\n   Connections: RDMA: 1 (10.22.0.31:8005); \n")
-    (module / "storage_nodes").write_text("stor-dev-01 [ID: 1]\n   Connections: RDMA: 2 (10.22.0.31:8003); \n")
-    return module
+    return beegfs_client_module(host, "stor-dev-01", "10.22.0.31")
 
 
 def test_missing_packages_come_from_the_specs_repository_once(test_hosts, host, tmp_path, quick_settle):
     """A flat apt repository of real packages (file://, as a site mirror would serve them): the BeeGFS client
     installs what it lacks from there, and the second run installs nothing."""
     (tmp_path / "repo").mkdir()
-    record = _RECORD + 'printf \'sysMgmtdHost = %s\\n\' "$2" >> /etc/beegfs/beegfs-client.conf\n'
-    _deb(tmp_path, "beegfs-client", {
-        "/opt/beegfs/sbin/beegfs-setup-client": record, "/etc/beegfs/beegfs-client.conf": "",
-        "/etc/systemd/system/beegfs-client.service":     # the double systemctl runs ExecStart: the mount appears
-            f"[Service]\nExecStart=/usr/bin/touch {STATE_DIR}/mounts/_mnt_devfs\n"})
-    _deb(tmp_path, "beegfs-helperd", {"/opt/beegfs/sbin/beegfs-helperd": _RECORD, "/etc/beegfs/beegfs-helperd.conf": ""})
-    _deb(tmp_path, "beegfs-utils", {"/usr/local/bin/beegfs-ctl": _RECORD})
+    for name, files in BEEGFS_CLIENT_PACKAGES.items():
+        _deb(tmp_path, name, files)
     index = subprocess.run(["dpkg-scanpackages", "."], cwd=tmp_path / "repo", check=True, capture_output=True,
                            text=True).stdout
     (tmp_path / "repo" / "Packages").write_text(index)

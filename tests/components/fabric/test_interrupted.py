@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 
 import pytest
 
@@ -20,77 +19,9 @@ from components.fabric.switches import render_switch
 from tests.components.fabric.test_host_and_component import spec_for
 from tests.components.fabric.test_switches import spec_with
 from tests.cutting import cut_everywhere
+from tests.doubles import SWITCH_CLIS as DOUBLES
 
 _OWED = "OWED_DIR=/var/lib/gpucluster/owed"
-_HEAD = f"#!{sys.executable} -IS\nimport json, os, sys\nS = os.environ['SWITCH_STATE']\n" \
-        "st = json.load(open(S))\nargs = sys.argv[1:]\n"
-_TAIL = "json.dump(st, open(S, 'w'))\n"
-
-DOUBLES = {
-    # SONiC: CONFIG_DB as files KEY/FIELD under running/ (bash: the script calls it for every port and setting);
-    # `config` changes it as SONiC's CLI does; `config save` persists it.
-    "sonic-db-cli": r'''#!/bin/bash
-set -eu
-db=$SWITCH_STATE.d/running
-case $2 in
-  keys) ls "$db" | grep '^PORT|' || true ;;
-  hget) cat "$db/$3/$4" 2>/dev/null || echo ;;
-  hset) mkdir -p "$db/$3"; printf '%s' "$5" > "$db/$3/$4" ;;
-esac
-''',
-    "config": r'''#!/bin/bash
-set -eu
-db=$SWITCH_STATE.d/running
-put() { mkdir -p "$db/$1"; printf '%s' "$3" > "$db/$1/$2"; }
-case "$1 $2" in
-  "interface pfc")
-    have=$(cat "$db/PORT_QOS_MAP|$4/pfc_enable" 2>/dev/null || true)
-    list=$(tr , '\n' <<<"$have" | sed '/^$/d' | grep -vx "$5" || true)
-    if [[ $6 == on ]]; then list=$(printf '%s\n%s\n' "$list" "$5" | sed '/^$/d' | sort -u); fi
-    put "PORT_QOS_MAP|$4" pfc_enable "$(paste -sd, <<<"$list")" ;;
-  "interface mtu") put "PORT|$3" mtu "$4" ;;
-  "ecn -profile") put "WRED_PROFILE|$3" green_min_threshold "$5"; put "WRED_PROFILE|$3" green_max_threshold "$7"
-                  put "WRED_PROFILE|$3" green_drop_probability "$9" ;;
-  "pfcwd start") put "PFC_WD|$5" action "$4" ;;
-  "save -y") rm -rf "$SWITCH_STATE.d/saved"; cp -r "$db" "$SWITCH_STATE.d/saved" ;;
-  *) echo "config double: $*" >&2; exit 2 ;;
-esac
-''',
-    # NVUE: `nv set`/`unset` edit the pending revision, `config apply` makes it the applied one, `config save`
-    # the startup one. A path (every word but the value) holds one value.
-    "nv": _HEAD + r'''
-pending = st.setdefault("pending", list(st["running"]))
-if args[0] == "set":
-    path = " ".join(args[1:-1])
-    st["pending"] = [e for e in pending if e.rsplit(" ", 1)[0] != path] + [" ".join(args[1:])]
-elif args[0] == "unset":
-    st["pending"] = [e for e in pending if not e.startswith(" ".join(args[1:]))]
-elif args[:2] == ["config", "diff"]:
-    added = sorted(set(pending) - set(st["running"]))
-    removed = sorted(set(st["running"]) - set(pending))
-    print("\n".join([f"+ {e}" for e in added] + [f"- {e}" for e in removed]) or "{}")
-elif args[:2] == ["config", "apply"]:
-    st["running"] = list(pending)
-elif args[:2] == ["config", "save"]:
-    st["saved"] = list(st["running"])
-else:
-    sys.exit(f"nv double: {args}")
-''' + _TAIL,
-    # EOS: a session's lines against the running configuration; `commit` makes them running.
-    "FastCli": _HEAD + r'''
-lines = args[args.index("-c") + 1].split("\n")
-if lines[0] == "copy running-config startup-config":
-    st["saved"] = list(st["running"])
-elif lines[-1] == "abort":
-    want = lines[1:-2]
-    print("\n".join([f"+{e}" for e in want if e not in st["running"]] +
-                    [f"-{e}" for e in st["running"] if e not in want]))
-elif lines[-1] == "commit":
-    st["running"] = lines[1:-1]
-''' + _TAIL,
-}
-
-
 @pytest.fixture
 def switch(tmp_path):
     for tool, text in DOUBLES.items():

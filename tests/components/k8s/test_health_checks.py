@@ -255,7 +255,7 @@ def test_the_queue_borrows_only_and_never_preempts(dev_spec):
     assert cq["queueingStrategy"] == "BestEffortFIFO"
     (group,) = cq["resourceGroups"]
     assert [f["name"] for f in group["flavors"]] == [p.name for p in dev_spec.node_pools]
-    assert all(r["nominalQuota"] == 0 and "borrowingLimit" not in r for f in group["flavors"]
+    assert all(r["nominalQuota"] == "0" and "borrowingLimit" not in r for f in group["flavors"]
                for r in f["resources"])
     assert cq["namespaceSelector"] == {"matchLabels": {"kubernetes.io/metadata.name": health_checks.NAMESPACE}}
 

@@ -61,7 +61,7 @@ def test_no_monitoring_allow_when_monitoring_is_off(dev_data):
 
 def test_resource_quota_leaves_gpus_cpu_and_memory_to_kueue(dev_spec):
     hard = render_resource_quota(args_for(dev_spec, 1))["spec"]["hard"]
-    assert hard["requests.storage"] == "4096Gi" and hard["services.loadbalancers"] == "0"
+    assert hard["requests.storage"] == "4Ti" and hard["services.loadbalancers"] == "0"
     assert not [k for k in hard if "gpu" in k or k.split(".")[-1] in ("cpu", "memory")]
 
 
@@ -75,7 +75,7 @@ def test_cluster_queue_carries_the_tenant_quota(dev_spec):
     assert group == {"coveredResources": ["cpu", "memory", "nvidia.com/gpu"], "flavors": [{"name": "h100", "resources": [
         {"name": "cpu", "nominalQuota": "140", "borrowingLimit": "84"},
         {"name": "memory", "nominalQuota": "2560Gi", "borrowingLimit": "1536Gi"},
-        {"name": "nvidia.com/gpu", "nominalQuota": 10, "borrowingLimit": 6}]}]}
+        {"name": "nvidia.com/gpu", "nominalQuota": "10", "borrowingLimit": "6"}]}]}
     assert spec["preemption"] == {"reclaimWithinCohort": "Any", "borrowWithinCohort": {"policy": "Never"},
                                   "withinClusterQueue": "LowerPriority"}
 
@@ -85,7 +85,7 @@ def test_lending_limit_and_fair_sharing_weight_reach_the_cluster_queue(dev_data)
     spec = parse_spec(yaml.safe_dump(dev_data))
     cq = render_cluster_queue(args_for(spec, 1))["spec"]
     cpu, memory, gpu = cq["resourceGroups"][0]["flavors"][0]["resources"]
-    assert (cpu["lendingLimit"], memory["lendingLimit"], gpu["lendingLimit"]) == ("28", "512Gi", 2)
+    assert (cpu["lendingLimit"], memory["lendingLimit"], gpu["lendingLimit"]) == ("28", "512Gi", "2")
     assert cq["fairSharing"] == {"weight": "2.0"}
 
 
@@ -108,14 +108,14 @@ def test_each_pool_flavor_carries_the_cpu_and_memory_of_its_gpus(dev_data):
     flavors = render_cluster_queue(args_for(spec))["spec"]["resourceGroups"][0]["flavors"]
     assert [f["name"] for f in flavors] == ["h100", "l40s"]
     # Whole GPUs and renamed slices are two resources: each flavor has quota for its own, none of the other.
-    assert flavors[0]["resources"] == [{"name": "cpu", "nominalQuota": "56"}, {"name": "memory", "nominalQuota": "1024Gi"},
-                                       {"name": "nvidia.com/gpu", "nominalQuota": 4},
-                                       {"name": "nvidia.com/gpu.shared", "nominalQuota": 0}]
+    assert flavors[0]["resources"] == [{"name": "cpu", "nominalQuota": "56"}, {"name": "memory", "nominalQuota": "1Ti"},
+                                       {"name": "nvidia.com/gpu", "nominalQuota": "4"},
+                                       {"name": "nvidia.com/gpu.shared", "nominalQuota": "0"}]
     # 4 L40S x 2 slices per host: quotas count slices, so 6 slices bring 6/8 of the host, not 6/4.
     assert flavors[1]["resources"] == [{"name": "cpu", "nominalQuota": "48", "borrowingLimit": "16"},
                                        {"name": "memory", "nominalQuota": "384Gi", "borrowingLimit": "128Gi"},
-                                       {"name": "nvidia.com/gpu", "nominalQuota": 0},
-                                       {"name": "nvidia.com/gpu.shared", "nominalQuota": 6, "borrowingLimit": 2}]
+                                       {"name": "nvidia.com/gpu", "nominalQuota": "0"},
+                                       {"name": "nvidia.com/gpu.shared", "nominalQuota": "6", "borrowingLimit": "2"}]
     group = render_cluster_queue(args_for(spec))["spec"]["resourceGroups"][0]
     assert group["coveredResources"] == ["cpu", "memory", "nvidia.com/gpu", "nvidia.com/gpu.shared"]
     dev_data["tenants"][0]["cpu_cores"] = 100
@@ -127,7 +127,7 @@ def test_each_pool_flavor_carries_the_cpu_and_memory_of_its_gpus(dev_data):
 def test_limit_range_sets_default_requests_and_never_a_default_limit(dev_spec):
     """A default limit below what a container requests would make a big GPU job's pod invalid."""
     [limits] = render_limit_range(args_for(dev_spec))["spec"]["limits"]
-    assert limits == {"type": "Container", "defaultRequest": {"cpu": "500m", "memory": "1024Mi"}}
+    assert limits == {"type": "Container", "defaultRequest": {"cpu": "500m", "memory": "1Gi"}}
 
 
 def test_local_queue_is_the_namespace_default(dev_spec):

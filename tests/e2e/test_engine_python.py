@@ -1,0 +1,397 @@
+"""The project's own `__main__.py` under the real Pulumi engine: the CLI, the Python language host and the real
+Kubernetes provider (all built from Go modules by `make engine-e2e`), against the e2e control plane and real SSH
+test hosts, with a file backend.
+
+What stands in, and why (the README says the same):
+- pulumi-command: the module proxy refuses every version of its provider. tests/e2e/commands.py implements its
+  two resources as it documents them and really runs the commands: remote ones over OpenSSH on the test hosts
+  (network namespaces with hardware doubles, tests/realssh), local ones (kubectl drains) here.
+- pulumi-random: its provider is a Terraform bridge the proxy does not serve; the echo provider answers for it.
+- Charts: none of the stack's four is served here. Each is a chart of the same name in the project carrying only
+  the upstream CRDs it would install (`STAND_IN_CHARTS`, with the reason), so Helm really installs a release and
+  the objects that need those CRDs apply through the provider. Kueue itself runs in the control plane, built
+  from its pinned module. The network operator is left out of this stack (`network_operator.enabled: false`):
+  neither its chart nor nv-ipam's IPPool CRD is served here.
+- Hosts and switches are the real SSH test hosts under their spec names, with their own addresses and host keys;
+  the spec is dev's otherwise.
+
+Needs root (network namespaces) and the tools of `make e2e-tools` and `make engine-e2e`; skips, saying why,
+without them (fails under GPUCLUSTER_ENGINE_E2E=1).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+import grpc
+import pytest
+import yaml
+
+from tests.conftest import ROOT
+from tests.realssh.hosts import TestHosts, unavailable
+from tests.realssh.storage_host import beegfs_client_installed, beegfs_client_module, storage_host
+
+from tests.doubles import SWITCH_CLIS
+
+from .commands import CommandProvider
+from components.offline.diff import diff_plans, load_plan
+
+from .controlplane import ControlPlane, ControlPlaneError, missing_tools
+from .engine import PLUGINS, serve, serve_echo
+from .stack import PINNED_CRDS, SHARED_CRDS, StackPlan, external_crds, kwok_nodes, plan_stack
+
+pytestmark = pytest.mark.e2e
+
+TOOLS = Path(os.environ.get("GPUCLUSTER_E2E_TOOLS", ROOT / ".e2e")) / "bin"
+ENGINE = ("pulumi", "pulumi-language-python", "pulumi-language-python-exec", "pulumi-resource-kubernetes")
+REQUIRED = os.environ.get("GPUCLUSTER_ENGINE_E2E") == "1"
+# Charts that cannot be had here, each stood in for by a chart of its name carrying the upstream CRDs it installs.
+STAND_IN_CHARTS = {
+    "gpu_operator": ("gpu-operator", "NVIDIA's gpu-operator module is not served", ["nvidia.com_*.yaml"]),
+    "nfd": ("node-feature-discovery", "its chart's workloads need a schedulable CPU node the KWOK cluster lacks",
+            ["nfd.k8s-sigs.io_*.yaml"]),
+    "kueue": ("kueue", "Kueue runs in the control plane from its pinned module (a second one would fight it for "
+                       "its webhooks)", []),
+}
+
+
+def _missing() -> str | None:
+    lacking = [t for t in ENGINE if not (TOOLS / t).exists()]
+    if lacking:
+        return f"the engine's tools are not built in {TOOLS} ({', '.join(lacking)}): `make engine-e2e` builds them"
+    if missing_tools():
+        return f"control-plane tools missing ({', '.join(missing_tools())}): `make e2e-tools`"
+    return unavailable()
+
+
+class Engine:
+    """The real CLI on one project copy, with its own home and file backend, attached to the stand-ins."""
+
+    def __init__(self, work: Path, project: Path, attach: dict[str, int]):
+        self.project = project
+        self.log: list[tuple[tuple[str, ...], int, str]] = []
+        self.logs = work / "pulumi-output"
+        self.env = {**os.environ, "PATH": f"{TOOLS}:{os.environ['PATH']}", "PULUMI_HOME": str(work / "home"),
+                    "PULUMI_BACKEND_URL": f"file://{work / 'state'}", "PULUMI_CONFIG_PASSPHRASE": "engine-test",
+                    "PULUMI_SKIP_UPDATE_CHECK": "1", "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
+                    # the v3.78 host ignores Pulumi.yaml's virtualenv (../shared/reference/engine.md)
+                    "PULUMI_PYTHON_CMD": sys.executable,
+                    "PULUMI_DEBUG_PROVIDERS": ",".join(f"{n}:{p}" for n, p in attach.items())}
+        (work / "state").mkdir()
+
+    def __call__(self, *args: str, input: str | None = None, ok: bool = True, timeout_s: float = 1500,
+                 cwd: Path | None = None) -> str:
+        done = subprocess.run([str(TOOLS / "pulumi"), *args, "--non-interactive", "--color", "never"],
+                              cwd=cwd or self.project, env=self.env, input=input, capture_output=True, text=True,
+                              timeout=timeout_s)
+        out = done.stdout + done.stderr
+        self.log.append((args, done.returncode, out))
+        self.logs.mkdir(exist_ok=True)       # every command's output, kept with the test's files
+        (self.logs / f"{len(self.log):02d}-{'-'.join(a.lstrip('-') for a in args[:2])}.txt").write_text(out)
+        assert (done.returncode == 0) == ok, f"pulumi {' '.join(args)} exited {done.returncode}:\n{out[-20000:]}"
+        return out
+
+
+def engine_spec(dev: dict[str, Any], hosts: TestHosts, devices: dict[str, str]) -> dict[str, Any]:
+    """dev's spec on the test hosts, its storage targets on `devices` (loop devices by the spec's device path),
+    with the charts and CRDs it pulls taken from the project."""
+    data = copy.deepcopy(dev)
+    for server in data["storage"]["servers"]:
+        for target in server["targets"]:
+            target["device"] = devices[target["device"]]
+    data["ssh"]["user"] = "root"
+    machines = [*(h for p in data["node_pools"] for h in p["hosts"]), *data["storage"]["servers"],
+                *data["fabric"]["switches"]]
+    for machine in machines:      # each pinned as dev pins it (its switch and storage server are not)
+        host = hosts.hosts[machine["hostname"] if "hostname" in machine else machine["name"]]
+        machine.update(address=host.address, **({"host_key": host.host_key} if "host_key" in machine else {}))
+    for switch in data["fabric"]["switches"]:        # the test hosts let root alone in
+        switch["ssh_user"] = "root"
+    k8s = data.setdefault("kubernetes", {})
+    for field, (name, _, _) in STAND_IN_CHARTS.items():
+        k8s.setdefault(field, {})["chart_path"] = f"charts/{name}"
+    k8s["network_operator"] = {"enabled": False}
+    k8s.setdefault("mpi_operator", {})["crd_path"] = "crds/kubeflow.org_mpijobs.yaml"
+    k8s.setdefault("health", {}).setdefault("quarantine", {})["crd_path"] = \
+        "crds/readiness.node.x-k8s.io_nodereadinessrules.yaml"
+    return data
+
+
+def make_project(project: Path, spec: dict[str, Any]) -> None:
+    project.mkdir(parents=True)
+    for name in ("Pulumi.yaml", "__main__.py"):
+        shutil.copy(ROOT / name, project / name)
+    (project / "policies").symlink_to(ROOT / "policies")
+    (project / "stacks").mkdir()
+    (project / "stacks" / "dev.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    for field, (name, reason, crds) in STAND_IN_CHARTS.items():
+        chart = project / "charts" / name
+        (chart / "crds").mkdir(parents=True)
+        (chart / "Chart.yaml").write_text(yaml.safe_dump({
+            "apiVersion": "v2", "name": name, "version": "0.0.0-standin",
+            "description": f"Stands in for the {name} chart in the engine e2e: {reason}."}))
+        for pattern in crds:
+            for crd in SHARED_CRDS.glob(pattern):
+                shutil.copy(crd, chart / "crds" / crd.name)
+    (project / "crds").mkdir()
+    shutil.copy(TOOLS.parent / "mpi-operator-crds" / "kubeflow.org_mpijobs.yaml", project / "crds")
+    shutil.copy(PINNED_CRDS / "readiness.node.x-k8s.io_nodereadinessrules.yaml", project / "crds")
+
+
+def loop_device(disks: Path, made: list[str]) -> str:
+    """An empty block device (a loop device over a sparse file), as a new storage target is."""
+    disks.mkdir(exist_ok=True)
+    image = disks / f"disk{len(made)}.img"
+    subprocess.run(["truncate", "-s", "64M", str(image)], check=True)
+    made.append(subprocess.run(["losetup", "-f", "--show", str(image)], check=True, capture_output=True,
+                               text=True).stdout.strip())
+    return made[-1]
+
+
+# Each network OS's CLI on a test host standing in for a switch (recording doubles: no switch here).
+SWITCH_CLI = {"cumulus": "nv", "sonic": "config", "eos": "FastCli"}
+SWITCH_STATE = "/var/lib/switch-double/state.json"
+
+
+def network_os(host: Any, vendor: str) -> None:
+    cli = SWITCH_CLI[vendor]
+    host.put(f"/usr/local/bin/{cli}", SWITCH_CLIS[cli].replace("os.environ['SWITCH_STATE']", repr(SWITCH_STATE)))
+    host.sh(f"chmod 0755 /usr/local/bin/{cli}")
+    host.put(SWITCH_STATE, json.dumps({"running": [], "saved": []}))
+
+
+def registered(node: dict[str, Any]) -> dict[str, Any]:
+    """A KWOK node as its kubelet registers it, before the pool's patch: the kubelet's own labels only."""
+    labels = {k: v for k, v in node["metadata"]["labels"].items()
+              if k in ("kubernetes.io/hostname", "kubernetes.io/os", "type")}
+    return {**node, "metadata": {"name": node["metadata"]["name"], "labels": labels,
+                                 "annotations": {"kwok.x-k8s.io/node": "fake"}}, "spec": {}}
+
+
+@dataclass
+class World:
+    work: Path
+    project: Path
+    engine: Engine
+    cp: ControlPlane
+    hosts: TestHosts
+    commands: CommandProvider
+    plan: StackPlan
+    devices: list[str]             # the storage targets' loop devices, in the spec's order
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    why = _missing()
+    if why:
+        pytest.fail(why) if REQUIRED else pytest.skip(why)
+    work = tmp_path_factory.mktemp("engine-python")
+    dev = yaml.safe_load((ROOT / "stacks" / "dev.yaml").read_text())
+    names = [*(h["hostname"] for p in dev["node_pools"] for h in p["hosts"]),
+             *(s["hostname"] for s in dev["storage"]["servers"]), *(s["name"] for s in dev["fabric"]["switches"])]
+    hosts = TestHosts(work / "hosts", names)
+    (work / "hosts").mkdir()
+    servers: list[grpc.Server] = []
+    loops: list[str] = []
+    cp: ControlPlane | None = None
+    try:
+        hosts.start()
+        for switch in dev["fabric"]["switches"]:
+            network_os(hosts.hosts[switch["name"]], switch["vendor"])
+        for name in names[:-len(dev["fabric"]["switches"])]:
+            storage_host(hosts.hosts[name])
+        for server in dev["storage"]["servers"]:       # the BeeGFS server's packages are installed
+            hosts.hosts[server["hostname"]].sh("mkdir -p /opt/beegfs/lib && touch /opt/beegfs/lib/libbeegfs_ib.so")
+        server = hosts.hosts[dev["storage"]["servers"][0]["hostname"]]
+        for pool in dev["node_pools"]:                 # ... and the clients' on the GPU hosts
+            for h in pool["hosts"]:
+                beegfs_client_installed(hosts.hosts[h["hostname"]])
+                beegfs_client_module(hosts.hosts[h["hostname"]], server.name, server.address)
+        devices = {t["device"]: loop_device(work / "disks", loops)
+                   for s in dev["storage"]["servers"] for t in s["targets"]}
+        project = work / "project"
+        make_project(project, engine_spec(dev, hosts, devices))
+        plan = plan_stack(project / "stacks" / "dev.yaml", work / "plan")
+        cp = ControlPlane(plan.kueue_config(), work / "cp").start()
+        cp.apply_files(p for p in external_crds() if "readiness" not in p.name)
+        cp.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
+        cp.kubectl("create", "namespace", plan.spec.kubernetes.monitoring.namespace)
+        cp.apply_objects([{"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
+                           "metadata": {"name": plan.spec.kubernetes.health.gpu_monitor.runtime_class},
+                           "handler": "nvidia"}])
+        cp.apply_objects([registered(n) for n in kwok_nodes(plan.spec)])
+        commands = CommandProvider(PLUGINS["command"], project)
+        server, port = serve(commands)
+        servers.append(server)
+        random_server, random_port, _ = serve_echo(PLUGINS["random"])
+        servers.append(random_server)
+        engine = Engine(work, project, {"command": port, "random": random_port})
+        engine("stack", "init", "dev")
+        engine("config", "set", "--secret", "sshPrivateKey", input=hosts.client_key.read_text())
+        engine("config", "set", "--secret", "kubernetes:kubeconfig", input=cp.kubeconfig.read_text())
+        yield World(work, project, engine, cp, hosts, commands, plan, list(devices.values()))
+    finally:
+        for s in servers:
+            s.stop(0)
+        if cp is not None:
+            cp.close()
+        hosts.stop()
+        for device in loops:
+            subprocess.run(["losetup", "-d", device], check=False)
+
+
+def _urns(resources: Iterable[dict[str, Any]]) -> set[str]:
+    """The program's resources: neither the stack nor the providers."""
+    return {r["urn"] for r in resources if not r["type"].startswith(("pulumi:providers:", "pulumi:pulumi:Stack"))}
+
+
+def _state(engine: Engine) -> list[dict[str, Any]]:
+    return json.loads(engine("stack", "export"))["deployment"].get("resources") or []
+
+
+def _steps(preview_json: str) -> dict[str, str]:
+    """What a `preview --json` would do, by resource name: create, update, replace, delete (same and read left
+    out; a replacement's own create and delete steps folded into it)."""
+    ops = {"create-replacement": "replace", "delete-replaced": "replace", "replace": "replace",
+           "create": "create", "update": "update", "delete": "delete"}
+    return {step["urn"].rsplit("::", 1)[-1]: ops[step["op"]] for step in json.loads(preview_json).get("steps", [])
+            if step["op"] in ops}
+
+
+def test_up_builds_what_the_offline_plan_registers_and_a_second_preview_changes_nothing(world):
+    w = world
+    w.engine("preview")
+    w.engine("up", "--yes")
+    state = _state(w.engine)
+    plan = json.loads((w.plan.dir / "resources.json").read_text())
+    # What the offline plan registers, plus what the real provider's ConfigFile components construct inside
+    # themselves (the mocks register them without children): the CRD of each vendored file.
+    built, planned = _urns(state), _urns(plan["resources"])
+    assert planned <= built
+    assert sorted(u.rsplit("::", 1)[-1] for u in built - planned) == [
+        "dev-k8s-mpijob-crd:mpijobs.kubeflow.org",
+        "dev-k8s-nodereadinessrule-crd:nodereadinessrules.readiness.node.x-k8s.io"]
+    # Every Kubernetes object of the plan is on the apiserver, applied by the Kubernetes provider.
+    for obj in w.plan.objects:
+        meta = obj["metadata"]
+        live = w.cp.get(obj["kind"], meta["name"], meta.get("namespace"), managed_fields=True)
+        managers = {m["manager"] for m in live["metadata"].get("managedFields", [])}
+        assert any(m.startswith("pulumi-kubernetes") for m in managers), (obj["kind"], meta["name"], managers)
+    # The hosts were prepared and burned in over SSH, the switch configured and saved, the storage server's
+    # targets formatted and its daemons started.
+    outputs = json.loads(w.engine("stack", "output", "--json"))
+    assert outputs["burnIn"] == {"gpu-dev-01": "passed", "gpu-dev-02": "passed"}
+    for name in ("gpu-dev-01", "gpu-dev-02"):
+        assert w.hosts.hosts[name].exists("/var/lib/gpucluster/burn-in"), name
+    switch = json.loads(w.hosts.hosts["leaf-dev-01"].read(SWITCH_STATE))
+    assert switch["running"] and switch["saved"] == switch["running"]
+    server = w.hosts.hosts["stor-dev-01"]
+    # ext4 for management and metadata is the real mkfs; the storage targets' mkfs.xfs is a recording double
+    assert sorted(c.split()[-1] for c in server.calls() if c.startswith("mkfs.xfs")) == sorted(w.devices[-2:])
+    assert all(any(c.startswith(f"beegfs-daemon-{r}") for c in server.calls()) for r in ("mgmtd", "meta", "storage"))
+    # Secrets are secrets in the state: neither the SSH key nor the kubeconfig's client key is in the clear.
+    text = "\n".join(p.read_text() for p in (w.work / "state").rglob("*.json"))
+    key_body = w.hosts.client_key.read_text().splitlines()[1]
+    client_key = yaml.safe_load(w.cp.kubeconfig.read_text())["users"][0]["user"]
+    assert key_body not in text
+    assert all(v not in text for k, v in client_key.items() if "key" in k)
+    w.engine("preview", "--expect-no-changes")
+
+
+def test_refresh_finds_the_cluster_as_up_left_it(world):
+    w = world
+    w.engine("refresh", "--yes")
+    w.engine("preview", "--expect-no-changes")
+
+
+def test_the_policy_pack_under_the_engine_finds_what_gpucluster_check_finds(world):
+    w = world
+    config = w.project / "policies" / "config" / "dev.json"
+    out = w.engine("preview", "--policy-pack", "policies/analyzer", "--policy-pack-config", str(config))
+    found = sorted(re.findall(r"^ +- \[(\w+)\] +(\S+) +\(\S+: (\S+)\)$", out, re.M))
+    check = subprocess.run([sys.executable, "-m", "components", "check", str(w.project / "stacks" / "dev.yaml"),
+                            "--project-dir", str(w.project), "--policy-config", str(config),
+                            "--out", str(w.work / "check")], cwd=ROOT, capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout + check.stderr
+    report = json.loads((w.work / "check" / "check.json").read_text())
+    expected = sorted((v["level"], v["policy"], v["urn"].rsplit("::", 1)[-1]) for v in report["violations"])
+    assert found == expected and expected, out
+    assert all(v["message"] in out for v in report["violations"])
+
+
+def test_a_tenant_quota_change_updates_exactly_what_gpucluster_diff_predicts(world):
+    w = world
+    spec_file = w.project / "stacks" / "dev.yaml"
+    data = yaml.safe_load(spec_file.read_text())
+    data["tenants"][0]["gpu_quota"]["h100"]["nominal"] -= 2
+    spec_file.write_text(yaml.safe_dump(data, sort_keys=False))
+    after = plan_stack(spec_file, w.work / "plan-after")
+    predicted = {d.urn.rsplit("::", 1)[-1]: d.action for d in diff_plans(
+        load_plan(w.plan.dir), load_plan(after.dir)) if d.action not in ("read", "discard")}
+    assert predicted, "the change changes something"
+    assert _steps(w.engine("preview", "--json")) == predicted
+    w.engine("up", "--yes")
+    w.engine("preview", "--expect-no-changes")
+    queue = w.cp.get("clusterqueue", data["tenants"][0]["name"])
+    gpus = queue["spec"]["resourceGroups"][0]["flavors"][0]["resources"][2]
+    assert gpus["nominalQuota"] == str(data["tenants"][0]["gpu_quota"]["h100"]["nominal"])
+    w.plan = after
+
+
+def test_a_team_onboarded_from_the_tenants_project_reads_the_platform_through_a_stack_reference(world):
+    """tenants/ on top of this platform stack: the real StackReference hands it the platform's `tenancy`
+    export, and its Tenant is built on the same cluster; destroying it removes the team alone."""
+    w = world
+    tenants = w.project / "tenants"
+    shutil.copytree(ROOT / "tenants", tenants, ignore=shutil.ignore_patterns("stacks"))
+    (tenants / "stacks").mkdir()
+    (tenants / "stacks" / "dev.yaml").write_text(yaml.safe_dump({
+        "platform_stack": "organization/gpucluster/dev",
+        "tenants": [{"name": "team-d", "groups": {"edit": ["oidc:team-d"]},
+                     "gpu_quota": {"h100": {"nominal": 0, "borrowing_limit": 8}}}]}))
+    w.engine("stack", "init", "dev", cwd=tenants)
+    w.engine("config", "set", "--secret", "kubernetes:kubeconfig", input=w.cp.kubeconfig.read_text(), cwd=tenants)
+    w.engine("up", "--yes", cwd=tenants)
+    assert json.loads(w.engine("stack", "output", "--json", cwd=tenants))["tenantNamespaces"] == {"team-d": "team-d"}
+    queue = w.cp.get("clusterqueue", "team-d")
+    platform_cohort = w.cp.get("clusterqueue", "team-a")["spec"]["cohortName"]
+    assert queue["spec"]["cohortName"] == platform_cohort
+    w.engine("preview", "--expect-no-changes", cwd=tenants)
+    w.engine("destroy", "--yes", cwd=tenants)
+    assert w.cp.get("clusterqueue", "team-a")
+    with pytest.raises(ControlPlaneError):
+        w.cp.get("clusterqueue", "team-d")
+
+
+def test_destroy_stops_at_a_storage_server_until_it_is_unprotected_then_leaves_nothing(world):
+    w = world
+    before = len(_state(w.engine))
+    refused = w.engine("destroy", "--yes", ok=False)
+    server = next(r["urn"] for r in _state(w.engine) if r["urn"].endswith("::dev-storage-stor-dev-01"))
+    assert "dev-storage-stor-dev-01\" cannot be deleted" in refused and len(_state(w.engine)) == before
+    w.engine("state", "unprotect", server, "--yes")
+    w.engine("destroy", "--yes")
+    assert _state(w.engine) == []
+    left = []
+    for obj in w.plan.objects:
+        meta = obj["metadata"]
+        try:
+            live = w.cp.get(obj["kind"], meta["name"], meta.get("namespace"))
+        except ControlPlaneError:
+            continue
+        if not live.get("metadata", {}).get("deletionTimestamp"):
+            left.append(f"{obj['kind']}/{meta['name']}")
+    assert left == []
+    # The storage server's data stays: its daemons stopped, its targets unmounted, never formatted again or wiped.
+    calls = w.hosts.hosts["stor-dev-01"].calls()
+    assert sum(c.startswith("mkfs.xfs") for c in calls) == 2 and not any(c.startswith("wipefs") for c in calls)
+    assert any(c.startswith("umount") for c in calls)
