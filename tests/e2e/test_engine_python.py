@@ -30,21 +30,20 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import grpc
 import pytest
 import yaml
 
+from components.offline.diff import diff_plans, load_plan
+from components.spec import load_spec
 from tests.conftest import ROOT
+from tests.doubles import SWITCH_CLIS
 from tests.realssh.hosts import TestHosts, unavailable
 from tests.realssh.storage_host import beegfs_client_installed, beegfs_client_module, storage_host
 
-from tests.doubles import SWITCH_CLIS
-
 from .commands import CommandProvider
-from components.offline.diff import diff_plans, load_plan
-
 from .controlplane import ControlPlane, ControlPlaneError, missing_tools
 from .engine import PLUGINS, serve, serve_echo
 from .stack import PINNED_CRDS, SHARED_CRDS, StackPlan, external_crds, kwok_nodes, plan_stack
@@ -104,7 +103,7 @@ class Engine:
 def engine_spec(dev: dict[str, Any], hosts: TestHosts, devices: dict[str, str]) -> dict[str, Any]:
     """dev's spec on the test hosts, its storage targets on `devices` (loop devices by the spec's device path),
     with the charts and CRDs it pulls taken from the project."""
-    data = copy.deepcopy(dev)
+    data = vendored(dev)
     for server in data["storage"]["servers"]:
         for target in server["targets"]:
             target["device"] = devices[target["device"]]
@@ -116,13 +115,23 @@ def engine_spec(dev: dict[str, Any], hosts: TestHosts, devices: dict[str, str]) 
         machine.update(address=host.address, **({"host_key": host.host_key} if "host_key" in machine else {}))
     for switch in data["fabric"]["switches"]:        # the test hosts let root alone in
         switch["ssh_user"] = "root"
+    return data
+
+
+def vendored(spec: dict[str, Any]) -> dict[str, Any]:
+    """A stack's spec with the charts and CRDs it would pull taken from the project (make_project's), as an
+    air-gapped site vendors them, and without the network operator (see the module docstring)."""
+    data = copy.deepcopy(spec)
     k8s = data.setdefault("kubernetes", {})
     for field, (name, _, _) in STAND_IN_CHARTS.items():
-        k8s.setdefault(field, {})["chart_path"] = f"charts/{name}"
+        k8s[field] = {**{k: v for k, v in (k8s.get(field) or {}).items() if k != "chart_repository"},
+                      "chart_path": f"charts/{name}"}
     k8s["network_operator"] = {"enabled": False}
-    k8s.setdefault("mpi_operator", {})["crd_path"] = "crds/kubeflow.org_mpijobs.yaml"
-    k8s.setdefault("health", {}).setdefault("quarantine", {})["crd_path"] = \
-        "crds/readiness.node.x-k8s.io_nodereadinessrules.yaml"
+    for settings, crd in ((k8s.setdefault("mpi_operator", {}), "kubeflow.org_mpijobs.yaml"),
+                          (k8s.setdefault("health", {}).setdefault("quarantine", {}),
+                           "readiness.node.x-k8s.io_nodereadinessrules.yaml")):
+        settings.pop("crd_url", None)
+        settings["crd_path"] = f"crds/{crd}"
     return data
 
 
@@ -314,37 +323,84 @@ def test_refresh_finds_the_cluster_as_up_left_it(world):
 
 
 def test_the_policy_pack_under_the_engine_finds_what_gpucluster_check_finds(world):
-    w = world
-    config = w.project / "policies" / "config" / "dev.json"
-    out = w.engine("preview", "--policy-pack", "policies/analyzer", "--policy-pack-config", str(config))
+    assert _same_findings(world, "dev"), "dev's unpinned switch and storage server are findings"
+
+
+def _same_findings(w: World, stack: str) -> list[tuple[str, str, str]]:
+    """`pulumi preview` of the selected stack with the pack (and the stack's pack config, where it has one)
+    reports the same findings, levels and messages as `gpucluster check` of its spec."""
+    config = w.project / "policies" / "config" / f"{stack}.json"
+    settings = ["--policy-pack-config", str(config)] if config.exists() else []
+    report = _check(w, stack, settings)
+    mandatory = any(v["level"] == "mandatory" for v in report["violations"])
+    out = w.engine("preview", "--policy-pack", "policies/analyzer", *settings, ok=not mandatory)
     found = sorted(re.findall(r"^ +- \[(\w+)\] +(\S+) +\(\S+: (\S+)\)$", out, re.M))
-    check = subprocess.run([sys.executable, "-m", "components", "check", str(w.project / "stacks" / "dev.yaml"),
-                            "--project-dir", str(w.project), "--policy-config", str(config),
-                            "--out", str(w.work / "check")], cwd=ROOT, capture_output=True, text=True)
-    assert check.returncode == 0, check.stdout + check.stderr
-    report = json.loads((w.work / "check" / "check.json").read_text())
     expected = sorted((v["level"], v["policy"], v["urn"].rsplit("::", 1)[-1]) for v in report["violations"])
-    assert found == expected and expected, out
+    assert "gpucluster@v" in out and found == expected, out     # the pack ran, and found what check finds
     assert all(v["message"] in out for v in report["violations"])
+    return found
 
 
-def test_a_tenant_quota_change_updates_exactly_what_gpucluster_diff_predicts(world):
+def _check(w: World, stack: str, settings: list[str]) -> dict[str, Any]:
+    """check.json of `gpucluster check` on the stack's spec in the project (exit 1: mandatory findings)."""
+    out = w.work / f"check-{stack}"
+    check = subprocess.run([sys.executable, "-m", "components", "check", str(w.project / "stacks" / f"{stack}.yaml"),
+                            "--project-dir", str(w.project), *[s.replace("--policy-pack-config", "--policy-config")
+                                                               for s in settings], "--out", str(out)],
+                           cwd=ROOT, capture_output=True, text=True)
+    assert check.returncode in (0, 1), check.stdout + check.stderr
+    return json.loads((out / "check.json").read_text())
+
+
+@pytest.mark.parametrize("stack", ["staging", "prod"])
+def test_the_other_stacks_previewed_with_the_policy_pack_give_what_gpucluster_check_gives(world, stack):
+    """Their preview under the engine (no SSH, no apply), on the same cluster: their hosts registered as nodes,
+    their charts and CRDs vendored as dev's are."""
     w = world
+    spec = vendored(yaml.safe_load((ROOT / "stacks" / f"{stack}.yaml").read_text()))
+    spec_file = w.project / "stacks" / f"{stack}.yaml"
+    spec_file.write_text(yaml.safe_dump(spec, sort_keys=False))
+    w.cp.apply_objects([registered(n) for n in kwok_nodes(load_spec(spec_file))])
+    w.engine("stack", "init", stack)
+    w.engine("config", "set", "--secret", "sshPrivateKey", input=w.hosts.client_key.read_text())
+    w.engine("config", "set", "--secret", "kubernetes:kubeconfig", input=w.cp.kubeconfig.read_text())
+    try:
+        _same_findings(w, stack)
+    finally:
+        w.engine("stack", "select", "dev")
+
+
+def _changed(w: World, edit: Callable[[dict[str, Any]], None], name: str) -> dict[str, Any]:
+    """`edit` made to the stack's spec: the engine's preview and up change exactly what `gpucluster diff` of
+    the two offline plans predicts, and a preview after finds nothing more to do. The edited spec."""
     spec_file = w.project / "stacks" / "dev.yaml"
     data = yaml.safe_load(spec_file.read_text())
-    data["tenants"][0]["gpu_quota"]["h100"]["nominal"] -= 2
+    edit(data)
     spec_file.write_text(yaml.safe_dump(data, sort_keys=False))
-    after = plan_stack(spec_file, w.work / "plan-after")
+    after = plan_stack(spec_file, w.work / f"plan-{name}")
     predicted = {d.urn.rsplit("::", 1)[-1]: d.action for d in diff_plans(
         load_plan(w.plan.dir), load_plan(after.dir)) if d.action not in ("read", "discard")}
     assert predicted, "the change changes something"
     assert _steps(w.engine("preview", "--json")) == predicted
     w.engine("up", "--yes")
     w.engine("preview", "--expect-no-changes")
-    queue = w.cp.get("clusterqueue", data["tenants"][0]["name"])
+    w.plan = after
+    return data
+
+
+def test_a_tenant_quota_change_updates_exactly_what_gpucluster_diff_predicts(world):
+    data = _changed(world, lambda d: d["tenants"][0]["gpu_quota"]["h100"].update(
+        nominal=d["tenants"][0]["gpu_quota"]["h100"]["nominal"] - 2), "quota")
+    queue = world.cp.get("clusterqueue", data["tenants"][0]["name"])
     gpus = queue["spec"]["resourceGroups"][0]["flavors"][0]["resources"][2]
     assert gpus["nominalQuota"] == str(data["tenants"][0]["gpu_quota"]["h100"]["nominal"])
-    w.plan = after
+
+
+def test_a_pool_label_change_updates_exactly_what_gpucluster_diff_predicts(world):
+    _changed(world, lambda d: d["node_pools"][0].setdefault("labels", {}).update({"example.com/owner": "ml"}),
+             "label")
+    for node in ("gpu-dev-01", "gpu-dev-02"):
+        assert world.cp.get("node", node)["metadata"]["labels"]["example.com/owner"] == "ml"
 
 
 def test_a_team_onboarded_from_the_tenants_project_reads_the_platform_through_a_stack_reference(world):
