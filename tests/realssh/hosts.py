@@ -135,6 +135,7 @@ class TestHost:
 
 @dataclass
 class TestHosts:
+    __test__ = False              # a fixture's class, not tests, wherever a test module imports it
     work: Path
     names: list[str]
     hosts: dict[str, TestHost] = field(default_factory=dict)
