@@ -279,9 +279,14 @@ def _steps(preview_json: str) -> dict[str, str]:
 def test_up_builds_what_the_offline_plan_registers_and_a_second_preview_changes_nothing(world):
     w = world
     w.engine("preview")
+    assert w.commands.runs == [], "a preview runs no command"
     w.engine("up", "--yes")
     state = _state(w.engine)
     plan = json.loads((w.plan.dir / "resources.json").read_text())
+    # Every command the plan has a create for ran once, on its host or here.
+    assert sorted(n for op, n in w.commands.runs if op == "create") == sorted(
+        r["urn"].rsplit("::", 1)[-1] for r in plan["resources"]
+        if r["type"].startswith("command:") and r["inputs"].get("create"))
     # What the offline plan registers, plus what the real provider's ConfigFile components construct inside
     # themselves (the mocks register them without children): the CRD of each vendored file.
     built, planned = _urns(state), _urns(plan["resources"])
