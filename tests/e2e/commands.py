@@ -36,9 +36,8 @@ from pulumi.runtime.proto import provider_pb2
 from .engine import Plugin
 
 SECRET_KEY, SECRET_SIG = "4dabf18193072939515e22adb298388d", "1b47061264138c4ac30d75fd1eb44270"
-UNKNOWN = "04da6b54-80e4-46f7-96ec-b56ff0331ba9"
 COMMAND_TIMEOUT_S = 900
-LOCAL, REMOTE = "command:local:Command", "command:remote:Command"
+REMOTE = "command:remote:Command"
 
 
 def plain(value: Any) -> Any:
@@ -56,10 +55,6 @@ def _props(message: struct_pb2.Struct) -> dict[str, Any]:
     return json_format.MessageToDict(message)
 
 
-class CommandFailed(Exception):
-    pass
-
-
 class CommandProvider(Plugin):
     def __init__(self, version: str, workdir: Path):
         super().__init__(version)
@@ -70,9 +65,6 @@ class CommandProvider(Plugin):
         olds, news = plain(_props(request.old_inputs)), plain(_props(request.news))
         changed = sorted(k for k in olds.keys() | news.keys() if olds.get(k) != news.get(k))
         replaces = [k for k in changed if k == "triggers"]
-        if changed and os.environ.get("GPUCLUSTER_COMMANDS_DEBUG"):
-            with open(os.environ["GPUCLUSTER_COMMANDS_DEBUG"], "a") as f:
-                f.write(f"{request.urn} {changed} {[(str(olds.get(k))[:200], str(news.get(k))[:200]) for k in changed]}\n")
         return provider_pb2.DiffResponse(
             changes=provider_pb2.DiffResponse.DIFF_SOME if changed else provider_pb2.DiffResponse.DIFF_NONE,
             diffs=changed, replaces=replaces)

@@ -7,6 +7,8 @@ registers its own components without children), and
 the Python language host that would launch the component provider (the provider is started here, as that host
 starts it, and the engine attaches to it through PULUMI_DEBUG_PROVIDERS; the SDK's provider server lacks the
 Attach call that takes, so `attachable` adds it).
+test_engine_python.py runs the project's own program with the real Python language host and Kubernetes provider;
+there only command (commands.py) and random (EchoProvider) stand in.
 """
 
 from __future__ import annotations
