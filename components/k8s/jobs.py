@@ -66,7 +66,8 @@ def render_job(spec: ClusterSpec, tenant: Tenant, pool: NodePool, *, name: str, 
     extended = {pool.gpu_resource_name: str(gpus)} if gpus else {}      # device plugins: requests equal limits
     if network_operator_enabled(spec) and pool.nics and gpus:
         extended[rdma_resource(spec)] = "1"
-    requests: dict[str, Any] = {"cpu": str(max(1, cores * gpus)), "memory": binary(max(1, mem_gib * gpus), "Gi"), **extended}
+    requests: dict[str, Any] = {"cpu": str(max(1, cores * gpus)), "memory": binary(max(1, mem_gib * gpus), "Gi"),
+                                **extended}
     resources: dict[str, Any] = {"requests": requests,
                                  "limits": {**extended, **({"memory": requests["memory"]} if limits else {})}}
     container: dict[str, Any] = {
@@ -77,8 +78,8 @@ def render_job(spec: ClusterSpec, tenant: Tenant, pool: NodePool, *, name: str, 
         "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
     }
     # Memory-backed, counted against the pod's memory: half of what the pod requests.
-    volumes: list[dict[str, Any]] = [{"name": "dshm", "emptyDir": {"medium": "Memory",
-                                                                   "sizeLimit": binary(max(1, mem_gib * gpus // 2), "Gi")}}]
+    shm = binary(max(1, mem_gib * gpus // 2), "Gi")
+    volumes: list[dict[str, Any]] = [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": shm}}]
     claims = spec.filesystem_claims(tenant) if filesystem else []
     for claim in claims:                                                 # at the paths they have on the hosts
         container["volumeMounts"].append({"name": claim.name, "mountPath": claim.path, "readOnly": claim.read_only})

@@ -308,7 +308,8 @@ def render_nodeset(spec: ClusterSpec, pool: NodePool) -> dict[str, Any]:
         "ordinalPadding": 0,
         "metadata": {"annotations": networks} if networks else {},
         "podSpec": {"nodeSelector": {POOL_LABEL: pool.name}, "tolerations": pool_tolerations(pool),
-                    "volumes": [{"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": binary(shm, "Gi")}}]},
+                    "volumes": [{"name": SHM_VOLUME,
+                                 "emptyDir": {"medium": "Memory", "sizeLimit": binary(shm, "Gi")}}]},
     }
 
 
@@ -585,7 +586,8 @@ def render_mariadb(spec: ClusterSpec) -> list[Manifest]:
     s = spec.kubernetes.slurm
     a = s.accounting
     labels = {"app.kubernetes.io/name": MARIADB, "app.kubernetes.io/part-of": "slurm"}
-    claim = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": binary(a.database_size_gib, "Gi")}},
+    claim = {"accessModes": ["ReadWriteOnce"],
+             "resources": {"requests": {"storage": binary(a.database_size_gib, "Gi")}},
              **({"storageClassName": a.storage_class} if a.storage_class else {})}
     password = {"secretKeyRef": {"name": DATABASE_SECRET, "key": "password"}}
     container = {
