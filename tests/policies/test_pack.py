@@ -65,3 +65,13 @@ def test_under_the_engine_a_key_inside_a_secret_is_kept_and_one_in_the_clear_is_
     secret = {"create": "kubectl get nodes", "stdin": {**SECRET_SIG, "value": KEY}}
     assert "secrets-no-key-material" not in _findings(analyzer, command, secret)
     assert "secrets-no-key-material" in _findings(analyzer, command, {"create": "kubectl get nodes", "stdin": KEY})
+
+
+@pytest.mark.parametrize("args, env, says", [
+    ([], {"PULUMI_PYTHON_CMD": sys.executable}, "usage: policies/analyzer ENGINE_ADDRESS"),
+    (["127.0.0.1:1"], {"PULUMI_PYTHON_CMD": "/bin/false"}, "/bin/false cannot import pulumi_policy; set PULUMI_PYTHON_CMD"),
+])
+def test_the_analyzer_launcher_started_wrongly_says_what_to_do(args, env, says):
+    done = subprocess.run([str(ROOT / "policies" / "analyzer"), *args], capture_output=True, text=True, timeout=30,
+                          env={"PATH": "/usr/bin:/bin", **env})
+    assert done.returncode != 0 and says in done.stderr and not done.stdout, done.stderr
