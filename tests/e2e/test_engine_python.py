@@ -220,11 +220,11 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
             storage_host(hosts.hosts[name])
         for server in dev["storage"]["servers"]:       # the BeeGFS server's packages are installed
             hosts.hosts[server["hostname"]].sh("mkdir -p /opt/beegfs/lib && touch /opt/beegfs/lib/libbeegfs_ib.so")
-        server = hosts.hosts[dev["storage"]["servers"][0]["hostname"]]
+        beegfs = hosts.hosts[dev["storage"]["servers"][0]["hostname"]]
         for pool in dev["node_pools"]:                 # ... and the clients' on the GPU hosts
             for h in pool["hosts"]:
                 beegfs_client_installed(hosts.hosts[h["hostname"]])
-                beegfs_client_module(hosts.hosts[h["hostname"]], server.name, server.address)
+                beegfs_client_module(hosts.hosts[h["hostname"]], beegfs.name, beegfs.address)
         devices = {t["device"]: loop_device(work / "disks", loops)
                    for s in dev["storage"]["servers"] for t in s["targets"]}
         project = work / "project"
