@@ -79,12 +79,14 @@ if [[ ${2:-} == engine ]]; then
   install -m 0755 "$engine_sdk/python/cmd/pulumi-language-python-exec" "$out/bin/pulumi-language-python-exec"
   # The Kubernetes provider: its main package's embedded schema and mapping, made as its generate.go makes them
   # (VERSION is the plugin version the binary reports), then the wrapper's copy of that main package.
-  k8s_provider=$(sed -n 's/^require github.com\/pulumi\/pulumi-kubernetes\/provider\/v4 \(v[0-9a-f.-]*\)$/\1/p' \
-    "$tools/pulumi-kubernetes/go.mod")
-  k8s_cmd=$(module_dir pulumi-kubernetes "github.com/pulumi/pulumi-kubernetes/provider/v4@$k8s_provider")/cmd/pulumi-resource-kubernetes
   k8s_plugin_version=$(sed -n 's/^\/\/ plugin version: \(.*\)$/\1/p' "$tools/pulumi-kubernetes/go.mod")
   # shellcheck disable=SC2317  # called by build, only when the provider is built
   k8s_embeds() {
+    local provider k8s_cmd
+    provider=$(sed -n 's/^require github.com\/pulumi\/pulumi-kubernetes\/provider\/v4 \(v[0-9a-f.-]*\)$/\1/p' \
+      "$tools/pulumi-kubernetes/go.mod")
+    k8s_cmd=$(module_dir pulumi-kubernetes "github.com/pulumi/pulumi-kubernetes/provider/v4@$provider")
+    k8s_cmd+=/cmd/pulumi-resource-kubernetes
     cp "$k8s_cmd/schema.json" "$k8s_cmd/terraform-mapping.json" "$tools/pulumi-kubernetes/"
     chmod u+w "$tools/pulumi-kubernetes/schema.json" "$tools/pulumi-kubernetes/terraform-mapping.json"
     (cd "$tools/pulumi-kubernetes" && VERSION=$k8s_plugin_version go run "$k8s_cmd/generate.go")
@@ -92,7 +94,6 @@ if [[ ${2:-} == engine ]]; then
   }
   build pulumi-kubernetes pulumi-resource-kubernetes . \
     "-X github.com/pulumi/pulumi-kubernetes/provider/v4/pkg/version.Version=$k8s_plugin_version" k8s_embeds
-  echo "$k8s_plugin_version" >"$out/bin/pulumi-resource-kubernetes.version"
   exit 0
 fi
 

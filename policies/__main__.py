@@ -6,4 +6,5 @@ tests and `gpucluster check` import `gpucluster_policies` instead."""
 from pulumi_policy import EnforcementLevel, PolicyPack
 
 from gpucluster_policies import POLICIES
+
 PolicyPack(name="gpucluster", enforcement_level=EnforcementLevel.MANDATORY, policies=POLICIES)
