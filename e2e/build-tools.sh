@@ -7,7 +7,7 @@
 # Usage: e2e/build-tools.sh [OUT_DIR]   (default .e2e; binaries in OUT_DIR/bin; KWOK stages, the CRDs of Kueue,
 # the MPI operator and the Prometheus Operator beside)
 #        e2e/build-tools.sh OUT_DIR engine   (only the real engine for `make engine-e2e`: the Pulumi CLI, its YAML and
-# Python language hosts and the Kubernetes provider; about 30 minutes cold, which is why CI leaves them out)
+# Python language hosts and the Kubernetes provider; about 30 minutes cold: CI builds them at low priority)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=$(realpath -m "${1:-.e2e}")

@@ -100,22 +100,63 @@ class Engine:
         return out
 
 
-def engine_spec(dev: dict[str, Any], hosts: TestHosts, devices: dict[str, str]) -> dict[str, Any]:
-    """dev's spec on the test hosts, its storage targets on `devices` (loop devices by the spec's device path),
-    with the charts and CRDs it pulls taken from the project."""
-    data = vendored(dev)
+def engine_spec(spec: dict[str, Any], hosts: TestHosts, devices: dict[str, str]) -> dict[str, Any]:
+    """A stack's spec on the test hosts, its storage targets on `devices` (loop devices by the spec's device
+    path), with the charts and CRDs it pulls taken from the project."""
+    data = vendored(spec)
     for server in data["storage"]["servers"]:
         for target in server["targets"]:
             target["device"] = devices[target["device"]]
     data["ssh"]["user"] = "root"
-    machines = [*(h for p in data["node_pools"] for h in p["hosts"]), *data["storage"]["servers"],
-                *data["fabric"]["switches"]]
-    for machine in machines:      # each pinned as dev pins it (its switch and storage server are not)
-        host = hosts.hosts[machine["hostname"] if "hostname" in machine else machine["name"]]
+    for machine in _machines(data):      # each pinned as the stack pins it
+        host = hosts.hosts[machine.get("hostname") or machine["name"]]
         machine.update(address=host.address, **({"host_key": host.host_key} if "host_key" in machine else {}))
     for switch in data["fabric"]["switches"]:        # the test hosts let root alone in
         switch["ssh_user"] = "root"
     return data
+
+
+def _machines(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every machine of a spec reached over SSH: GPU hosts, storage servers, switches."""
+    return [*(h for p in spec["node_pools"] for h in p["hosts"]), *spec["storage"]["servers"],
+            *spec["fabric"]["switches"]]
+
+
+def site_hosts(spec: dict[str, Any], work: Path) -> TestHosts:
+    """Test hosts (not started) under the names of a stack's machines: GPU hosts with their pool's NICs,
+    storage servers with their RDMA NIC."""
+    storage = spec["storage"]
+    servers = {s["hostname"]: (("mlx5_0", storage["server_interface"]),) if storage.get("server_interface")
+               else () for s in storage["servers"]}
+    nics = {**{h["hostname"]: tuple((n["device"], n["interface"]) for n in p["nics"])
+               for p in spec["node_pools"] for h in p["hosts"]}, **{k: v for k, v in servers.items() if v}}
+    (work / "hosts").mkdir()
+    return TestHosts(work / "hosts", [m.get("hostname") or m["name"] for m in _machines(spec)], nics)
+
+
+def site(hosts: TestHosts, spec: dict[str, Any], work: Path, loops: list[str]) -> dict[str, str]:
+    """`hosts` started as a site's machines are before its first `pulumi up`: GPU hosts with the filesystem
+    client's packages, storage servers with their packages and empty disks (loop devices, appended to `loops`;
+    returned by the spec's device path), switches with their network OS. The caller stops the hosts and
+    detaches the loops, also when this fails half-way."""
+    storage = spec["storage"]
+    beegfs = storage.get("version", "7.4") if storage["kind"] == "beegfs" else "7.4"
+    servers = [s["hostname"] for s in storage["servers"]]
+    gpu_hosts = [h["hostname"] for p in spec["node_pools"] for h in p["hosts"]]
+    hosts.start()
+    for switch in spec["fabric"]["switches"]:
+        network_os(hosts.hosts[switch["name"]], switch["vendor"])
+    for name in [*gpu_hosts, *servers]:
+        storage_host(hosts.hosts[name], beegfs)
+    for server in servers:                 # the servers' packages are installed, the licence in place
+        hosts.hosts[server].sh("mkdir -p /opt/beegfs/lib && touch /opt/beegfs/lib/libbeegfs_ib.so")
+        if storage.get("license_file"):
+            hosts.hosts[server].put(storage["license_file"], "-----BEGIN CERTIFICATE-----\n(site licence)\n")
+    manager = hosts.hosts[servers[0]]
+    for name in gpu_hosts:                 # ... and the clients' on the GPU hosts
+        beegfs_client_installed(hosts.hosts[name], beegfs, storage["mount_point"])
+        beegfs_client_module(hosts.hosts[name], manager.name, manager.address)
+    return {t["device"]: loop_device(work / "disks", loops) for s in storage["servers"] for t in s["targets"]}
 
 
 def vendored(spec: dict[str, Any]) -> dict[str, Any]:
@@ -205,28 +246,12 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         pytest.fail(why) if REQUIRED else pytest.skip(why)
     work = tmp_path_factory.mktemp("engine-python")
     dev = yaml.safe_load((ROOT / "stacks" / "dev.yaml").read_text())
-    names = [*(h["hostname"] for p in dev["node_pools"] for h in p["hosts"]),
-             *(s["hostname"] for s in dev["storage"]["servers"]), *(s["name"] for s in dev["fabric"]["switches"])]
-    hosts = TestHosts(work / "hosts", names)
-    (work / "hosts").mkdir()
     servers: list[grpc.Server] = []
     loops: list[str] = []
     cp: ControlPlane | None = None
+    hosts = site_hosts(dev, work)
     try:
-        hosts.start()
-        for switch in dev["fabric"]["switches"]:
-            network_os(hosts.hosts[switch["name"]], switch["vendor"])
-        for name in names[:-len(dev["fabric"]["switches"])]:
-            storage_host(hosts.hosts[name])
-        for server in dev["storage"]["servers"]:       # the BeeGFS server's packages are installed
-            hosts.hosts[server["hostname"]].sh("mkdir -p /opt/beegfs/lib && touch /opt/beegfs/lib/libbeegfs_ib.so")
-        beegfs = hosts.hosts[dev["storage"]["servers"][0]["hostname"]]
-        for pool in dev["node_pools"]:                 # ... and the clients' on the GPU hosts
-            for h in pool["hosts"]:
-                beegfs_client_installed(hosts.hosts[h["hostname"]])
-                beegfs_client_module(hosts.hosts[h["hostname"]], beegfs.name, beegfs.address)
-        devices = {t["device"]: loop_device(work / "disks", loops)
-                   for s in dev["storage"]["servers"] for t in s["targets"]}
+        devices = site(hosts, dev, work, loops)
         project = work / "project"
         make_project(project, engine_spec(dev, hosts, devices))
         plan = plan_stack(project / "stacks" / "dev.yaml", work / "plan")
@@ -253,9 +278,13 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
             s.stop(0)
         if cp is not None:
             cp.close()
-        hosts.stop()
-        for device in loops:
-            subprocess.run(["losetup", "-d", device], check=False)
+        _stop(hosts, loops)
+
+
+def _stop(hosts: TestHosts, loops: list[str]) -> None:
+    hosts.stop()
+    for device in loops:
+        subprocess.run(["losetup", "-d", device], check=False)
 
 
 def _urns(resources: Iterable[dict[str, Any]]) -> set[str]:
@@ -294,12 +323,7 @@ def test_up_builds_what_the_offline_plan_registers_and_a_second_preview_changes_
     assert sorted(u.rsplit("::", 1)[-1] for u in built - planned) == [
         "dev-k8s-mpijob-crd:mpijobs.kubeflow.org",
         "dev-k8s-nodereadinessrule-crd:nodereadinessrules.readiness.node.x-k8s.io"]
-    # Every Kubernetes object of the plan is on the apiserver, applied by the Kubernetes provider.
-    for obj in w.plan.objects:
-        meta = obj["metadata"]
-        live = w.cp.get(obj["kind"], meta["name"], meta.get("namespace"), managed_fields=True)
-        managers = {m["manager"] for m in live["metadata"].get("managedFields", [])}
-        assert any(m.startswith("pulumi-kubernetes") for m in managers), (obj["kind"], meta["name"], managers)
+    _applied_by_the_provider(w.cp, w.plan)
     # The hosts were prepared and burned in over SSH, the switch configured and saved, the storage server's
     # targets formatted and its daemons started.
     outputs = json.loads(w.engine("stack", "output", "--json"))
@@ -319,6 +343,15 @@ def test_up_builds_what_the_offline_plan_registers_and_a_second_preview_changes_
     assert key_body not in text
     assert all(v not in text for k, v in client_key.items() if "key" in k)
     w.engine("preview", "--expect-no-changes")
+
+
+def _applied_by_the_provider(cp: ControlPlane, plan: StackPlan) -> None:
+    """Every Kubernetes object of the plan is on the apiserver, applied by the Kubernetes provider."""
+    for obj in plan.objects:
+        meta = obj["metadata"]
+        live = cp.get(obj["kind"], meta["name"], meta.get("namespace"), managed_fields=True)
+        managers = {m["manager"] for m in live["metadata"].get("managedFields", [])}
+        assert any(m.startswith("pulumi-kubernetes") for m in managers), (obj["kind"], meta["name"], managers)
 
 
 def test_refresh_finds_the_cluster_as_up_left_it(world):
@@ -437,13 +470,24 @@ def test_destroy_stops_at_a_storage_server_until_it_is_unprotected_then_leaves_n
     w = world
     before = len(_state(w.engine))
     refused = w.engine("destroy", "--yes", ok=False)
-    server = next(r["urn"] for r in _state(w.engine) if r["urn"].endswith("::dev-storage-stor-dev-01"))
     assert "dev-storage-stor-dev-01\" cannot be deleted" in refused and len(_state(w.engine)) == before
-    w.engine("state", "unprotect", server, "--yes")
+    _destroy(w, w.plan)
+    # The storage server's data stays: its daemons stopped, its targets unmounted, never formatted again or wiped.
+    calls = w.hosts.hosts["stor-dev-01"].calls()
+    assert sum(c.startswith("mkfs.xfs") for c in calls) == 2 and not any(c.startswith("wipefs") for c in calls)
+    assert any(c.startswith("umount") for c in calls)
+
+
+def _destroy(w: World, plan: StackPlan) -> None:
+    """The selected stack's protected resources (its storage servers) unprotected, then destroyed: nothing of
+    it is left in the state or on the apiserver."""
+    for r in _state(w.engine):
+        if r.get("protect"):
+            w.engine("state", "unprotect", r["urn"], "--yes")
     w.engine("destroy", "--yes")
     assert _state(w.engine) == []
     left = []
-    for obj in w.plan.objects:
+    for obj in plan.objects:
         meta = obj["metadata"]
         try:
             live = w.cp.get(obj["kind"], meta["name"], meta.get("namespace"))
@@ -452,7 +496,61 @@ def test_destroy_stops_at_a_storage_server_until_it_is_unprotected_then_leaves_n
         if not live.get("metadata", {}).get("deletionTimestamp"):
             left.append(f"{obj['kind']}/{meta['name']}")
     assert left == []
-    # The storage server's data stays: its daemons stopped, its targets unmounted, never formatted again or wiped.
-    calls = w.hosts.hosts["stor-dev-01"].calls()
-    assert sum(c.startswith("mkfs.xfs") for c in calls) == 2 and not any(c.startswith("wipefs") for c in calls)
-    assert any(c.startswith("umount") for c in calls)
+
+
+def _mtu(host: Any, ifname: str) -> int:
+    link = subprocess.run(["ip", "netns", "exec", host.netns, "ip", "-o", "link", "show", ifname],
+                          capture_output=True, text=True, check=True).stdout
+    return int(re.search(r" mtu (\d+) ", link).group(1))
+
+
+def test_staging_on_eight_rails_two_leaves_and_beegfs_8_applies_then_leaves_nothing(world, tmp_path):
+    """Staging's own machines after dev is gone, on the same control plane: four GPU hosts with eight RoCE NICs
+    each, even and odd rails on two Cumulus leaves, BeeGFS 8 on two servers with the site's licence. Up, no
+    changes after, destroy."""
+    w = world
+    spec = yaml.safe_load((ROOT / "stacks" / "staging.yaml").read_text())
+    loops: list[str] = []
+    hosts = site_hosts(spec, tmp_path)
+    try:
+        devices = site(hosts, spec, tmp_path, loops)
+        spec_file = w.project / "stacks" / "staging.yaml"
+        spec_file.write_text(yaml.safe_dump(engine_spec(spec, hosts, devices), sort_keys=False))
+        plan = plan_stack(spec_file, tmp_path / "plan")
+        w.cp.apply_objects([registered(n) for n in kwok_nodes(plan.spec)])
+        w.engine("stack", "select", "--create", "staging")
+        w.engine("config", "set", "--secret", "sshPrivateKey", input=hosts.client_key.read_text())
+        w.engine("config", "set", "--secret", "kubernetes:kubeconfig", input=w.cp.kubeconfig.read_text())
+        w.commands.runs.clear()
+        w.engine("up", "--yes")
+        resources = json.loads((plan.dir / "resources.json").read_text())["resources"]
+        assert sorted(n for op, n in w.commands.runs if op == "create") == sorted(
+            r["urn"].rsplit("::", 1)[-1] for r in resources
+            if r["type"].startswith("command:") and r["inputs"].get("create"))
+        assert _urns(resources) <= _urns(_state(w.engine))
+        _applied_by_the_provider(w.cp, plan)
+        gpu_hosts = [h["hostname"] for p in spec["node_pools"] for h in p["hosts"]]
+        assert json.loads(w.engine("stack", "output", "--json"))["burnIn"] == dict.fromkeys(gpu_hosts, "passed")
+        for name in gpu_hosts:                  # every rail's real interface at the fabric's MTU
+            assert {n["interface"]: _mtu(hosts.hosts[name], n["interface"]) for n in spec["node_pools"][0]["nics"]} \
+                == {n["interface"]: spec["fabric"]["mtu_bytes"] for n in spec["node_pools"][0]["nics"]}, name
+        for leaf in spec["fabric"]["switches"]:
+            config = json.loads(hosts.hosts[leaf["name"]].read(SWITCH_STATE))
+            assert config["running"] and config["saved"] == config["running"], leaf["name"]
+        manager, second = (hosts.hosts[s["hostname"]] for s in spec["storage"]["servers"])
+        toml = manager.read("/etc/beegfs/beegfs-mgmtd.toml")
+        assert f'license-cert-file = "{spec["storage"]["license_file"]}"' in toml and "quota-enforce = true" in toml
+        assert [c.split()[0] for c in manager.calls() if c.startswith("beegfs-")] == [
+            "beegfs-mgmtd", "beegfs-setup-meta", "beegfs-setup-storage",       # initialised once each, then
+            "beegfs-mgmtd", "beegfs-daemon-meta", "beegfs-daemon-storage"]     # the daemons started
+        assert [c.split()[0] for c in second.calls() if c.startswith("beegfs-")] == [
+            "beegfs-setup-storage", "beegfs-daemon-storage"]
+        # each tenant's directory got its group's quota through BeeGFS 8's CLI, on one client
+        quotas = sorted(re.search(r"--space=(\d+)GiB", c).group(1) for h in gpu_hosts
+                        for c in hosts.hosts[h].calls() if c.startswith("beegfs quota set-limits"))
+        assert quotas == sorted(str(t["storage"]["filesystem_gib"]) for t in spec["tenants"])
+        w.engine("preview", "--expect-no-changes")
+        _destroy(w, plan)
+    finally:
+        w.engine("stack", "select", "dev")
+        _stop(hosts, loops)

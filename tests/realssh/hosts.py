@@ -39,6 +39,7 @@ FAKE_SYSFS = ("class", "kernel", "devices/system/cpu", "module")
 # sysfs and configfs entries, which only a ConnectX card would create, in a tree bound over /sys/class and
 # /sys/kernel inside the host's mount namespace.
 NICS = (("mlx5_0", "ens1f0np0"), ("mlx5_1", "ens2f0np0"))
+Nics = tuple[tuple[str, str], ...]            # (RDMA device, interface) of each data-plane NIC
 TOOLS = ("ip", "unshare", "ssh", "ssh-keygen", "mount")
 
 
@@ -138,11 +139,16 @@ class TestHosts:
     __test__ = False              # a fixture's class, not tests, wherever a test module imports it
     work: Path
     names: list[str]
+    # each host's data-plane NICs, where they differ from NICS (dev's): a stack's own, by hostname
+    nics: dict[str, Nics] = field(default_factory=dict)
     hosts: dict[str, TestHost] = field(default_factory=dict)
+    started = 0                   # sets of hosts this process made: each gets its own names and subnet
 
     def __post_init__(self) -> None:
-        self.tag = f"{os.getpid() % 10000}"
-        self.octet = os.getpid() % 250
+        n = TestHosts.started
+        TestHosts.started += 1
+        self.tag = f"{os.getpid() % 10000}" + (f"x{n}" if n else "")
+        self.octet = (os.getpid() + 7 * n) % 250
         self.bridge = f"gcb{self.tag}"
         self.client_key = self.work / "client_ed25519"
 
@@ -190,7 +196,8 @@ class TestHosts:
             f"AuthorizedKeysFile {host.root}/authorized_keys\nPermitRootLogin prohibit-password\n"
             "PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\n"
             "PrintMotd no\nSubsystem sftp internal-sftp\n")
-        self._fake_devices(host, i)
+        nics = self.nics.get(name, NICS)
+        self._fake_devices(host, i, nics)
         veth, peer = f"gcv{self.tag}{i}", f"gcp{self.tag}{i}"
         _run("ip", "netns", "add", host.netns)
         _run("ip", "link", "add", veth, "type", "veth", "peer", "name", peer)
@@ -200,7 +207,7 @@ class TestHosts:
         _run(*ns, "ip", "link", "set", "lo", "up")
         _run(*ns, "ip", "addr", "add", f"{host.address}/24", "dev", peer)
         _run(*ns, "ip", "link", "set", peer, "up")
-        for _, ifname in NICS:
+        for _, ifname in nics:
             _run(*ns, "ip", "link", "add", ifname, "type", "veth", "peer", "name", f"{ifname}p")
         mounts = "; ".join(
             f"mount -t overlay overlay -o lowerdir={top},upperdir={host.root}/{top.strip('/').replace('/', '_')}/up,"
@@ -216,12 +223,12 @@ class TestHosts:
         return host
 
     @staticmethod
-    def _fake_devices(host: TestHost, i: int) -> None:
+    def _fake_devices(host: TestHost, i: int, nics: Nics) -> None:
         def put(path: str, text: str) -> None:
             p = host.sysfs(path)
             p.parent.mkdir(parents=True, exist_ok=True)
             p.write_text(text + "\n")
-        for n, (dev, ifname) in enumerate(NICS):
+        for n, (dev, ifname) in enumerate(nics):
             for point in ("roce_np", "roce_rp"):
                 for prio in range(8):
                     put(f"/sys/class/net/{ifname}/ecn/{point}/enable/{prio}", "0")

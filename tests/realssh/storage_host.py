@@ -7,7 +7,7 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from tests.components.storage.beegfs_upstream import CONF_KEYS
+from tests.components.storage.beegfs_upstream import CONF_KEYS, MGMTD8_TOML_KEYS
 from tests.realssh.doubles import STATE_DIR
 
 RECORD = f'#!/usr/bin/env bash\nset -euo pipefail\nS={STATE_DIR}\nprintf \'%s %s\\n\' "$(basename "$0")" "$*" >> "$S/calls.log"\n'
@@ -81,9 +81,32 @@ done < "$1"
 """
 
 
+# BeeGFS 8's mgmtd (Rust): `--init` makes its database once; started, it reads beegfs-mgmtd.toml, refuses a key
+# its settings do not have and exits without an initialised database (beegfs-rust mgmtd/src/config.rs, main.rs).
+BEEGFS8_MGMTD = RECORD + r"""
+if [[ "${1:-}" == --init ]]; then
+  [[ "${2:-}" == --db-file && -n "${3:-}" ]] || { echo "--init needs --db-file here" >&2; exit 2; }
+  [[ ! -e "$3" ]] || { echo "Database file $3 already exists" >&2; exit 1; }
+  : > "$3"
+  exit 0
+fi
+allowed=" @KEYS@ "
+db=""
+while IFS= read -r line; do
+  key=$(sed -n 's/^[[:space:]]*\([a-z0-9-]*\)[[:space:]]*=.*/\1/p' <<<"$line")
+  if [[ -n "$key" && "$allowed" != *" $key "* ]]; then
+    echo "Error: unknown field \`$key\` in $1"
+    exit 1
+  fi
+  if [[ "$key" == db-file ]]; then db=$(sed 's/^[^=]*=[[:space:]]*"\(.*\)"[[:space:]]*$/\1/' <<<"$line"); fi
+done < "$1"
+[[ -n "$db" && -e "$db" ]] || { echo "Error: database $db is not initialised (beegfs-mgmtd --init)"; exit 1; }
+""".replace("@KEYS@", " ".join(sorted(MGMTD8_TOML_KEYS)))
 
-def storage_host(h):
-    """`h` made a storage server or client of either filesystem (its doubles, units and module state)."""
+
+def storage_host(h, beegfs: str = "7.4"):
+    """`h` made a storage server or client of either filesystem (its doubles, units and module state), its
+    BeeGFS daemons those of release `beegfs` (7.4 or 8)."""
     for tool, text in DOUBLES.items():
         h.sh(f"printf '%s' {shlex.quote(text)} > /usr/local/bin/{tool} && chmod +x /usr/local/bin/{tool}")
     h.sh(f"printf '%s@tcp\\n' {h.address} > {STATE_DIR}/nids")
@@ -93,11 +116,17 @@ def storage_host(h):
     h.sh("chmod +x /usr/local/sbin/lnet-up")
     h.put("/etc/systemd/system/lnet.service", "[Service]\nType=oneshot\nExecStart=/usr/local/sbin/lnet-up\n")
     h.sh("mkdir -p /etc/beegfs && for s in meta storage mgmtd; do : > /etc/beegfs/beegfs-$s.conf; done")
-    for role in ("mgmtd", "meta", "storage"):      # Type=simple units, as BeeGFS 7.4 ships them
-        h.put(f"/usr/local/bin/beegfs-daemon-{role}", beegfs_daemon(CONF_KEYS[("7.4", role)]))
-        h.sh(f"chmod +x /usr/local/bin/beegfs-daemon-{role}")
-        h.put(f"/etc/systemd/system/beegfs-{role}.service", "[Service]\nType=simple\n"
-              f"ExecStart=/usr/local/bin/beegfs-daemon-{role} /etc/beegfs/beegfs-{role}.conf\n")
+    for role in ("mgmtd", "meta", "storage"):      # Type=simple units, as BeeGFS ships them
+        conf = f"/etc/beegfs/beegfs-{role}.conf"
+        if beegfs == "8" and role == "mgmtd":
+            h.put("/usr/local/bin/beegfs-mgmtd", BEEGFS8_MGMTD)
+            h.sh("chmod +x /usr/local/bin/beegfs-mgmtd")
+            daemon, conf = "/usr/local/bin/beegfs-mgmtd", "/etc/beegfs/beegfs-mgmtd.toml"
+        else:
+            daemon = f"/usr/local/bin/beegfs-daemon-{role}"
+            h.put(daemon, beegfs_daemon(CONF_KEYS[(beegfs, role)]))
+            h.sh(f"chmod +x {daemon}")
+        h.put(f"/etc/systemd/system/beegfs-{role}.service", f"[Service]\nType=simple\nExecStart={daemon} {conf}\n")
     return h
 
 
@@ -113,12 +142,17 @@ BEEGFS_CLIENT_PACKAGES = {
     "beegfs-helperd": {"/opt/beegfs/sbin/beegfs-helperd": RECORD, "/etc/beegfs/beegfs-helperd.conf": ""},
     "beegfs-utils": {"/usr/local/bin/beegfs-ctl": RECORD},
 }
+# BeeGFS 8's client: no helper daemon; its tools are the `beegfs` CLI (beegfs-go), which talks to mgmtd's gRPC.
+BEEGFS8_CLIENT_PACKAGES = {"beegfs-client": BEEGFS_CLIENT_PACKAGES["beegfs-client"],
+                           "beegfs-tools": {"/usr/local/bin/beegfs": RECORD}}
 
 
-def beegfs_client_installed(h) -> None:
-    """`h` with the BeeGFS client's packages installed."""
-    for files in BEEGFS_CLIENT_PACKAGES.values():
+def beegfs_client_installed(h, beegfs: str = "7.4", mount: str = "/mnt/devfs") -> None:
+    """`h` with the BeeGFS client's packages of release `beegfs` (7.4 or 8) installed, its unit mounting
+    `mount` when it starts."""
+    for files in (BEEGFS8_CLIENT_PACKAGES if beegfs == "8" else BEEGFS_CLIENT_PACKAGES).values():
         for path, text in files.items():
+            text = text.replace("_mnt_devfs", mount.replace("/", "_"))
             h.put(path, text)
             h.sh(f"chmod 0755 {shlex.quote(path)}")
     h.sh(f"mkdir -p {STATE_DIR}/mounts")

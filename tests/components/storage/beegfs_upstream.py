@@ -153,8 +153,8 @@ CONF_KEYS: dict[tuple[str, str], frozenset[str]] = {
 
 MGMTD8_TOML_KEYS = frozenset("""
     db-file log-target log-level beemsg-port grpc-port tls-disable tls-cert-file tls-key-file interfaces
-    ipv6-disable connection-limit auth-disable auth-file registration-disable node-offline-timeout client-
-    auto-remove-timeout license-cert-file license-lib-file max-blocking-threads quota-enable quota-enforce
-    quota-update-interval quota-user-system-ids-min quota-user-ids-file quota-user-ids-range quota-group-
-    system-ids-min quota-group-ids-file quota-group-ids-range
+    ipv6-disable connection-limit auth-disable auth-file registration-disable node-offline-timeout
+    client-auto-remove-timeout license-cert-file license-lib-file max-blocking-threads quota-enable
+    quota-enforce quota-update-interval quota-user-system-ids-min quota-user-ids-file quota-user-ids-range
+    quota-group-system-ids-min quota-group-ids-file quota-group-ids-range
 """.split())
