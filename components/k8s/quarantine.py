@@ -65,8 +65,7 @@ _LABELS = {"app.kubernetes.io/name": "node-readiness-controller", "app.kubernete
 
 
 def enabled(spec: ClusterSpec) -> bool:
-    h = spec.kubernetes.health
-    return h.enabled and h.quarantine.mode != "off"
+    return spec.quarantines
 
 
 def crd_source(spec: ClusterSpec) -> str:

@@ -225,6 +225,9 @@ give_up() {
 """
 
 _DRAIN = r"""
+# Which preparation this run drains for, in its output: pulumi-command hands the next run this output, which
+# tells a run for a new preparation from one run again for another reason.
+note "preparation ${GPUCLUSTER_ROLL:-none}"
 owed_units="${GPUCLUSTER_OWED:-}"
 if [[ -z "$owed_units" ]]; then
   note "no restart is owed here: not drained"
@@ -236,17 +239,19 @@ end_if_no_node "drain before we $why"
 # Run again for another reason than a new preparation (a new release of this script, a new input), a drain
 # must not take out a host its roll has paid already. A pending mark (deferred, failed) or the rollout's own
 # mark always goes on. A host rolled before its Node recorded the preparation (an earlier release), whose
-# drain ran before (pulumi-command gives it its last output), is taken as rolled: the roll checks on the host,
-# and what it finds still owed there marks the host pending, drained by the next apply.
+# drain ran before for this preparation (its last output names it, or, from a release that did not name it,
+# exists), is taken as rolled: the roll checks on the host, and what it finds still owed there marks the host
+# pending, drained by the next apply. A drain's last run for another preparation is no such sign.
 rolled="$(node_field @ROLLED_PATH@)"
 pending="$(node_field @PENDING_PATH@)"
 ours="$(node_field '{.metadata.annotations.gpucluster\.io/rollout-cordoned-before}')"
+last_for="$(printf '%s\n' "${PULUMI_COMMAND_STDOUT:-}" | sed -n "s/^$HOST: preparation //p" | tail -n 1)"
 if [[ -z "$pending" && -z "$ours" && -n "$roll" ]]; then
   if [[ "$rolled" == "$roll" ]]; then
     note "already rolled for this preparation: not drained"
     finish
     exit 0
-  elif [[ -z "$rolled" && -n "${PULUMI_COMMAND_STDOUT:-}" ]]; then
+  elif [[ -z "$rolled" && -n "${PULUMI_COMMAND_STDOUT:-}" && ( -z "$last_for" || "$last_for" == "$roll" ) ]]; then
     "${kc[@]}" annotate node "$HOST" --overwrite @ROLLED@="$roll" >/dev/null
     note "rolled before its Node recorded it: not drained (the roll checks what the host still owes)"
     finish

@@ -10,6 +10,7 @@ from typing import Any
 from ..spec import SpecError
 from ..spec.loader import read_json
 from ..types import moved_urn, urn_parts
+from .recorder import COMPUTED
 
 # Changes the engine records without running a step: the order things run in.
 _ORDER_ONLY = ("dependsOn", "propertyDependencies")
@@ -137,8 +138,48 @@ def diff_plans(old: dict[str, Any], new: dict[str, Any]) -> list[ResourceDiff]:
             action = "replace" if any(_replaces(after[urn], c.path) for c in changes) else "update"
             first = action == "replace" and bool((after[urn].get("options") or {}).get("deleteBeforeReplace"))
             out.append(ResourceDiff(after[urn]["urn"], action, changes, first))
+    out += _waiting_on_unknowns(before, after, out)
     order = {"delete": 0, "discard": 0, "replace": 1, "update": 2, "create": 3, "read": 4}
     return sorted(out, key=lambda d: (order[d.action], d.urn))
+
+
+def _waiting_on_unknowns(before: dict[str, dict[str, Any]], after: dict[str, dict[str, Any]],
+                         diffs: list[ResourceDiff]) -> list[ResourceDiff]:
+    """Resources whose own inputs are the same in both plans but computed from the outputs of one that will run:
+    the engine does not know those outputs before it runs (a command's stdout, a new resource's id; the
+    Kubernetes provider previews an update by the server's dry run, so its outputs are known), so its preview
+    shows them changing too, and the apply decides. Followed to the end of each chain."""
+    actions = {moved_urn(d.urn): d.action for d in diffs}
+    changing = set(actions)
+    running = {u for u, action in actions.items() if u in after and (
+        action in ("create", "replace") or after[u].get("type", "").startswith("command:"))}
+    found: list[ResourceDiff] = []
+    grew = bool(running)
+    while grew:
+        grew = False
+        for urn in sorted((before.keys() & after.keys()) - changing):
+            entry = after[urn]
+            if entry.get("read"):
+                continue
+            waits = [(prop, moved_urn(dep)) for prop, deps in sorted((entry.get("propertyDependencies") or {}).items())
+                     for dep in deps if moved_urn(dep) in running]
+            computed = [(prop, path) for prop, dep in waits for path, value in
+                        _flatten((entry.get("inputs") or {}).get(prop), f"inputs.{prop}", {}).items()
+                        if value == COMPUTED]
+            if not computed:
+                continue
+            ran: dict[str, list[str]] = {}
+            for prop, dep in waits:
+                ran.setdefault(prop, []).append(dep.rsplit("::", 1)[-1])
+            changes = tuple(Change(path, COMPUTED, f"{COMPUTED}, known once {', '.join(ran[prop])} ran")
+                            for prop, path in dict.fromkeys(computed))
+            action = "replace" if any(_replaces(entry, c.path) for c in changes) else "update"
+            found.append(ResourceDiff(entry["urn"], action, changes))
+            changing.add(urn)
+            if action == "replace" or entry.get("type", "").startswith("command:"):
+                running.add(urn)
+            grew = True
+    return found
 
 
 def diff_outputs(old: dict[str, Any], new: dict[str, Any]) -> list[Change]:

@@ -174,11 +174,17 @@ class ClusterSpec(SpecModel):
         k = self.kubernetes
         installed = {"gpu_operator": k.gpu_operator.enabled, "network_operator": network_operator_enabled(self),
                      "kueue": True, "nfd": True, "mpi_operator": k.mpi_operator.enabled,
-                     "health_checks": bool(checked_pools(self))}
+                     "node_readiness": self.quarantines, "health_checks": bool(checked_pools(self))}
         return frozenset({"kube-system", k.dns_namespace,
                           *(OPERATOR_NAMESPACES[o] for o, on in installed.items() if on),
                           *([k.monitoring.namespace] if k.monitoring.enabled else []),
                           *k.slurm.namespaces})
+
+    @property
+    def quarantines(self) -> bool:
+        """Faulty nodes are tainted by the node readiness controller this spec installs."""
+        h = self.kubernetes.health
+        return h.enabled and h.quarantine.mode != "off"
 
     @property
     def agent_namespaces(self) -> frozenset[str]:

@@ -28,6 +28,8 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
@@ -43,7 +45,11 @@ from tests.doubles import SWITCH_CLIS
 from tests.realssh.hosts import TestHosts, unavailable
 from tests.realssh.storage_host import beegfs_client_installed, beegfs_client_module, storage_host
 
+from components.nodes.rollout import ROLLOUT_TAINT
+from tests.realssh.doubles import STATE_DIR
+
 from .commands import CommandProvider
+from .conftest import Cluster, wait_for
 from .controlplane import ControlPlane, ControlPlaneError, missing_tools
 from .engine import PLUGINS, serve, serve_echo
 from .stack import PINNED_CRDS, SHARED_CRDS, StackPlan, external_crds, kwok_nodes, plan_stack
@@ -439,6 +445,89 @@ def test_a_pool_label_change_updates_exactly_what_gpucluster_diff_predicts(world
              "label")
     for node in ("gpu-dev-01", "gpu-dev-02"):
         assert world.cp.get("node", node)["metadata"]["labels"]["example.com/owner"] == "ml"
+
+
+@contextmanager
+def kubelets(w: World, hosts: Iterable[str]) -> Iterator[None]:
+    """What each host's container runtime shows (`crictl pods`, the test hosts' double) follows the pods the
+    apiserver has running on its node, as a kubelet makes it: a pod the drain evicted is gone from its host."""
+    done = threading.Event()
+    shown: dict[str, str] = {}
+    failed: list[BaseException] = []
+
+    def sync() -> None:
+        try:
+            follow()
+        except BaseException as e:     # said when the block ends
+            failed.append(e)
+
+    def follow() -> None:
+        while not done.is_set():
+            running: dict[str, list[str]] = {h: [] for h in shown}
+            for pod in w.cp.get("pods")["items"]:
+                node = pod["spec"].get("nodeName")
+                if node in running and pod["status"].get("phase") == "Running" \
+                        and not pod["metadata"].get("deletionTimestamp"):
+                    running[node].append(f"{pod['metadata']['namespace']}/{pod['metadata']['name']}")
+            for host, pods in running.items():
+                if " ".join(pods) != shown[host]:
+                    w.hosts.hosts[host].set_hardware(PODS=" ".join(pods))
+                    shown[host] = " ".join(pods)
+            done.wait(0.3)
+
+    shown.update(dict.fromkeys(hosts, ""))
+    thread = threading.Thread(target=sync, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join(timeout=10)
+        for host in shown:
+            w.hosts.hosts[host].set_hardware()
+    assert not failed, f"following the pods onto the hosts failed: {failed[0]!r}"
+
+
+def test_a_kubelet_change_rolls_the_busy_host_through_the_drain_and_its_tenant_job_goes_on(world):
+    """Day 2 under the engine: a tenant's job runs on one host when the pool's kubelet topology policy changes.
+    The idle host takes the restart at once; on the busy one it is owed, and the same `pulumi up` drains that
+    node (the job's pod evicted and made again by its Job), restarts kubelet there and gives the node back."""
+    w = world
+    cluster = Cluster(w.plan, w.cp)
+    pool = w.plan.spec.node_pools[0]
+    tenant = next(t for t in w.plan.spec.tenants if pool.name in t.gpu_quota and t.gpu_quota[pool.name].nominal)
+    job = cluster.submit(cluster.job(tenant, pool, "busy-through-roll", pods=1, gpus_per_pod=1))
+    try:
+        cluster.wait_admitted(job)
+        (pod,) = cluster.wait_running(job)
+        busy = pod["spec"]["nodeName"]
+        hosts = [h.hostname for h in pool.hosts]
+        for h in hosts:
+            w.hosts.hosts[h].clear_calls()
+        with kubelets(w, hosts):
+            wait_for(lambda: pod["metadata"]["name"] in w.hosts.hosts[busy].read(f"{STATE_DIR}/state.env"), 30,
+                     lambda: "the busy host's runtime never showed the pod")
+            _changed(w, lambda d: d["node_pools"][0]["tuning"].update(kubelet_topology_policy="best-effort"),
+                     "kubelet")
+        restarts = {h: sum(c in ("systemctl restart kubelet", "systemctl start kubelet")
+                           for c in w.hosts.hosts[h].calls()) for h in hosts}
+        assert restarts == dict.fromkeys(hosts, 1), restarts
+        stdout = {r["urn"].rsplit("::", 1)[-1]: (r.get("outputs") or {}).get("stdout") or ""
+                  for r in _state(w.engine)}
+        idle = next(h for h in hosts if h != busy)
+        assert "rollout owed: kubelet" in stdout[f"dev-h100-{busy}-prepare"]
+        assert re.search(rf"^{busy}: changed: drained: \d+ pod\(s\) evicted$", stdout[f"dev-h100-{busy}-drain"], re.M)
+        assert "back in service" in stdout[f"dev-h100-{busy}-uncordon"]
+        assert "restarted kubelet" in stdout[f"dev-h100-{idle}-prepare"]
+        assert "no restart is owed here: not drained" in stdout[f"dev-h100-{idle}-drain"]
+        node = w.cp.get("node", busy)
+        assert not node["spec"].get("unschedulable") and not [
+            t for t in node["spec"].get("taints") or [] if t["key"] == ROLLOUT_TAINT], node["spec"]
+        assert pod["metadata"]["uid"] not in {p["metadata"]["uid"] for p in cluster.pods(job)
+                                              if not p["metadata"].get("deletionTimestamp")}, "the pod was not evicted"
+        cluster.wait_running(job, timeout_s=120)         # its Job made it again, and it runs
+    finally:
+        cluster.delete_jobs(job)
 
 
 def test_a_team_onboarded_from_the_tenants_project_reads_the_platform_through_a_stack_reference(world):

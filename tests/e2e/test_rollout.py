@@ -38,13 +38,14 @@ def cluster_uid(c: Cluster) -> str:
 
 def run_step(c: Cluster, script: str, home: Path, *, owed: str = "kubelet", kubeconfig: str | None = None,
              timeout_s: float = 180, roll_failed: str = "", cluster: str | None = None,
-             previous: str | None = None) -> subprocess.CompletedProcess[str]:
+             previous: str | None = None, roll: str = "e2e-preparation") -> subprocess.CompletedProcess[str]:
     """As pulumi-command runs a local command: bash -c, the component's environment, the kubeconfig (content
     or path) on standard input. Omitted `kubeconfig`: the control plane's, as content. `roll_failed`: what
     the uncordon hears of the roll (rollout.roll_failure). `cluster`: the stack's cluster (omitted: this control
-    plane's). `previous`: the step's last output, as pulumi-command gives it to an update (omitted: none)."""
+    plane's). `previous`: the step's last output, as pulumi-command gives it to an update (omitted: none).
+    `roll`: the preparation's digest."""
     env = {"PATH": f"{c.cp.bin}:/usr/bin:/bin", "HOME": str(home), "GPUCLUSTER_OWED": owed,
-           "GPUCLUSTER_ROLL": "e2e-preparation", "GPUCLUSTER_ROLL_FAILED": roll_failed,
+           "GPUCLUSTER_ROLL": roll, "GPUCLUSTER_ROLL_FAILED": roll_failed,
            "GPUCLUSTER_CLUSTER": cluster_uid(c) if cluster is None else cluster,
            **({"PULUMI_COMMAND_STDOUT": previous} if previous is not None else {})}
     stdin = c.cp.kubeconfig.read_text() if kubeconfig is None else kubeconfig
@@ -556,6 +557,23 @@ def test_a_drain_run_again_for_another_reason_than_a_new_preparation_drains_noth
     out = run_step(c, scripts.uncordon, home)
     assert out.returncode == 0 and "back in service" in out.stdout, out.stderr
     assert PENDING_ANNOTATION not in annotations(c, host.hostname)
+
+
+def test_a_host_whose_last_preparation_owed_nothing_is_drained_for_a_new_one_that_owes_a_restart(busy):
+    """Its drain ran before (owing nothing, so the Node recorded no roll) for another preparation: not a host
+    rolled before its Node recorded it, so the drain goes on (found by the real engine, issue 54: the first
+    owed restart of every busy host was deferred to a second apply)."""
+    c, pool, host, job, home = busy
+    scripts = render_rollout(pool, host)
+    first = run_step(c, scripts.drain, home, owed="", roll="first-preparation")
+    assert first.returncode == 0 and "no restart is owed here: not drained" in first.stdout, first.stdout
+    out = run_step(c, scripts.drain, home, previous=first.stdout, roll="second-preparation")
+    assert out.returncode == 0, out.stderr
+    assert f"{host.hostname}: changed: drained: 1 pod(s) evicted" in out.stdout, out.stdout
+    assert drain_outcome(out.stdout) == "go"
+    out = run_step(c, scripts.uncordon, home, roll="second-preparation")
+    assert out.returncode == 0 and "back in service" in out.stdout, out.stdout + out.stderr
+    assert annotations(c, host.hostname)[ROLLED_ANNOTATION] == "second-preparation"
 
 
 def test_a_multi_pod_job_its_budget_protects_survives_a_rollout_of_its_pool(clean: Cluster, tmp_path: Path):

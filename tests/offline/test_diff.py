@@ -203,3 +203,38 @@ def test_a_changed_quarantine_rule_is_a_new_rule_created_before_the_old_one_goes
     text = render_diff(diff_plans(before, after), unchanged=0)
     assert "+- replace kubernetes:readiness.node.x-k8s.io/v1alpha1:NodeReadinessRule dev-k8s-quarantine-rule\n" \
         "      !! deleted before its replacement is created: a NodeReadinessRule lifts its taints from every node" in text
+
+
+def test_a_kubelet_change_on_busy_hosts_also_runs_the_pools_rollout_report_as_the_engine_previews_it(record,
+                                                                                                     dev_data):
+    """The report's inputs are the same in both plans but computed from the uncordons' output, which the engine
+    knows only once they ran: its preview shows the report changing (found by the real engine, issue 54)."""
+    before = plan_of(record, dev_data)
+    dev_data["node_pools"][0]["tuning"]["kubelet_topology_policy"] = "best-effort"
+    diffs = {d.urn.rsplit("::", 1)[-1]: d for d in diff_plans(before, plan_of(record, dev_data))}
+    report = diffs["dev-h100-rollout"]
+    assert report.action == "update"
+    assert {c.path for c in report.changes} >= {"inputs.environment.GPUCLUSTER_ROUND"}
+    assert all(c.new.startswith("<computed>, known once dev-h100-gpu-dev-01-uncordon, dev-h100-gpu-dev-02-uncordon")
+               for c in report.changes)
+
+
+def _entry(name, kind, inputs, deps=None):
+    return {"urn": f"urn:pulumi:dev::p::{kind}::{name}", "type": kind, "custom": True, "inputs": inputs,
+            "propertyDependencies": {k: [f"urn:pulumi:dev::p::{t}::{n}" for t, n in v] for k, v in (deps or {}).items()}}
+
+
+def test_what_waits_on_a_running_command_follows_the_chain_and_stops_at_known_values():
+    cmd, k8s = "command:local:Command", "kubernetes:core/v1:ConfigMap"
+    def plan(script, data):
+        return {"resources": [
+            _entry("a", cmd, {"create": script}),
+            _entry("b", cmd, {"environment": {"X": "<computed>"}}, {"environment": [(cmd, "a")]}),
+            _entry("c", cmd, {"environment": {"Y": "<computed>"}}, {"environment": [(cmd, "b")]}),
+            _entry("d", cmd, {"environment": {"Z": "known"}}, {"environment": [(cmd, "a")]}),
+            _entry("m", k8s, {"data": data}),
+            _entry("e", cmd, {"environment": {"W": "<computed>"}}, {"environment": [(k8s, "m")]})]}
+    diffs = {d.urn.rsplit("::", 1)[-1]: d.action for d in diff_plans(plan("one", "x"), plan("two", "y"))}
+    # b waits on a, c on b; d's value is known; a ConfigMap's update is previewed by the server's dry run
+    assert diffs == {"a": "update", "b": "update", "c": "update", "m": "update"}
+    assert diff_plans(plan("one", "x"), plan("one", "x")) == []

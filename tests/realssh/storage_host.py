@@ -66,19 +66,19 @@ esac
 }
 
 
+def _conf_reader(keys: frozenset[str], key_chars: str, refusal: str, also: str = "") -> str:
+    """Bash reading a daemon's conf file ($1) as its parser does: a key it does not know is refused (`refusal`
+    says so, with $key) and it exits 1; `also` runs for every line."""
+    return (f'allowed=" {" ".join(sorted(keys))} "\nwhile IFS= read -r line; do\n'
+            f"  key=$(sed -n 's/^[[:space:]]*\\([{key_chars}]*\\)[[:space:]]*=.*/\\1/p' <<<\"$line\")\n"
+            '  if [[ -n "$key" && "$allowed" != *" $key "* ]]; then\n'
+            f'    echo "{refusal}"\n    exit 1\n  fi\n{also}done < "$1"\n')
+
+
 def beegfs_daemon(keys: frozenset[str]) -> str:
     """A BeeGFS daemon reading its conf file: like the real one it refuses any key its parser does not know
     and exits at start (keys from upstream's parsers, beegfs_upstream.py), else runs on."""
-    return RECORD + f"""
-allowed=" {' '.join(sorted(keys))} "
-while IFS= read -r line; do
-  key=$(sed -n 's/^[[:space:]]*\\([A-Za-z0-9]*\\)[[:space:]]*=.*/\\1/p' <<<"$line")
-  if [[ -n "$key" && "$allowed" != *" $key "* ]]; then
-    echo "Unrecoverable error: The config argument '$key' is invalid"
-    exit 1
-  fi
-done < "$1"
-"""
+    return RECORD + _conf_reader(keys, "A-Za-z0-9", "Unrecoverable error: The config argument '$key' is invalid")
 
 
 # BeeGFS 8's mgmtd (Rust): `--init` makes its database once; started, it reads beegfs-mgmtd.toml, refuses a key
@@ -90,18 +90,11 @@ if [[ "${1:-}" == --init ]]; then
   : > "$3"
   exit 0
 fi
-allowed=" @KEYS@ "
 db=""
-while IFS= read -r line; do
-  key=$(sed -n 's/^[[:space:]]*\([a-z0-9-]*\)[[:space:]]*=.*/\1/p' <<<"$line")
-  if [[ -n "$key" && "$allowed" != *" $key "* ]]; then
-    echo "Error: unknown field \`$key\` in $1"
-    exit 1
-  fi
-  if [[ "$key" == db-file ]]; then db=$(sed 's/^[^=]*=[[:space:]]*"\(.*\)"[[:space:]]*$/\1/' <<<"$line"); fi
-done < "$1"
-[[ -n "$db" && -e "$db" ]] || { echo "Error: database $db is not initialised (beegfs-mgmtd --init)"; exit 1; }
-""".replace("@KEYS@", " ".join(sorted(MGMTD8_TOML_KEYS)))
+""" + _conf_reader(MGMTD8_TOML_KEYS, "a-z0-9-", "Error: unknown field \\`$key\\` in $1",
+                   r"""  if [[ "$key" == db-file ]]; then db=$(sed 's/^[^=]*=[[:space:]]*"\(.*\)"[[:space:]]*$/\1/' <<<"$line"); fi
+""") + r"""[[ -n "$db" && -e "$db" ]] || { echo "Error: database $db is not initialised (beegfs-mgmtd --init)"; exit 1; }
+"""
 
 
 def storage_host(h, beegfs: str = "7.4"):

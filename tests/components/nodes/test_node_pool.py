@@ -101,9 +101,11 @@ def test_a_changed_preparation_or_burn_in_is_an_update_never_a_replacement(dev_d
     dev_data["node_pools"][0]["tuning"]["shm_size_gib"] = 256
     dev_data["node_pools"][0]["burn_in"] = {"dcgm_level": 3}
     actions = {d.urn.split("::")[-1]: d.action for d in diff_plans(before, plan(dev_data)) if "command:" in d.urn}
-    # the rollout's steps run again for the new preparation (each does nothing where no restart is owed)
-    assert actions == {f"dev-h100-{h}-{role}": "update" for h in ("gpu-dev-01", "gpu-dev-02")
-                       for role in ("prepare", "burn-in", "drain", "roll", "uncordon")}
+    # the rollout's steps run again for the new preparation (each does nothing where no restart is owed), and
+    # the pool's report, which reads the uncordons' output, as the engine previews it
+    assert actions == {**{f"dev-h100-{h}-{role}": "update" for h in ("gpu-dev-01", "gpu-dev-02")
+                          for role in ("prepare", "burn-in", "drain", "roll", "uncordon")},
+                       "dev-h100-rollout": "update"}
     prepare = next(r for r in before["resources"] if r["urn"].endswith("gpu-dev-01-prepare"))
     assert prepare["inputs"]["update"] == prepare["inputs"]["create"] and "triggers" not in prepare["inputs"]
 

@@ -91,5 +91,7 @@ def test_replaced_hardware_prepares_the_host_again_and_burns_it_in_anew(dev_data
                                                                        plan("SN-0002").document)
                if d.action not in ("same", "read")}
     host = {k: v for k, v in changes.items() if "gpu-dev-01" in k and not k.endswith(("-drain", "-roll", "-uncordon"))}
-    assert host == {"dev-h100-gpu-dev-01-prepare": "update", "dev-h100-gpu-dev-01-burn-in": "replace"}, changes
+    # and its Node's patch, whose annotations and taints carry the new burn-in's verdict (known once it ran)
+    assert host == {"dev-h100-gpu-dev-01-prepare": "update", "dev-h100-gpu-dev-01-burn-in": "replace",
+                    "dev-h100-gpu-dev-01-node": "update"}, changes
     assert not [k for k in changes if "gpu-dev-02" in k], changes
