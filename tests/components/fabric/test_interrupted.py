@@ -14,7 +14,7 @@ import subprocess
 
 import pytest
 
-from components.fabric.host import OPENSM_CONF, OPENSM_UNIT, PARTITIONS_CONF, render_fabric_host
+from components.fabric.host import OPENSM_CONF, OPENSM_LOG, OPENSM_UNIT, PARTITIONS_CONF, render_fabric_host
 from components.fabric.switches import render_switch
 from tests.components.fabric.test_host_and_component import spec_for
 from tests.components.fabric.test_switches import spec_with
@@ -98,7 +98,8 @@ case ${args[0]} in
   enable) touch "$D/enabled-${args[1]}" ;;
   disable) rm -f "$D/enabled-${args[1]}" "$D/active-${args[1]}" ;;
   restart|start) touch "$D/active-${args[1]}"
-    { cat "$D/etc/opensm.conf" "$D/etc/partitions.conf" | md5sum; cat "$D/reloaded"; } > "$D/loaded" ;;
+    { cat "$D/etc/opensm.conf" "$D/etc/partitions.conf" | md5sum; cat "$D/reloaded"; } > "$D/loaded"
+    echo "0x02 -> SUBNET UP" >> "$D/opensm.log" ;;          # as OpenSM logs it once master
   *) echo "systemctl double: $*" >&2; exit 2 ;;
 esac
 ''',
@@ -112,9 +113,10 @@ def sm_section(spec, where) -> str:
     head, rest = text.split("# --- subnet manager", 1)
     text = head + "# --- subnet manager" + rest.split("# --- the settings", 1)[0] + "finish\n"
     for path, name in ((OPENSM_CONF, "opensm.conf"), (PARTITIONS_CONF, "partitions.conf"),
-                       (OPENSM_UNIT, "gpucluster-opensm.service"), ("/var/lib/gpucluster/owed", "owed")):
+                       (OPENSM_UNIT, "gpucluster-opensm.service"), ("/var/lib/gpucluster/owed", "owed"),
+                       (OPENSM_LOG, "opensm.log")):
         assert path in text
-        text = text.replace(path, f"{where}/etc/{name}" if name != "owed" else f"{where}/owed")
+        text = text.replace(path, f"{where}/etc/{name}" if name not in ("owed", "opensm.log") else f"{where}/{name}")
     return text
 
 

@@ -1,0 +1,169 @@
+"""The subnet manager's files and probes against the real OpenSM and infiniband-diags (Debian's opensm 3.3,
+infiniband-diags 44), on a fabric ibsim simulates (ibsim-utils: the programs reach it through libumad2sim
+instead of a kernel's umad devices): prod's opensm.conf and partitions.conf are what OpenSM accepts, the
+primary becomes master at its priority and programs every port with the spec's partitions, and the master
+detection the host script runs reads what sminfo and smpquery really print."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from components.bash import fill
+from components.fabric.host import (OPENSM_UP, PARTITIONS_CONF, SM_MASTER, render_opensm_conf, render_partitions,
+                                    sm_priority)
+from components.spec import load_spec
+from tests.conftest import ROOT
+
+UMAD2SIM = Path("/usr/lib/x86_64-linux-gnu/umad2sim/libumad2sim.so")
+TOOLS = ("opensm", "ibsim", "sminfo", "smpquery")
+FULL = 0x8000                       # the membership bit of a P_Key (IBTA 10.9.1): set, a full member
+
+
+def _missing() -> str | None:
+    lacking = [t for t in TOOLS if shutil.which(t) is None] + ([] if UMAD2SIM.exists() else [str(UMAD2SIM)])
+    return f"missing {', '.join(lacking)} (.ci/run installs opensm, ibsim-utils and infiniband-diags)" \
+        if lacking else None
+
+
+pytestmark = pytest.mark.skipif(_missing() is not None, reason=_missing() or "")
+SPEC = load_spec(ROOT / "stacks" / "prod.yaml")
+HOSTS = [h.hostname for p in SPEC.node_pools for h in p.hosts]
+
+
+def on(host: str, *cmd: str, timeout_s: float = 30) -> subprocess.CompletedProcess[str]:
+    """`cmd` as it runs on `host`'s HCA of the simulated fabric."""
+    env = {**os.environ, "SIM_HOST": host, "LD_PRELOAD": str(UMAD2SIM)}
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout_s)
+
+
+@pytest.fixture(scope="module")
+def fabric(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """One leaf with prod's GPU hosts (an HCA each, named as the host: its node description)."""
+    work = tmp_path_factory.mktemp("ibsim")
+    net = [f'Switch\t{len(HOSTS) + 1} "leaf0"', *(f'[{i}]\t"{h}"[1]' for i, h in enumerate(HOSTS, 1)), ""]
+    for i, h in enumerate(HOSTS, 1):
+        net += [f'Hca\t1 "{h}"', f'[1]\t"leaf0"[{i}]', ""]
+    (work / "net").write_text("\n".join(net))
+    sim = subprocess.Popen(["ibsim", "-n", "-s", str(work / "net")], stdout=open(work / "ibsim.log", "w"),
+                           stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+    time.sleep(1)
+    try:
+        assert sim.poll() is None, (work / "ibsim.log").read_text()
+        yield work
+    finally:
+        sim.terminate()
+        sim.wait(timeout=10)
+
+
+def _sm_master(host: str) -> subprocess.CompletedProcess[str]:
+    """The host script's master detection, run on `host`."""
+    return on(host, "bash", "-c", f"set -euo pipefail\n{SM_MASTER}\nsm_master")
+
+
+def _opensm(fabric: Path, host: str, partitions: str | None = None) -> subprocess.Popen[str]:
+    """OpenSM on `host` as its unit starts it, with the files the host script writes for it (paths moved under
+    the test's folder); `partitions`: another partitions.conf than the spec's."""
+    d = fabric / host
+    d.mkdir(exist_ok=True)
+    (d / "partitions.conf").write_text((partitions or render_partitions(SPEC)) + "\n")
+    priority = sm_priority(SPEC, host)
+    assert priority is not None
+    conf = render_opensm_conf(SPEC, priority).replace(PARTITIONS_CONF, str(d / "partitions.conf"))
+    (d / "opensm.conf").write_text(conf.replace("/var/log/opensm.log", str(d / "opensm.log")) + "\n")
+    env = {**os.environ, "SIM_HOST": host, "LD_PRELOAD": str(UMAD2SIM), "OSM_TMP_DIR": str(d),
+           "OSM_CACHE_DIR": str(d)}
+    return subprocess.Popen(["opensm", "--config", str(d / "opensm.conf")], env=env,
+                            stdout=open(d / "out.log", "w"), stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                            start_new_session=True, text=True)
+
+
+def _up(fabric: Path, host: str, since: int = 0) -> subprocess.CompletedProcess[str]:
+    """The host script's check that OpenSM took its files, on `host`'s log from byte `since` (its size before
+    OpenSM started)."""
+    script = ('set -euo pipefail\nnote() { printf "%s\\n" "$*"; }\nfail() { printf "error: %s\\n" "$*" >&2; exit 1; }\n'
+              + fill(OPENSM_UP, PARTITIONS=PARTITIONS_CONF) + f"\nopensm_up {fabric / host / 'opensm.log'} {since}\n")
+    return subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=90)
+
+
+def _wait(probe, timeout_s: float = 30):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = probe()
+        if value:
+            return value
+        time.sleep(0.5)
+    return probe()
+
+
+def test_a_fabric_without_a_subnet_manager_has_no_master_to_respect(fabric):
+    out = _sm_master(HOSTS[-1])
+    assert out.returncode == 1 and out.stdout == ""
+
+
+def test_prods_subnet_managers_take_the_fabric_primary_first_with_every_port_in_its_partitions(fabric):
+    primary, standby = SPEC.fabric.infiniband.subnet_managers
+    sms = [_opensm(fabric, primary), _opensm(fabric, standby)]
+    try:
+        master = _wait(lambda: (r := _sm_master(HOSTS[-1])).returncode == 0 and r.stdout)
+        assert master and master.split(" ", 1)[1].strip() == primary, master
+        info = on(HOSTS[-1], "sminfo").stdout
+        assert f"priority {sm_priority(SPEC, primary)} state 3 SMINFO_MASTER" in info, info
+        for sm in sms:
+            assert sm.poll() is None, "an OpenSM exited: it refused its files"
+        # a partitions.conf it cannot parse does not stop OpenSM: it says so and runs the default partition alone
+        for sm in (primary, standby):           # the script's check: master or standby, partitions taken
+            up = _up(fabric, sm)
+            assert up.returncode == 0 and up.stdout == "", up.stdout + up.stderr
+        for sm in (primary, standby):
+            log = (fabric / sm / "opensm.log").read_text() + (fabric / sm / "out.log").read_text()
+            assert "PARSE ERROR" not in log and "Partition configuration in error" not in log, log[-3000:]
+        # every HCA port: the default partition and each of the spec's, as a full member (IPoIB over them)
+        wanted = {0xFFFF, *(p.pkey | FULL for p in SPEC.fabric.infiniband.partitions)}
+        for host in HOSTS:
+            port_lid = on(host, "smpquery", "portinfo", "-G", _guid(host), timeout_s=30).stdout
+            base = next(line.split(".")[-1] for line in port_lid.splitlines() if line.startswith("Lid:"))
+            table = on(HOSTS[-1], "smpquery", "pkeys", base).stdout
+            keys = {int(k, 16) for line in table.splitlines() if ":" in line and line.strip()[0].isdigit()
+                    for k in line.split(":", 1)[1].split()} - {0}
+            assert keys == wanted, (host, table)
+    finally:
+        for sm in sms:
+            sm.terminate()
+            sm.wait(timeout=10)
+
+
+def _guid(host: str) -> str:
+    """The port GUID of `host`'s HCA, as its own umad view reports it."""
+    out = on(host, "smpquery", "-D", "nodeinfo", "0").stdout
+    return next(line.split(".")[-1] for line in out.splitlines() if line.startswith("PortGuid:"))
+
+
+def test_every_option_of_the_generated_opensm_conf_is_one_opensm_has(tmp_path):
+    """OpenSM takes an option it does not know without a word: each of ours is in the template it writes."""
+    subprocess.run(["opensm", "--create-config", str(tmp_path / "template.conf")], capture_output=True, timeout=30)
+    known = {line.split()[0] for line in (tmp_path / "template.conf").read_text().splitlines()
+             if line.strip() and not line.startswith("#")}
+    ours = {line.split()[0] for line in render_opensm_conf(SPEC, 15).splitlines() if not line.startswith("#")}
+    assert ours and ours <= known, ours - known
+
+
+def test_a_partitions_file_opensm_cannot_parse_fails_the_step_though_opensm_runs_on(fabric):
+    host = SPEC.fabric.infiniband.subnet_managers[0]
+    log = fabric / host / "opensm.log"
+    since = log.stat().st_size if log.exists() else 0        # OpenSM appends to its log: this start's part
+    sm = _opensm(fabric, host, partitions=render_partitions(SPEC) + "\nteam-x 0x0b01 ipoib\n")   # no = or :
+    try:
+        up = _up(fabric, host, since)
+        assert sm.poll() is None, "OpenSM stopped: it does not, on a bad partitions.conf"
+        assert up.returncode == 1 and "OpenSM could not parse /etc/opensm/partitions.conf and runs the default " \
+            "partition alone: " in up.stderr and "PARSE ERROR" in up.stderr, up.stdout + up.stderr
+    finally:
+        sm.terminate()
+        sm.wait(timeout=10)
