@@ -38,15 +38,15 @@ import grpc
 import pytest
 import yaml
 
+from components.nodes.rollout import ROLLOUT_TAINT
 from components.offline.diff import diff_plans, load_plan
 from components.spec import load_spec
 from tests.conftest import ROOT
 from tests.doubles import SWITCH_CLIS
+from tests.realssh.doubles import STATE_DIR
 from tests.realssh.hosts import TestHosts, unavailable
 from tests.realssh.storage_host import beegfs_client_installed, beegfs_client_module, storage_host
-
-from components.nodes.rollout import ROLLOUT_TAINT
-from tests.realssh.doubles import STATE_DIR
+from tests.realssh.test_fabric_scripts import mtu
 
 from .commands import CommandProvider
 from .conftest import Cluster, wait_for
@@ -132,10 +132,10 @@ def site_hosts(spec: dict[str, Any], work: Path) -> TestHosts:
     """Test hosts (not started) under the names of a stack's machines: GPU hosts with their pool's NICs,
     storage servers with their RDMA NIC."""
     storage = spec["storage"]
-    servers = {s["hostname"]: (("mlx5_0", storage["server_interface"]),) if storage.get("server_interface")
-               else () for s in storage["servers"]}
-    nics = {**{h["hostname"]: tuple((n["device"], n["interface"]) for n in p["nics"])
-               for p in spec["node_pools"] for h in p["hosts"]}, **{k: v for k, v in servers.items() if v}}
+    nics = {h["hostname"]: tuple((n["device"], n["interface"]) for n in p["nics"])
+            for p in spec["node_pools"] for h in p["hosts"]}
+    if storage.get("server_interface"):
+        nics.update((s["hostname"], (("mlx5_0", storage["server_interface"]),)) for s in storage["servers"])
     (work / "hosts").mkdir()
     return TestHosts(work / "hosts", [m.get("hostname") or m["name"] for m in _machines(spec)], nics)
 
@@ -318,10 +318,7 @@ def test_up_builds_what_the_offline_plan_registers_and_a_second_preview_changes_
     w.engine("up", "--yes")
     state = _state(w.engine)
     plan = json.loads((w.plan.dir / "resources.json").read_text())
-    # Every command the plan has a create for ran once, on its host or here.
-    assert sorted(n for op, n in w.commands.runs if op == "create") == sorted(
-        r["urn"].rsplit("::", 1)[-1] for r in plan["resources"]
-        if r["type"].startswith("command:") and r["inputs"].get("create"))
+    _every_planned_create_ran_once(w, plan["resources"])
     # What the offline plan registers, plus what the real provider's ConfigFile components construct inside
     # themselves (the mocks register them without children): the CRD of each vendored file.
     built, planned = _urns(state), _urns(plan["resources"])
@@ -349,6 +346,13 @@ def test_up_builds_what_the_offline_plan_registers_and_a_second_preview_changes_
     assert key_body not in text
     assert all(v not in text for k, v in client_key.items() if "key" in k)
     w.engine("preview", "--expect-no-changes")
+
+
+def _every_planned_create_ran_once(w: World, resources: list[dict[str, Any]]) -> None:
+    """Every command the plan has a create for ran once, on its host or here."""
+    assert sorted(n for op, n in w.commands.runs if op == "create") == sorted(
+        r["urn"].rsplit("::", 1)[-1] for r in resources
+        if r["type"].startswith("command:") and r["inputs"].get("create"))
 
 
 def _applied_by_the_provider(cp: ControlPlane, plan: StackPlan) -> None:
@@ -452,7 +456,7 @@ def kubelets(w: World, hosts: Iterable[str]) -> Iterator[None]:
     """What each host's container runtime shows (`crictl pods`, the test hosts' double) follows the pods the
     apiserver has running on its node, as a kubelet makes it: a pod the drain evicted is gone from its host."""
     done = threading.Event()
-    shown: dict[str, str] = {}
+    shown = dict.fromkeys(hosts, "")            # the pods each host's runtime shows now
     failed: list[BaseException] = []
 
     def sync() -> None:
@@ -475,7 +479,6 @@ def kubelets(w: World, hosts: Iterable[str]) -> Iterator[None]:
                     shown[host] = " ".join(pods)
             done.wait(0.3)
 
-    shown.update(dict.fromkeys(hosts, ""))
     thread = threading.Thread(target=sync, daemon=True)
     thread.start()
     try:
@@ -587,12 +590,6 @@ def _destroy(w: World, plan: StackPlan) -> None:
     assert left == []
 
 
-def _mtu(host: Any, ifname: str) -> int:
-    link = subprocess.run(["ip", "netns", "exec", host.netns, "ip", "-o", "link", "show", ifname],
-                          capture_output=True, text=True, check=True).stdout
-    return int(re.search(r" mtu (\d+) ", link).group(1))
-
-
 def test_staging_on_eight_rails_two_leaves_and_beegfs_8_applies_then_leaves_nothing(world, tmp_path):
     """Staging's own machines after dev is gone, on the same control plane: four GPU hosts with eight RoCE NICs
     each, even and odd rails on two Cumulus leaves, BeeGFS 8 on two servers with the site's licence. Up, no
@@ -613,15 +610,13 @@ def test_staging_on_eight_rails_two_leaves_and_beegfs_8_applies_then_leaves_noth
         w.commands.runs.clear()
         w.engine("up", "--yes")
         resources = json.loads((plan.dir / "resources.json").read_text())["resources"]
-        assert sorted(n for op, n in w.commands.runs if op == "create") == sorted(
-            r["urn"].rsplit("::", 1)[-1] for r in resources
-            if r["type"].startswith("command:") and r["inputs"].get("create"))
+        _every_planned_create_ran_once(w, resources)
         assert _urns(resources) <= _urns(_state(w.engine))
         _applied_by_the_provider(w.cp, plan)
         gpu_hosts = [h["hostname"] for p in spec["node_pools"] for h in p["hosts"]]
         assert json.loads(w.engine("stack", "output", "--json"))["burnIn"] == dict.fromkeys(gpu_hosts, "passed")
         for name in gpu_hosts:                  # every rail's real interface at the fabric's MTU
-            assert {n["interface"]: _mtu(hosts.hosts[name], n["interface"]) for n in spec["node_pools"][0]["nics"]} \
+            assert {n["interface"]: mtu(hosts, hosts.hosts[name], n["interface"]) for n in spec["node_pools"][0]["nics"]} \
                 == {n["interface"]: spec["fabric"]["mtu_bytes"] for n in spec["node_pools"][0]["nics"]}, name
         for leaf in spec["fabric"]["switches"]:
             config = json.loads(hosts.hosts[leaf["name"]].read(SWITCH_STATE))

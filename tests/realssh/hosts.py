@@ -142,13 +142,13 @@ class TestHosts:
     # each host's data-plane NICs, where they differ from NICS (dev's): a stack's own, by hostname
     nics: dict[str, Nics] = field(default_factory=dict)
     hosts: dict[str, TestHost] = field(default_factory=dict)
-    started = 0                   # sets of hosts this process made: each gets its own names and subnet
+    started = 0                   # sets of hosts this process made: each gets its own names
 
     def __post_init__(self) -> None:
         n = TestHosts.started
         TestHosts.started += 1
         self.tag = f"{os.getpid() % 10000}" + (f"x{n}" if n else "")
-        self.octet = (os.getpid() + 7 * n) % 250
+        self.octet = os.getpid() % 250            # start() steps past a subnet another set holds
         self.bridge = f"gcb{self.tag}"
         self.client_key = self.work / "client_ed25519"
 

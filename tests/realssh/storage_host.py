@@ -110,15 +110,13 @@ def storage_host(h, beegfs: str = "7.4"):
     h.put("/etc/systemd/system/lnet.service", "[Service]\nType=oneshot\nExecStart=/usr/local/sbin/lnet-up\n")
     h.sh("mkdir -p /etc/beegfs && for s in meta storage mgmtd; do : > /etc/beegfs/beegfs-$s.conf; done")
     for role in ("mgmtd", "meta", "storage"):      # Type=simple units, as BeeGFS ships them
-        conf = f"/etc/beegfs/beegfs-{role}.conf"
         if beegfs == "8" and role == "mgmtd":
-            h.put("/usr/local/bin/beegfs-mgmtd", BEEGFS8_MGMTD)
-            h.sh("chmod +x /usr/local/bin/beegfs-mgmtd")
-            daemon, conf = "/usr/local/bin/beegfs-mgmtd", "/etc/beegfs/beegfs-mgmtd.toml"
+            daemon, conf, text = "/usr/local/bin/beegfs-mgmtd", "/etc/beegfs/beegfs-mgmtd.toml", BEEGFS8_MGMTD
         else:
-            daemon = f"/usr/local/bin/beegfs-daemon-{role}"
-            h.put(daemon, beegfs_daemon(CONF_KEYS[(beegfs, role)]))
-            h.sh(f"chmod +x {daemon}")
+            daemon, conf = f"/usr/local/bin/beegfs-daemon-{role}", f"/etc/beegfs/beegfs-{role}.conf"
+            text = beegfs_daemon(CONF_KEYS[(beegfs, role)])
+        h.put(daemon, text)
+        h.sh(f"chmod +x {daemon}")
         h.put(f"/etc/systemd/system/beegfs-{role}.service", f"[Service]\nType=simple\nExecStart={daemon} {conf}\n")
     return h
 
