@@ -44,12 +44,14 @@ test: $(STAMP) $(ACTIONLINT) $(TS_STAMP)
 e2e-tools:
 	e2e/build-tools.sh $(E2E)
 
+# The engine's tests are engine-e2e's alone (they would run here too, twice in CI, wherever the engine is built).
 e2e: $(STAMP) e2e-tools
-	GPUCLUSTER_E2E=1 GPUCLUSTER_E2E_TOOLS=$(abspath $(E2E)) $(BIN)/python -m pytest -q -m e2e tests/e2e
+	GPUCLUSTER_E2E=1 GPUCLUSTER_E2E_TOOLS=$(abspath $(E2E)) $(BIN)/python -m pytest -q -m e2e tests/e2e \
+	  --ignore=tests/e2e/test_engine.py --ignore=tests/e2e/test_engine_python.py
 
 # The real Pulumi engine (the CLI, its YAML and Python language hosts and the Kubernetes provider, from Go
 # modules) runs the YAML examples against the component provider, and the project's own program for each
-# environment against the control plane and the SSH test hosts.
+# environment against the control plane and the SSH test hosts (GPUCLUSTER_ENGINE_STACKS=dev: dev's alone).
 engine-e2e: $(STAMP) e2e-tools
 	e2e/build-tools.sh $(E2E) engine
 	GPUCLUSTER_ENGINE_E2E=1 GPUCLUSTER_E2E_TOOLS=$(abspath $(E2E)) $(BIN)/python -m pytest -q -m e2e \

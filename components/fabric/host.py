@@ -214,6 +214,8 @@ opensm_up() {
   done
   note "OpenSM said neither master nor standby in $1 within @UP_S@ s: its partitions are not checked"
 }
+# opensm_state LOG: the state OpenSM last entered (MASTER, STANDBY, DISCOVERING...), as its log says
+opensm_state() { grep -oE "Entering [A-Z-]+ state" "$1" 2>/dev/null | tail -n 1 | cut -d' ' -f2 || true; }
 '''.replace("@UP_S@", str(OPENSM_UP_S))
 
 _OPENSM = SM_MASTER + OPENSM_UP + r'''
@@ -238,7 +240,9 @@ conf=$(cat @CONF_DOC@)
 gid0=$(cat /sys/class/infiniband/@DEV@/ports/1/gids/0 2>/dev/null || true)
 if [[ -n "$gid0" ]]; then conf+=$'\n'"guid 0x$(printf '%s' "$gid0" | cut -d: -f5-8 | tr -d :)"; fi
 put_file @CONF@ 0644 "$conf" restart-gpucluster-opensm
-put_file @PARTITIONS@ 0644 "$(cat @PARTITIONS_DOC@)" restart-gpucluster-opensm
+# OpenSM re-reads its partitions at every heavy sweep, which a hangup starts: a partition change needs no restart
+# (which would hand mastership to the standby and back, each with a full sweep)
+put_file @PARTITIONS@ 0644 "$(cat @PARTITIONS_DOC@)" resweep-gpucluster-opensm
 put_file @UNIT@ 0644 "$(cat @UNIT_DOC@)" restart-gpucluster-opensm
 for other in opensm opensmd; do
   if systemctl is-enabled --quiet "$other" 2>/dev/null; then
@@ -257,7 +261,15 @@ if owed restart-gpucluster-opensm || ! systemctl is-active --quiet gpucluster-op
   systemctl restart gpucluster-opensm
   opensm_up @LOG@ "$from"
   paid restart-gpucluster-opensm
+  paid resweep-gpucluster-opensm
   changed "started the subnet manager (priority @PRIORITY@)"
+elif owed resweep-gpucluster-opensm; then
+  from=$(stat -c %s @LOG@ 2>/dev/null || echo 0)
+  systemctl reload gpucluster-opensm
+  # a standby sweeps nothing (it reads the partitions when it takes over); the master's sweep must take them
+  if [[ "$(opensm_state @LOG@)" != STANDBY ]]; then opensm_up @LOG@ "$from"; fi
+  paid resweep-gpucluster-opensm
+  changed "the subnet manager re-read @PARTITIONS@ (a heavy sweep on SIGHUP, not a restart)"
 fi
 '''
 
@@ -267,6 +279,7 @@ if [[ -e @UNIT@ ]] || owed stop-gpucluster-opensm; then
   owe stop-gpucluster-opensm
   systemctl disable --now gpucluster-opensm >/dev/null 2>&1 || true
   paid restart-gpucluster-opensm
+  paid resweep-gpucluster-opensm
   for f in @CONF@ @PARTITIONS@ @UNIT@; do drop_file "$f"; done
   systemctl daemon-reload
   paid stop-gpucluster-opensm
@@ -424,7 +437,8 @@ def render_fabric_host(spec: ClusterSpec, hostname: str, nics: list[Nic], nccl: 
     if priority is not None and ib is not None:
         first = min(nics, key=lambda n: n.rail).device if nics else "mlx5_0"
         unit = ("[Unit]\nDescription=InfiniBand subnet manager (gpucluster)\nAfter=network.target openibd.service\n\n"
-                f"[Service]\nExecStart=/usr/sbin/opensm --config {OPENSM_CONF}\nRestart=on-failure\n\n"
+                f"[Service]\nExecStart=/usr/sbin/opensm --config {OPENSM_CONF}\nExecReload=/bin/kill -HUP $MAINPID\n"
+                "Restart=on-failure\n\n"
                 "[Install]\nWantedBy=multi-user.target")
         sm = fill(_OPENSM, {"CONF_DOC": render_opensm_conf(spec, priority), "PARTITIONS_DOC": render_partitions(spec),
                             "UNIT_DOC": unit},

@@ -37,10 +37,11 @@ def lustre_server() -> list[Requirement]:
 def lustre_client(o2ib: bool = False) -> list[Requirement]:
     """The client's tools and modules; "plain|ofed" names the prebuilt modules (for the kernel's own RDMA stack)
     and the DKMS ones, built on the host against DOCA-OFED where it is installed (Whamcloud's
-    lustre-client-dkms and lustre-client-modules-dkms). On o2ib the verbs LND (ko2iblnd) must be there too."""
+    lustre-client-dkms and lustre-client-modules-dkms). On o2ib the verbs LND (ko2iblnd) must be there too.
+    `lfs` sets the datasets' striping and the tenants' projects and quotas from a client."""
     modules = ("kmod-lustre-client|lustre-client-dkms", f"lustre-client-modules-{KERNEL}|lustre-client-modules-dkms")
     return [Requirement("command", c, "lustre-client", "lustre-client-utils") for c in
-            ("mount.lustre", "lctl", "lnetctl")] + [
+            ("mount.lustre", "lctl", "lnetctl", "lfs")] + [
         Requirement("module", m, *modules) for m in (("lustre", "ko2iblnd") if o2ib else ("lustre",))]
 
 

@@ -38,14 +38,16 @@ import grpc
 import pytest
 import yaml
 
+from components.fabric.nccl import NCCL_CONF
 from components.nodes.rollout import ROLLOUT_TAINT
 from components.offline.diff import diff_plans, load_plan
-from components.spec import load_spec
+from components.spec import load_spec, parse_spec
 from tests.conftest import ROOT
 from tests.doubles import SWITCH_CLIS
 from tests.realssh.doubles import STATE_DIR
 from tests.realssh.hosts import TestHosts, unavailable
 from tests.realssh.storage_host import beegfs_client_installed, beegfs_client_module, storage_host
+from tests.realssh.test_driver_stack import driver_repo
 from tests.realssh.test_fabric_scripts import mtu
 
 from .commands import CommandProvider
@@ -59,6 +61,8 @@ pytestmark = pytest.mark.e2e
 TOOLS = Path(os.environ.get("GPUCLUSTER_E2E_TOOLS", ROOT / ".e2e")) / "bin"
 ENGINE = ("pulumi", "pulumi-language-python", "pulumi-language-python-exec", "pulumi-resource-kubernetes")
 REQUIRED = os.environ.get("GPUCLUSTER_ENGINE_E2E") == "1"
+# The stacks applied on their own machines: all three in `make engine-e2e`; CI's hour holds dev's alone (.ci/run).
+STACKS = os.environ.get("GPUCLUSTER_ENGINE_STACKS", "dev,staging,prod").split(",")
 # Charts that cannot be had here, each stood in for by a chart of its name carrying the upstream CRDs it installs.
 STAND_IN_CHARTS = {
     "gpu_operator": ("gpu-operator", "NVIDIA's gpu-operator module is not served", ["nvidia.com_*.yaml"]),
@@ -106,9 +110,11 @@ class Engine:
         return out
 
 
-def engine_spec(spec: dict[str, Any], hosts: TestHosts, devices: dict[str, str]) -> dict[str, Any]:
+def engine_spec(spec: dict[str, Any], hosts: TestHosts, devices: dict[str, str],
+                mirror: Path | None = None) -> dict[str, Any]:
     """A stack's spec on the test hosts, its storage targets on `devices` (loop devices by the spec's device
-    path), with the charts and CRDs it pulls taken from the project."""
+    path), the GPU hosts' driver stack from `mirror` (the site's mirror: a flat apt repository) where it pins
+    one, with the charts and CRDs it pulls taken from the project."""
     data = vendored(spec)
     for server in data["storage"]["servers"]:
         for target in server["targets"]:
@@ -117,51 +123,71 @@ def engine_spec(spec: dict[str, Any], hosts: TestHosts, devices: dict[str, str])
     for machine in _machines(data):      # each pinned as the stack pins it
         host = hosts.hosts[machine.get("hostname") or machine["name"]]
         machine.update(address=host.address, **({"host_key": host.host_key} if "host_key" in machine else {}))
-    for switch in data["fabric"]["switches"]:        # the test hosts let root alone in
+    for switch in _managed(data):        # the test hosts let root alone in
         switch["ssh_user"] = "root"
+    for pool in data["node_pools"]:
+        if mirror and (pool.get("software") or {}).get("package_repositories"):
+            pool["software"]["package_repositories"] = [{"os_family": "debian", "url": f"file://{mirror}"}]
     return data
 
 
+def _managed(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    """The switches the stack configures over SSH (an unmanaged one is only cabled to)."""
+    return [s for s in spec["fabric"]["switches"] if s.get("managed", True)]
+
+
 def _machines(spec: dict[str, Any]) -> list[dict[str, Any]]:
-    """Every machine of a spec reached over SSH: GPU hosts, storage servers, switches."""
-    return [*(h for p in spec["node_pools"] for h in p["hosts"]), *spec["storage"]["servers"],
-            *spec["fabric"]["switches"]]
+    """Every machine of a spec reached over SSH: GPU hosts, storage servers, managed switches."""
+    return [*(h for p in spec["node_pools"] for h in p["hosts"]), *spec["storage"]["servers"], *_managed(spec)]
 
 
 def site_hosts(spec: dict[str, Any], work: Path) -> TestHosts:
     """Test hosts (not started) under the names of a stack's machines: GPU hosts with their pool's NICs,
-    storage servers with their RDMA NIC."""
+    storage servers with their RDMA NIC, on the fabric's link layer."""
     storage = spec["storage"]
-    nics = {h["hostname"]: tuple((n["device"], n["interface"]) for n in p["nics"])
+    layer = ("InfiniBand",) if spec["fabric"]["kind"] == "infiniband" else ()
+    nics = {h["hostname"]: tuple((n["device"], n["interface"], *layer) for n in p["nics"])
             for p in spec["node_pools"] for h in p["hosts"]}
     if storage.get("server_interface"):
-        nics.update((s["hostname"], (("mlx5_0", storage["server_interface"]),)) for s in storage["servers"])
-    (work / "hosts").mkdir()
+        nics.update((s["hostname"], (("mlx5_0", storage["server_interface"], *layer),)) for s in storage["servers"])
+    (work / "hosts").mkdir(parents=True)
     return TestHosts(work / "hosts", [m.get("hostname") or m["name"] for m in _machines(spec)], nics)
 
 
 def site(hosts: TestHosts, spec: dict[str, Any], work: Path, loops: list[str]) -> dict[str, str]:
     """`hosts` started as a site's machines are before its first `pulumi up`: GPU hosts with the filesystem
-    client's packages, storage servers with their packages and empty disks (loop devices, appended to `loops`;
-    returned by the spec's device path), switches with their network OS. The caller stops the hosts and
-    detaches the loops, also when this fails half-way."""
+    client's packages (and apt able to install from the site's mirror), storage servers with their packages,
+    data-plane address and empty disks (loop devices, appended to `loops`; returned by the spec's device path),
+    switches with their network OS. The caller stops the hosts and detaches the loops, also when this fails
+    half-way."""
     storage = spec["storage"]
+    parsed = parse_spec(yaml.safe_dump(spec))
     beegfs = storage.get("version", "7.4") if storage["kind"] == "beegfs" else "7.4"
+    net = parsed.storage_lnet if storage["kind"] == "lustre" else "tcp"
     servers = [s["hostname"] for s in storage["servers"]]
     gpu_hosts = [h["hostname"] for p in spec["node_pools"] for h in p["hosts"]]
     hosts.start()
-    for switch in spec["fabric"]["switches"]:
+    for switch in _managed(spec):
         network_os(hosts.hosts[switch["name"]], switch["vendor"])
-    for name in [*gpu_hosts, *servers]:
-        storage_host(hosts.hosts[name], beegfs)
-    for server in servers:                 # the servers' packages are installed, the licence in place
-        hosts.hosts[server].sh("mkdir -p /opt/beegfs/lib && touch /opt/beegfs/lib/libbeegfs_ib.so")
-        if storage.get("license_file"):
-            hosts.hosts[server].put(storage["license_file"], "-----BEGIN CERTIFICATE-----\n(site licence)\n")
-    manager = hosts.hosts[servers[0]]
-    for name in gpu_hosts:                 # ... and the clients' on the GPU hosts
-        beegfs_client_installed(hosts.hosts[name], beegfs, storage["mount_point"])
-        beegfs_client_module(hosts.hosts[name], manager.name, manager.address)
+    for name in gpu_hosts:
+        h = hosts.hosts[name]
+        storage_host(h, beegfs, nid=f"{h.address}@{net}")
+        h.put("/etc/apt/apt.conf.d/99sandbox", 'APT::Sandbox::User "root";\n')  # _apt cannot write the overlay
+    for server in parsed.storage.servers:
+        h = hosts.hosts[server.hostname]
+        storage_host(h, beegfs, nid=f"{server.data_address or h.address}@{net}")
+        if server.data_address and storage.get("server_interface"):       # the site's addressing
+            subprocess.run(["ip", "netns", "exec", hosts.hosts[server.hostname].netns, "ip", "addr", "add",
+                            f"{server.data_address}/24", "dev", storage["server_interface"]], check=True)
+    if storage["kind"] == "beegfs":
+        for server in servers:             # the servers' packages are installed, the licence in place
+            hosts.hosts[server].sh("mkdir -p /opt/beegfs/lib && touch /opt/beegfs/lib/libbeegfs_ib.so")
+            if storage.get("license_file"):
+                hosts.hosts[server].put(storage["license_file"], "-----BEGIN CERTIFICATE-----\n(site licence)\n")
+        manager = hosts.hosts[servers[0]]
+        for name in gpu_hosts:             # ... and the clients' on the GPU hosts
+            beegfs_client_installed(hosts.hosts[name], beegfs, storage["mount_point"])
+            beegfs_client_module(hosts.hosts[name], manager.name, manager.address)
     return {t["device"]: loop_device(work / "disks", loops) for s in storage["servers"] for t in s["targets"]}
 
 
@@ -590,21 +616,24 @@ def _destroy(w: World, plan: StackPlan) -> None:
     assert left == []
 
 
-def test_staging_on_eight_rails_two_leaves_and_beegfs_8_applies_then_leaves_nothing(world, tmp_path):
-    """Staging's own machines after dev is gone, on the same control plane: four GPU hosts with eight RoCE NICs
-    each, even and odd rails on two Cumulus leaves, BeeGFS 8 on two servers with the site's licence. Up, no
-    changes after, destroy."""
-    w = world
-    spec = yaml.safe_load((ROOT / "stacks" / "staging.yaml").read_text())
+@contextmanager
+def applied(w: World, stack: str, work: Path, mirror: Path | None = None) -> Iterator[tuple[dict[str, Any], TestHosts, StackPlan]]:
+    """`stack`'s own machines (after dev is gone, on the same control plane), its spec on them, its nodes
+    registered and `pulumi up` run for it: every planned create ran once and every plan object is applied.
+    Yields its spec, hosts and offline plan; dev is the selected stack again after."""
+    if stack not in STACKS:
+        pytest.skip(f"GPUCLUSTER_ENGINE_STACKS={','.join(STACKS)} (CI's time holds dev alone): "
+                    f"make engine-e2e applies {stack}")
+    spec = yaml.safe_load((ROOT / "stacks" / f"{stack}.yaml").read_text())
     loops: list[str] = []
-    hosts = site_hosts(spec, tmp_path)
+    hosts = site_hosts(spec, work)
     try:
-        devices = site(hosts, spec, tmp_path, loops)
-        spec_file = w.project / "stacks" / "staging.yaml"
-        spec_file.write_text(yaml.safe_dump(engine_spec(spec, hosts, devices), sort_keys=False))
-        plan = plan_stack(spec_file, tmp_path / "plan")
+        devices = site(hosts, spec, work, loops)
+        spec_file = w.project / "stacks" / f"{stack}.yaml"
+        spec_file.write_text(yaml.safe_dump(engine_spec(spec, hosts, devices, mirror), sort_keys=False))
+        plan = plan_stack(spec_file, work / "plan")
         w.cp.apply_objects([registered(n) for n in kwok_nodes(plan.spec)])
-        w.engine("stack", "select", "--create", "staging")
+        w.engine("stack", "select", "--create", stack)
         w.engine("config", "set", "--secret", "sshPrivateKey", input=hosts.client_key.read_text())
         w.engine("config", "set", "--secret", "kubernetes:kubeconfig", input=w.cp.kubeconfig.read_text())
         w.commands.runs.clear()
@@ -615,6 +644,19 @@ def test_staging_on_eight_rails_two_leaves_and_beegfs_8_applies_then_leaves_noth
         _applied_by_the_provider(w.cp, plan)
         gpu_hosts = [h["hostname"] for p in spec["node_pools"] for h in p["hosts"]]
         assert json.loads(w.engine("stack", "output", "--json"))["burnIn"] == dict.fromkeys(gpu_hosts, "passed")
+        yield spec, hosts, plan
+    finally:
+        w.engine("stack", "select", "dev")
+        _stop(hosts, loops)
+
+
+def test_staging_on_eight_rails_two_leaves_and_beegfs_8_applies_then_leaves_nothing(world, tmp_path):
+    """Staging's own machines after dev is gone, on the same control plane: four GPU hosts with eight RoCE NICs
+    each, even and odd rails on two Cumulus leaves, BeeGFS 8 on two servers with the site's licence. Up, no
+    changes after, destroy."""
+    w = world
+    with applied(w, "staging", tmp_path) as (spec, hosts, plan):
+        gpu_hosts = [h["hostname"] for p in spec["node_pools"] for h in p["hosts"]]
         for name in gpu_hosts:                  # every rail's real interface at the fabric's MTU
             assert {n["interface"]: mtu(hosts, hosts.hosts[name], n["interface"]) for n in spec["node_pools"][0]["nics"]} \
                 == {n["interface"]: spec["fabric"]["mtu_bytes"] for n in spec["node_pools"][0]["nics"]}, name
@@ -635,6 +677,47 @@ def test_staging_on_eight_rails_two_leaves_and_beegfs_8_applies_then_leaves_noth
         assert quotas == sorted(str(t["storage"]["filesystem_gib"]) for t in spec["tenants"])
         w.engine("preview", "--expect-no-changes")
         _destroy(w, plan)
-    finally:
-        w.engine("stack", "select", "dev")
-        _stop(hosts, loops)
+
+
+def test_prod_on_infiniband_with_its_subnet_managers_lustre_over_o2ib_and_a_pinned_driver_applies(world, tmp_path):
+    """Prod's own machines: eight GPU hosts with eight NDR ports each, read by the real ibstat; OpenSM on two
+    of them, primary and standby; Lustre on five servers over LNet o2ib; the driver stack pinned to 570 and
+    DOCA 2.9.5 from the site's mirror (a flat apt repository of packages under NVIDIA's names). Up, no changes
+    after, destroy."""
+    w = world
+    software = yaml.safe_load((ROOT / "stacks" / "prod.yaml").read_text())["node_pools"][0]["software"]
+    mirror = None if "prod" not in STACKS else driver_repo(tmp_path / "mirror", [software["driver_version"]], [f"{software['doca_ofed_version']}-0.1.8"])
+    with applied(w, "prod", tmp_path / "site", mirror) as (spec, hosts, plan):
+        pool = spec["node_pools"][0]
+        gpu_hosts = [h["hostname"] for h in pool["hosts"]]
+        sms = spec["fabric"]["infiniband"]["subnet_managers"]
+        ipoib = plan.spec.fabric.effective_mtu_bytes - 4          # IPoIB's header inside the IB MTU
+        pkeys = [p["pkey"] | 0x8000 for p in spec["fabric"]["infiniband"]["partitions"]]
+        for name in gpu_hosts:
+            h = hosts.hosts[name]
+            # the driver stack at the spec's versions, loaded
+            assert h.read("/opt/nvidia-test/driver-version").strip() == software["driver_version"], name
+            assert h.sysfs("/sys/module/nvidia/version").read_text().strip() == software["driver_version"], name
+            # each port's IPoIB child for the partition (pkey with the full-member bit) at the IPoIB MTU
+            children = {f"{n['interface']}.{k:04x}": ipoib for n in pool["nics"] for k in pkeys}
+            assert {c: mtu(hosts, h, c) for c in children} == children, name
+            # the subnet manager on its two hosts only, master and standby by priority
+            sm = h.read("/etc/opensm/opensm.conf") if h.exists("/etc/opensm/opensm.conf") else None
+            if name in sms:
+                assert f"sm_priority {15 - sms.index(name)}" in sm and "guid 0xb83fd203" in sm, name
+                assert h.exists(f"{STATE_DIR}/active/gpucluster-opensm"), name
+            else:
+                assert sm is None and not h.exists(f"{STATE_DIR}/active/gpucluster-opensm"), name
+            # NCCL over the rails, bootstrapping on the management network
+            nccl = h.read(NCCL_CONF)
+            assert "NCCL_SOCKET_IFNAME==enp90s0f0" in nccl and "NCCL_IB_HCA==mlx5_0:1," in nccl, name
+        # each tenant's project and quota through lfs, on one client
+        lfs = [c for name in gpu_hosts for c in hosts.hosts[name].calls() if c.startswith("lfs setquota")]
+        assert sorted(int(re.search(r"-B (\d+)G", c).group(1)) for c in lfs) == \
+            sorted(t.storage.filesystem_gib for t in plan.spec.tenants if t.storage.filesystem_gib)
+        for server in spec["storage"]["servers"]:      # LNet on o2ib over the servers' IPoIB interface
+            h = hosts.hosts[server["hostname"]]
+            assert "net type: o2ib" in h.read("/etc/lnet.conf") and "0: ib0" in h.read("/etc/lnet.conf")
+            assert sum(c.startswith("mkfs.lustre") for c in h.calls()) == len(server["targets"]), server["hostname"]
+        w.engine("preview", "--expect-no-changes")
+        _destroy(w, plan)

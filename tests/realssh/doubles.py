@@ -1,4 +1,5 @@
-"""Recording doubles for tools that need hardware this machine lacks (GPUs, DCGM, ConnectX QoS, systemd as PID 1).
+"""Recording doubles for tools that need hardware this machine lacks (GPUs, DCGM, ConnectX QoS, an InfiniBand
+HCA's IPoIB driver and subnet manager, systemd as PID 1).
 
 Each double appends its command line to /var/lib/gpucluster-doubles/calls.log and reads the host's simulated
 hardware from /var/lib/gpucluster-doubles/state.env; everything else the scripts run is real.
@@ -81,6 +82,7 @@ case "$verb" in
       $exec_start >> "$S/journal/$unit" 2>&1 || rm -f "$S/active/$unit"
     elif [[ -n "$exec_start" ]]; then $exec_start; fi ;;
   stop) rm -f "$S/active/$unit" ;;
+  reload) [[ -e "$S/active/$unit" ]] || { echo "$unit.service is not active, cannot reload." >&2; exit 1; } ;;
   daemon-reload) ;;
   # kubeadm's kubelet unit names its environment file (systemctl show -p EnvironmentFiles): KUBELET_ENV_FILES
   show) printf '%s\n' "${KUBELET_ENV_FILES:-}" ;;
@@ -196,6 +198,38 @@ case "$1" in
   *) echo "ethtool double: unknown option $1" >&2; exit 2 ;;
 esac
 '''
+
+# IPoIB's child interfaces need the ib_ipoib driver on an InfiniBand port (the parents here are veths): `ip link add
+# link PARENT name CHILD type ipoib pkey KEY` makes a veth CHILD (a real link, whose MTU and state really change,
+# refused as the kernel refuses an existing name); every other `ip` command is the real one.
+DOUBLES["ip"] = r"""#!/usr/bin/env bash
+set -euo pipefail
+if [[ "${1:-} ${2:-} ${3:-}" == "link add link" && " $* " == *" type ipoib "* ]]; then
+  printf '%s %s\n' ip "$*" >> /var/lib/gpucluster-doubles/calls.log
+  [[ "$5" == name ]] || { echo "ip double: expected 'link add link PARENT name CHILD type ipoib ...'" >&2; exit 2; }
+  child=$6
+  if /usr/bin/ip link show dev "$child" >/dev/null 2>&1; then echo "RTNETLINK answers: File exists" >&2; exit 2; fi
+  exec /usr/bin/ip link add "$child" type veth peer name "${child}p"
+fi
+exec /usr/bin/ip "$@"
+"""
+# OpenSM as its unit starts it (/usr/sbin/opensm --config FILE): no HCA here, so it writes to the log file its
+# config names what the real one writes there once it has swept (master at the top priority, else standby:
+# checked against the real OpenSM over ibsim in tests/components/fabric/test_opensm_real.py) and stays
+# "running". The files it reads are checked against the real program there, not here.
+OPENSM = _RECORD + r"""
+conf=""
+while (( $# )); do case "$1" in --config|-F) conf=$2; shift 2 ;; *) shift ;; esac; done
+log=$(sed -n 's/^log_file //p' "$conf")
+priority=$(sed -n 's/^sm_priority //p' "$conf")
+stamp=$(date '+%b %d %H:%M:%S')
+if [[ "$priority" == 15 ]]; then
+  printf '%s 000001 [00000000] 0x80 -> Entering MASTER state\n%s 000002 [00000000] 0x80 -> SUBNET UP\n' \
+    "$stamp" "$stamp" >> "$log"
+else
+  printf '%s 000001 [00000000] 0x80 -> Entering STANDBY state\n' "$stamp" >> "$log"
+fi
+"""
 
 # nccl-tests' table: small messages far below the host's figure, which it reaches at 8 GiB; the average of all
 # sizes (what a naive parser reads) is a quarter of it.

@@ -2,7 +2,8 @@
 
 Each host is a network namespace on a bridge (addresses from 198.18.0.0/15, the benchmarking range, made by
 this run and nowhere routed) running a real sshd inside a private mount namespace, where overlays over /etc,
-/usr/local, /opt, /var/lib, /var/cache, /srv and /root, and a tmpfs /dev/shm, take every write the scripts make;
+/usr/local, /usr/sbin, /opt, /var/lib, /var/cache, /srv and /root, and a tmpfs /dev/shm, take every write the
+scripts make;
 the test machine itself is never changed. Tests read and plant files through each host's upper directories.
 """
 
@@ -22,9 +23,9 @@ from typing import Iterator
 
 from components.ssh import as_command
 
-from .doubles import ALL_REDUCE, DOUBLES, HEALTHY, STATE_DIR, state_env
+from .doubles import ALL_REDUCE, DOUBLES, HEALTHY, OPENSM, STATE_DIR, state_env
 
-OVERLAID = ("/etc", "/usr/local", "/opt", "/var/lib", "/var/cache", "/srv", "/root")
+OVERLAID = ("/etc", "/usr/local", "/usr/sbin", "/opt", "/var/lib", "/var/cache", "/srv", "/root")
 # root's shell startup files on a test host: a GPU host's, not this machine's (whose ~/.bashrc, which bash reads for
 # every SSH command, puts pyenv's shims first in PATH and runs `pyenv init`, a third of a second per command).
 ROOT_DOTFILES = (".bashrc", ".profile", ".bash_profile", ".bash_login")
@@ -37,9 +38,11 @@ APT_CACHE = ('# test host: apt keeps its package cache, as on a server\n'
 FAKE_SYSFS = ("class", "kernel", "devices/system/cpu", "module")
 # Data-plane NICs of every test host: a real veth interface (its MTU really changes) plus the RDMA device's
 # sysfs and configfs entries, which only a ConnectX card would create, in a tree bound over /sys/class and
-# /sys/kernel inside the host's mount namespace.
+# /sys/kernel inside the host's mount namespace. An InfiniBand port's tree is the one the real `ibstat`
+# (infiniband-diags, through libibumad) reads: the hosts' ibstat is the machine's own.
 NICS = (("mlx5_0", "ens1f0np0"), ("mlx5_1", "ens2f0np0"))
-Nics = tuple[tuple[str, str], ...]            # (RDMA device, interface) of each data-plane NIC
+# (RDMA device, interface[, link layer]) of each data-plane NIC: RoCE (Ethernet) unless "InfiniBand" is named
+Nics = tuple[tuple[str, ...], ...]
 TOOLS = ("ip", "unshare", "ssh", "ssh-keygen", "mount")
 
 
@@ -187,6 +190,7 @@ class TestHosts:
         host.plant("/etc/apt/apt.conf.d/zz-gpucluster-test-host", APT_CACHE)
         for tool, text in DOUBLES.items():
             host.plant(f"/usr/local/bin/{tool}", text, 0o755)
+        host.plant("/usr/sbin/opensm", OPENSM, 0o755)              # where its unit starts it
         host.plant("/opt/nccl-tests/build/all_reduce_perf", ALL_REDUCE, 0o755)
         host.plant(f"{STATE_DIR}/state.env", state_env(HEALTHY))
         host.plant(f"{STATE_DIR}/enabled/kubelet", "")               # a node that already joined the cluster
@@ -211,7 +215,7 @@ class TestHosts:
         _run(*ns, "ip", "link", "set", "lo", "up")
         _run(*ns, "ip", "addr", "add", f"{host.address}/24", "dev", peer)
         _run(*ns, "ip", "link", "set", peer, "up")
-        for _, ifname in nics:
+        for _, ifname, *_ in nics:
             _run(*ns, "ip", "link", "add", ifname, "type", "veth", "peer", "name", f"{ifname}p")
         mounts = "; ".join(
             f"mount -t overlay overlay -o lowerdir={top},upperdir={host.root}/{top.strip('/').replace('/', '_')}/up,"
@@ -232,31 +236,50 @@ class TestHosts:
             p = host.sysfs(path)
             p.parent.mkdir(parents=True, exist_ok=True)
             p.write_text(text + "\n")
-        for n, (dev, ifname) in enumerate(nics):
+        for n, (dev, ifname, *layer) in enumerate(nics):
+            port = f"/sys/class/infiniband/{dev}/ports/1"
+            put(f"{port}/state", "4: ACTIVE")                 # the RDMA core's forms (ib_sysfs)
+            put(f"{port}/phys_state", "5: LinkUp")
+            put(f"{port}/counters/link_downed", "0")
+            host.sysfs(f"/sys/class/infiniband/{dev}/device/net/{ifname}").mkdir(parents=True)
+            # the PCI device from the netdev's side (one directory, two links on a real host)
+            host.sysfs(f"/sys/class/net/{ifname}/device/infiniband/{dev}").mkdir(parents=True)
+            if layer == ["InfiniBand"]:
+                TestHosts._infiniband_port(put, dev, ifname, guid=f"b83f:d203:00{i:02x}:{n:02x}10", lid=16 * i + n + 2)
+                continue
             for point in ("roce_np", "roce_rp"):
                 for prio in range(8):
                     put(f"/sys/class/net/{ifname}/ecn/{point}/enable/{prio}", "0")
             put(f"/sys/class/net/{ifname}/ecn/roce_np/cnp_dscp", "48")
-            port = f"/sys/class/infiniband/{dev}/ports/1"
             put(f"{port}/link_layer", "Ethernet")
-            put(f"{port}/state", "4: ACTIVE")                 # the RDMA core's forms (ib_sysfs)
-            put(f"{port}/phys_state", "5: LinkUp")
-            put(f"{port}/counters/link_downed", "0")
             ipv4 = f"0000:0000:0000:0000:0000:ffff:c612:{i:02x}{n:02x}"
             for idx, (kind, gid) in enumerate((("IB/RoCE v1", "fe80:0000:0000:0000:0000:0000:0000:0001"),
                                                ("RoCE v2", "fe80:0000:0000:0000:0000:0000:0000:0001"),
                                                ("IB/RoCE v1", ipv4), ("RoCE v2", ipv4))):
                 put(f"{port}/gid_attrs/types/{idx}", kind)
                 put(f"{port}/gids/{idx}", gid)
-            host.sysfs(f"/sys/class/infiniband/{dev}/device/net/{ifname}").mkdir(parents=True)
-            # the PCI device from the netdev's side (one directory, two links on a real host)
-            host.sysfs(f"/sys/class/net/{ifname}/device/infiniband/{dev}").mkdir(parents=True)
             put(f"/sys/class/infiniband/{dev}/tc/1/traffic_class", "Global tclass=0")
             put(f"/sys/kernel/config/rdma_cm/{dev}/ports/1/default_roce_mode", "IB/RoCE v1")
             put(f"/sys/kernel/config/rdma_cm/{dev}/ports/1/default_roce_tos", "0")
         for cpu in range(4):
             put(f"/sys/devices/system/cpu/cpu{cpu}/cpufreq/scaling_governor", "powersave")
-        (host.root / "sys_module").mkdir(exist_ok=True)          # kernel modules: modprobe's double loads them
+        for top in FAKE_SYSFS:           # each tree exists, also one no device fills (modprobe's double loads modules)
+            (host.root / f"sys_{top.replace('/', '_')}").mkdir(exist_ok=True)
+
+    @staticmethod
+    def _infiniband_port(put, dev: str, ifname: str, guid: str, lid: int) -> None:
+        """An NDR HCA's port 1 after the subnet manager's sweep, as mlx5_ib publishes it: what libibumad's
+        get_ca/get_port read (a missing file or an empty pkey table makes ibstat refuse the device)."""
+        ca = f"/sys/class/infiniband/{dev}"
+        for name, value in (("node_type", "1: CA"), ("fw_ver", "28.39.1002"), ("hw_rev", "0x0"),
+                            ("node_guid", guid), ("sys_image_guid", guid)):
+            put(f"{ca}/{name}", value)
+        port = f"{ca}/ports/1"
+        for name, value in (("link_layer", "InfiniBand"), ("rate", "400 Gb/sec (4X NDR)"), ("lid", f"{lid:#x}"),
+                            ("lid_mask_count", "0"), ("sm_lid", "0x1"), ("sm_sl", "0"), ("cap_mask", "0xa751e848"),
+                            ("gids/0", f"fe80:0000:0000:0000:{guid}"), ("pkeys/0", "0xffff")):
+            put(f"{port}/{name}", value)
+        put(f"/sys/class/net/{ifname}/mode", "datagram")                 # IPoIB's (ipoib_cm)
 
     def _wait(self, host: TestHost, timeout_s: float = 10) -> None:
         deadline = time.monotonic() + timeout_s

@@ -57,6 +57,7 @@ case "$1" in
 esac
 ''',
     "mount.lustre": RECORD,
+    "lfs": RECORD,
     "lctl": RECORD + 'if [[ "$1" == list_nids ]]; then cat "$S/nids"; fi\n',
     # the Lustre kernel modules are built for Lustre's kernels, not this one: the servers' are "there"
     "modinfo": RECORD + '[[ "$1" == lustre || "$1" == osd_ldiskfs || "$1" == ko2iblnd ]] && [[ -e "$S/lustre-modules" ]]\n',
@@ -97,12 +98,13 @@ db=""
 """
 
 
-def storage_host(h, beegfs: str = "7.4"):
+def storage_host(h, beegfs: str = "7.4", nid: str | None = None):
     """`h` made a storage server or client of either filesystem (its doubles, units and module state), its
-    BeeGFS daemons those of release `beegfs` (7.4 or 8)."""
+    BeeGFS daemons those of release `beegfs` (7.4 or 8), its LNet NID `nid` once up (omitted: its address on
+    tcp)."""
     for tool, text in DOUBLES.items():
         h.sh(f"printf '%s' {shlex.quote(text)} > /usr/local/bin/{tool} && chmod +x /usr/local/bin/{tool}")
-    h.sh(f"printf '%s@tcp\\n' {h.address} > {STATE_DIR}/nids")
+    h.sh(f"printf '%s\\n' {nid or h.address + '@tcp'} > {STATE_DIR}/nids")
     h.sh(f"touch {STATE_DIR}/lustre-modules")
     # lnet.service: `lnetctl lnet configure`, then `lnetctl import /etc/lnet.conf` (reference 5; unconfigured first)
     h.put("/usr/local/sbin/lnet-up", "#!/bin/sh\nlnetctl lnet unconfigure && lnetctl import /etc/lnet.conf\n")

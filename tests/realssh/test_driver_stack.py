@@ -7,6 +7,8 @@ installed, and a marker makes the GPUs busy so the modules cannot unload."""
 from __future__ import annotations
 
 import subprocess
+from pathlib import Path
+from typing import Iterable
 
 import pytest
 
@@ -22,23 +24,30 @@ OLD, NEW, NEWEST = "550.54.15", "550.127.05", "550.163.01"
 DOCA = "2.9.5"
 
 
-@pytest.fixture(scope="module")
-def repo(tmp_path_factory):
-    """NVIDIA's names for branch 550 at three versions (the newest would win without the pin), and DOCA-OFED."""
-    tmp = tmp_path_factory.mktemp("driver-repo")
-    (tmp / "repo").mkdir()
-    for v in (OLD, NEW, NEWEST):
-        deb = f"{v}-0ubuntu1"
-        _deb(tmp, "libnvidia-compute-550", {"/opt/nvidia-test/compute-version": f"{v}\n"}, deb)
-        _deb(tmp, "nvidia-open-550", {"/opt/nvidia-test/driver-version": f"{v}\n"}, deb,
-             depends=f"libnvidia-compute-550 (>= {OLD})")
-        _deb(tmp, "nvidia-fabricmanager-550", {"/opt/nvidia-test/fm-version": f"{v}\n"}, f"{v}-1")
-    for v in ("2.9.5-0.1.8", "2.10.0-0.5.3"):
+def driver_repo(tmp: Path, drivers: Iterable[str], docas: Iterable[str]) -> Path:
+    """A flat apt repository in `tmp`/repo with NVIDIA's package names for each driver version (the branch is
+    its first number) and DOCA-OFED's for each DOCA version (as 2.9.5-0.1.8 is named)."""
+    (tmp / "repo").mkdir(parents=True)
+    drivers = list(drivers)
+    for v in drivers:
+        branch, deb = v.split(".")[0], f"{v}-0ubuntu1"
+        oldest = min((d for d in drivers if d.split(".")[0] == branch), key=lambda d: [int(x) for x in d.split(".")])
+        _deb(tmp, f"libnvidia-compute-{branch}", {"/opt/nvidia-test/compute-version": f"{v}\n"}, deb)
+        _deb(tmp, f"nvidia-open-{branch}", {"/opt/nvidia-test/driver-version": f"{v}\n"}, deb,
+             depends=f"libnvidia-compute-{branch} (>= {oldest})")
+        _deb(tmp, f"nvidia-fabricmanager-{branch}", {"/opt/nvidia-test/fm-version": f"{v}\n"}, f"{v}-1")
+    for v in docas:
         _deb(tmp, "doca-ofed", {"/opt/nvidia-test/doca-version": f"{v}\n"}, v)
     index = subprocess.run(["dpkg-scanpackages", "--multiversion", "."], cwd=tmp / "repo", check=True,
                            capture_output=True, text=True).stdout
     (tmp / "repo" / "Packages").write_text(index)
     return tmp / "repo"
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory):
+    """NVIDIA's names for branch 550 at three versions (the newest would win without the pin), and DOCA-OFED."""
+    return driver_repo(tmp_path_factory.mktemp("driver-repo"), (OLD, NEW, NEWEST), ("2.9.5-0.1.8", "2.10.0-0.5.3"))
 
 
 def software(repo, driver, doca=DOCA):

@@ -98,8 +98,14 @@ case ${args[0]} in
   enable) touch "$D/enabled-${args[1]}" ;;
   disable) rm -f "$D/enabled-${args[1]}" "$D/active-${args[1]}" ;;
   restart|start) touch "$D/active-${args[1]}"
-    { cat "$D/etc/opensm.conf" "$D/etc/partitions.conf" | md5sum; cat "$D/reloaded"; } > "$D/loaded"
+    cp "$D/etc/opensm.conf" "$D/running.conf"; cp "$D/etc/partitions.conf" "$D/running.partitions"
+    { cat "$D/running.conf" "$D/running.partitions" | md5sum; cat "$D/reloaded"; } > "$D/loaded"
     echo "0x02 -> SUBNET UP" >> "$D/opensm.log" ;;          # as OpenSM logs it once master
+  # ExecReload (SIGHUP): the master's heavy sweep re-reads the partitions alone
+  reload) [[ -e "$D/active-${args[1]}" ]] || { echo "not active, cannot reload" >&2; exit 1; }
+    cp "$D/etc/partitions.conf" "$D/running.partitions"
+    { cat "$D/running.conf" "$D/running.partitions" | md5sum; cat "$D/reloaded"; } > "$D/loaded"
+    echo "0x02 -> SUBNET UP" >> "$D/opensm.log" ;;
   *) echo "systemctl double: $*" >&2; exit 2 ;;
 esac
 ''',
@@ -122,7 +128,8 @@ def sm_section(spec, where) -> str:
 
 def test_opensm_killed_anywhere_runs_the_partitions_on_disk(dev_data, tmp_path):
     """From no partitions to one and back: OpenSM restarted (after a daemon-reload) whenever a cut left it
-    running older files, and started when a cut left it stopped."""
+    running an older opensm.conf or unit, hung up on (it re-reads its partitions) whenever a cut left it running
+    older partitions, and started when a cut left it stopped."""
     for tool, text in SM_DOUBLES.items():
         (tmp_path / tool).write_text(text)
         (tmp_path / tool).chmod(0o755)

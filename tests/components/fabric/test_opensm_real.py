@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -92,6 +93,12 @@ def _up(fabric: Path, host: str, since: int = 0) -> subprocess.CompletedProcess[
     return subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=90)
 
 
+def _master_is(host: str) -> bool:
+    """`host`'s OpenSM is the fabric's master within a minute."""
+    return bool(_wait(lambda: (r := _sm_master(HOSTS[-1])).returncode == 0 and r.stdout.split(" ", 1)[1].strip()
+                      == host, 60))
+
+
 def _wait(probe, timeout_s: float = 30):
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -109,14 +116,18 @@ def test_a_fabric_without_a_subnet_manager_has_no_master_to_respect(fabric):
 
 def test_prods_subnet_managers_take_the_fabric_primary_first_with_every_port_in_its_partitions(fabric):
     primary, standby = SPEC.fabric.infiniband.subnet_managers
-    sms = [_opensm(fabric, primary), _opensm(fabric, standby)]
+    # The primary first: started together on a busy machine, the standby can win the first election and stays
+    # master for over a minute here (both stay ours: the step accepts either as the fabric's master).
+    sms = [_opensm(fabric, primary)]
     try:
-        master = _wait(lambda: (r := _sm_master(HOSTS[-1])).returncode == 0 and r.stdout)
-        assert master and master.split(" ", 1)[1].strip() == primary, master
+        assert _master_is(primary), _sm_master(HOSTS[-1]).stdout
+        sms.append(_opensm(fabric, standby))
         info = on(HOSTS[-1], "sminfo").stdout
         assert f"priority {sm_priority(SPEC, primary)} state 3 SMINFO_MASTER" in info, info
         for sm in sms:
             assert sm.poll() is None, "an OpenSM exited: it refused its files"
+        # the state each last entered, as the step reads it (a standby's reload waits for no sweep)
+        assert _state(fabric, primary) == "MASTER" and _wait(lambda: _state(fabric, standby) == "STANDBY")
         # a partitions.conf it cannot parse does not stop OpenSM: it says so and runs the default partition alone
         for sm in (primary, standby):           # the script's check: master or standby, partitions taken
             up = _up(fabric, sm)
@@ -127,16 +138,22 @@ def test_prods_subnet_managers_take_the_fabric_primary_first_with_every_port_in_
         # every HCA port: the default partition and each of the spec's, as a full member (IPoIB over them)
         wanted = {0xFFFF, *(p.pkey | FULL for p in SPEC.fabric.infiniband.partitions)}
         for host in HOSTS:
-            port_lid = on(host, "smpquery", "portinfo", "-G", _guid(host), timeout_s=30).stdout
-            base = next(line.split(".")[-1] for line in port_lid.splitlines() if line.startswith("Lid:"))
-            table = on(HOSTS[-1], "smpquery", "pkeys", base).stdout
-            keys = {int(k, 16) for line in table.splitlines() if ":" in line and line.strip()[0].isdigit()
-                    for k in line.split(":", 1)[1].split()} - {0}
-            assert keys == wanted, (host, table)
+            assert _pkeys(host) == wanted, host
     finally:
         for sm in sms:
             sm.terminate()
             sm.wait(timeout=10)
+
+
+def _pkeys(host: str) -> set[int]:
+    """The P_Keys the subnet manager programmed into `host`'s port (its P_Key table, read over the fabric)."""
+    done = on(host, "smpquery", "portinfo", "-G", _guid(host), timeout_s=30)
+    port = done.stdout
+    assert "Lid:" in port, done.stdout + done.stderr
+    lid = next(line.split(".")[-1] for line in port.splitlines() if line.startswith("Lid:"))
+    table = on(HOSTS[-1], "smpquery", "pkeys", lid).stdout
+    return {int(k, 16) for line in table.splitlines() if ":" in line and line.strip()[0].isdigit()
+            for k in line.split(":", 1)[1].split()} - {0}
 
 
 def _guid(host: str) -> str:
@@ -164,6 +181,47 @@ def test_a_partitions_file_opensm_cannot_parse_fails_the_step_though_opensm_runs
         assert sm.poll() is None, "OpenSM stopped: it does not, on a bad partitions.conf"
         assert up.returncode == 1 and "OpenSM could not parse /etc/opensm/partitions.conf and runs the default " \
             "partition alone: " in up.stderr and "PARSE ERROR" in up.stderr, up.stdout + up.stderr
+    finally:
+        sm.terminate()
+        sm.wait(timeout=10)
+
+
+def _state(fabric: Path, host: str) -> str:
+    """The host script's reading of the state `host`'s OpenSM last entered, from its log."""
+    script = 'set -euo pipefail\n' + fill(OPENSM_UP, PARTITIONS=PARTITIONS_CONF) + '\nopensm_state "$1"\n'
+    return subprocess.run(["bash", "-c", script, "-", str(fabric / host / "opensm.log")], capture_output=True,
+                          text=True, timeout=30).stdout.strip()
+
+
+def test_a_partition_change_reaches_the_ports_on_a_hangup_without_a_restart(fabric):
+    """The step's reload on a partitions.conf change (the unit's ExecReload: SIGHUP): the master's next heavy
+    sweep programs the new partition into its member's port with no restart, and the step's check sees it take
+    the file. A file it cannot parse, hung up on, fails the check as at a start. (A standby sweeps nothing on a
+    hangup: the step reads its state instead, checked in the test above.)"""
+    primary = SPEC.fabric.infiniband.subnet_managers[0]
+    log = fabric / primary / "opensm.log"
+    start = log.stat().st_size if log.exists() else 0
+    sm = _opensm(fabric, primary)
+    try:
+        assert _up(fabric, primary, start).returncode == 0           # swept: every port has its LID
+        assert _master_is(primary) and _state(fabric, primary) == "MASTER"
+        member, other = HOSTS[2], HOSTS[3]
+        before = _pkeys(member)
+        since = log.stat().st_size
+        (fabric / primary / "partitions.conf").write_text(
+            render_partitions(SPEC) + f"\nteam-x=0x0b01 : {_guid(member)}=full ;\n")
+        sm.send_signal(signal.SIGHUP)
+        up = _up(fabric, primary, since)
+        assert up.returncode == 0 and up.stdout == "", up.stdout + up.stderr
+        assert _wait(lambda: _pkeys(member) == before | {0x0B01 | FULL}), _pkeys(member)
+        assert 0x0B01 | FULL not in _pkeys(other)
+        assert sm.poll() is None and "Entering" not in log.read_text()[since:]      # the same OpenSM, no election
+        since = log.stat().st_size
+        with (fabric / primary / "partitions.conf").open("a") as f:
+            f.write("team-y 0x0b02 ipoib\n")                           # no = or :
+        sm.send_signal(signal.SIGHUP)
+        bad = _up(fabric, primary, since)
+        assert bad.returncode == 1 and "OpenSM could not parse" in bad.stderr, bad.stdout + bad.stderr
     finally:
         sm.terminate()
         sm.wait(timeout=10)
