@@ -14,7 +14,7 @@ ACTIONLINT := $(BIN)/actionlint-$(ACTIONLINT_VERSION)
 TS_EXAMPLE := examples/tenant-and-pool/typescript
 TS_STAMP   := $(TS_EXAMPLE)/node_modules/.installed
 
-.PHONY: plan test e2e e2e-tools engine-e2e install schema sdk bench clean
+.PHONY: plan test e2e e2e-tools engine-e2e install schema sdk bench bench-apply clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -61,6 +61,12 @@ engine-e2e: $(STAMP) e2e-tools
 # (about an hour on 2 cores at full size; `$(BIN)/python bench/bench.py 16 128` for a quick look).
 bench: $(STAMP)
 	$(BIN)/python bench/bench.py
+
+# `pulumi up` under the real engine against its critical path, commands sleeping their modelled durations
+# (bench/apply.py; `$(BIN)/python bench/apply.py 16 128` for chosen sizes).
+bench-apply: $(STAMP) e2e-tools
+	e2e/build-tools.sh $(E2E) engine
+	GPUCLUSTER_E2E_TOOLS=$(abspath $(E2E)) $(BIN)/python bench/apply.py
 
 schema: $(STAMP)
 	$(BIN)/gpucluster schema --out stacks/clusterspec.schema.json

@@ -57,3 +57,15 @@ def test_rollout_and_retirement_may_add_three_resources_and_one_ssh_session_per_
     assert ok["<= 10 resources per GPU node"] and ok["<= 5 SSH sessions per host"]
     over = dict((t, m) for t, m, _ in verdicts([row(16, resources_per_added_node=11, commands_per_host=6)]))
     assert not over["<= 10 resources per GPU node"] and not over["<= 5 SSH sessions per host"]
+
+
+def test_the_apply_benchmarks_critical_path_is_the_longest_chain_of_modelled_commands():
+    from apply import MODEL, critical_path_s, modelled_s
+    seconds = {suffix: s for suffix, s, _ in MODEL}
+    r = lambda name, kind="command:remote:Command", deps=(): {  # noqa: E731
+        "urn": f"urn:pulumi:bench::gpucluster::{kind}::{name}", "type": kind,
+        "dependencies": [f"urn:pulumi:bench::gpucluster::command:remote:Command::{d}" for d in deps]}
+    state = [r("c-h1-leave"), r("c-h1-prepare", deps=["c-h1-leave"]), r("c-h1-burn-in", deps=["c-h1-prepare"]),
+             r("c-h2-prepare"), r("c-storage-h2", deps=["c-h2-prepare"]), r("ns", kind="kubernetes:core/v1:Namespace")]
+    assert modelled_s("c-storage-oss-001") > modelled_s("c-storage-gpu-00001") > 0
+    assert critical_path_s(state) == seconds["-leave"] + seconds["-prepare"] + seconds["-burn-in"]

@@ -116,9 +116,38 @@ class EchoProvider(Plugin):
         return provider_pb2.ConstructResponse(urn=urn)
 
 
-def serve(plugin: Plugin) -> tuple[grpc.Server, int]:
-    """A stand-in plugin on a port of its own, for PULUMI_DEBUG_PROVIDERS."""
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=32))
+class Engine:
+    """The real CLI on one project copy, with its own home and file backend, attached to the stand-ins."""
+
+    def __init__(self, tools: Path, work: Path, project: Path, attach: dict[str, int]):
+        self.tools, self.project = tools, project
+        self.log: list[tuple[tuple[str, ...], int, str]] = []
+        self.logs = work / "pulumi-output"
+        self.env = {**os.environ, "PATH": f"{tools}:{os.environ['PATH']}", "PULUMI_HOME": str(work / "home"),
+                    "PULUMI_BACKEND_URL": f"file://{work / 'state'}", "PULUMI_CONFIG_PASSPHRASE": "engine-test",
+                    "PULUMI_SKIP_UPDATE_CHECK": "1", "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
+                    # the v3.78 host ignores Pulumi.yaml's virtualenv (../shared/reference/engine.md)
+                    "PULUMI_PYTHON_CMD": sys.executable,
+                    "PULUMI_DEBUG_PROVIDERS": ",".join(f"{n}:{p}" for n, p in attach.items())}
+        (work / "state").mkdir()
+
+    def __call__(self, *args: str, input: str | None = None, ok: bool = True, timeout_s: float = 1500,
+                 cwd: Path | None = None) -> str:
+        done = subprocess.run([str(self.tools / "pulumi"), *args, "--non-interactive", "--color", "never"],
+                              cwd=cwd or self.project, env=self.env, input=input, capture_output=True, text=True,
+                              timeout=timeout_s)
+        out = done.stdout + done.stderr
+        self.log.append((args, done.returncode, out))
+        self.logs.mkdir(exist_ok=True)       # every command's output, kept with the test's files
+        (self.logs / f"{len(self.log):02d}-{'-'.join(a.lstrip('-') for a in args[:2])}.txt").write_text(out)
+        assert (done.returncode == 0) == ok, f"pulumi {' '.join(args)} exited {done.returncode}:\n{out[-20000:]}"
+        return out
+
+
+def serve(plugin: Plugin, workers: int = 32) -> tuple[grpc.Server, int]:
+    """A stand-in plugin on a port of its own, for PULUMI_DEBUG_PROVIDERS; `workers`: the calls it serves at
+    once."""
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers))
     provider_pb2_grpc.add_ResourceProviderServicer_to_server(plugin, server)
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()

@@ -53,7 +53,7 @@ from tests.realssh.test_fabric_scripts import mtu
 from .commands import CommandProvider
 from .conftest import Cluster, wait_for
 from .controlplane import ControlPlane, ControlPlaneError, missing_tools
-from .engine import PLUGINS, serve, serve_echo
+from .engine import PLUGINS, Engine, serve, serve_echo
 from .stack import PINNED_CRDS, SHARED_CRDS, StackPlan, external_crds, kwok_nodes, plan_stack
 
 pytestmark = pytest.mark.e2e
@@ -80,34 +80,6 @@ def _missing() -> str | None:
     if missing_tools():
         return f"control-plane tools missing ({', '.join(missing_tools())}): `make e2e-tools`"
     return unavailable()
-
-
-class Engine:
-    """The real CLI on one project copy, with its own home and file backend, attached to the stand-ins."""
-
-    def __init__(self, work: Path, project: Path, attach: dict[str, int]):
-        self.project = project
-        self.log: list[tuple[tuple[str, ...], int, str]] = []
-        self.logs = work / "pulumi-output"
-        self.env = {**os.environ, "PATH": f"{TOOLS}:{os.environ['PATH']}", "PULUMI_HOME": str(work / "home"),
-                    "PULUMI_BACKEND_URL": f"file://{work / 'state'}", "PULUMI_CONFIG_PASSPHRASE": "engine-test",
-                    "PULUMI_SKIP_UPDATE_CHECK": "1", "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
-                    # the v3.78 host ignores Pulumi.yaml's virtualenv (../shared/reference/engine.md)
-                    "PULUMI_PYTHON_CMD": sys.executable,
-                    "PULUMI_DEBUG_PROVIDERS": ",".join(f"{n}:{p}" for n, p in attach.items())}
-        (work / "state").mkdir()
-
-    def __call__(self, *args: str, input: str | None = None, ok: bool = True, timeout_s: float = 1500,
-                 cwd: Path | None = None) -> str:
-        done = subprocess.run([str(TOOLS / "pulumi"), *args, "--non-interactive", "--color", "never"],
-                              cwd=cwd or self.project, env=self.env, input=input, capture_output=True, text=True,
-                              timeout=timeout_s)
-        out = done.stdout + done.stderr
-        self.log.append((args, done.returncode, out))
-        self.logs.mkdir(exist_ok=True)       # every command's output, kept with the test's files
-        (self.logs / f"{len(self.log):02d}-{'-'.join(a.lstrip('-') for a in args[:2])}.txt").write_text(out)
-        assert (done.returncode == 0) == ok, f"pulumi {' '.join(args)} exited {done.returncode}:\n{out[-20000:]}"
-        return out
 
 
 def engine_spec(spec: dict[str, Any], hosts: TestHosts, devices: dict[str, str],
@@ -300,7 +272,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         servers.append(server)
         random_server, random_port, _ = serve_echo(PLUGINS["random"])
         servers.append(random_server)
-        engine = Engine(work, project, {"command": port, "random": random_port})
+        engine = Engine(TOOLS, work, project, {"command": port, "random": random_port})
         engine("stack", "init", "dev")
         engine("config", "set", "--secret", "sshPrivateKey", input=hosts.client_key.read_text())
         engine("config", "set", "--secret", "kubernetes:kubeconfig", input=cp.kubeconfig.read_text())

@@ -1,0 +1,238 @@
+"""`make bench-apply`: `pulumi up` of the synthetic clusters under the real engine, against its critical path.
+
+The engine, its Python language host and the program are the real ones (`make engine-e2e` builds them); what
+would touch machines stands in, as fast as it can or as slow as the model says:
+- every command (`command:remote:Command`, `command:local:Command`) sleeps its modelled duration (MODEL, each
+  figure with its source, scaled by --scale: 1/60 by default, a modelled minute a second) and prints nothing;
+- Kubernetes and random answer at once with their inputs (the echo provider of the engine tests): the apiserver's
+  own time is not the subject here (bench/kueue_burst.py measures admission);
+- a file backend in a fresh folder, as a self-managed site runs it.
+
+For each size it prints the first apply's wall time, the critical path (the longest chain of modelled durations
+through the state's dependencies, scaled the same way) and their ratio, the engine's CPU time and peak memory
+(the CLI, the language host and the program), the state's size and the bytes the engine wrote to the backend;
+then a preview with no changes against the offline plan's time. `python bench/apply.py 16 128` runs chosen sizes;
+results land in bench/apply-results.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from specs import synthetic, to_yaml  # noqa: E402
+from tests.e2e.commands import CommandProvider  # noqa: E402
+from tests.e2e.engine import PLUGINS, Engine, serve, serve_echo  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+TOOLS = Path(os.environ.get("GPUCLUSTER_E2E_TOOLS", ROOT / ".e2e")) / "bin"
+
+# Modelled duration of a command's create, in seconds, by the end of its resource name; the first match wins.
+# Update and delete take the same. Sources, where there is one; the rest are stated assumptions.
+MODEL: tuple[tuple[str, float, str], ...] = (
+    ("-prepare", 300, "assumed: apt installs of the pinned driver stack and DOCA-OFED with DKMS builds, tuning"),
+    ("-burn-in", 180, "dcgmi diag -r 2, 'approximately two minutes' (NVIDIA DCGM, dcgmi diag reference), "
+                      "then one host's all_reduce_perf sweep (assumed 60 s)"),
+    ("-roll", 5, "assumed: a first apply owes nothing, the roll checks and exits"),
+    ("-drain", 2, "assumed: kubectl finds nothing to drain on a first apply"),
+    ("-uncordon", 2, "assumed: one kubectl call"),
+    ("-leave", 2, "assumed: records the host's pool"),
+    ("-deregister", 0, "acts on delete only"),
+    ("-retire", 0, "acts on delete only"),
+    ("-rollout", 1, "assumed: the pool's report, one local call"),
+    ("-dirs", 10, "assumed: mkdir, lfs setstripe and setquota per tenant"),
+)
+STORAGE_SERVER_S = (120, "assumed: mkfs.lustre of two RAID-6 OSTs and their first mount")
+STORAGE_CLIENT_S = (60, "assumed: LNet up and the first mount")
+OTHER_S = (20, "assumed: any other SSH step (a switch, a subnet manager alone)")
+
+
+def modelled_s(name: str) -> float:
+    for suffix, seconds, _ in MODEL:
+        if name.endswith(suffix):
+            return seconds
+    if "-storage-" in name:
+        return (STORAGE_SERVER_S if name.rsplit("-storage-", 1)[1].startswith(("mds-", "oss-")) else STORAGE_CLIENT_S)[0]
+    return OTHER_S[0]
+
+
+class SleepingCommands(CommandProvider):
+    """pulumi-command's contract (tests/e2e/commands.py), each command slept for its modelled duration."""
+
+    def __init__(self, version: str, workdir: Path, scale: float):
+        super().__init__(version, workdir)
+        self.scale = scale
+        self.busy = self.peak = 0
+        self.lock = threading.Lock()
+
+    def _run(self, context, op, urn, inputs, command, previous):
+        if command is None:
+            return "", ""
+        name = urn.rsplit("::", 1)[-1]
+        with self.lock:
+            self.runs.append((op, name))
+            self.busy += 1
+            self.peak = max(self.peak, self.busy)
+        try:
+            time.sleep(modelled_s(name) * self.scale)
+        finally:
+            with self.lock:
+                self.busy -= 1
+        return "", ""
+
+
+def critical_path_s(state: list[dict]) -> float:
+    """The longest chain of modelled durations through the state's dependencies (a component costs nothing:
+    the engine does not wait for one before its children)."""
+    by_urn = {r["urn"]: r for r in state}
+    done: dict[str, float] = {}
+
+    def finish(urn: str) -> float:
+        if urn not in done:
+            r = by_urn[urn]
+            start = max((finish(d) for d in r.get("dependencies", []) if d in by_urn), default=0.0)
+            own = modelled_s(urn.rsplit("::", 1)[-1]) if r["type"].startswith("command:") else 0.0
+            done[urn] = start + own
+        return done[urn]
+
+    sys.setrecursionlimit(max(10000, 4 * len(state)))
+    return max((finish(u) for u in by_urn), default=0.0)
+
+
+class WriteMeter:
+    """The bytes a process tree has written to storage (/proc/PID/io write_bytes, counted when pages are
+    dirtied), sampled until it exits."""
+
+    def __init__(self):
+        self.bytes = 0
+        self._stop = threading.Event()
+
+    def watch(self, pid: int) -> None:
+        seen: dict[int, int] = {}
+
+        def loop() -> None:
+            while not self._stop.is_set():
+                for p in _tree(pid):
+                    try:
+                        line = next(x for x in Path(f"/proc/{p}/io").read_text().splitlines()
+                                    if x.startswith("write_bytes:"))
+                        seen[p] = max(seen.get(p, 0), int(line.split()[1]))
+                    except (OSError, StopIteration):
+                        pass
+                self.bytes = sum(seen.values())
+                time.sleep(0.2)
+        threading.Thread(target=loop, daemon=True).start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+def _tree(pid: int) -> list[int]:
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        try:
+            todo += [int(c) for t in Path(f"/proc/{p}/task").iterdir()
+                     for c in (Path(t) / "children").read_text().split()]
+        except OSError:
+            pass
+    return out
+
+
+def timed(engine: Engine, *args: str) -> dict:
+    """One engine command: wall and CPU seconds and peak memory of its process tree (os.wait4: the CLI with the
+    language host and program it waited for), and the bytes they wrote."""
+    meter = WriteMeter()
+    with tempfile.TemporaryFile("w+") as out:
+        start = time.monotonic()
+        proc = subprocess.Popen([str(engine.tools / "pulumi"), *args, "--non-interactive", "--color", "never"],
+                                cwd=engine.project, env=engine.env, stdout=out, stderr=subprocess.STDOUT, text=True)
+        meter.watch(proc.pid)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.monotonic() - start
+        meter.stop()
+        if os.waitstatus_to_exitcode(status) != 0:
+            out.seek(0)
+            raise SystemExit(f"pulumi {' '.join(args)} failed:\n{out.read()[-5000:]}")
+    return {"wall_s": round(wall, 1), "cpu_s": round(usage.ru_utime + usage.ru_stime, 1),
+            "peak_mib": round(usage.ru_maxrss / 1024), "written_mib": round(meter.bytes / 2**20, 1)}
+
+
+def run_size(nodes: int, work: Path, scale: float, parallel: int, skip_checkpoints: bool) -> dict:
+    project = work / "project"
+    (project / "stacks").mkdir(parents=True)
+    for name in ("Pulumi.yaml", "__main__.py"):
+        shutil.copy(ROOT / name, project / name)
+    (project / "stacks" / "bench.yaml").write_text(to_yaml(synthetic(nodes)))
+    start = time.monotonic()
+    subprocess.run([sys.executable, "-m", "components", "plan", str(project / "stacks" / "bench.yaml"),
+                    "--out", str(work / "plan")], cwd=ROOT, check=True, capture_output=True)
+    plan_s = time.monotonic() - start
+    commands = SleepingCommands(PLUGINS["command"], project, scale)
+    servers = []
+    try:
+        server, port = serve(commands, workers=8192)
+        servers.append(server)
+        attach = {"command": port}
+        for plugin in ("kubernetes", "random"):
+            server, port, _ = serve_echo(PLUGINS[plugin])
+            servers.append(server)
+            attach[plugin] = port
+        engine = Engine(TOOLS, work, project, attach)
+        if skip_checkpoints:         # the engine writes the state once at the end, not at every step
+            engine.env["PULUMI_SKIP_CHECKPOINTS"] = "true"
+        engine("stack", "init", "bench")
+        engine("config", "set", "--secret", "sshPrivateKey", input="-----BEGIN OPENSSH PRIVATE KEY-----\nbench\n")
+        engine("config", "set", "--secret", "kubernetes:kubeconfig", input="apiVersion: v1\nkind: Config\n")
+        up = timed(engine, "up", "--yes", "--skip-preview", "--parallel", str(parallel))
+        backend = next((work / "state").rglob("bench.json"))           # the file backend's checkpoint
+        state = json.loads(backend.read_text())["checkpoint"]["latest"]["resources"]
+        preview = timed(engine, "preview", "--expect-no-changes", "--parallel", str(parallel))
+    finally:
+        for s in servers:
+            s.stop(0)
+    path = critical_path_s(state) * scale
+    hosts = nodes
+    return {"nodes": nodes, "resources": len(state), "parallel": parallel, "scale": scale,
+            "skip_checkpoints": skip_checkpoints,
+            "up": up, "critical_path_s": round(path, 1), "up_over_path": round(up["wall_s"] / path, 2) if path else None,
+            "commands_at_once": commands.peak, "state_mib": round(backend.stat().st_size / 2**20, 1),
+            "state_kib_per_host": round(backend.stat().st_size / 1024 / hosts, 1),
+            "preview": preview, "offline_plan_s": round(plan_s, 1),
+            "preview_over_plan": round(preview["wall_s"] / plan_s, 2)}
+
+
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("sizes", nargs="*", type=int, default=[16, 128, 512, 2048])
+    parser.add_argument("--scale", type=float, default=1 / 60, help="seconds slept per modelled second")
+    parser.add_argument("--parallel", type=int, default=0,
+                        help="the engine's --parallel (0: one per resource the plan holds, no limit)")
+    parser.add_argument("--skip-checkpoints", action="store_true",
+                        help="PULUMI_SKIP_CHECKPOINTS: no state written between steps (no crash safety)")
+    args = parser.parse_args(argv)
+    missing = [t for t in ("pulumi", "pulumi-language-python", "pulumi-language-python-exec") if not (TOOLS / t).exists()]
+    if missing:
+        raise SystemExit(f"bench/apply.py: {', '.join(missing)} not built in {TOOLS}: run `make engine-e2e` first")
+    rows = []
+    for nodes in args.sizes:
+        with tempfile.TemporaryDirectory(prefix=f"apply{nodes}-") as tmp:
+            row = run_size(nodes, Path(tmp), args.scale, args.parallel or 100_000, args.skip_checkpoints)
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    (Path(__file__).parent / "apply-results.json").write_text(json.dumps(rows, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
