@@ -62,7 +62,8 @@ def modelled_s(name: str) -> float:
         if name.endswith(suffix):
             return seconds
     if "-storage-" in name:
-        return (STORAGE_SERVER_S if name.rsplit("-storage-", 1)[1].startswith(("mds-", "oss-")) else STORAGE_CLIENT_S)[0]
+        server = name.rsplit("-storage-", 1)[1].startswith(("mds-", "oss-"))
+        return (STORAGE_SERVER_S if server else STORAGE_CLIENT_S)[0]
     return OTHER_S[0]
 
 
@@ -110,11 +111,12 @@ def critical_path_s(state: list[dict]) -> float:
 
 
 class WriteMeter:
-    """The bytes a process tree has written to storage (/proc/PID/io write_bytes, counted when pages are
-    dirtied), sampled until it exits."""
+    """What a process tree wrote to storage (/proc/PID/io write_bytes, counted when pages are dirtied) and each
+    of its programs' peak memory (VmHWM), sampled until it exits."""
 
     def __init__(self):
         self.bytes = 0
+        self.peaks: dict[str, int] = {}          # program name -> peak resident KiB
         self._stop = threading.Event()
 
     def watch(self, pid: int) -> None:
@@ -124,11 +126,13 @@ class WriteMeter:
             while not self._stop.is_set():
                 for p in _tree(pid):
                     try:
-                        line = next(x for x in Path(f"/proc/{p}/io").read_text().splitlines()
-                                    if x.startswith("write_bytes:"))
-                        seen[p] = max(seen.get(p, 0), int(line.split()[1]))
-                    except (OSError, StopIteration):
-                        pass
+                        io = dict(x.split(":", 1) for x in Path(f"/proc/{p}/io").read_text().splitlines())
+                        status = dict(x.split(":", 1) for x in Path(f"/proc/{p}/status").read_text().splitlines())
+                    except OSError:
+                        continue
+                    seen[p] = max(seen.get(p, 0), int(io["write_bytes"]))
+                    name = status["Name"].strip()
+                    self.peaks[name] = max(self.peaks.get(name, 0), int(status.get("VmHWM", "0 kB").split()[0]))
                 self.bytes = sum(seen.values())
                 time.sleep(0.2)
         threading.Thread(target=loop, daemon=True).start()
@@ -166,7 +170,8 @@ def timed(engine: Engine, *args: str) -> dict:
             out.seek(0)
             raise SystemExit(f"pulumi {' '.join(args)} failed:\n{out.read()[-5000:]}")
     return {"wall_s": round(wall, 1), "cpu_s": round(usage.ru_utime + usage.ru_stime, 1),
-            "peak_mib": round(usage.ru_maxrss / 1024), "written_mib": round(meter.bytes / 2**20, 1)}
+            "peak_mib": round(usage.ru_maxrss / 1024), "written_mib": round(meter.bytes / 2**20, 1),
+            "peak_mib_by_program": {k: round(v / 1024) for k, v in sorted(meter.peaks.items()) if v > 10240}}
 
 
 def run_size(nodes: int, work: Path, scale: float, parallel: int, skip_checkpoints: bool) -> dict:
@@ -206,7 +211,8 @@ def run_size(nodes: int, work: Path, scale: float, parallel: int, skip_checkpoin
     hosts = nodes
     return {"nodes": nodes, "resources": len(state), "parallel": parallel, "scale": scale,
             "skip_checkpoints": skip_checkpoints,
-            "up": up, "critical_path_s": round(path, 1), "up_over_path": round(up["wall_s"] / path, 2) if path else None,
+            "up": up, "critical_path_s": round(path, 1),
+            "up_over_path": round(up["wall_s"] / path, 2) if path else None,
             "commands_at_once": commands.peak, "state_mib": round(backend.stat().st_size / 2**20, 1),
             "state_kib_per_host": round(backend.stat().st_size / 1024 / hosts, 1),
             "preview": preview, "offline_plan_s": round(plan_s, 1),
@@ -222,7 +228,8 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--skip-checkpoints", action="store_true",
                         help="PULUMI_SKIP_CHECKPOINTS: no state written between steps (no crash safety)")
     args = parser.parse_args(argv)
-    missing = [t for t in ("pulumi", "pulumi-language-python", "pulumi-language-python-exec") if not (TOOLS / t).exists()]
+    missing = [t for t in ("pulumi", "pulumi-language-python", "pulumi-language-python-exec")
+               if not (TOOLS / t).exists()]
     if missing:
         raise SystemExit(f"bench/apply.py: {', '.join(missing)} not built in {TOOLS}: run `make engine-e2e` first")
     rows = []

@@ -589,7 +589,8 @@ def _destroy(w: World, plan: StackPlan) -> None:
 
 
 @contextmanager
-def applied(w: World, stack: str, work: Path, mirror: Path | None = None) -> Iterator[tuple[dict[str, Any], TestHosts, StackPlan]]:
+def applied(w: World, stack: str, work: Path,
+            mirror: Path | None = None) -> Iterator[tuple[dict[str, Any], TestHosts, StackPlan]]:
     """`stack`'s own machines (after dev is gone, on the same control plane), its spec on them, its nodes
     registered and `pulumi up` run for it: every planned create ran once and every plan object is applied.
     Yields its spec, hosts and offline plan; dev is the selected stack again after."""
@@ -629,9 +630,10 @@ def test_staging_on_eight_rails_two_leaves_and_beegfs_8_applies_then_leaves_noth
     w = world
     with applied(w, "staging", tmp_path) as (spec, hosts, plan):
         gpu_hosts = [h["hostname"] for p in spec["node_pools"] for h in p["hosts"]]
+        rails = [n["interface"] for n in spec["node_pools"][0]["nics"]]
         for name in gpu_hosts:                  # every rail's real interface at the fabric's MTU
-            assert {n["interface"]: mtu(hosts, hosts.hosts[name], n["interface"]) for n in spec["node_pools"][0]["nics"]} \
-                == {n["interface"]: spec["fabric"]["mtu_bytes"] for n in spec["node_pools"][0]["nics"]}, name
+            assert {i: mtu(hosts, hosts.hosts[name], i) for i in rails} == \
+                dict.fromkeys(rails, spec["fabric"]["mtu_bytes"]), name
         for leaf in spec["fabric"]["switches"]:
             config = json.loads(hosts.hosts[leaf["name"]].read(SWITCH_STATE))
             assert config["running"] and config["saved"] == config["running"], leaf["name"]
@@ -658,7 +660,8 @@ def test_prod_on_infiniband_with_its_subnet_managers_lustre_over_o2ib_and_a_pinn
     after, destroy."""
     w = world
     software = yaml.safe_load((ROOT / "stacks" / "prod.yaml").read_text())["node_pools"][0]["software"]
-    mirror = None if "prod" not in STACKS else driver_repo(tmp_path / "mirror", [software["driver_version"]], [f"{software['doca_ofed_version']}-0.1.8"])
+    mirror = None if "prod" not in STACKS else driver_repo(
+        tmp_path / "mirror", [software["driver_version"]], [f"{software['doca_ofed_version']}-0.1.8"])
     with applied(w, "prod", tmp_path / "site", mirror) as (spec, hosts, plan):
         pool = spec["node_pools"][0]
         gpu_hosts = [h["hostname"] for h in pool["hosts"]]
