@@ -45,17 +45,17 @@ e2e-tools:
 	e2e/build-tools.sh $(E2E)
 
 # The engine's tests are engine-e2e's alone (they would run here too, twice in CI, wherever the engine is built).
+ENGINE_TESTS := tests/e2e/test_engine.py tests/e2e/test_engine_python.py
 e2e: $(STAMP) e2e-tools
 	GPUCLUSTER_E2E=1 GPUCLUSTER_E2E_TOOLS=$(abspath $(E2E)) $(BIN)/python -m pytest -q -m e2e tests/e2e \
-	  --ignore=tests/e2e/test_engine.py --ignore=tests/e2e/test_engine_python.py
+	  $(addprefix --ignore=,$(ENGINE_TESTS))
 
 # The real Pulumi engine (the CLI, its YAML and Python language hosts and the Kubernetes provider, from Go
 # modules) runs the YAML examples against the component provider, and the project's own program for each
 # environment against the control plane and the SSH test hosts (GPUCLUSTER_ENGINE_STACKS=dev: dev's alone).
 engine-e2e: $(STAMP) e2e-tools
 	e2e/build-tools.sh $(E2E) engine
-	GPUCLUSTER_ENGINE_E2E=1 GPUCLUSTER_E2E_TOOLS=$(abspath $(E2E)) $(BIN)/python -m pytest -q -m e2e \
-	  tests/e2e/test_engine.py tests/e2e/test_engine_python.py
+	GPUCLUSTER_ENGINE_E2E=1 GPUCLUSTER_E2E_TOOLS=$(abspath $(E2E)) $(BIN)/python -m pytest -q -m e2e $(ENGINE_TESTS)
 
 # Scale: plan time, memory, graph shape and blast radius from 16 to 2,048 nodes against Pulumi's floor
 # (about an hour on 2 cores at full size; `$(BIN)/python bench/bench.py 16 128` for a quick look).

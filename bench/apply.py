@@ -93,21 +93,15 @@ class SleepingCommands(CommandProvider):
 
 
 def critical_path_s(state: list[dict]) -> float:
-    """The longest chain of modelled durations through the state's dependencies (a component costs nothing:
-    the engine does not wait for one before its children)."""
-    by_urn = {r["urn"]: r for r in state}
-    done: dict[str, float] = {}
-
-    def finish(urn: str) -> float:
-        if urn not in done:
-            r = by_urn[urn]
-            start = max((finish(d) for d in r.get("dependencies", []) if d in by_urn), default=0.0)
-            own = modelled_s(urn.rsplit("::", 1)[-1]) if r["type"].startswith("command:") else 0.0
-            done[urn] = start + own
-        return done[urn]
-
-    sys.setrecursionlimit(max(10000, 4 * len(state)))
-    return max((finish(u) for u in by_urn), default=0.0)
+    """The longest chain of modelled durations through the state's dependencies, in one pass: the engine keeps
+    every resource after its dependencies. A component costs nothing (the engine does not wait for one before
+    its children)."""
+    finish: dict[str, float] = {}
+    for r in state:
+        start = max((finish[d] for d in r.get("dependencies", []) if d in finish), default=0.0)
+        own = modelled_s(r["urn"].rsplit("::", 1)[-1]) if r["type"].startswith("command:") else 0.0
+        finish[r["urn"]] = start + own
+    return max(finish.values(), default=0.0)
 
 
 class WriteMeter:

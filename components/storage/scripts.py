@@ -547,9 +547,9 @@ def render_directories(spec: ClusterSpec, layout: Layout, hostname: str) -> Scri
         items.append((f"tenant {ns}: group {qid}, {gib} GiB{'' if quotas else ' (no quota)'}", cmds))
     state = f"{STATE_DIR}/{layout.kind}-{layout.fs_name}-dirs"
     # the filesystem's own CLI, which the client step installs: named if it is missing, before any change
-    tool = ("lfs", "lustre-client-utils or lustre-client") if lustre else \
+    cli, package = ("lfs", "lustre-client-utils or lustre-client") if lustre else \
         ("beegfs", "beegfs-tools") if layout.version == "8" else ("beegfs-ctl", "beegfs-utils")
-    parts = [call("need", tool[0], f"install {tool[1]}") + "\n" + fill(r"""need timeout "install coreutils"
+    parts = [call("need", cli, f"install {package}") + "\n" + fill(r"""need timeout "install coreutils"
 # bounded COMMAND...: COMMAND, stopped and reported when the filesystem does not answer in time.
 bounded() {
   local rc=0

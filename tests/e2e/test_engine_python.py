@@ -149,7 +149,7 @@ def site(hosts: TestHosts, spec: dict[str, Any], work: Path, loops: list[str]) -
         h = hosts.hosts[server.hostname]
         storage_host(h, beegfs, nid=f"{server.data_address or h.address}@{net}")
         if server.data_address and storage.get("server_interface"):       # the site's addressing
-            subprocess.run(["ip", "netns", "exec", hosts.hosts[server.hostname].netns, "ip", "addr", "add",
+            subprocess.run(["ip", "netns", "exec", h.netns, "ip", "addr", "add",
                             f"{server.data_address}/24", "dev", storage["server_interface"]], check=True)
     if storage["kind"] == "beegfs":
         for server in servers:             # the servers' packages are installed, the licence in place
