@@ -288,6 +288,18 @@ def clean(cluster: Cluster) -> Iterator[Cluster]:
     cluster.clean()
 
 
+ONE_STACK = "dev"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A `one_stack` test runs on dev's cluster alone: the scripts it runs are the same for every stack's pools,
+    and its minutes are CI's (skipped before its fixtures start a job)."""
+    for item in items:
+        stack = getattr(getattr(item, "callspec", None), "params", {}).get("cluster")
+        if item.get_closest_marker("one_stack") and stack not in (None, ONE_STACK):
+            item.add_marker(pytest.mark.skip(reason=f"the same on every stack: shown on {ONE_STACK}"))
+
+
 def pytest_report_header(config: pytest.Config) -> list[str]:
     missing = missing_tools()
     return [f"e2e control plane: {'tools missing: ' + ', '.join(missing) if missing else 'tools ready'}; "

@@ -1,6 +1,7 @@
 """The rollout's drain and uncordon steps, as pulumi runs them (bash, kubectl), against the real apiserver and
 controllers with tenants' jobs on KWOK nodes: evictions honour PodDisruptionBudgets, a drain that cannot finish
-leaves the node cordoned and tainted failed, and the node goes back to work exactly as it was."""
+leaves the node cordoned and tainted failed, and the node goes back to work exactly as it was. What depends on
+the stack (its pools' batches, Kueue's topology) runs on every stack; the scripts' own paths on dev alone."""
 
 from __future__ import annotations
 
@@ -154,14 +155,12 @@ def test_with_room_elsewhere_kueue_moves_a_drained_job_without_evicting_it(busy)
     assert host.hostname not in placement and pod["spec"]["nodeName"] in placement
 
 
+@pytest.mark.one_stack
 def test_with_nowhere_else_to_go_kueue_requeues_a_drained_job_and_admits_it_again(busy):
     """The pool's other hosts cordoned by a person: Kueue finds no node to replace the drained one, evicts the
     workload and queues it again (its quota freed); the drain does not wait on the evicted pod the suspended
     Job still tracks; once the host is given back, Kueue admits the job again and it runs there."""
     c, pool, host, job, home = busy
-    if c.plan.stack != "dev":
-        pytest.skip("Kueue's requeue is the same for every stack; shown on dev (the drain waits out the grace "
-                    "period and a minute)")
     others = [h.hostname for h in pool.hosts if h.hostname != host.hostname]
     for other in others:
         c.cp.kubectl("cordon", other)
@@ -184,6 +183,7 @@ def test_with_nowhere_else_to_go_kueue_requeues_a_drained_job_and_admits_it_agai
             c.cp.kubectl("uncordon", other)
 
 
+@pytest.mark.one_stack
 def test_nothing_owed_means_no_drain_even_on_a_busy_node(busy):
     c, pool, host, job, home = busy
     out = run_step(c, render_rollout(pool, host).drain, home, owed="")
@@ -192,6 +192,7 @@ def test_nothing_owed_means_no_drain_even_on_a_busy_node(busy):
     assert [p for p in c.pods(job) if p["spec"].get("nodeName") == host.hostname]
 
 
+@pytest.mark.one_stack
 def test_a_drain_a_disruption_budget_blocks_stops_the_rollout_with_the_node_cordoned_and_failed(busy):
     c, pool, host, job, home = busy
     pool = with_rollout(pool, failure_budget_hosts=0)      # prod lets one host fail and goes on (tested below)
@@ -224,6 +225,7 @@ def test_a_drain_a_disruption_budget_blocks_stops_the_rollout_with_the_node_cord
     assert not n["spec"].get("unschedulable") and rollout_taint(n) is None
 
 
+@pytest.mark.one_stack
 def test_a_node_a_person_cordoned_stays_cordoned_after_the_rollout(clean: Cluster, tmp_path: Path):
     g = a_grant(clean)
     host = g.pool.hosts[0]
@@ -244,6 +246,7 @@ def test_a_node_a_person_cordoned_stays_cordoned_after_the_rollout(clean: Cluste
         restore(clean, host.hostname)
 
 
+@pytest.mark.one_stack
 def test_a_host_that_is_not_a_node_is_not_drained_and_an_unreachable_cluster_is_named(clean: Cluster,
                                                                                        tmp_path: Path):
     pool = a_grant(clean).pool
@@ -259,6 +262,7 @@ def test_a_host_that_is_not_a_node_is_not_drained_and_an_unreachable_cluster_is_
     assert "apiVersion" not in out.stdout + out.stderr          # the kubeconfig is never printed
 
 
+@pytest.mark.one_stack
 def test_drain_and_uncordon_killed_anywhere_converge_on_the_next_run(clean: Cluster, tmp_path: Path):
     """Each step cut (SIGKILL of its shell) at every risky point and spread between, then run whole again, as the
     next pulumi up runs a step whose last run failed; judged on the Node the apiserver holds."""
@@ -404,6 +408,7 @@ def run_report(c: Cluster, pool: NodePool, home: Path) -> subprocess.CompletedPr
     return run_step(c, render_rollout_report(pool), home)
 
 
+@pytest.mark.one_stack
 @pytest.mark.parametrize("how", ["quarantined", "cordoned", "driver-upgrade"])
 def test_a_host_already_out_counts_against_max_unavailable_and_the_drain_waits_for_the_next_apply(
         clean: Cluster, tmp_path: Path, how: str):
@@ -460,6 +465,7 @@ def test_a_host_already_out_counts_against_max_unavailable_and_the_drain_waits_f
         restore(clean, host.hostname)
 
 
+@pytest.mark.one_stack
 def test_within_the_failure_budget_a_failed_host_stays_out_and_the_rollout_goes_on(busy):
     """A drain a disruption budget blocks, and a roll that failed, with `failure_budget_hosts: 1`: the first
     failure stays out (cordoned, tainted failed, pending) and its steps succeed, so the later batches go on;
@@ -509,6 +515,7 @@ def test_within_the_failure_budget_a_failed_host_stays_out_and_the_rollout_goes_
     assert run_report(c, pool, home).returncode == 0
 
 
+@pytest.mark.one_stack
 @pytest.mark.parametrize("step", ["drain", "uncordon", "retire", "deregister", "report"])
 def test_a_kubectl_step_pointed_at_another_cluster_changes_nothing_and_says_so(clean: Cluster, tmp_path: Path,
                                                                             step: str):
@@ -532,6 +539,7 @@ def test_a_kubectl_step_pointed_at_another_cluster_changes_nothing_and_says_so(c
     assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
 
 
+@pytest.mark.one_stack
 def test_a_drain_run_again_for_another_reason_than_a_new_preparation_drains_nothing(busy):
     """A new release changes the drain's script (or an input), so every host's drain runs again with the owed
     restarts its preparation once printed. Rolled for this preparation (the Node says so), or rolled before the
@@ -559,6 +567,7 @@ def test_a_drain_run_again_for_another_reason_than_a_new_preparation_drains_noth
     assert PENDING_ANNOTATION not in annotations(c, host.hostname)
 
 
+@pytest.mark.one_stack
 def test_a_host_whose_last_preparation_owed_nothing_is_drained_for_a_new_one_that_owes_a_restart(busy):
     """Its drain ran before (owing nothing, so the Node recorded no roll) for another preparation: not a host
     rolled before its Node recorded it, so the drain goes on (found by the real engine, issue 54: the first
@@ -576,6 +585,7 @@ def test_a_host_whose_last_preparation_owed_nothing_is_drained_for_a_new_one_tha
     assert annotations(c, host.hostname)[ROLLED_ANNOTATION] == "second-preparation"
 
 
+@pytest.mark.one_stack
 def test_a_multi_pod_job_its_budget_protects_survives_a_rollout_of_its_pool(clean: Cluster, tmp_path: Path):
     """A tenant's job with a pod per host (each asks for more than half a host's GPUs), a PodDisruptionBudget
     allowing one pod out. The
@@ -634,6 +644,7 @@ def test_a_multi_pod_job_its_budget_protects_survives_a_rollout_of_its_pool(clea
         restore(clean, host.hostname)
 
 
+@pytest.mark.one_stack
 def test_a_pod_kueue_fails_for_its_assigned_node_is_not_the_jobs_failure(busy):
     """What Kueue's node failure controller does to a replacement pod pinned to a node that cannot take it
     (TAS, the node drained or tainted): the pod Failed with the condition TerminatedByKueue
