@@ -2,7 +2,7 @@
 # Builds the real control plane for `make e2e` from Go modules only (the module proxy; no prebuilt downloads):
 # etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, KWOK, Kueue, the MPI operator,
 # node-problem-detector, helm and Slinky's slurm-operator, at the versions pinned in e2e/tools/*/go.mod, and
-# Slinky's charts from its module.
+# Slinky's charts from its module; and the Slurm release that operator talks to (e2e/build-slurm-root.sh).
 # A binary is rebuilt only when its wrapper module changed, so later runs take seconds.
 # Usage: e2e/build-tools.sh [OUT_DIR]   (default .e2e; binaries in OUT_DIR/bin; KWOK stages, the CRDs of Kueue,
 # the MPI operator and the Prometheus Operator beside)
@@ -97,6 +97,10 @@ if [[ ${2:-} == engine ]]; then
   exit 0
 fi
 
+# Slurm's daemons for the operator's rollout test (network bound: made while the binaries build).
+e2e/build-slurm-root.sh "$out" &
+slurm_root=$!
+
 k8s_version=$(sed -n 's/^require k8s.io\/kubernetes \(v[0-9.]*\)$/\1/p' "$tools/kubernetes/go.mod")
 IFS=. read -r k8s_major k8s_minor _ <<<"${k8s_version#v}"
 k8s_ld="-X k8s.io/component-base/version.gitVersion=$k8s_version -X k8s.io/component-base/version.gitMajor=$k8s_major"
@@ -156,4 +160,5 @@ cp "$prom_dir"/example/prometheus-operator-crd/monitoring.coreos.com_{servicemon
   "$out/prometheus-operator-crds/"
 chmod -R u+w "$out/prometheus-operator-crds"
 echo "$kueue_version" >"$out/kueue-crds/VERSION"
+wait "$slurm_root" || { echo "build-tools: the Slurm root was not made (e2e/build-slurm-root.sh)" >&2; exit 1; }
 echo "build-tools: ready in $out; build times and sizes in $log" >&2

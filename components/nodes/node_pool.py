@@ -58,6 +58,8 @@ class NodePoolArgs(SpecModel):
     system_namespaces: list[str] = Field(
         default_factory=lambda: ["kube-system"],
         description="Namespaces of node agents, whose pods do not stop a kubelet restart. Omitted: kube-system.")
+    slurm: bool = Field(False, description="Slinky runs Slurm on the pool (kubernetes.slurm.pools): the rollout's "
+                                           "drain gives Slurm its reason. Omitted: no.")
     fault_xids: list[int] = Field(
         default_factory=lambda: list(DEFAULT_FAULT_XIDS),
         description="XIDs since boot that stop a host's preparation and roll: the cluster's health monitor's "
@@ -73,7 +75,8 @@ class NodePoolArgs(SpecModel):
                    blocks=blocks, leaves=leaves,
                    host_driver=not (gpu_operator.enabled and gpu_operator.driver_managed),
                    system_namespaces=sorted(spec.agent_namespaces),
-                   fault_xids=sorted(set(spec.kubernetes.health.fault_xids)))
+                   fault_xids=sorted(set(spec.kubernetes.health.fault_xids)),
+                   slurm=pool.name in spec.kubernetes.slurm.pools)
 
     def target(self, host: Host) -> SshTarget:
         return SshTarget(host=host.address, user=host.ssh_user or self.ssh.user, port=host.ssh_port or self.ssh.port,
@@ -293,7 +296,7 @@ def _roll(component: Any, kube: Kube, key: str, args: NodePoolArgs, host: Host, 
     is owed. The roll hears the drain's outcome; the uncordon, the roll's failure."""
     prepared = digest(script)
     env = {"GPUCLUSTER_OWED": prepare.stdout.apply(owed_restarts), "GPUCLUSTER_ROLL": prepared}
-    scripts = render_rollout(args.pool, host)
+    scripts = render_rollout(args.pool, host, slurm=args.slurm)
     pending = live.metadata.apply(lambda m: annotation(m, PENDING_ANNOTATION))
     drain = _kubectl(component, kube, f"{key}-drain", scripts.drain, None, [patch, *after],
                      {**env, "GPUCLUSTER_PENDING": pending}, previous_output=True)

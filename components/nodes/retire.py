@@ -24,7 +24,8 @@ from ..ssh import Script
 from ..spec import Host, NodePool
 from ..k8s.labels import POOL_LABEL
 from .host_prep import render_busy
-from .rollout import TAKE_OUT, CORDONED_BEFORE_ANNOTATION, KUBECTL, ROLLOUT_ANNOTATION, ROLLOUT_TAINT
+from .rollout import (TAKE_OUT, CORDONED_BEFORE_ANNOTATION, KUBECTL, ROLLOUT_ANNOTATION, ROLLOUT_TAINT,
+                      SLURM_REASON_ANNOTATION)
 
 POOL_FILE = "/var/lib/gpucluster/pool"      # the pool whose preparation the host carries
 LEFT_FILE = "/var/lib/gpucluster/left"      # kubelet was disabled by a retirement (a re-added host enables it)
@@ -126,7 +127,7 @@ def render_retirement(pool: NodePool, host: Host, system_namespaces: Sequence[st
     """The host's retirement steps. The kubectl ones read GPUCLUSTER_CLUSTER, GPUCLUSTER_CONTEXT (optional) and the
     kubeconfig on standard input (optional), as the rollout's do. `system_namespaces`: pods there are node agents, not work."""
     names = {"ANNOTATION": ROLLOUT_ANNOTATION, "CORDONED_BEFORE": CORDONED_BEFORE_ANNOTATION,
-             "TAINT": ROLLOUT_TAINT, "POOL": pool.name}
+             "TAINT": ROLLOUT_TAINT, "POOL": pool.name, "SLURM_REASON": SLURM_REASON_ANNOTATION}
     guard = fill(_NODE_GUARD.replace("@POOL_LABEL@", POOL_LABEL.replace(".", "\\.")), POOL=pool.name)
     title = f"({pool.name}: the host left the spec; run by pulumi with kubectl)"
     timeout = pool.rollout.drain_timeout_s

@@ -13,7 +13,9 @@ room under max_unavailable, and is deferred otherwise. A host whose drain or rol
 `gpucluster.io/rollout=failed`); within `rollout.failure_budget_hosts` the later batches go on, past it they
 wait. `<pool>-rollout`, last, names the hosts deferred or failed and fails the apply while there are any; the
 next apply tries exactly those again (the live Node's pending mark is an input of their drain). A host with
-nothing owed, or already rolled for this preparation, passes through all three without a drain.
+nothing owed, or already rolled for this preparation, passes through all three without a drain. On a Slurm pool
+the drain gives Slinky its reason with the cordon and evicts nothing until Slinky reports the Slurm node drained
+with no job on it.
 """
 
 from __future__ import annotations
@@ -41,6 +43,10 @@ ROLLED_ANNOTATION = "gpucluster.io/rolled"
 # The library's taints that keep a host out of service whatever their effect (NoExecute ones of others count too).
 OUT_OF_SERVICE_TAINTS = (BURN_IN_TAINT, QUARANTINE_TAINT, RESET_TAINT)
 DEFERRED, FAILED = "rollout deferred", "rollout failed"     # the drain's outcome lines, besides a drain
+# Slinky's operator drains the Slurm node of a cordoned Node's slurmd pod, with this annotation's value as the
+# reason (slurm-operator v1.1.0 api/v1beta1/well_known.go); it undrains it once the Node is uncordoned.
+SLURM_REASON_ANNOTATION = "nodeset.slinky.slurm.net/node-cordon-reason"
+SLURM_POD_LABEL = "nodeset.slinky.slurm.net/pod-hostname"     # on each slurmd pod: the Slurm node it registers as
 # The GPU Operator's driver upgrade (NVIDIA k8s-operator-libs, pkg/upgrade/consts.go): the states in which its
 # upgrade controller has a node out of service or is about to.
 UPGRADE_STATE_LABEL = "nvidia.com/gpu-driver-upgrade-state"
@@ -173,6 +179,7 @@ has_taint() {
 
 # The pool's view, for the room a drain may take and the failures the rollout may go past.
 _POOL = r"""
+SLURM_REASON_PREFIX="gpucluster rollout: "      # how the drain's reason for Slurm begins
 # pool_nodes: a line per Node of the pool: name, unschedulable, claim, driver upgrade state, taints
 # (key=value:effect ...), Ready.
 pool_nodes() {
@@ -235,6 +242,38 @@ if [[ -z "$owed_units" ]]; then
   exit 0
 fi
 roll="${GPUCLUSTER_ROLL:-}" value=in-progress failed=failed why="restart $owed_units"
+slurm=@SLURM@
+if [[ "$slurm" == true ]]; then
+  # A Slurm pool: the cordon makes Slinky drain the Slurm node, with this reason (no new job starts there;
+  # running ones go on).
+  slurm_reason="$SLURM_REASON_PREFIX$why (preparation ${roll:-none})"
+fi
+# slurm_drained: returns once Slinky reports the Slurm node of this host's slurmd pod drained (or down) with no
+# job on it, read from the pod's SlurmNodeState conditions, which Slinky sets from slurmrestd after it has acted
+# on the cordon; gives the host up past the pool's bound. Its disruption budget alone is not enough: it marks a
+# busy pod only on its next pass, up to a minute after a job starts, and an eviction before that kills the job.
+slurm_drained() {
+  local deadline=$((SECONDS + @TIMEOUT@)) out states=""
+  while :; do
+    out="$("${kc[@]}" get pods -A --field-selector "spec.nodeName=$HOST" -l @SLURM_POD_LABEL@ -o 'jsonpath={range .items[*]}{.metadata.namespace}/{.metadata.name}{"\t"}{range .status.conditions[?(@.status=="True")]}{.type} {end}{"\n"}{end}' 2>&1)" \
+      || fail "kubectl cannot list the slurmd pod on $HOST: $out"
+    if [[ -z "$out" ]]; then
+      note "no slurmd pod here: no Slurm job to wait for"
+      return 0
+    fi
+    # the Slurm states Slinky copied onto the pod (SlurmNodeState<State> conditions), as " Mixed Drain "
+    states=" $(printf '%s\n' "$out" | cut -f2 | tr ' ' '\n' | sed -n 's/^SlurmNodeState//p' | tr '\n' ' ')"
+    if [[ "$states" != *" Allocated "* && "$states" != *" Mixed "* && "$states" != *" Completing "* \
+          && ( "$states" == *" Down "* || ( "$states" == *" Drain "* && "$states" != *" Undrain "* ) ) ]]; then
+      note "Slurm drained it: no job runs there ($(printf '%s\n' "$out" | cut -f1 | tr '\n' ' ')in Slurm:$states)"
+      return 0
+    fi
+    if (( SECONDS >= deadline )); then
+      give_up "Slurm did not drain it within @TIMEOUT@ s (its Slurm states, as Slinky reads them:${states:- none}): a job still runs there, or Slinky's operator or slurmrestd does not answer. Nothing was evicted. $stuck"
+    fi
+    sleep 5
+  done
+}
 end_if_no_node "drain before we $why"
 # Run again for another reason than a new preparation (a new release of this script, a new input), a drain
 # must not take out a host its roll has paid already. A pending mark (deferred, failed) or the rollout's own
@@ -304,9 +343,13 @@ if ! has_taint "$taints" "@TAINT@=$value"; then
   changed "tainted @TAINT@=$value:NoSchedule"
 fi
 if [[ "$before" != true ]]; then
+  if [[ -n "${slurm_reason:-}" ]]; then      # read by Slinky when it drains the Slurm node
+    "${kc[@]}" annotate node "$HOST" --overwrite @SLURM_REASON@="$slurm_reason" >/dev/null
+  fi
   "${kc[@]}" cordon "$HOST" >/dev/null
   changed "cordoned"
 fi
+if [[ "${slurm:-false}" == true ]]; then slurm_drained; fi
 note "draining (PodDisruptionBudgets honoured, at most @TIMEOUT@s) to $why"
 if ! drained="$("${kc[@]}" drain "$HOST" --ignore-daemonsets --delete-emptydir-data --timeout=@TIMEOUT@s "${drain_flags[@]}" 2>&1)"; then
   "${kc[@]}" taint node "$HOST" --overwrite "@TAINT@=$failed:NoSchedule" >/dev/null || true
@@ -351,9 +394,13 @@ if [[ "$before" != true && "$unschedulable" == true ]]; then
   "${kc[@]}" uncordon "$HOST" >/dev/null
   changed "uncordoned"
 fi
+# Slurm's drain reason, where the drain gave it (not one a person gave)
+slurm_reason="$(node_field @SLURM_REASON_PATH@)"
+unmark=()
+if [[ "$slurm_reason" == "$SLURM_REASON_PREFIX"* ]]; then unmark=(@SLURM_REASON@-); fi
 # Unmarked last: a run killed before this does the steps above again, which change nothing twice.
 "${kc[@]}" annotate node "$HOST" --overwrite @ROLLED@="${GPUCLUSTER_ROLL:-}" @ANNOTATION@- @CORDONED_BEFORE@- \
-  @PENDING@- @CLAIM@- >/dev/null
+  @PENDING@- @CLAIM@- "${unmark[@]}" >/dev/null
 if [[ "$before" == true ]]; then changed "rollout done (it stays cordoned, as it was before)"
 else changed "rollout done: back in service"; fi
 """
@@ -385,11 +432,13 @@ def _names(pool: NodePool) -> dict[str, object]:
             "POOL": pool.name, "POOL_LABEL": POOL_LABEL, "CLAIM_STALE_S": CLAIM_STALE_S,
             "OUT_TAINTS": " ".join([ROLLOUT_TAINT, *OUT_OF_SERVICE_TAINTS]), "OWN_TAINTS": " ".join(own) or "-",
             "UPGRADE_ACTIVE": " ".join(UPGRADE_ACTIVE), "FAILURE_BUDGET": pool.rollout.failure_budget_hosts,
-            "FAILED": FAILED}
+            "FAILED": FAILED, "SLURM_REASON": SLURM_REASON_ANNOTATION,
+            "SLURM_REASON_PATH": jsonpath_annotation(SLURM_REASON_ANNOTATION)}
 
 
-def render_rollout(pool: NodePool, host: Host) -> RolloutScripts:
-    """The host's drain and uncordon scripts, run by bash where pulumi runs. They read GPUCLUSTER_OWED (the
+def render_rollout(pool: NodePool, host: Host, *, slurm: bool = False) -> RolloutScripts:
+    """The host's drain and uncordon scripts, run by bash where pulumi runs. `slurm`: Slinky runs a slurmd on
+    the pool's nodes; the drain gives Slurm the rollout as its drain reason. They read GPUCLUSTER_OWED (the
     restarts owed, `owed_restarts`), GPUCLUSTER_ROLL (which preparation they roll), GPUCLUSTER_ROLL_FAILED (the
     uncordon: `roll_failure`), GPUCLUSTER_PENDING (the drain: the Node's pending mark as the apply read it, only
     so that the step runs again), GPUCLUSTER_CLUSTER (the stack's cluster), GPUCLUSTER_CONTEXT (optional) and the
@@ -400,12 +449,14 @@ def render_rollout(pool: NodePool, host: Host) -> RolloutScripts:
                                                      "OWN_TAINTS", "UPGRADE_ACTIVE", "TAINT", "PENDING",
                                                      "FAILURE_BUDGET", "FAILED")})
     drain = fill(_DRAIN + TAKE_OUT, TIMEOUT=pool.rollout.drain_timeout_s, STUCK_S=STUCK_DELETION_S,
-                 ROOM=pool.rollout.batch_size(len(pool.hosts)), DEFERRED=DEFERRED,
+                 ROOM=pool.rollout.batch_size(len(pool.hosts)), DEFERRED=DEFERRED, SLURM=str(slurm).lower(),
+                 SLURM_POD_LABEL=SLURM_POD_LABEL,
                  ROLLED_PATH=jsonpath_annotation(ROLLED_ANNOTATION), PENDING_PATH=jsonpath_annotation(PENDING_ANNOTATION),
                  **{k: names[k] for k in ("ANNOTATION", "CORDONED_BEFORE", "TAINT", "CLAIM", "PENDING", "POOL",
-                                          "ROLLED")})
+                                          "ROLLED", "SLURM_REASON")})
     uncordon = fill(_UNCORDON, DEFERRED=DEFERRED, **{k: names[k] for k in (
-        "ANNOTATION", "CORDONED_BEFORE", "TAINT", "CLAIM", "PENDING", "ROLLED")})
+        "ANNOTATION", "CORDONED_BEFORE", "TAINT", "CLAIM", "PENDING", "ROLLED", "SLURM_REASON",
+        "SLURM_REASON_PATH")})
     return RolloutScripts(script(f"Drain {host.hostname} {title}", host.hostname, KUBECTL + pool_view + drain),
                           script(f"Give {host.hostname} back to work {title}", host.hostname,
                                  KUBECTL + pool_view + uncordon))

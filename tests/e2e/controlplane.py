@@ -50,7 +50,7 @@ def missing_tools() -> list[str]:
     have = [b for b in BINARIES if (TOOLS / "bin" / b).is_file()]
     out = [b for b in BINARIES if b not in have]
     out += [d for d in ("kwok-stages", "kueue-crds", "kueue-webhooks", "mpi-operator-crds", "slinky-charts",
-                        "prometheus-operator-crds") if not (TOOLS / d).is_dir()]
+                        "prometheus-operator-crds", "slurm-root") if not (TOOLS / d).is_dir()]
     return out
 
 
@@ -273,12 +273,14 @@ class ControlPlane:
                                      f"--lock-namespace={lock_namespace}"])
         self._wait("mpi-operator", lambda: self.get("leases", namespace=lock_namespace)["items"], timeout_s=60)
 
-    def start_slurm_operator(self) -> None:
+    def start_slurm_operator(self, restapi_on_localhost: bool = False) -> None:
         """Slinky's operator (its manager; the optional webhook, which needs cert-manager, is left out), with its
-        metrics off and its health server on a free port; ready once it says so."""
+        metrics off and its health server on a free port; ready once it says so. `restapi_on_localhost`: it
+        reaches slurmrestd at localhost:6820 rather than through the RestApi's Service (its DEBUG=1,
+        internal/controller/slurmclient/slurmclient_sync.go), where this machine's runs."""
         health = free_port()
         self._start("slurm-operator", ["--metrics-addr=0", f"--health-addr=127.0.0.1:{health}"],
-                    env={"KUBECONFIG": str(self.kubeconfig)})
+                    env={"KUBECONFIG": str(self.kubeconfig), **({"DEBUG": "1"} if restapi_on_localhost else {})})
         self._wait("slurm-operator", lambda: _get(f"http://127.0.0.1:{health}/readyz") == "ok", timeout_s=60)
 
     # --- talking to it ---------------------------------------------------------------------------------------

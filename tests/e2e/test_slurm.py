@@ -136,7 +136,8 @@ def test_the_control_plane_accepts_what_the_charts_render_and_keeps_every_field(
 def operator(slurm_cluster: Cluster, stored: list[dict[str, Any]]) -> Cluster:
     """Slinky's operator, built from its module, reconciling what the charts rendered. Its REST client would
     reach slurmctld through slurmrestd, which no KWOK pod runs, and the NodeSet controller stops at the first
-    call it cannot make; without the RestApi object it has no client and runs as it does before slurmrestd is up."""
+    call it cannot make; without the RestApi object it has no client and runs as it does before slurmrestd is up.
+    (test_slurm_rollout.py runs it against Slurm's own slurmrestd.)"""
     cp, namespace = slurm_cluster.cp, slurm_cluster.spec.kubernetes.slurm.namespace
     cp.kubectl("delete", "restapis.slinky.slurm.net", "--all", "-n", namespace)
     # The database password's Secret, which Pulumi makes from its generated secret (the plan shows none).

@@ -157,3 +157,21 @@ def test_the_roll_hears_whether_its_drain_took_the_node_out(stdout, outcome):
                                                 "dcgmi diag -r 1 failed after the restart")])
 def test_the_uncordon_hears_the_rolls_own_failure(stdout, why):
     assert roll_failure(stdout) == why
+
+
+def test_a_slurm_pools_drain_waits_for_slurm_and_gives_it_the_rollouts_reason():
+    """Only the pools Slinky runs Slurm on: their drain names the rollout as the Slurm node's drain reason and
+    evicts nothing before Slinky reports the Slurm node drained with no job (tests/e2e/test_slurm_rollout.py runs
+    it against the real operator and Slurm's daemons)."""
+    from tests.slurm_site import slurm_spec
+    spec = slurm_spec()
+    args = {p.name: NodePoolArgs.from_spec(spec, p) for p in spec.node_pools}
+    assert {name: a.slurm for name, a in args.items()} == {"h100": False, "h100-slurm": True}
+    slurm_pool = args["h100-slurm"].pool
+    drain = render_rollout(slurm_pool, slurm_pool.hosts[0], slurm=True).drain
+    assert "\nslurm=true\n" in drain and "-l nodeset.slinky.slurm.net/pod-hostname" in drain
+    assert 'annotate node "$HOST" --overwrite nodeset.slinky.slurm.net/node-cordon-reason="$slurm_reason"' in drain
+    # the wait comes before any eviction
+    assert drain.index("then slurm_drained; fi") < drain.index('drain "$HOST" --ignore-daemonsets')
+    plain = args["h100"].pool
+    assert "\nslurm=false\n" in render_rollout(plain, plain.hosts[0]).drain
