@@ -24,7 +24,7 @@ from statistics import median
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
-from components.k8s import health_checks  # noqa: E402
+from components.k8s.health import checks as health_checks
 from specs import synthetic, to_yaml  # noqa: E402
 from tests.e2e.conftest import running_cluster  # noqa: E402
 from tests.e2e.test_health_checks import check_job  # noqa: E402

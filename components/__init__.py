@@ -9,7 +9,7 @@ from typing import Any
 
 from .spec import ClusterSpec, SpecError, load_spec, parse_spec
 
-_LAZY = {"GpuCluster": ".cluster", "Fabric": ".fabric", "Tenant": ".k8s.tenant", "TenantArgs": ".k8s.tenant"}
+_LAZY = {"GpuCluster": ".cluster", "Fabric": ".fabric", "Tenant": ".k8s.tenancy.tenant", "TenantArgs": ".k8s.tenancy.tenant"}
 
 __all__ = ["ClusterSpec", "Fabric", "GpuCluster", "SpecError", "Tenant", "TenantArgs", "load_spec", "parse_spec"]
 

@@ -9,7 +9,7 @@ import pulumi
 
 from .fabric import Fabric
 from .k8s.gpu_stack import GpuKubernetesStack
-from .k8s.tenant import Tenant, TenantArgs, tenancy_of
+from .k8s.tenancy.tenant import Tenant, TenantArgs, tenancy_of
 from .nodes import GpuNodePool, NodePoolArgs
 from .spec import ClusterSpec
 from .spec.tenants import Tenancy

@@ -27,7 +27,8 @@ from typing_extensions import NotRequired
 
 from . import cluster
 from .fabric import fabric
-from .k8s import gpu_stack, tenant as k8s_tenant
+from .k8s import gpu_stack
+from .k8s.tenancy import tenant as k8s_tenant
 from .nodes import NodePoolArgs, node_pool
 from .spec import ClusterSpec, SpecError, Tenant as TenantSpec, load_spec, parse_spec
 from .spec.loader import located_error, read_object

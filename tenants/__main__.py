@@ -8,7 +8,7 @@ storage are never part of this program.
 
 import pulumi
 
-from components.k8s.tenant import Tenant, TenantArgs
+from components import Tenant, TenantArgs
 from components.spec import SpecError
 from components.spec.loader import load_tenants, read_tenancy
 from components.spec.tenants import tenancy_problems

@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from components.k8s import slurm
+from components.k8s.slurm import cluster as slurm
 from tests.slurm_site import free_port, wait_until
 
 PROGRAMS = ("slapd", "slapadd", "sssd", "sshd", "ssh", "openssl", "unshare")

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from components.k8s import slurm
+from components.k8s.slurm import cluster as slurm
 from tests.components.k8s.slurm_specs import with_slurm_pool
 
 DAEMONS = ("slurmctld", "slurmdbd", "sacctmgr", "munged", "mariadbd", "mariadb-install-db")

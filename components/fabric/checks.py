@@ -16,7 +16,7 @@ from typing import Any
 from ..bash import call, fill, script
 from ..k8s.images import mirrored
 from ..k8s.labels import POOL_LABEL, pool_tolerations
-from ..k8s.network_operator import pod_networks, rdma_resource
+from ..k8s.rails import pod_networks, rdma_resource
 from ..spec import ClusterSpec, NodePool
 from .nccl import LARGEST_BUSBW_AWK, NCCL_CONF, batch_exports, nccl_envs, pod_env
 

@@ -15,8 +15,10 @@ from ..spec import ClusterSpec
 from ..spec.cluster import checked_pools, network_operator_enabled
 from ..spec.versions import StackVersions, find
 from ..types import token, with_aliases
-from . import (gpu_operator, health, health_checks, health_nvml, kueue, monitoring, mpi_operator, network_operator, nfd,
-               quarantine, slurm)
+from .health import checks as health_checks, detector as health, nvml as health_nvml, quarantine
+from .platform import gpu_operator, kueue, monitoring, mpi_operator, network_operator, nfd
+from .slurm import cluster as slurm
+from . import rails
 from .helm import release
 from .objects import Manifest, register
 
@@ -118,8 +120,8 @@ def compose(stack: Any, name: str, spec: ClusterSpec, *,
         for m in [network_operator.render_nic_cluster_policy(spec, network_images_row(spec)),
                   *network_operator.render_secondary_networks(spec)]:
             register(f"{name}-{m.role}", m.obj, after(net))
-        stack.rdma_resource = network_operator.rdma_resource(spec)
-        stack.networks = network_operator.network_names(spec)
+        stack.rdma_resource = rails.rdma_resource(spec)
+        stack.networks = rails.network_names(spec)
     kueue_release = helm("kueue", kueue, kueue.render_kueue_values(spec))
     stack.kueue_ready = [kueue_release]
     for m in kueue.render_kueue_objects(spec):

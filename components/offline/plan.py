@@ -14,9 +14,9 @@ from pulumi.runtime import rpc as _rpc
 from ..cluster import GpuCluster
 from ..fabric import Fabric
 from ..fabric.nccl import nccl_envs
-from ..k8s.jobs import render_example_batch_jobs, render_example_jobs
-from ..k8s.network_operator import rdma_resource
-from ..k8s.slurm import slurm_pools, slurm_release
+from ..k8s.tenancy.jobs import render_example_batch_jobs, render_example_jobs
+from ..k8s.rails import rdma_resource
+from ..k8s.slurm.cluster import slurm_pools, slurm_release
 from ..spec import ClusterSpec
 from ..spec.cluster import network_operator_enabled
 from ..spec.loader import loaded_specs

@@ -11,12 +11,12 @@ from dataclasses import dataclass, field
 from html import escape
 from typing import Any, Sequence
 
-from ..k8s import health_nvml
-from ..k8s.quarantine import conditions as quarantine_conditions
-from ..k8s.health_checks import HOST_LABEL, NAMESPACE as HEALTH_CHECKS
+from ..k8s.health import nvml as health_nvml
+from ..k8s.health.quarantine import conditions as quarantine_conditions
+from ..k8s.health.checks import HOST_LABEL, NAMESPACE as HEALTH_CHECKS
 from ..k8s.labels import QUARANTINE_TAINT
-from ..k8s.quarantine import RULE
-from ..k8s.slurm_health import DRAIN_PREFIX, NO_VERDICT
+from ..k8s.health.quarantine import RULE
+from ..k8s.slurm.node_check import DRAIN_PREFIX, NO_VERDICT
 from ..spec.xids import XidAction
 from ..nodes.host_prep import DRIVER_INSTALL_MODEL_S
 from ..nodes.rollout import rollout_batches, rollout_model

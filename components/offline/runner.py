@@ -8,6 +8,7 @@ import contextvars
 import gc
 import os
 import sys
+import threading
 import time
 import types
 from contextlib import contextmanager
@@ -74,22 +75,28 @@ def run_offline(program: Callable[[], Any], *, project: str, stack: str,
     _settings.ROOT.set(None)
     holder: dict[str, Any] = {}
 
+    outcome: dict[str, Any] = {}
+    done = threading.Event()
+
     def body() -> None:
         holder["stack"] = _settings.get_root_resource()
-        program()
-
-    outcome: dict[str, Any] = {}
-    done = _thread.allocate_lock()
-    done.acquire()
+        try:
+            program()
+        except BaseException as e:      # noqa: BLE001 - raised again in the caller's thread
+            # at once: the SDK then waits for every output the program left, and under the mocks one whose
+            # resource never registered (its constructor raised half way) is never resolved
+            outcome.setdefault("error", e)
+            done.set()
+            raise
 
     def run() -> None:
         try:
             _sync_await(run_in_stack(body))
             outcome["outputs"] = {k: _resolve(v) for k, v in sorted(holder["stack"].outputs.items())}
         except BaseException as e:      # noqa: BLE001 - raised again in the caller's thread
-            outcome["error"] = e
+            outcome.setdefault("error", e)
         finally:
-            done.release()
+            done.set()
 
     gc_was_enabled = gc.isenabled()
     gc.disable()              # the cyclic GC costs a third or more of a large run and frees nothing here
@@ -100,7 +107,7 @@ def run_offline(program: Callable[[], Any], *, project: str, stack: str,
         # would cost every resource. So `run` is the first frame of a thread of its own (not under
         # threading.Thread's three), in a copy of this context (the runtime's settings).
         _thread.start_new_thread(contextvars.copy_context().run, (run,))
-        done.acquire()
+        done.wait()
     finally:
         if gc_was_enabled:
             gc.enable()

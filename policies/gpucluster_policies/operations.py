@@ -119,7 +119,7 @@ def _rollout_bounded(args: StackValidationArgs, report: ReportViolation) -> None
 _QUARANTINE_SCHEMA = schema(requiredEnvironments={
     "type": "array", "items": {"type": "string"}, "default": ["prod"],
     "description": "Environments where a GPU fault must take its node out of service."})
-# node-readiness-controller's rule, over node-problem-detector's GPU fault condition (components/k8s/health.py).
+# node-readiness-controller's rule, over node-problem-detector's GPU fault condition (components/k8s/health/detector.py).
 _READINESS = "readiness.node.x-k8s.io"
 _FAULT_CONDITION = "GpuHardwareFault"
 

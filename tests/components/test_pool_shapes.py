@@ -6,7 +6,8 @@ import yaml
 
 from components.fabric.checks import nccl_floor_gb_per_s, render_nccl_job
 from components.fabric.nccl import nccl_envs
-from components.k8s import network_operator
+from components.k8s import rails
+from components.k8s.platform import network_operator
 from components.spec import parse_spec
 from components.spec.topology import plan_topology
 from tests.conftest import problems_of
@@ -51,7 +52,7 @@ def test_pools_naming_a_rails_nic_differently_get_a_network_each_on_one_address_
     assert pool0["subnet"] == "10.201.0.0/16"
     assert pool0["nodeSelector"]["nodeSelectorTerms"][0]["matchExpressions"][0]["values"] == ["h100", "l40s"]
     assert sorted(kind for kind, _ in objs) == ["IPPool"] * 2 + ["MacvlanNetwork"] * 4
-    assert network_operator.pod_networks(spec, spec.pools["l40s"]) == {
+    assert rails.pod_networks(spec, spec.pools["l40s"]) == {
         "k8s.v1.cni.cncf.io/networks": "default/rail-0-enp1s0np0,default/rail-1-enp2s0np0"}
 
 

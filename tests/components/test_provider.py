@@ -30,7 +30,7 @@ from components import GpuCluster, SpecError, load_spec, parse_spec
 from components.fabric import Fabric
 from components.fabric.nccl import nccl_envs as fabric_nccl
 from components.k8s.gpu_stack import GpuKubernetesStack
-from components.k8s.tenant import Tenant, TenantArgs, tenancy_of
+from components.k8s.tenancy.tenant import Tenant, TenantArgs, tenancy_of
 from components.spec.tenants import tenancy_problems
 from components.nodes import GpuNodePool, NodePoolArgs
 from components.spec import Tenant as TenantSpec

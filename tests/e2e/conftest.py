@@ -17,8 +17,10 @@ from typing import Any, Callable, Iterator
 import pytest
 import yaml
 
-from components.k8s import health_checks, mpi_operator
-from components.k8s.jobs import render_job
+from components.k8s.health import checks as health_checks
+
+from components.k8s.platform import mpi_operator
+from components.k8s.tenancy.jobs import render_job
 from components.spec import ClusterSpec, NodePool, Tenant
 from components.spec.cluster import checked_pools
 from tests.conftest import _DEV

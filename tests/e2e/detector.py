@@ -3,7 +3,7 @@ the plan's own monitors: the kernel monitor (kmsg swapped for its filelog plugin
 the driver's lines to: `plugin`, `logPath` and the parser are the only change) and the custom plugins (the
 plan's scripts, their args pointed at this host's stand-ins for /var/lib/gpucluster, the kernel log, the boot
 id, /sys/class/infiniband; they run every second instead of every 30 so the tests do not wait). The NVML
-detector (health_nvml.py) is a second node-problem-detector for the same node and state directory, its
+detector (components/k8s/health/nvml.py) is a second node-problem-detector for the same node and state directory, its
 nvidia-smi a double that prints real output (no GPU here)."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from components.k8s import health_nvml
-from components.k8s.health import (BLIND_CONDITION, BOOT_ID, BURN_IN_CHECK, BURN_IN_CONDITION, BURN_IN_MONITOR,
+from components.k8s.health import nvml as health_nvml
+from components.k8s.health.detector import (BLIND_CONDITION, BOOT_ID, BURN_IN_CHECK, BURN_IN_CONDITION, BURN_IN_MONITOR,
                                    CONDITION, MONITOR, NAME, PORT_CHECK, PORT_CONDITION, PORT_MONITOR, PORTS_CONFIG,
                                    PORTS_DIR, PORTS_FILE, RESET_CONDITION, STATE_DIR, SYSFS_RDMA)
 from components.nodes.burn_in import RESULT

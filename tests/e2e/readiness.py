@@ -21,7 +21,7 @@ import tempfile
 from dataclasses import dataclass
 from typing import Any
 
-from components.k8s.quarantine import BREAKER, EVICT_RULE, RULE, RULE_LABEL
+from components.k8s.health.quarantine import BREAKER, EVICT_RULE, RULE, RULE_LABEL
 
 from .controlplane import ControlPlane
 

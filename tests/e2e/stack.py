@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 
 from components.k8s.labels import BURN_IN_TAINT
-from components.k8s.network_operator import rdma_resource
+from components.k8s.rails import rdma_resource
 from components.nodes.host_prep import render_kubelet_config
 from components.nodes.node_pool import NodePoolArgs, render_node_patch
 from components.offline.recorder import SECRET

@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from components.cluster import GpuCluster
-from components.k8s.tenant import Tenant, TenantArgs, tenancy_of
+from components.k8s.tenancy.tenant import Tenant, TenantArgs, tenancy_of
 from components.nodes import GpuNodePool, NodePoolArgs
 from components.offline.runner import run_offline
 from components.spec import Tenant as TenantSpec, load_spec

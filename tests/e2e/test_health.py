@@ -9,8 +9,8 @@ from typing import Iterator
 
 import pytest
 
-from components.k8s import health_nvml
-from components.k8s.health import BURN_IN_CONDITION, NAME, RESET_CONDITION
+from components.k8s.health import nvml as health_nvml
+from components.k8s.health.detector import BURN_IN_CONDITION, NAME, RESET_CONDITION
 
 from .conftest import Cluster, wait_for
 from .detector import DBE, FELL_OFF, JOB_XID, Detector

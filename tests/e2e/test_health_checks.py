@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from components.k8s import health_checks
-from components.k8s.health import BURN_IN_CONDITION
+from components.k8s.health import checks as health_checks
+from components.k8s.health.detector import BURN_IN_CONDITION
 from components.spec.cluster import checked_pools
 
 from . import readiness

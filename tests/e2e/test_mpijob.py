@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from components.k8s.jobs import render_mpijob
+from components.k8s.tenancy.jobs import render_mpijob
 
 from .conftest import Cluster
 from .scenarios import Grant, grants

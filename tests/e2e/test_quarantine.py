@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-from components.k8s.health import (BLIND_CONDITION, BURN_IN_CONDITION, CONDITION, PORT_CONDITION, PORTS_FILE,
+from components.k8s.health.detector import (BLIND_CONDITION, BURN_IN_CONDITION, CONDITION, PORT_CONDITION, PORTS_FILE,
                                    RESET_CONDITION)
-from components.k8s.health_nvml import NVLINK_CONDITION, TEMPERATURE_CONDITION, HOT_SINCE
+from components.k8s.health.nvml import NVLINK_CONDITION, TEMPERATURE_CONDITION, HOT_SINCE
 from components.k8s.labels import QUARANTINE_TAINT, RESET_TAINT
-from components.k8s.quarantine import GRANT_LABEL, HELD_ANNOTATION, RESET_RULE, RULE, RULE_LABEL
+from components.k8s.health.quarantine import GRANT_LABEL, HELD_ANNOTATION, RESET_RULE, RULE, RULE_LABEL
 
 from . import readiness
 from .conftest import Cluster, wait_for

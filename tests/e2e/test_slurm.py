@@ -16,7 +16,9 @@ from typing import Any, Iterator
 import pytest
 import yaml
 
-from components.k8s import quarantine, slurm, slurm_health
+from components.k8s.health import quarantine
+
+from components.k8s.slurm import cluster as slurm, node_check as slurm_health
 from components.k8s.labels import POOL_LABEL, QUARANTINE_TAINT
 from tests.components.k8s.slurm_specs import SLURM_POOL, with_slurm_pool
 from tests.conftest import _DEV

@@ -13,7 +13,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from components.k8s import slurm
+from components.k8s.slurm import cluster as slurm
 from components.nodes.rollout import SLURM_REASON_ANNOTATION, render_rollout
 from tests.components.k8s.slurm_specs import SLURM_POOL
 

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import time
 import traceback
+from pathlib import Path
 
 import pulumi
 import pytest
 from pulumi.runtime import mocks as pulumi_mocks
 
 from components.offline.recorder import EchoMocks
-from components.offline.runner import run_offline
+from components.offline.runner import run_offline, run_program
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class _Thing(pulumi.ComponentResource):
@@ -68,3 +72,18 @@ def test_a_failing_program_fails_the_run_with_its_own_exception():
 
     with pytest.raises(ValueError, match="the spec says no"):
         run_offline(program, project="p", stack="s")
+
+
+def test_a_program_that_fails_half_way_fails_the_plan_at_once_instead_of_waiting_forever(monkeypatch):
+    """A library error raised while the stack's components are being built (here, in the GPU stack's
+    composition, after it registered resources others depend on) fails the run with that error: the SDK would
+    otherwise wait for ever on the outputs of what never registered."""
+    import components.k8s.rails as rails
+
+    def broken(spec):
+        raise AttributeError("broken on purpose")
+    monkeypatch.setattr(rails, "network_names", broken)
+    started = time.monotonic()
+    with pytest.raises(AttributeError, match="broken on purpose"):
+        run_program(ROOT, "dev")
+    assert time.monotonic() - started < 60

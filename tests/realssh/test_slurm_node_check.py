@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from components.k8s import slurm_health
+from components.k8s.slurm import node_check as slurm_health
 from tests.slurm_site import MISSING, WHY_MISSING, drained, slurm_site, slurm_spec
 
 pytestmark = pytest.mark.skipif(MISSING is not None, reason=WHY_MISSING)

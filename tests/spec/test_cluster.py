@@ -7,8 +7,8 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from components.k8s.kueue import render_kueue_objects
-from components.k8s.tenant import tenancy_of
+from components.k8s.platform.kueue import render_kueue_objects
+from components.k8s.tenancy.tenant import tenancy_of
 from components.nodes.node_pool import managed_taint_keys, node_taints
 from components.spec import parse_spec
 from components.spec.hardware import GPU_MODELS

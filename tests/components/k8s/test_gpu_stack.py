@@ -12,7 +12,8 @@ import pytest
 import yaml
 
 from components.cluster import GpuCluster
-from components.k8s import kueue, monitoring, network_operator
+from components.k8s import rails
+from components.k8s.platform import kueue, monitoring, network_operator
 from components.k8s.gpu_stack import GpuKubernetesStack, render_namespaces
 from components.k8s.gpu_stack import network_images_row
 from tests.components.k8s.conftest import infiniband
@@ -72,14 +73,14 @@ def test_rdma_shared_device_plugin_selects_the_pools_nics(dev_spec):
     assert config == {"configList": [{"resourceName": "rdma_shared_devices", "rdmaHcaMax": 63, "selectors": {
         "vendors": ["15b3"], "ifNames": ["ens1f0np0", "ens2f0np0"], "linkTypes": ["ether"]}}]}
     assert policy["spec"]["rdmaSharedDevicePlugin"]["version"] == "network-operator-v26.4.1"
-    assert network_operator.rdma_resource(dev_spec) == "rdma/rdma_shared_devices"
-    assert network_operator.network_names(dev_spec) == ["default/rail-0", "default/rail-1"]
+    assert rails.rdma_resource(dev_spec) == "rdma/rdma_shared_devices"
+    assert rails.network_names(dev_spec) == ["default/rail-0", "default/rail-1"]
 
 
 def test_roce_requires_secondary_networks_and_its_pods_attach_to_their_rails(dev_spec, dev_data):
     """RoCE GIDs belong to a netdev: a pod with the RDMA device but without the rail's netdev has no GID."""
     from components.fabric.checks import render_nccl_job
-    from components.k8s.jobs import render_example_jobs
+    from components.k8s.tenancy.jobs import render_example_jobs
     networks = {"k8s.v1.cni.cncf.io/networks": "default/rail-0,default/rail-1"}
     _, job = render_nccl_job(dev_spec, dev_spec.node_pools[0])
     assert job["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["metadata"]["annotations"] == networks
@@ -102,7 +103,7 @@ def test_sriov_uses_devices_plugin_and_host_device_networks(make_spec):
         resources[0]["selectors"]
     kinds = {m.obj["kind"] for m in network_operator.render_secondary_networks(spec)}
     assert kinds == {"IPPool", "HostDeviceNetwork"}
-    assert network_operator.rdma_resource(spec) == "nvidia.com/rdma_shared_devices"
+    assert rails.rdma_resource(spec) == "nvidia.com/rdma_shared_devices"
 
 
 def test_roce_rails_get_macvlan_networks_with_the_fabric_mtu(dev_spec):
@@ -112,7 +113,7 @@ def test_roce_rails_get_macvlan_networks_with_the_fabric_mtu(dev_spec):
     assert rail0["master"] == "ens1f0np0" and rail0["mtu"] == 9000 and rail0["networkNamespace"] == "default"
     assert json.loads(rail0["ipam"]) == {"type": "nv-ipam", "poolName": "rail-0"}
     assert nets["rail-1/IPPool"]["spec"]["subnet"] == "10.202.0.0/16"
-    assert network_operator.network_names(spec) == ["default/rail-0", "default/rail-1"]
+    assert rails.network_names(spec) == ["default/rail-0", "default/rail-1"]
 
 
 def test_infiniband_rails_get_ipoib_networks(make_spec):

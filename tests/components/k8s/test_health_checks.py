@@ -15,11 +15,11 @@ import pytest
 import yaml
 
 from components.fabric.checks import NCCL_TESTS
-from components.k8s import health_checks
+from components.k8s.health import checks as health_checks
 from components.k8s.gpu_stack import GpuKubernetesStack, render_namespaces
-from components.k8s.health import CHECK_RECORD, STATE_DIR, burn_in_monitor_config
-from components.k8s.jobs import QUEUE_LABEL
-from components.k8s.tenant import TENANT_LABEL
+from components.k8s.health.detector import CHECK_RECORD, STATE_DIR, burn_in_monitor_config
+from components.k8s.tenancy.jobs import QUEUE_LABEL
+from components.k8s.tenancy.tenant import TENANT_LABEL
 from components.offline.diff import diff_plans
 from components.offline.plan import build_plan
 from components.spec import parse_spec

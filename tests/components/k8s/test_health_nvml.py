@@ -11,12 +11,12 @@ from pathlib import Path
 import kubernetes_validate
 import pytest
 
-from components.k8s import health_nvml, quarantine
-from components.k8s.health import NVML_RECORD, STATE_DIR
-from components.k8s.health_nvml import (CHECK, HOSTS_CONFIG, HOSTS_FILE, MONITOR, NVLINK_CONDITION,
+from components.k8s.health import nvml as health_nvml, quarantine
+from components.k8s.health.detector import NVML_RECORD, STATE_DIR
+from components.k8s.health.nvml import (CHECK, HOSTS_CONFIG, HOSTS_FILE, MONITOR, NVLINK_CONDITION,
                                         TEMPERATURE_CONDITION, check_script, monitor_config, nvlink_hosts,
                                         render_gpu_nvml)
-from components.k8s.monitoring import render_alert_rules
+from components.k8s.platform.monitoring import render_alert_rules
 from components.spec import ClusterSpec
 from tests.components.k8s.test_health import Host
 from tests.conftest import ROOT, problems_of

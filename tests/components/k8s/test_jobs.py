@@ -7,7 +7,7 @@ import yaml
 
 from components.k8s.labels import POOL_LABEL
 from components.nodes.host_prep import render_kubelet_config
-from components.k8s.jobs import PREFERRED_TOPOLOGY, REQUIRED_TOPOLOGY, render_example_jobs, render_job
+from components.k8s.tenancy.jobs import PREFERRED_TOPOLOGY, REQUIRED_TOPOLOGY, render_example_jobs, render_job
 from components.spec import parse_spec
 from components.spec.storage import quota_id
 
@@ -159,7 +159,7 @@ def test_an_mpijob_runs_a_rank_per_gpu_and_forwards_the_pools_nccl_settings(dev_
     """Ranks start through sshd, which does not pass the pod's environment on: mpirun forwards each NCCL setting
     of the pool's ConfigMap; the launcher waits for every worker's sshd and asks for no GPU."""
     from components.fabric.nccl import nccl_envs, pod_env
-    from components.k8s.jobs import render_mpijob
+    from components.k8s.tenancy.jobs import render_mpijob
     team_a, pool = dev_spec.tenants[0], dev_spec.node_pools[0]
     job = render_mpijob(dev_spec, team_a, pool, name="mpi", workers=2, gpus_per_worker=4)
     spec = job["spec"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import kubernetes_validate
 import pytest
 
-from components.k8s import kueue, mpi_operator
+from components.k8s.platform import kueue, mpi_operator
 from components.k8s.gpu_stack import GpuKubernetesStack
 from tests.conftest import problems_of
 

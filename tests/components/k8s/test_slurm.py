@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from components.k8s import kueue, monitoring, slurm
+from components.k8s.platform import kueue, monitoring
+
+from components.k8s.slurm import cluster as slurm
 from components.k8s.gpu_stack import GpuKubernetesStack
 from components.k8s.labels import BURN_IN_TAINT, POOL_LABEL, QUARANTINE_TAINT
 from components.spec.cluster import checked_pools

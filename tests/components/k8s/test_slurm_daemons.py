@@ -26,8 +26,8 @@ from typing import Iterator
 import pytest
 
 from components.fabric.fabric import render_checks
-from components.k8s import slurm, slurm_health
-from components.k8s.jobs import render_example_batch_jobs, render_example_jobs
+from components.k8s.slurm import cluster as slurm, node_check as slurm_health
+from components.k8s.tenancy.jobs import render_example_batch_jobs, render_example_jobs
 from tests.components.k8s.slurm_specs import H200_POOL, SLURM_POOL, with_h200_pool
 from tests.doubles import DOUBLE_BIT_XID, dmesg, nvidia_smi
 from tests.slurm_site import (MISSING, WHY_MISSING, apply_accounts, drained, fields, free_port, host_cgroup_conf,

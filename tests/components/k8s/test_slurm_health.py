@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from components.k8s import slurm, slurm_health
+from components.k8s.slurm import cluster as slurm, node_check as slurm_health
 from tests.components.k8s.slurm_specs import H200_POOL, SLURM_POOL, with_h200_pool, with_slurm_pool
 
 

@@ -11,7 +11,7 @@ from typing import Iterator
 
 import pytest
 
-from components.k8s import slurm
+from components.k8s.slurm import cluster as slurm
 from tests.directory_site import (BASE, BIND_DN, BIND_PASSWORD, MISSING, WHY_MISSING, directory,
                                   login_node, password, pod_files, set_membership,
                                   ssh_login)

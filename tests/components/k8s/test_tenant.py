@@ -10,7 +10,7 @@ import pulumi
 import pytest
 import yaml
 
-from components.k8s.tenant import (KUEUE_API, LOCAL_QUEUE, Tenant, TenantArgs, render_cluster_queue,
+from components.k8s.tenancy.tenant import (KUEUE_API, LOCAL_QUEUE, Tenant, TenantArgs, render_cluster_queue,
                                    render_limit_range, render_network_policies, render_resource_quota,
                                    render_role_bindings, render_tenant)
 from components.spec import parse_spec

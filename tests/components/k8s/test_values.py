@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 import yaml
 
-from components.k8s import gpu_operator, kueue, network_operator, nfd
+from components.k8s.platform import gpu_operator, kueue, network_operator, nfd
 from components.k8s.labels import BURN_IN_TAINT, QUARANTINE_TAINT, RESET_TAINT
-from components.k8s.monitoring import DCGM_METRICS_CONFIG
+from components.k8s.platform.monitoring import DCGM_METRICS_CONFIG
 from tests.components.k8s.conftest import infiniband
 
 # Keys the chart documents only as commented-out examples in its values.yaml (the template reads them).

@@ -13,7 +13,7 @@ nodes only, tolerating every taint: a monitor must keep running on a quarantined
 A second monitor, a custom plugin of the same detector, keeps the fault beyond the boot: it records the host's
 GpuHardwareFault XIDs (per boot, with their count) under /var/lib/gpucluster, beside the burn-in's verdict, and sets
 GpuBurnInRequired while the latest recorded fault is newer than the last passing burn-in. The active check
-between jobs (health_checks.py) writes its failures there too, as a record of its own. The quarantine rule
+between jobs (checks.py) writes its failures there too, as a record of its own. The quarantine rule
 (quarantine.py) needs both conditions False, so a node leaves quarantine only after the reboot that clears the
 fault and a burn-in that passes after it.
 """
@@ -25,15 +25,15 @@ import json
 from pathlib import PurePosixPath
 from typing import Any
 
-from ..bash import fill
-from ..nodes.burn_in import RESULT, VERDICT_FILE
-from ..records import MAINTENANCE, MAINTENANCE_MAX_S, PORT_SEEN, STATE_DIR, rdma_ports
-from ..spec import ClusterSpec
-from ..spec.hardware import XID_LINE, xid_pattern
-from ..spec.xids import XidAction
-from .images import mirrored
-from .labels import POOL_LABEL, TOLERATE_EVERY_TAINT
-from .objects import Manifest
+from ...bash import fill
+from ...nodes.burn_in import RESULT, VERDICT_FILE
+from ...records import MAINTENANCE, MAINTENANCE_MAX_S, PORT_SEEN, STATE_DIR, rdma_ports
+from ...spec import ClusterSpec
+from ...spec.hardware import XID_LINE, xid_pattern
+from ...spec.xids import XidAction
+from ..images import mirrored
+from ..labels import POOL_LABEL, TOLERATE_EVERY_TAINT
+from ..objects import Manifest
 
 NAMESPACE = "kube-system"            # where upstream deploys it, beside the node's other system agents
 NAME = "gpucluster-gpu-health"       # not upstream's name: a distribution's own detector may run there too
@@ -46,9 +46,9 @@ BURN_IN_MONITOR = "gpu-burn-in-monitor.json"
 BURN_IN_CHECK = "check-burn-in.sh"
 assert STATE_DIR == str(PurePosixPath(VERDICT_FILE).parent)   # the host's; mounted at the same path
 FAULT_RECORD = f"{STATE_DIR}/gpu-fault"
-CHECK_RECORD = f"{STATE_DIR}/gpu-check"                 # a failed active check (health_checks.py)
+CHECK_RECORD = f"{STATE_DIR}/gpu-check"                 # a failed active check (checks.py)
 PORT_RECORD = f"{STATE_DIR}/fabric-fault"               # a fabric port that went down or flapped
-NVML_RECORD = f"{STATE_DIR}/gpu-nvml-fault"             # a GPU overheated or an NVLink down (health_nvml.py)
+NVML_RECORD = f"{STATE_DIR}/gpu-nvml-fault"             # a GPU overheated or an NVLink down (nvml.py)
 PORT_CONDITION = "FabricPortFault"
 PORT_MONITOR = "fabric-port-monitor.json"
 PORT_CHECK = "check-fabric-ports.sh"
@@ -209,7 +209,7 @@ exit 1
 
 # dcgmi diag's result table (awk -F'|'): "| test | result |" rows, printed as "test|result"; a test's further
 # rows (per GPU) leave the name blank. DCGM_FAILED (awk -F'|') over those rows: the failed tests, "; "-joined.
-# Used between jobs (health_checks.py) and around Slurm jobs (slurm_health.py).
+# Used between jobs (checks.py) and around Slurm jobs (slurm/node_check.py).
 DCGM_RESULTS = '''NF == 4 { name = $2; result = $3; gsub(/^ +| +$/, "", name); gsub(/^ +| +$/, "", result)
     if (name != "") test = name
     if (result ~ /^(Pass|Fail|Skip|Warn)/) print test "|" result }'''
@@ -217,8 +217,8 @@ DCGM_FAILED = '''$2 ~ /^Fail/ { printf "%s%s: %s", sep, $1, $2; sep = "; " }'''
 
 # awk over `nvidia-smi nvlink -s`: "GPU <n>: <name> (UUID: ...)" then "Link <n>: <speed> GB/s" or "<inactive>"
 # per link. A link trained down runs below the others' speed; NVML says when a GPU has no active link at all.
-# Prints the links that are down, comma-separated, or nothing. Used between jobs (health_checks.py) and while
-# they run (health_nvml.py).
+# Prints the links that are down, comma-separated, or nothing. Used between jobs (checks.py) and while
+# they run (nvml.py).
 NVLINK_DOWN = '''/^GPU [0-9]+:/ { gpu = $2; sub(/:$/, "", gpu) }
     /all links are inActive/ { bad[++b] = "GPU " gpu ": no active link" }
     $1 == "Link" { link = $2; sub(/:$/, "", link); n++

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..spec import ClusterSpec
-from ..spec.cluster import OPERATOR_NAMESPACES
-from .helm import Chart
-from .images import NFD_REPOSITORIES, chart_from, with_mirror
-from .labels import system_tolerations
+from ...spec import ClusterSpec
+from ...spec.cluster import OPERATOR_NAMESPACES
+from ..helm import Chart
+from ..images import NFD_REPOSITORIES, chart_from, with_mirror
+from ..labels import system_tolerations
 
 NAMESPACE = OPERATOR_NAMESPACES["nfd"]
 

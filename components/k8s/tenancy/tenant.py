@@ -18,13 +18,13 @@ from typing import Any, Callable, ClassVar, NamedTuple, Sequence
 import pulumi
 from pydantic import Field
 
-from ..spec import ClusterSpec, FlavorQuota, Share, Tenant as TenantSpec
-from ..spec.tenants import Tenancy, quotas_for
-from ..fabric.nccl import nccl_envs, pod_env
-from ..spec.common import SpecModel
-from ..types import token, with_aliases
-from .objects import Manifest, register
-from .quantities import binary, cpu
+from ...spec import ClusterSpec, FlavorQuota, Share, Tenant as TenantSpec
+from ...spec.tenants import Tenancy, quotas_for
+from ...fabric.nccl import nccl_envs, pod_env
+from ...spec.common import SpecModel
+from ...types import token, with_aliases
+from ..objects import Manifest, register
+from ..quantities import binary, cpu
 
 # A LocalQueue named "default" also receives jobs that carry no queue-name label (Kueue's defaulting).
 LOCAL_QUEUE = "default"

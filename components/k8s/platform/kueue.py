@@ -6,14 +6,14 @@ from typing import Any
 
 import yaml
 
-from ..spec import ClusterSpec
-from ..spec.cluster import OPERATOR_NAMESPACES, network_operator_enabled
-from .helm import Chart
-from .images import KUEUE_REPOSITORIES, chart_from, with_mirror
-from .labels import POOL_LABEL, pool_tolerations
-from .network_operator import rdma_resource
-from .objects import Manifest
-from .tenant import KUEUE_API, TENANT_LABEL
+from ...spec import ClusterSpec
+from ...spec.cluster import OPERATOR_NAMESPACES, network_operator_enabled
+from ..helm import Chart
+from ..images import KUEUE_REPOSITORIES, chart_from, with_mirror
+from ..labels import POOL_LABEL, pool_tolerations
+from ..rails import rdma_resource
+from ..objects import Manifest
+from ..tenancy.tenant import KUEUE_API, TENANT_LABEL
 
 NAMESPACE = OPERATOR_NAMESPACES["kueue"]
 TOPOLOGY = "gpu-topology"

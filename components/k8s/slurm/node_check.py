@@ -26,11 +26,11 @@ from __future__ import annotations
 
 import shlex
 
-from ..bash import fill
-from ..spec import ClusterSpec
-from ..spec.hardware import xid_pattern
-from ..spec.xids import XidAction
-from .health import DCGM_FAILED, DCGM_RESULTS, NVLINK_DOWN
+from ...bash import fill
+from ...spec import ClusterSpec
+from ...spec.hardware import xid_pattern
+from ...spec.xids import XidAction
+from ..health.detector import DCGM_FAILED, DCGM_RESULTS, NVLINK_DOWN
 
 # The script's key in the chart's prologScripts and epilogScripts; the chart stores it as prolog-<key> and
 # epilog-<key>, the file names slurm.conf's Prolog and Epilog lines get from the operator.
@@ -205,7 +205,7 @@ exit 0
 
 def node_table(spec: ClusterSpec) -> str:
     """The case arms that give each Slurm node its GPU count and NVSwitch flag (a pool's hosts in one arm)."""
-    from .slurm import node_name, slurm_pools          # slurm.py renders this module's scripts into its values
+    from .cluster import node_name, slurm_pools          # cluster.py renders this module's scripts into its values
     return "\n".join(f"  {'|'.join(shlex.quote(node_name(h.hostname)) for h in pool.hosts)}) "
                      f"gpus={pool.gpu.count} nvswitch={int(pool.gpu.nvswitch)} ;;" for pool in slurm_pools(spec))
 

@@ -20,22 +20,22 @@ import pulumi
 import pulumi_kubernetes as k8s
 import pulumi_random as random
 
-from ..bash import call, fill, script
-from ..fabric.nccl import nccl_envs, pod_env
-from ..spec import ClusterSpec, NodePool
-from ..spec.cluster import network_operator_enabled
-from ..spec.kubernetes import ChartSource
-from ..spec.slurm import (DEFAULT_QOS, SLINKY_KNOWN, SLINKY_NAMESPACE, directory_groups,
+from ...bash import call, fill, script
+from ...fabric.nccl import nccl_envs, pod_env
+from ...spec import ClusterSpec, NodePool
+from ...spec.cluster import network_operator_enabled
+from ...spec.kubernetes import ChartSource
+from ...spec.slurm import (DEFAULT_QOS, SLINKY_KNOWN, SLINKY_NAMESPACE, directory_groups,
                           directory_password_problem, tenant_directory_groups)
-from ..spec.topology import network_places
-from ..types import token
-from .helm import Chart, release
-from .images import chart_from, mirrored
-from .labels import POOL_LABEL, pool_tolerations
-from .network_operator import pod_networks, rdma_resource
-from .objects import Manifest, register
-from .quantities import binary
-from .slurm_health import PROLOG_EPILOG_TIMEOUT_S, render_scripts
+from ...spec.topology import network_places
+from ...types import token
+from ..helm import Chart, release
+from ..images import chart_from, mirrored
+from ..labels import POOL_LABEL, pool_tolerations
+from ..rails import pod_networks, rdma_resource
+from ..objects import Manifest, register
+from ..quantities import binary
+from .node_check import PROLOG_EPILOG_TIMEOUT_S, render_scripts
 
 CHARTS = "oci://ghcr.io/slinkyproject/charts"
 RELEASE = "slurm"                        # the slurm chart's fullname: Controller "slurm", NodeSets "slurm-worker-*"
@@ -178,7 +178,7 @@ def render_extra_conf(spec: ClusterSpec) -> str:
         # AccountingStorageTRES=gres/gpu above; Slurm uses the latest value (and logs that it was given twice).
         f"AccountingStorageTRES={','.join(gpu_tres(spec))}",
         "JobSubmitPlugins=lua",                   # job_submit.lua: GPUs asked without a model get the pool's
-        # The node check (slurm_health.py) bounds each of its commands; Slurm kills a prolog or epilog only past
+        # The node check (node_check.py) bounds each of its commands; Slurm kills a prolog or epilog only past
         # this, which the check's own bounds stay under. A job whose prolog failed (its node drained) is requeued
         # to run elsewhere, not held for a person to release.
         f"PrologEpilogTimeout={PROLOG_EPILOG_TIMEOUT_S}",

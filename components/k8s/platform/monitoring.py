@@ -10,12 +10,13 @@ import json
 import re
 from typing import Any
 
-from ..spec import ClusterSpec
-from ..spec.cluster import checked_pools
-from . import health_checks, health_nvml, quarantine, slurm_health
-from .health import BLIND_CONDITION, CONDITION as HEALTH_CONDITION
-from .labels import POOL_LABEL, QUARANTINE_TAINT
-from .objects import Manifest
+from ...spec import ClusterSpec
+from ...spec.cluster import checked_pools
+from ..health import checks as health_checks, nvml as health_nvml, quarantine
+from ..slurm import node_check as slurm_health
+from ..health.detector import BLIND_CONDITION, CONDITION as HEALTH_CONDITION
+from ..labels import POOL_LABEL, QUARANTINE_TAINT
+from ..objects import Manifest
 
 # (DCGM field, Prometheus type, help): dcgm-exporter's default list plus ECC, throttling and NVLink errors.
 DCGM_FIELDS: tuple[tuple[str, str, str], ...] = (
@@ -84,7 +85,7 @@ def render_alert_rules(spec: ClusterSpec) -> list[dict[str, Any]]:
               "GPU {{ $labels.gpu }} on {{ $labels.Hostname }} is power capped {{ $value | humanizePercentage }} of the time"),
     ]
     if spec.kubernetes.health.enabled:
-        # node-problem-detector's condition (health.py), as kube-state-metrics exports every node condition: it
+        # node-problem-detector's condition (health/detector.py), as kube-state-metrics exports every node condition: it
         # stays true until the kernel log is cleared, so the alert holds while the node still has the fault.
         rules.append(_rule(
             "GpuHardwareFault", f'max by (node) (kube_node_status_condition{{condition="{HEALTH_CONDITION}",'
@@ -100,7 +101,7 @@ def render_alert_rules(spec: ClusterSpec) -> list[dict[str, Any]]:
             f"({BLIND_CONDITION}); `kubectl describe node {{{{ $labels.node }}}}` says which and why. The node is "
             "left as it was: fix the detector"))
         if health_nvml.enabled(spec):
-            # The NVML detector's conditions (health_nvml.py), quarantining or not: the condition says which.
+            # The NVML detector's conditions (health/nvml.py), quarantining or not: the condition says which.
             conditions = "|".join(health_nvml.CONDITIONS.values())
             rules.append(_rule(
                 "GpuNodeUnhealthy", f'max by (node, condition) (kube_node_status_condition{{condition=~"{conditions}",'

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..spec import ClusterSpec
-from ..spec.cluster import OPERATOR_NAMESPACES
-from .images import mirrored
-from .objects import Manifest, rbac_rule
+from ...spec import ClusterSpec
+from ...spec.cluster import OPERATOR_NAMESPACES
+from ..images import mirrored
+from ..objects import Manifest, rbac_rule
 
 NAMESPACE = OPERATOR_NAMESPACES["mpi_operator"]
 IMAGE = "docker.io/mpioperator/mpi-operator"

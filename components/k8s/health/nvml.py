@@ -3,7 +3,7 @@ minute, for what the kernel log does not say. A GPU above the spec's temperature
 `temperature_for_s` sets GpuOverheating (a cooling fault: a fan, a blocked inlet, a failing cold plate); an NVLink
 of an NVSwitch board that is inactive or trained below the others' speed sets GpuNvlinkDown (a link that fails
 training after a reset logs no XID). A fault the spec quarantines on is also recorded under /var/lib/gpucluster,
-so that on a pool that burns in the node stays held (GpuBurnInRequired, health.py) until a burn-in passes after
+so that on a pool that burns in the node stays held (GpuBurnInRequired, detector.py) until a burn-in passes after
 the fault is gone.
 
 The pod runs in the GPU Operator's runtime class with NVIDIA_VISIBLE_DEVICES=all and the `utility` capability,
@@ -21,11 +21,11 @@ import json
 from pathlib import PurePosixPath
 from typing import Any
 
-from ..bash import fill
-from ..spec import ClusterSpec
-from .health import (FENCE, LAST_VERDICT, NAMESPACE, NVLINK_DOWN, NVML_RECORD, STATE_DIR, STATE_VOLUME, LABELS,
+from ...bash import fill
+from ...spec import ClusterSpec
+from .detector import (FENCE, LAST_VERDICT, NAMESPACE, NVLINK_DOWN, NVML_RECORD, STATE_DIR, STATE_VOLUME, LABELS,
                      PluginRule, detector, detector_container, plugin_monitor)
-from .objects import Manifest
+from ..objects import Manifest
 
 NAME = "gpucluster-gpu-nvml"
 MONITOR = "gpu-nvml-monitor.json"
@@ -160,7 +160,7 @@ def monitor_config(spec: ClusterSpec) -> dict[str, Any]:
 
 def render_gpu_nvml(spec: ClusterSpec) -> list[Manifest]:
     """The NVSwitch hosts' ConfigMap, the monitor's ConfigMap and the DaemonSet (the kernel detector's service
-    account and role, health.py)."""
+    account and role, detector.py)."""
     if not enabled(spec):
         return []
     m = spec.kubernetes.health.gpu_monitor

@@ -6,11 +6,11 @@ from typing import Any
 
 import yaml
 
-from ..spec import ClusterSpec, NodePool
-from ..spec.cluster import OPERATOR_NAMESPACES
-from .helm import NVIDIA_REPO, Chart
-from .images import GPU_OPERATOR_REPOSITORIES, chart_from, with_mirror
-from .labels import system_tolerations
+from ...spec import ClusterSpec, NodePool
+from ...spec.cluster import OPERATOR_NAMESPACES
+from ..helm import NVIDIA_REPO, Chart
+from ..images import GPU_OPERATOR_REPOSITORIES, chart_from, with_mirror
+from ..labels import system_tolerations
 from .monitoring import DCGM_METRICS_CONFIG, render_dcgm_metrics_csv
 
 NAMESPACE = OPERATOR_NAMESPACES["gpu_operator"]

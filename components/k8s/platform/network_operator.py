@@ -3,21 +3,20 @@
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
-from ..spec import ClusterSpec, NodePool
-from ..spec.cluster import OPERATOR_NAMESPACES
-from ..spec.versions import StackVersions
-from .helm import NVIDIA_REPO, Chart
-from .images import (NETWORK_OPERATOR_REPOSITORIES, NETWORK_OPERATOR_SRIOV_IMAGES, chart_from, mirrored,
+from ...spec import ClusterSpec
+from ...spec.cluster import OPERATOR_NAMESPACES
+from ...spec.versions import StackVersions
+from ..helm import NVIDIA_REPO, Chart
+from ..images import (NETWORK_OPERATOR_REPOSITORIES, NETWORK_OPERATOR_SRIOV_IMAGES, chart_from, mirrored,
                      with_mirror)
-from .labels import POOL_LABEL, system_tolerations
-from .objects import Manifest
+from ..labels import POOL_LABEL, system_tolerations
+from ..objects import Manifest
+from ..rails import NETWORK_NAMESPACE, rail_networks, rdma_resource
 
 NAMESPACE = OPERATOR_NAMESPACES["network_operator"]
 POLICY_NAME = "nic-cluster-policy"      # the operator ignores a NicClusterPolicy of any other name
-NETWORK_NAMESPACE = "default"           # where the NetworkAttachmentDefinitions live; pods refer to default/rail-N
 IMAGE_REPOSITORY = "nvcr.io/nvidia/mellanox"
 MELLANOX_VENDOR = "15b3"
 API = "mellanox.com/v1alpha1"
@@ -26,26 +25,6 @@ API = "mellanox.com/v1alpha1"
 def chart(spec: ClusterSpec) -> Chart:
     n = spec.kubernetes.network_operator
     return chart_from(n, "network-operator", n.chart_version, NVIDIA_REPO)
-
-
-def rdma_resource(spec: ClusterSpec) -> str:
-    """The extended resource pods request to get the HCAs (expose it to job templates)."""
-    n = spec.kubernetes.network_operator
-    prefix = "rdma" if n.rdma_device_plugin == "shared" else "nvidia.com"
-    return f"{prefix}/{n.rdma_resource_name}"
-
-
-def rail_networks(spec: ClusterSpec) -> dict[tuple[int, str], str]:
-    """(rail, interface) -> secondary network name: `rail-<N>`, or `rail-<N>-<interface>` per NIC name where
-    pools name a rail's NIC differently (a Macvlan network has one master interface). Empty without networks."""
-    if not spec.kubernetes.network_operator.rail_subnets:
-        return {}
-    names: dict[int, set[str]] = {}
-    for p in spec.node_pools:
-        for nic in p.nics:
-            names.setdefault(nic.rail, set()).add(nic.interface)
-    return {(rail, i): f"rail-{rail}" if len(ifs) == 1 else f"rail-{rail}-{re.sub('[^a-z0-9-]', '-', i.lower())}"
-            for rail, ifs in sorted(names.items()) for i in sorted(ifs)}
 
 
 def render_network_operator_values(spec: ClusterSpec) -> dict[str, Any]:
@@ -94,26 +73,6 @@ def render_nic_cluster_policy(spec: ClusterSpec, versions: StackVersions) -> Man
         body["nvIpam"] = {**_image("nvidia-k8s-ipam", versions, spec), "enableWebhook": False}
     return Manifest("nic-policy", {"apiVersion": API, "kind": "NicClusterPolicy",
                                    "metadata": {"name": POLICY_NAME}, "spec": body})
-
-
-def network_names(spec: ClusterSpec) -> list[str]:
-    """Network attachments pods list in k8s.v1.cni.cncf.io/networks, in rail order."""
-    if not spec.kubernetes.network_operator.rail_subnets:
-        return []
-    return [f"{NETWORK_NAMESPACE}/{name}" for name in rail_networks(spec).values()]
-
-
-NETWORKS_ANNOTATION = "k8s.v1.cni.cncf.io/networks"
-
-
-def pod_networks(spec: ClusterSpec, pool: NodePool) -> dict[str, str]:
-    """Pod annotations attaching a pod of `pool` to its rails' secondary networks (none without them). On RoCE
-    a pod needs them: RoCE GIDs belong to a netdev, and only a netdev in the pod's namespace gives it one."""
-    if not spec.kubernetes.network_operator.rail_subnets or not pool.nics:
-        return {}
-    networks = rail_networks(spec)
-    return {NETWORKS_ANNOTATION: ",".join(f"{NETWORK_NAMESPACE}/{networks[n.rail, n.interface]}"
-                                          for n in sorted(pool.nics, key=lambda n: n.rail))}
 
 
 def render_secondary_networks(spec: ClusterSpec) -> list[Manifest]:

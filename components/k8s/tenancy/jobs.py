@@ -11,14 +11,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..spec import ClusterSpec, NodePool, Tenant
-from ..fabric.nccl import batch_exports, nccl_envs, pod_env
-from ..spec.cluster import network_operator_enabled
-from .labels import POOL_LABEL
-from .quantities import binary
-from .network_operator import pod_networks, rdma_resource
+from ...spec import ClusterSpec, NodePool, Tenant
+from ...fabric.nccl import batch_exports, nccl_envs, pod_env
+from ...spec.cluster import network_operator_enabled
+from ..labels import POOL_LABEL
+from ..quantities import binary
+from ..rails import pod_networks, rdma_resource
 from .tenant import LOCAL_QUEUE
-from .images import mirrored
+from ..images import mirrored
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"

@@ -13,7 +13,7 @@ Kueue manages jobs only in namespaces that carry the tenant label (its managedJo
 check's namespace carries it too, with its own name as the value; no tenant can have that namespace (it is a
 system namespace), and the policies treat it as the platform's, not a tenant's. It enforces Pod Security
 privileged: the check writes its failure on the host (a hostPath), beside the burn-in's verdict, where the
-detector's custom plugin (health.py) reads it and holds the node in quarantine until a burn-in passes.
+detector's custom plugin (detector.py) reads it and holds the node in quarantine until a burn-in passes.
 """
 
 from __future__ import annotations
@@ -23,20 +23,20 @@ import re
 from pathlib import PurePosixPath
 from typing import Any
 
-from ..bash import fill
-from ..spec import ClusterSpec, Host, NodePool
-from ..spec.cluster import OPERATOR_NAMESPACES, checked_pools
-from ..spec.kubernetes import LOWEST_PRIORITY, cron_fields
-from ..spec.hardware import GPU_RESOURCE
-from ..fabric.checks import NCCL_TESTS
-from ..fabric.nccl import LARGEST_BUSBW_AWK
-from ..nodes.burn_in import min_busbw
-from .health import CHECK_RECORD, DCGM_FAILED, DCGM_RESULTS, NVLINK_DOWN, STATE_DIR, STATE_VOLUME
-from .images import mirrored
-from .jobs import QUEUE_LABEL
-from .labels import POOL_LABEL
-from .objects import Manifest
-from .tenant import KUEUE_API, LOCAL_QUEUE, QUEUE_RESOURCES, TENANT_LABEL
+from ...bash import fill
+from ...spec import ClusterSpec, Host, NodePool
+from ...spec.cluster import OPERATOR_NAMESPACES, checked_pools
+from ...spec.kubernetes import LOWEST_PRIORITY, cron_fields
+from ...spec.hardware import GPU_RESOURCE
+from ...fabric.checks import NCCL_TESTS
+from ...fabric.nccl import LARGEST_BUSBW_AWK
+from ...nodes.burn_in import min_busbw
+from .detector import CHECK_RECORD, DCGM_FAILED, DCGM_RESULTS, NVLINK_DOWN, STATE_DIR, STATE_VOLUME
+from ..images import mirrored
+from ..tenancy.jobs import QUEUE_LABEL
+from ..labels import POOL_LABEL
+from ..objects import Manifest
+from ..tenancy.tenant import KUEUE_API, LOCAL_QUEUE, QUEUE_RESOURCES, TENANT_LABEL
 
 NAMESPACE = OPERATOR_NAMESPACES["health_checks"]
 NAME = "gpucluster-health-checks"         # the ClusterQueue and the PriorityClass

@@ -4,7 +4,7 @@ A second rule, `gpucluster-gpu-reset`, taints a node NoSchedule while GpuResetRe
 catalog resolves by a GPU reset or a reboot): new work waits, the jobs there run on, the reboot releases it.
 
 One NodeReadinessRule on every GPU node, in continuous enforcement: its NoSchedule taint stays while GpuHardwareFault,
-GpuBurnInRequired or FabricPortFault (health.py), or GpuOverheating or GpuNvlinkDown (health_nvml.py, when the spec
+GpuBurnInRequired or FabricPortFault (detector.py), or GpuOverheating or GpuNvlinkDown (nvml.py, when the spec
 quarantines on them) is anything but False, and goes once all are False again. A condition the
 detector has not yet reported counts as False (the rule's defaultStatus; upstream's "problem gate" pattern), so
 a new node waits only for its burn-in taint. Draining is Kubernetes' own: a second rule, `gpucluster-gpu-evict`,
@@ -40,14 +40,14 @@ import hashlib
 import json
 from typing import Any
 
-from ..bash import fill
-from ..spec import ClusterSpec
-from ..spec.cluster import OPERATOR_NAMESPACES
-from . import health_nvml
-from .health import QUARANTINE_CONDITIONS, RESET_CONDITION
-from .images import mirrored
-from .labels import POOL_LABEL, QUARANTINE_TAINT, RESET_TAINT, TOLERATE_EVERY_TAINT
-from .objects import Manifest, rbac_rule
+from ...bash import fill
+from ...spec import ClusterSpec
+from ...spec.cluster import OPERATOR_NAMESPACES
+from . import nvml as health_nvml
+from .detector import QUARANTINE_CONDITIONS, RESET_CONDITION
+from ..images import mirrored
+from ..labels import POOL_LABEL, QUARANTINE_TAINT, RESET_TAINT, TOLERATE_EVERY_TAINT
+from ..objects import Manifest, rbac_rule
 
 NAMESPACE = OPERATOR_NAMESPACES["node_readiness"]
 NAME = "nrr-controller-manager"
