@@ -14,12 +14,11 @@ from typing import Sequence
 
 from ..bash import fill, script
 from ..fabric.nccl import LARGEST_BUSBW_AWK
+from ..records import RESULT, VERDICT_FILE, min_busbw
 from ..spec import Host, NodePool
 from ..ssh import Script
 from .host_prep import render_busy
 
-RESULT = "GPUCLUSTER_BURN_IN="
-VERDICT_FILE = "/var/lib/gpucluster/burn-in"     # the last verdict, which stands while tenants' pods run
 
 
 def burn_in_identity(pool: NodePool, host: Host) -> str:
@@ -71,11 +70,6 @@ mkdir -p "$(dirname @VERDICT@)"
 printf '%s\n' "$verdict" > @VERDICT@
 printf '%s\n' "$verdict"
 '''
-
-
-def min_busbw(pool: NodePool) -> float:
-    b = pool.burn_in
-    return b.nccl_min_busbw_gb_per_s or round(0.8 * pool.gpu.info.busbw_gb_per_s, 1)
 
 
 def render_burn_in(pool: NodePool, host: Host, system_namespaces: Sequence[str] = ("kube-system",)) -> Script:

@@ -12,13 +12,13 @@ ROOT = Path(__file__).resolve().parents[2] / "components"
 LAYERS = [
     {"spec", "types", "yamltext", "bash", "records", "repos", "ssh"},   # the spec and the shell kit
     {"k8s.kit"},                      # k8s/*.py: charts, images, labels, objects, quantities, rails
-    {"fabric", "storage"},            # what runs on hosts and switches
-    {"nodes", "validation"},
+    {"fabric", "storage"},            # what runs on hosts and switches, and the NCCL settings pods share
     {"k8s.tenancy"},                  # tenant namespaces, queues and job templates
     {"k8s.health"},                   # detection, active checks, quarantine
     {"k8s.slurm"},                    # Slurm through Slinky, its node check
     {"k8s.platform"},                 # the operators, Kueue, monitoring
     {"k8s.gpu_stack"}, {"k8s"},       # the stack that composes the rooms; the package's public face
+    {"nodes", "validation"},          # host preparation and day 2, the after-apply suite: nothing in k8s reads them
     {"cluster"}, {"provider"},
     {"offline"}, {"cli"}, {"__main__", "components"},
 ]
@@ -70,9 +70,12 @@ def test_no_module_imports_from_a_room_above_its_own():
 
 
 def test_an_arrow_back_up_is_found():
-    """The check itself: the fabric's NCCL check importing a tenant's job template, or the kit a detector."""
+    """The check itself: the fabric's NCCL check importing a tenant's job template, the kit a detector, a
+    detector the host's burn-in script (it reads the verdict's names from records.py)."""
     assert upward([("components.fabric.checks", "components.k8s.tenancy.jobs", 17),
                    ("components.k8s.labels", "components.k8s.health.detector", 3),
+                   ("components.k8s.health.detector", "components.nodes.burn_in", 29),
                    ("components.k8s.health.checks", "components.k8s.tenancy.jobs", 36)]) == [
         "components.fabric.checks:17 imports components.k8s.tenancy.jobs (fabric is below k8s.tenancy)",
-        "components.k8s.labels:3 imports components.k8s.health.detector (k8s.kit is below k8s.health)"]
+        "components.k8s.labels:3 imports components.k8s.health.detector (k8s.kit is below k8s.health)",
+        "components.k8s.health.detector:29 imports components.nodes.burn_in (k8s.health is below nodes)"]

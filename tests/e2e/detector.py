@@ -19,7 +19,7 @@ from components.k8s.health import nvml as health_nvml
 from components.k8s.health.detector import (BLIND_CONDITION, BOOT_ID, BURN_IN_CHECK, BURN_IN_CONDITION, BURN_IN_MONITOR,
                                    CONDITION, MONITOR, NAME, PORT_CHECK, PORT_CONDITION, PORT_MONITOR, PORTS_CONFIG,
                                    PORTS_DIR, PORTS_FILE, RESET_CONDITION, STATE_DIR, SYSFS_RDMA)
-from components.nodes.burn_in import RESULT
+from components.records import RESULT
 
 from ..doubles import DOUBLE_BIT_XID, nvidia_smi
 from .conftest import Cluster, wait_for

@@ -13,9 +13,10 @@ import shlex
 import shutil
 import socket
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
+
+from tests.slurm_site import wait_until
 
 from .controlplane import TOOLS, free_port
 
@@ -88,19 +89,16 @@ class SlurmRoot:
         return fields(self.run("scontrol", "show", "job", "-o", job_id).stdout)
 
     def _wait(self, name: str, ready: Any, timeout_s: float = 60) -> None:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            proc = self.procs[name]
-            if proc.poll() is not None:
-                raise AssertionError(f"{name} exited with {proc.returncode}: {self.log(name)}")
+        """Until `ready()` holds (a probe that fails is not ready yet), as long as the daemon runs."""
+        def probe() -> bool:
             try:
-                if ready():
-                    return
+                return bool(ready())
             except (AssertionError, subprocess.SubprocessError, KeyError, OSError):
-                pass
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{name} not ready after {timeout_s:g} s: {self.log(name)}")
-            time.sleep(0.5)
+                return False
+        try:
+            wait_until(probe, self.procs[name], name, timeout_s)
+        except AssertionError as e:
+            raise AssertionError(f"{e}: {self.log(name)}") from None
 
     def log(self, name: str, lines: int = 30) -> str:
         text = ""

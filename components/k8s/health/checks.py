@@ -30,7 +30,7 @@ from ...spec.kubernetes import LOWEST_PRIORITY, cron_fields
 from ...spec.hardware import GPU_RESOURCE
 from ...fabric.checks import NCCL_TESTS
 from ...fabric.nccl import LARGEST_BUSBW_AWK
-from ...nodes.burn_in import min_busbw
+from ...records import min_busbw
 from .detector import CHECK_RECORD, DCGM_FAILED, DCGM_RESULTS, NVLINK_DOWN, STATE_DIR, STATE_VOLUME
 from ..images import mirrored
 from ..tenancy.jobs import QUEUE_LABEL

@@ -26,8 +26,7 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from ...bash import fill
-from ...nodes.burn_in import RESULT, VERDICT_FILE
-from ...records import MAINTENANCE, MAINTENANCE_MAX_S, PORT_SEEN, STATE_DIR, rdma_ports
+from ...records import MAINTENANCE, MAINTENANCE_MAX_S, PORT_SEEN, RESULT, STATE_DIR, VERDICT_FILE, rdma_ports
 from ...spec import ClusterSpec
 from ...spec.hardware import XID_LINE, xid_pattern
 from ...spec.xids import XidAction

@@ -15,7 +15,7 @@ import pytest
 from components.k8s.health.detector import (BLIND_CHECK, BLIND_CONDITION, BURN_IN_CHECK, BURN_IN_MONITOR, CONDITION, MONITOR,
                                    RESET_CONDITION, PORT_CHECK, PORT_MONITOR, PORTS_CONFIG, PORTS_FILE, burn_in_check, burn_in_monitor_config, expected_ports, monitor_config,
                                    port_check, port_monitor_config, render_gpu_health)
-from components.nodes.burn_in import RESULT, VERDICT_FILE
+from components.records import RESULT, VERDICT_FILE
 from components.k8s.labels import POOL_LABEL
 from components.spec import ClusterSpec
 from components.spec import load_spec

@@ -25,7 +25,7 @@ from components.offline.plan import build_plan
 from components.spec import parse_spec
 from components.spec.cluster import checked_pools
 from components.spec.kubernetes import LOWEST_PRIORITY, _cron
-from components.nodes.burn_in import min_busbw
+from components.records import min_busbw
 from tests.components.k8s.test_health import Host
 from tests.conftest import ROOT, problems_of
 

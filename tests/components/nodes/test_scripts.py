@@ -11,7 +11,8 @@ import yaml
 
 from components.fabric.checks import render_nccl_job
 from components.fabric.nccl import LARGEST_BUSBW_AWK
-from components.nodes.burn_in import min_busbw, parse_result, render_burn_in
+from components.nodes.burn_in import parse_result, render_burn_in
+from components.records import min_busbw
 from components.k8s.platform.gpu_operator import render_gpu_operator_values
 from components.nodes import NodePoolArgs
 from components.nodes.host_prep import render_kubelet_config
