@@ -59,7 +59,8 @@ class NodePoolArgs(SpecModel):
         default_factory=lambda: ["kube-system"],
         description="Namespaces of node agents, whose pods do not stop a kubelet restart. Omitted: kube-system.")
     slurm: bool = Field(False, description="Slinky runs Slurm on the pool (kubernetes.slurm.pools): the rollout's "
-                                           "drain gives Slurm its reason. Omitted: no.")
+                                           "drain gives Slinky its reason and evicts nothing before Slurm has "
+                                           "drained the node of its jobs. Omitted: no.")
     fault_xids: list[int] = Field(
         default_factory=lambda: list(DEFAULT_FAULT_XIDS),
         description="XIDs since boot that stop a host's preparation and roll: the cluster's health monitor's "
