@@ -184,17 +184,22 @@ def fields(line: str) -> dict[str, str]:
     return dict(part.split("=", 1) for part in line.split() if "=" in part)
 
 
+def node_fields(line: str) -> dict[str, str]:
+    """`scontrol show node -o` as key -> value, with the whole Reason (its "[user@time]" left out; "" for none)."""
+    head, _, reason = line.partition(" Reason=")
+    return {**fields(head), "Reason": reason.rsplit(" [", 1)[0]}
+
+
 def drained(env: dict, node: str) -> str | None:
     """The node's drain reason, or None when it is not drained (a drained one is returned to service)."""
-    line = scontrol(env, "show", "node", "-o", node)
-    if "DRAIN" not in fields(line.split(" Reason=", 1)[0])["State"]:
+    state = node_fields(scontrol(env, "show", "node", "-o", node))
+    if "DRAIN" not in state["State"]:
         return None
-    reason = line.split(" Reason=", 1)[1].rsplit(" [", 1)[0]
     # resume, as an operator would: it clears the drain (these nodes have no slurmd, so are UNKNOWN, and
     # scontrol also says "Invalid node state specified" for them)
     subprocess.run(["scontrol", "update", f"nodename={node}", "state=resume"], env=env, capture_output=True)
-    assert "DRAIN" not in fields(scontrol(env, "show", "node", "-o", node).split(" Reason=", 1)[0])["State"]
-    return reason
+    assert "DRAIN" not in node_fields(scontrol(env, "show", "node", "-o", node))["State"]
+    return state["Reason"]
 
 
 def host_cgroup_conf(text: str) -> str:

@@ -20,7 +20,6 @@ from ..ssh import Script
 from .host_prep import render_busy
 
 
-
 def burn_in_identity(pool: NodePool, host: Host) -> str:
     """What a burn-in stands for: the host, its GPUs and its hardware. Only a change to these replaces it (runs
     it anew); a changed script or threshold updates it in place, and the script itself decides where it may run."""

@@ -18,7 +18,6 @@ import pytest
 import yaml
 
 from components.k8s.health import checks as health_checks
-
 from components.k8s.platform import mpi_operator
 from components.k8s.tenancy.jobs import render_job
 from components.spec import ClusterSpec, NodePool, Tenant

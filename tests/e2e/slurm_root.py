@@ -16,18 +16,13 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from tests.slurm_site import wait_until
+from tests.slurm_site import fields, node_fields, wait_until
 
 from .controlplane import TOOLS, free_port
 
 ROOT = TOOLS / "slurm-root"
 RESTAPI_PORT = 6820         # slurm-operator v1.1.0 internal/builder: SlurmrestdPort
 SLURM_UID = "slurm"         # the Debian packages' SlurmUser, and the user the operator's tokens name ("sun")
-
-
-def fields(line: str) -> dict[str, str]:
-    """`scontrol show ... -o` as key -> value (values with spaces, such as Reason, are cut at the first)."""
-    return dict(part.split("=", 1) for part in line.split() if "=" in part)
 
 
 class SlurmRoot:
@@ -80,10 +75,7 @@ class SlurmRoot:
         return proc
 
     def node(self, name: str) -> dict[str, str]:
-        line = self.run("scontrol", "show", "node", "-o", name).stdout
-        out = fields(line.split(" Reason=", 1)[0])
-        out["Reason"] = line.split(" Reason=", 1)[1].rsplit(" [", 1)[0] if " Reason=" in line else ""
-        return out
+        return node_fields(self.run("scontrol", "show", "node", "-o", name).stdout)
 
     def job(self, job_id: str) -> dict[str, str]:
         return fields(self.run("scontrol", "show", "job", "-o", job_id).stdout)

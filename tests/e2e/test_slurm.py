@@ -17,7 +17,6 @@ import pytest
 import yaml
 
 from components.k8s.health import quarantine
-
 from components.k8s.slurm import cluster as slurm, node_check as slurm_health
 from components.k8s.labels import POOL_LABEL, QUARANTINE_TAINT
 from tests.components.k8s.slurm_specs import SLURM_POOL, with_slurm_pool
@@ -134,6 +133,12 @@ def test_the_control_plane_accepts_what_the_charts_render_and_keeps_every_field(
     assert f"CronJob/{namespace}/{slurm.USER_SYNC}" in applied           # the login groups' members as users
 
 
+def create_database_secret(c: Cluster) -> None:
+    """The database password's Secret, which Pulumi makes from its generated secret (the plan shows none)."""
+    c.cp.kubectl("create", "secret", "generic", slurm.DATABASE_SECRET, "-n", c.spec.kubernetes.slurm.namespace,
+                 f"--from-literal=password={secrets.token_hex(12)}")
+
+
 @pytest.fixture(scope="module")
 def operator(slurm_cluster: Cluster, stored: list[dict[str, Any]]) -> Cluster:
     """Slinky's operator, built from its module, reconciling what the charts rendered. Its REST client would
@@ -142,9 +147,7 @@ def operator(slurm_cluster: Cluster, stored: list[dict[str, Any]]) -> Cluster:
     (test_slurm_rollout.py runs it against Slurm's own slurmrestd.)"""
     cp, namespace = slurm_cluster.cp, slurm_cluster.spec.kubernetes.slurm.namespace
     cp.kubectl("delete", "restapis.slinky.slurm.net", "--all", "-n", namespace)
-    # The database password's Secret, which Pulumi makes from its generated secret (the plan shows none).
-    cp.kubectl("create", "secret", "generic", slurm.DATABASE_SECRET, "-n", namespace,
-               f"--from-literal=password={secrets.token_hex(12)}")
+    create_database_secret(slurm_cluster)
     cp.start_slurm_operator()
     return slurm_cluster
 

@@ -6,7 +6,6 @@ them (bash, kubectl) against the same apiserver."""
 from __future__ import annotations
 
 import base64
-import secrets
 import threading
 import time
 from typing import Any, Iterator
@@ -20,7 +19,8 @@ from tests.components.k8s.slurm_specs import SLURM_POOL
 from .conftest import Cluster, wait_for
 from .slurm_root import SlurmRoot
 from .test_rollout import annotations, node, restore, rollout_taint, run_step, with_rollout
-from .test_slurm import HOSTNAME_LABEL, rendered, slurm_cluster, slurmd_on, stored  # noqa: F401 (fixtures)
+from .test_slurm import (HOSTNAME_LABEL, create_database_secret, rendered, slurm_cluster,  # noqa: F401 (fixtures)
+                         slurmd_on, slurmd_pods, stored)
 
 pytestmark = pytest.mark.e2e
 OPERATOR_REASON = "slurm-operator: "       # slurm-operator v1.1.0 internal/controller/nodeset/slurmcontrol
@@ -40,9 +40,7 @@ def slinky(slurm_cluster: Cluster, stored: list[dict[str, Any]]) -> Iterator[tup
     """Slurm's daemons for the Slurm pool's nodes, then the operator, talking to their slurmrestd; ready once the
     operator has read every node's state from Slurm onto its slurmd pod."""
     c = slurm_cluster
-    namespace = c.spec.kubernetes.slurm.namespace
-    c.cp.kubectl("create", "secret", "generic", slurm.DATABASE_SECRET, "-n", namespace,
-                 f"--from-literal=password={secrets.token_hex(12)}")
+    create_database_secret(c)
     nodes = [slurm.node_name(h.hostname) for h in c.spec.pools[SLURM_POOL].hosts]
     root = SlurmRoot(slurm.render_slurm_values(c.spec)["clusterName"], SLURM_POOL, nodes, jwt_key(c))
     try:
@@ -50,10 +48,9 @@ def slinky(slurm_cluster: Cluster, stored: list[dict[str, Any]]) -> Iterator[tup
         c.cp.start_slurm_operator(restapi_on_localhost=True)
 
         def idle() -> bool:
-            pods = [p for p in c.cp.get("pods", namespace=namespace)["items"] if HOSTNAME_LABEL in p["metadata"]
-                    .get("labels", {}) and not p["metadata"].get("deletionTimestamp")]
             states = {p["metadata"]["labels"][HOSTNAME_LABEL]: {x["type"] for x in p["status"].get("conditions", [])
-                                                                if x["status"] == "True"} for p in pods}
+                                                                if x["status"] == "True"}
+                      for p in slurmd_pods(c) if not p["metadata"].get("deletionTimestamp")}
             return set(states) == set(nodes) and all("SlurmNodeStateIdle" in s for s in states.values())
         wait_for(idle, 120, lambda: f"the operator did not read the nodes' state from slurmrestd\n"
                                     f"{c.cp.log('slurm-operator')}\n{root.log('slurmrestd')}")

@@ -13,7 +13,6 @@ import pytest
 import yaml
 
 from components.k8s.platform import gpu_operator, network_operator, nfd
-
 from components.k8s.health import detector as health, nvml as health_nvml, quarantine
 from components.k8s.gpu_stack import GpuKubernetesStack, render_namespaces
 from components.k8s.labels import POOL_LABEL, QUARANTINE_TAINT, RESET_TAINT, system_tolerations

@@ -10,7 +10,6 @@ import pytest
 import yaml
 
 from components.k8s.platform import kueue, monitoring
-
 from components.k8s.slurm import cluster as slurm
 from components.k8s.gpu_stack import GpuKubernetesStack
 from components.k8s.labels import BURN_IN_TAINT, POOL_LABEL, QUARANTINE_TAINT
