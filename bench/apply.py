@@ -2,8 +2,9 @@
 
 The engine, its Python language host and the program are the real ones (`make engine-e2e` builds them); what
 would touch machines stands in, as fast as it can or as slow as the model says:
-- every command (`command:remote:Command`, `command:local:Command`) sleeps its modelled duration (MODEL, each
-  figure with its source, scaled by --scale: 1/60 by default, a modelled minute a second) and prints nothing;
+- every command (`command:remote:Command`, `command:local:Command`) and copy (`command:remote:CopyToRemote`)
+  sleeps its modelled duration (MODEL, each figure with its source, scaled by --scale: 1/60 by default, a
+  modelled minute a second) and prints nothing;
 - Kubernetes and random answer at once with their inputs (the echo provider of the engine tests): the apiserver's
   own time is not the subject here (bench/kueue_burst.py measures admission);
 - a file backend in a fresh folder, as a self-managed site runs it.
@@ -47,6 +48,7 @@ MODEL: tuple[tuple[str, float, str], ...] = (
     ("-drain", 2, "assumed: kubectl finds nothing to drain on a first apply"),
     ("-uncordon", 2, "assumed: one kubectl call"),
     ("-leave", 2, "assumed: records the host's pool"),
+    ("-scripts", 2, "assumed: one SFTP session copying the pool's shared script parts, about 100 KB"),
     ("-deregister", 0, "acts on delete only"),
     ("-retire", 0, "acts on delete only"),
     ("-rollout", 1, "assumed: the pool's report, one local call"),
@@ -75,6 +77,9 @@ class SleepingCommands(CommandProvider):
         self.scale = scale
         self.busy = self.peak = 0
         self.lock = threading.Lock()
+
+    def _copy(self, context, op, urn, args):
+        self._run(context, op, urn, args, "copy", {})
 
     def _run(self, context, op, urn, inputs, command, previous):
         if command is None:

@@ -92,7 +92,11 @@ def graph_depth(resources: list[dict]) -> int:
 
 
 def commands_per_host(out: Path) -> int:
+    """SSH sessions a first apply opens to a GPU host: its scripts, and the copy of its pool's shared parts."""
+    copies = [r["urn"].rsplit("::", 1)[1] for r in load_plan(out)["resources"]
+              if r["type"] == "command:remote:CopyToRemote"]
     counts = [sum(1 for f in d.iterdir() if not f.name.endswith((".delete.sh", ".update.sh")))
+              + sum(1 for c in copies if c.endswith(f"-{d.name}-scripts"))
               for d in (out / "scripts").iterdir() if d.name.startswith("gpu-")]
     return max(counts, default=0)
 
@@ -184,11 +188,12 @@ def verdicts(rows: list[dict]) -> list[tuple[str, bool, str]]:
            ("peak memory <= 1.25x the floor", all(r["memory_x_floor"] <= 1.25 for r in rows),
             ", ".join(f"{r['nodes']}: {r['memory_x_floor']}x" for r in rows)),
            # issue 15's 4 and 3, plus what issue 29's rollout needs (a drain, a roll over SSH and an uncordon)
-           # and its retirement (a deregister, a leave over SSH and a retire)
-           ("<= 10 resources per GPU node", all(r["resources_per_added_node"] <= 10 for r in rows),
+           # and its retirement (a deregister, a leave over SSH and a retire), and issue 55's copy of the pool's
+           # shared script parts (one SFTP session), which takes some 200 KB of scripts out of each host's state
+           ("<= 11 resources per GPU node", all(r["resources_per_added_node"] <= 11 for r in rows),
             ", ".join(f"{r['nodes']}: {r['resources_per_added_node']} (+ {r['reads_per_added_node']} read)"
                       for r in rows)),
-           ("<= 5 SSH sessions per host", all(r["commands_per_host"] <= 5 for r in rows),
+           ("<= 6 SSH sessions per host", all(r["commands_per_host"] <= 6 for r in rows),
             ", ".join(f"{r['nodes']}: {r['commands_per_host']}" for r in rows)),
            ("blast radius exact", all(
                not r["blast_radius"]["add a node"]["resources"]

@@ -11,20 +11,29 @@ One way for every SSH-pushed part of the project (node pools, fabric, storage):
   deletes before it creates: the old `delete` undoes the old state first, instead of undoing the new one after
   it is applied;
 - a `converge` script brings a host from any earlier state of its own to the new one (host preparation): a
-  change runs it again as the command's `update`, and its `delete` runs only when the resource is destroyed,
-  never between two versions (which would tear down, say, kubelet settings it is about to rewrite).
+  change runs it again as the command's update, and its `delete` runs only when the resource is destroyed,
+  never between two versions (which would tear down, say, kubelet settings it is about to rewrite);
+- the part of a script that is the same on every host of a pool (bash.SHARED_BEGIN) travels once per host and
+  version, as a file a `-scripts` copy puts on the host (`Lib`), and each command that runs it holds a line
+  that checks and runs that file instead: the engine stores each command's inputs twice at every checkpoint,
+  and a pool's preparation, roll and burn-in are the same text on all its hosts (issue 55);
+- a command whose update runs its `create` again has no `update`: pulumi-command runs `create` where `update`
+  is unset (remote and local, v1.2.1 commandController.go), and the engine stores every input twice (inputs
+  and outputs), so a copy of the script would double the host's state for nothing.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import re
-from typing import NamedTuple, Sequence
+from pathlib import Path
+from typing import Iterable, NamedTuple, Sequence
 
 import pulumi
 from pulumi_command import remote
 
-from .bash import by_bash, in_sequence
+from .bash import SHARED_BEGIN, SHARED_END, by_bash, in_sequence
 from .spec.hardware import Bastion
 
 SCRIPT_MARKER = "GPUCLUSTER_SCRIPT"
@@ -61,10 +70,16 @@ def as_command(text: str, user: str, stdin: bool = False) -> str:
     return f"{'' if user == 'root' else 'sudo -n '}{by_bash(text, SCRIPT_MARKER, stdin)}\n"
 
 
-def unwrap(command: str) -> str:
-    """The script inside a command built by `as_command` (the plan shows scripts, not wrappers)."""
+def stored(command: str) -> str:
+    """The script inside a command built by `as_command`, as the host runs it."""
     m = _WRAPPED.match(command)
     return (m.group(2) if m.group(2) is not None else m.group(4)) + "\n" if m else command
+
+
+def unwrap(command: str) -> str:
+    """The whole script inside a command built by `as_command`, its shared parts in place (the plan shows
+    scripts, not wrappers)."""
+    return expand(stored(command))
 
 
 def connection(target: SshTarget, private_key: pulumi.Input[str]) -> remote.ConnectionArgs:
@@ -80,7 +95,7 @@ def connection(target: SshTarget, private_key: pulumi.Input[str]) -> remote.Conn
 def push(name: str, target: SshTarget, script: Script, private_key: pulumi.Input[str], *,
          parent: pulumi.Resource, depends_on: Sequence[pulumi.Resource] = (), converge: bool = False,
          protect: bool = False, stdin: pulumi.Input[str] | None = None, then: str | None = None,
-         replace_on: str | None = None) -> remote.Command:
+         replace_on: str | None = None, lib: Lib | None = None) -> remote.Command:
     """One remote command for a script. A create script built from a secret comes as an Output and stays
     secret. `protect`: the engine refuses to delete the command (a server that holds data) until it is lifted.
     `stdin`: a secret the script reads from its standard input (it stays out of the script and the plan).
@@ -88,29 +103,135 @@ def push(name: str, target: SshTarget, script: Script, private_key: pulumi.Input
     updates the command in place, a change to `script` replaces it. Omitted: none.
     `replace_on`: what the command's host *is* (a storage server's targets: devices and indexes); only a change
     to it replaces the command, and any other change to the script, which converges, runs it again in place
-    (a setting that applies live never unmounts a target). Omitted: any change to the script replaces it."""
+    (a setting that applies live never unmounts a target). Omitted: any change to the script replaces it.
+    `lib`: the pool's shared parts, shipped to the host before this command runs (`ship`); the create and update
+    scripts run them from there (the trigger stays the whole script's digest). Omitted: all text inline."""
     piped = stdin is not None
+
+    def command(text: str, stdin: bool = False) -> str:
+        return as_command(lib.factor(text, target.user) if lib else text, target.user, stdin)
+
     create: pulumi.Input[str]
     update: pulumi.Input[str] | None = None
     trigger: pulumi.Input[str]
     if then is not None:
         assert isinstance(script.create, str) and not converge, "`then` follows a plain, replaced script"
-        create = as_command(in_sequence(name, [script.create, then], stdin=piped), target.user, piped)
-        update, trigger = as_command(then, target.user), digest(script)
+        create = command(in_sequence(name, [script.create, then], stdin=piped), piped)
+        update, trigger = command(then), digest(script)
     elif isinstance(script.create, pulumi.Output):
-        create = script.create.apply(lambda text: as_command(text, target.user, piped))
+        create = script.create.apply(lambda text: command(text, piped))
         trigger = script.create.apply(lambda text: digest(Script(text, script.delete)))
     else:
-        create, trigger = as_command(script.create, target.user, piped), digest(script)
+        create, trigger = command(script.create, piped), digest(script)
     if replace_on is not None:
         assert then is None and not converge, "`replace_on` is its own way of updating"
-        update, trigger = create, hashlib.sha256(replace_on.encode()).hexdigest()
+        trigger = hashlib.sha256(replace_on.encode()).hexdigest()       # an update runs `create` again
     return remote.Command(
         name, connection=connection(target, private_key), create=create,
-        update=create if converge else update,
+        update=update,                  # None: an update runs `create` again
         delete=as_command(script.delete, target.user) if script.delete else None,
         # The SDK marks triggers replace-on-change: a converging script must not have any.
         triggers=None if converge else [trigger],
         add_previous_output_in_env=False, stdin=None if stdin is None else pulumi.Output.secret(stdin),
         opts=pulumi.ResourceOptions(parent=parent, depends_on=list(depends_on), protect=protect,
                                     delete_before_replace=script.delete is not None))
+
+
+# Where shared parts are written, relative to where the program runs (the engine, its providers and local
+# commands run there too), and where a `-scripts` copy puts them, relative to the SSH user's home: each part a
+# file named by its SHA-256, so a command names the same file whatever else its pool ships.
+LIB_DIR = Path(".gpucluster") / "lib"
+SHIP_DIR = Path(".gpucluster") / "ship"         # <set>/lib: one pool's remote parts, as one copy takes them
+_LOADER = re.compile(r"^# gpucluster: shared part (?P<sha>[0-9a-f]{64})\n.*?\n\. \"\$GPUCLUSTER_SHARED\"\n",
+                     re.S | re.M)
+_MARKS = re.compile(rf"^(?:{re.escape(SHARED_BEGIN)}|{re.escape(SHARED_END)})\n", re.M)
+
+
+def shared_parts(text: str) -> list[tuple[int, int, str]]:
+    """(start, end, part) of each outermost shared part of `text`, its marks included in start..end."""
+    out, depth, start = [], 0, 0
+    for m in _MARKS.finditer(text):
+        if m[0].startswith(SHARED_BEGIN):
+            depth += 1
+            if depth == 1:
+                start = m.start()
+        elif depth:
+            depth -= 1
+            if depth == 0:
+                out.append((start, m.end(), text[start + len(SHARED_BEGIN) + 1:m.start()]))
+    return out
+
+
+def _parts(texts: Iterable[str]) -> dict[str, str]:
+    return {hashlib.sha256(p.encode()).hexdigest(): p for t in texts for _, _, p in shared_parts(t)}
+
+
+class Lib:
+    """A pool's shared script parts, each written once as a file named by its SHA-256 where the program runs,
+    and the remote ones put on each of its hosts by one `-scripts` copy: a command holds a line that checks and
+    sources the file instead of the text. A file, once written or copied, is never removed, so a command an
+    earlier version stored still finds its part. Only create and update scripts use it: a delete keeps its
+    whole text, since it may run long after, on a host reinstalled since, or from a checkout of a later
+    version (a local command). `remote`: scripts run over SSH; `local`: scripts run where pulumi runs (their
+    parts are not shipped, so a local part that follows the pool's size, as the drain's does, never touches
+    the hosts' copies)."""
+
+    def __init__(self, remote: Iterable[str], local: Iterable[str] = ()):
+        self.remote = _parts(remote)
+        self.parts = {**_parts(local), **self.remote}
+        self.name = hashlib.sha256("\0".join(sorted(self.remote)).encode()).hexdigest()[:16]
+
+    @property
+    def source(self) -> Path:
+        """The folder a `-scripts` copy takes (its `lib` folder lands in the SSH user's ~/.gpucluster)."""
+        return SHIP_DIR / self.name / LIB_DIR.name
+
+    def write(self) -> None:
+        """Every part as a file (written whole under a temporary name first; one already there is kept)."""
+        for folder, parts in ((LIB_DIR, self.parts), (self.source, self.remote)):
+            folder.mkdir(parents=True, exist_ok=True)
+            for sha, text in parts.items():
+                path = folder / f"{sha}.sh"
+                if not path.exists():
+                    tmp = path.with_suffix(f".tmp{os.getpid()}")
+                    tmp.write_text(text)
+                    tmp.replace(path)
+
+    def factor(self, text: str, user: str | None) -> str:
+        """`text` with each shared part replaced by the lines that run its file: on the host in `user`'s home,
+        checked against its SHA-256 first, or with `user` None where the program runs (a local command)."""
+        out, last = [], 0
+        for start, end, part in shared_parts(text):
+            sha = hashlib.sha256(part.encode()).hexdigest()
+            if sha not in (self.remote if user else self.parts):
+                continue
+            where = f"~{user}/{LIB_DIR}/{sha}.sh" if user else f"{LIB_DIR}/{sha}.sh"
+            check = (f'[[ "$(sha256sum 2>/dev/null <"$GPUCLUSTER_SHARED" || true)" == "{sha}  -" ]]' if user
+                     else '[[ -r "$GPUCLUSTER_SHARED" ]]')
+            out += [text[last:start], f"# gpucluster: shared part {sha}\nGPUCLUSTER_SHARED={where}\n"
+                    f"{check} || {{ printf '%s: error: %s\\n' \"$HOST\" \"$GPUCLUSTER_SHARED is missing or not the "
+                    f"part this apply shipped: run pulumi up again (its -scripts copy puts it there)\" >&2; exit 1; }}\n"
+                    f'# shellcheck source=/dev/null  # the part is checked where it is whole (the plan)\n'
+                    f'. "$GPUCLUSTER_SHARED"\n']
+            last = end
+        return "".join(out) + text[last:]
+
+
+def expand(text: str) -> str:
+    """`text` with each shared part a `Lib` put in its place again, read from where the program wrote it (the
+    plan shows whole scripts); a part not found stays as the lines that run it."""
+    def part(m: re.Match[str]) -> str:
+        path = LIB_DIR / f"{m['sha']}.sh"
+        return f"{SHARED_BEGIN}\n{path.read_text()}{SHARED_END}\n" if path.exists() else m[0]
+    return _LOADER.sub(part, text)
+
+
+def ship(name: str, target: SshTarget, lib: Lib, private_key: pulumi.Input[str], *,
+         parent: pulumi.Resource, depends_on: Sequence[pulumi.Resource] = ()) -> remote.CopyToRemote:
+    """The pool's remote parts onto one host, into ~user/.gpucluster/lib: the state keeps the folder's path and
+    hash, not its text. A part that changes is a new file beside the old one, and the copy updates in place
+    (pulumi-command copies again when the hash changes and removes nothing on delete)."""
+    lib.write()
+    return remote.CopyToRemote(name, connection=connection(target, private_key),
+                               source=pulumi.FileArchive(str(lib.source)), remote_path=str(LIB_DIR.parent),
+                               opts=pulumi.ResourceOptions(parent=parent, depends_on=list(depends_on)))

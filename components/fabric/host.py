@@ -9,6 +9,7 @@ become Active before they are checked.
 
 from __future__ import annotations
 
+import shlex
 from typing import Sequence
 
 from ..bash import call, fill, script
@@ -19,6 +20,8 @@ from ..ssh import Script
 from .nccl import NCCL_CONF, render_nccl_conf
 
 APPLY = "/usr/local/sbin/gpucluster-fabric"
+# Stands for the host's name in the boot script's text until the host puts its own in (see render_fabric_host).
+HOST_MARK = "__GPUCLUSTER_HOST__"
 APPLY_UNIT = "/etc/systemd/system/gpucluster-fabric.service"
 OPENSM_CONF = "/etc/opensm/opensm.conf"
 PARTITIONS_CONF = "/etc/opensm/partitions.conf"
@@ -291,7 +294,9 @@ _PUSH = r'''
 need systemctl "this host does not run systemd"
 @SM@
 # --- the settings, applied now and by a boot unit (none of them persist on their own) ------------------
-put_file @APPLY@ 0755 "$(cat @APPLY_DOC@)"
+# the host's own name goes in here, so that this part is the same text on every host of a pool (ssh.Lib)
+apply_doc=$(cat @APPLY_DOC@)
+put_file @APPLY@ 0755 "${apply_doc//@HOST_MARK@/$HOST}"
 put_file @UNIT@ 0644 "$(cat @UNIT_DOC@)" reload-units
 if owed reload-units; then systemctl daemon-reload; paid reload-units; fi
 if [[ "$(systemctl is-enabled gpucluster-fabric 2>/dev/null || true)" != enabled ]]; then
@@ -445,12 +450,16 @@ def render_fabric_host(spec: ClusterSpec, hostname: str, nics: list[Nic], nccl: 
                   DEV=first, CONF=OPENSM_CONF, PARTITIONS=PARTITIONS_CONF, UNIT=OPENSM_UNIT, PRIORITY=priority,
                   LOG=OPENSM_LOG,
                   OURS=" ".join(ib.subnet_managers), TAKE_OVER="yes" if ib.take_over_existing_sm else "no")
-    push = RUN_FABRIC + fill(_PUSH.replace("@SM@", sm), {"APPLY_DOC": render_apply(spec, hostname, nics, nccl,
-                                                                    storage_interfaces).rstrip("\n"),
-                                            "UNIT_DOC": _apply_unit()},
-                APPLY=APPLY, UNIT=APPLY_UNIT, MODE="in-place" if in_place else "all")
+    # A host name needs no quoting (spec: lowercase letters, digits, '-' and '.'), so the file the host
+    # gets, its name put in, is byte for byte the one rendered for it.
+    assert shlex.quote(hostname) == hostname and HOST_MARK not in hostname
+    push = RUN_FABRIC + fill(_PUSH.replace("@SM@", sm).replace("@HOST_MARK@", HOST_MARK),
+                             {"APPLY_DOC": render_apply(spec, HOST_MARK, nics, nccl, storage_interfaces).rstrip("\n"),
+                              "UNIT_DOC": _apply_unit()},
+                             APPLY=APPLY, UNIT=APPLY_UNIT, MODE="in-place" if in_place else "all")
     create = script(f"Fabric of {hostname}: {spec.fabric.kind}"
-                    + (f", subnet manager priority {priority}" if priority is not None else ""), hostname, push)
+                    + (f", subnet manager priority {priority}" if priority is not None else ""), hostname, push,
+                    shared=True)
     delete = script(f"Undo the fabric setup of {hostname}", hostname, fill(r'''
 need systemctl "this host does not run systemd"
 for unit in gpucluster-fabric gpucluster-opensm; do

@@ -78,7 +78,7 @@ def render_burn_in(pool: NodePool, host: Host, system_namespaces: Sequence[str] 
         _BODY.replace("LARGEST_BUSBW", LARGEST_BUSBW_AWK), DIR=b.nccl_tests_dir, TIMEOUT=b.timeout_s,
         LEVEL=b.dcgm_level, GPUS=pool.gpu.count, MIN=min_busbw(pool), RESULT=RESULT, VERDICT=VERDICT_FILE)
     return Script(script(f"Burn in {host.hostname}: dcgmi diag -r {b.dcgm_level}, NCCL all_reduce on "
-                         f"{pool.gpu.count} GPUs", host.hostname, body))
+                         f"{pool.gpu.count} GPUs", host.hostname, body, shared=True))
 
 
 def parse_result(stdout: str | None) -> tuple[bool, str]:

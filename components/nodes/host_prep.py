@@ -573,7 +573,8 @@ class PoolPrep:
 
     def for_host(self, host: Host) -> Script:
         hardware = f", hardware {host.hardware_id}" if host.hardware_id else ""    # new hardware: run again
-        return Script(script(f"Prepare {host.hostname} ({self.title}{hardware})", host.hostname, self.create),
+        return Script(script(f"Prepare {host.hostname} ({self.title}{hardware})", host.hostname, self.create,
+                             shared=True),
                       script(f"Undo the preparation of {host.hostname}", host.hostname, self.delete))
 
     def roll_for_host(self, host: Host, preparation: str) -> Script:
@@ -581,7 +582,7 @@ class PoolPrep:
         changes the script, so the step runs again. Run with the drain's outcome on standard input (`go`,
         or one of NOT_DRAINED, where it rolls nothing)."""
         return Script(script(f"Roll {host.hostname} after its preparation {preparation[:16]}: owed restarts, "
-                             "then a short burn-in", host.hostname, self.roll))
+                             "then a short burn-in", host.hostname, self.roll, shared=True))
 
 
 def render_busy(system_namespaces: Sequence[str]) -> str:

@@ -1,6 +1,8 @@
 """GpuNodePool: bare-metal GPU hosts made into healthy, schedulable Kubernetes GPU nodes.
 
 Per host, keyed by hostname (adding a host changes nothing for the others), these resources:
+`<name>-<host>-scripts`, a copy of the pool's shared script parts (ssh.Lib: the preparation, roll and burn-in
+are one text for all its hosts, which the state then holds once per host as a path and a hash, not as text),
 `<name>-<host>-prepare` over SSH (the host's fabric settings, when given, then its preparation, in one session),
 `<name>-<host>-burn-in` over SSH, and `<name>-<host>-node`, a NodePatch of the existing Node (patched, not
 owned) whose taints follow the burn-in: new nodes register with the burn-in taint (kubelet's
@@ -32,7 +34,7 @@ from ..spec.hardware import SshSettings
 from ..spec.xids import DEFAULT_FAULT_XIDS
 from ..spec.topology import network_places
 from ..bash import in_sequence
-from ..ssh import Script, SshTarget, digest, push
+from ..ssh import Lib, Script, SshTarget, digest, push, ship
 from ..types import token, with_aliases
 from .burn_in import burn_in_identity, parse_result, render_burn_in
 from .host_prep import PoolPrep, render_pool_prep
@@ -105,6 +107,21 @@ def render_preparation(args: NodePoolArgs, host: Host, fabric: Script | None = N
                               [fabric.create, prep.create]),
                   in_sequence(f"{host_} ({pool}): undo its preparation, then its fabric settings",
                               [prep.delete, fabric.delete], guard=guard))
+
+
+def pool_lib(args: NodePoolArgs, samples: Sequence[Host], fabric: Mapping[str, Script], pool_prep: PoolPrep) -> Lib:
+    """The pool's shared parts, as these hosts' create and update scripts hold them: those run over SSH are
+    shipped, the rollout's local steps read theirs where pulumi runs."""
+    over_ssh: list[str | pulumi.Output[str]] = []
+    here: list[str] = []
+    for host in samples:
+        prepare = render_preparation(args, host, fabric.get(host.hostname), pool_prep)
+        over_ssh += [prepare.create, pool_prep.roll_for_host(host, digest(prepare)).create,
+                     render_retirement(args.pool, host, args.system_namespaces).membership.create]
+        if args.pool.burn_in.enabled:
+            over_ssh.append(render_burn_in(args.pool, host, args.system_namespaces).create)
+        here += render_rollout(args.pool, host, slurm=args.slurm)
+    return Lib([t for t in over_ssh if isinstance(t, str)], here)
 
 
 def node_labels(args: NodePoolArgs, host: Host) -> dict[str, str]:
@@ -219,31 +236,39 @@ def compose(component: Any, name: str, args: NodePoolArgs, ssh_private_key: pulu
     fabric = fabric or {}
     pool_prep = render_pool_preparation(args)
     component.burn_in, component.prepared, component.subnet_managers = {}, {}, []
-    rolls: dict[str, tuple[remote.Command, Script, pulumi.Resource, k8s.core.v1.Node]] = {}
+    rolls: dict[str, tuple[remote.Command, str, pulumi.Resource, k8s.core.v1.Node]] = {}
+    retire_scripts: dict[str, str] = {}
     # kubectl acts only on the cluster the Kubernetes provider reaches: its kube-system namespace's uid, read
     # through the provider on every apply, is what each kubectl step checks before it acts.
     cluster = k8s.core.v1.Namespace.get(f"{name}-cluster", "kube-system", opts=pulumi.ResourceOptions(parent=component))
     kube = Kube(kubeconfig, kube_context, cluster.metadata.apply(lambda m: (m.uid if m else None) or ""))
-    retirements = {h.hostname: render_retirement(pool, h, args.system_namespaces) for h in pool.hosts}
-    for host in sorted(pool.hosts, key=lambda h: h.hostname not in subnet_managers):
+    hosts = sorted(pool.hosts, key=lambda h: h.hostname not in subnet_managers)
+    # The pool's shared parts, as its first host's scripts hold them and, where that one runs a subnet manager
+    # (whose fabric part is its own), its first other host's: every other host's are the same text (a part
+    # that is not stays inline; a file is found by its hash).
+    firsts = {h.hostname: h for h in hosts[:1] + [h for h in hosts if h.hostname not in subnet_managers][:1]}
+    lib = pool_lib(args, list(firsts.values()), fabric, pool_prep)
+    for host in hosts:
         key = f"{name}-{host.hostname}"
         target = args.target(host)
         manager = host.hostname in subnet_managers
-        retire = retirements[host.hostname]
+        retire = render_retirement(pool, host, args.system_namespaces)
+        retire_scripts[host.hostname] = retire.retire
         # First created, last deleted: a host that leaves the spec loses its Node after everything else.
         deregister = _kubectl(component, kube, f"{key}-deregister", None, retire.deregister, [])
-        leave = push(f"{key}-leave", target, retire.membership, ssh_private_key, parent=component, converge=True,
-                     depends_on=[deregister])
+        shipped = ship(f"{key}-scripts", target, lib, ssh_private_key, parent=component, depends_on=[deregister])
+        leave = push(f"{key}-leave", target, retire.membership, ssh_private_key, parent=component,
+                     converge=True, depends_on=[shipped], lib=lib)
         script = render_preparation(args, host, fabric.get(host.hostname), pool_prep)
         prepare = push(f"{key}-prepare", target, script, ssh_private_key, parent=component, converge=True,
-                       depends_on=[leave, *after] if manager else [leave, *after, *component.subnet_managers])
+                       depends_on=[leave, *after] if manager else [leave, *after, *component.subnet_managers], lib=lib)
         component.prepared[host.hostname] = prepare
         if manager:
             component.subnet_managers.append(prepare)
         if pool.burn_in.enabled:
             burn = push(f"{key}-burn-in", target, render_burn_in(pool, host, args.system_namespaces),
                         ssh_private_key, parent=component, depends_on=[prepare],
-                        replace_on=burn_in_identity(pool, host))
+                        replace_on=burn_in_identity(pool, host), lib=lib)
             verdict = burn.stdout.apply(parse_result)
             component.burn_in[host.hostname] = verdict.apply(lambda v: v[1])
             patch_deps: list[pulumi.Resource] = [burn]
@@ -263,16 +288,16 @@ def compose(component: Any, name: str, args: NodePoolArgs, ssh_private_key: pulu
             lambda a: node_taints(pool, a[0], live_taints(a[1]), managed_before(a[2])))
         patch = k8s.core.v1.NodePatch(f"{key}-node", metadata=meta, spec={"taints": taints},
                                       opts=pulumi.ResourceOptions(parent=component, depends_on=[*deps, live]))
-        rolls[host.hostname] = (prepare, script, patch, live)
+        rolls[host.hostname] = (prepare, digest(script), patch, live)
     previous: list[local.Command] = []
     uncordons: list[local.Command] = []
     for batch in rollout_batches(pool):
         previous = [_roll(component, kube, f"{name}-{h.hostname}", args, h, pool_prep, *rolls[h.hostname],
-                          ssh_private_key, after=previous) for h in batch]
+                          ssh_private_key, lib, after=previous) for h in batch]
         uncordons += previous
         # Last created, first deleted: a host that leaves the spec is drained before anything is undone.
         for h, given_back in zip(batch, previous):
-            _kubectl(component, kube, f"{name}-{h.hostname}-retire", None, retirements[h.hostname].retire, [given_back])
+            _kubectl(component, kube, f"{name}-{h.hostname}-retire", None, retire_scripts[h.hostname], [given_back])
     # Runs again whenever a host's uncordon did: what the rollout left undone fails the apply, by name.
     _kubectl(component, kube, f"{name}-rollout", render_rollout_report(pool), None, uncordons,
              {"GPUCLUSTER_ROUND": pulumi.Output.all(*[u.stdout for u in uncordons]).apply(
@@ -289,34 +314,35 @@ class Kube(NamedTuple):
 
 
 def _roll(component: Any, kube: Kube, key: str, args: NodePoolArgs, host: Host, pool_prep: PoolPrep,
-          prepare: remote.Command, script: Script, patch: pulumi.Resource, live: k8s.core.v1.Node,
-          ssh_private_key: pulumi.Input[str], *, after: Sequence[pulumi.Resource]) -> local.Command:
+          prepare: remote.Command, prepared: str, patch: pulumi.Resource, live: k8s.core.v1.Node,
+          ssh_private_key: pulumi.Input[str], lib: Lib, *, after: Sequence[pulumi.Resource]) -> local.Command:
     """The host's drain, roll and uncordon, after its Node patch and the previous batch; returns the last.
     All three run again whenever the preparation changes (its digest is in each), and whenever the host's
     Node carries a pending mark (a deferral or failure the last apply left); each does nothing where nothing
     is owed. The roll hears the drain's outcome; the uncordon, the roll's failure."""
-    prepared = digest(script)
     env = {"GPUCLUSTER_OWED": prepare.stdout.apply(owed_restarts), "GPUCLUSTER_ROLL": prepared}
     scripts = render_rollout(args.pool, host, slurm=args.slurm)
     pending = live.metadata.apply(lambda m: annotation(m, PENDING_ANNOTATION))
     drain = _kubectl(component, kube, f"{key}-drain", scripts.drain, None, [patch, *after],
-                     {**env, "GPUCLUSTER_PENDING": pending}, previous_output=True)
+                     {**env, "GPUCLUSTER_PENDING": pending}, previous_output=True, lib=lib)
     roll = push(f"{key}-roll", args.target(host), pool_prep.roll_for_host(host, prepared), ssh_private_key,
-                parent=component, converge=True, depends_on=[drain], stdin=drain.stdout.apply(drain_outcome))
+                parent=component, converge=True, depends_on=[drain], stdin=drain.stdout.apply(drain_outcome), lib=lib)
     return _kubectl(component, kube, f"{key}-uncordon", scripts.uncordon, None, [roll],
-                    {**env, "GPUCLUSTER_ROLL_FAILED": roll.stdout.apply(roll_failure)})
+                    {**env, "GPUCLUSTER_ROLL_FAILED": roll.stdout.apply(roll_failure)}, lib=lib)
 
 
 def _kubectl(component: Any, kube: Kube, name: str, create: str | None, delete: str | None,
              deps: Sequence[pulumi.Resource], env: Mapping[str, pulumi.Input[str]] | None = None, *,
-             previous_output: bool = False) -> local.Command:
+             previous_output: bool = False, lib: Lib | None = None) -> local.Command:
     """A step run by bash where pulumi runs, with kubectl reaching the cluster as the pool was told. A
-    `create` runs again on every change (its `update`); a `delete` runs with the inputs it was stored with.
-    `previous_output`: an update gets its last run's output (PULUMI_COMMAND_STDOUT)."""
+    `create` runs again on every change (an update runs it: it is not stored twice as `update`); a `delete`
+    runs with the inputs it was stored with.
+    `previous_output`: an update gets its last run's output (PULUMI_COMMAND_STDOUT). `lib`: the pool's shared
+    parts, which `create` runs from where the program wrote them (a delete keeps its whole text)."""
     environment = {**(env or {}), "GPUCLUSTER_CLUSTER": kube.cluster,
                    **({"GPUCLUSTER_CONTEXT": kube.context} if kube.context else {})}
     return local.Command(
-        name, create=create, update=create, delete=delete, interpreter=["/bin/bash", "-c"],
+        name, create=lib.factor(create, None) if lib and create else create, delete=delete, interpreter=["/bin/bash", "-c"],
         environment=environment or None, stdin=None if kube.kubeconfig is None else pulumi.Output.secret(kube.kubeconfig),
         add_previous_output_in_env=previous_output,
         opts=pulumi.ResourceOptions(parent=component, depends_on=list(deps)))

@@ -137,7 +137,7 @@ def render_retirement(pool: NodePool, host: Host, system_namespaces: Sequence[st
                KUBECTL + guard + fill(_RETIRE + TAKE_OUT, TIMEOUT=timeout, **names)),
         script(f"Delete the Node of {host.hostname} {title}", host.hostname,
                KUBECTL + guard + fill(_DEREGISTER, SYSTEM=" ".join(system_namespaces))),
-        Script(script(f"{host.hostname} joins pool {pool.name}", host.hostname, fill(_JOIN, **files)),
+        Script(script(f"{host.hostname} joins pool {pool.name}", host.hostname, fill(_JOIN, **files), shared=True),
                script(f"{host.hostname} leaves the cluster: kubelet stopped and disabled", host.hostname,
                       render_busy(system_namespaces) + host_guard(pool, "kubelet")
                       + fill(_LEAVE, **files))))

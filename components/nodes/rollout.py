@@ -457,9 +457,10 @@ def render_rollout(pool: NodePool, host: Host, *, slurm: bool = False) -> Rollou
     uncordon = fill(_UNCORDON, DEFERRED=DEFERRED, **{k: names[k] for k in (
         "ANNOTATION", "CORDONED_BEFORE", "TAINT", "CLAIM", "PENDING", "ROLLED", "SLURM_REASON",
         "SLURM_REASON_PATH")})
-    return RolloutScripts(script(f"Drain {host.hostname} {title}", host.hostname, KUBECTL + pool_view + drain),
+    return RolloutScripts(script(f"Drain {host.hostname} {title}", host.hostname, KUBECTL + pool_view + drain,
+                                 shared=True),
                           script(f"Give {host.hostname} back to work {title}", host.hostname,
-                                 KUBECTL + pool_view + uncordon))
+                                 KUBECTL + pool_view + uncordon, shared=True))
 
 
 def render_rollout_report(pool: NodePool) -> str:

@@ -27,6 +27,7 @@ KUEUE = "kueue.x-k8s.io"          # Kueue's API group: its objects are matched b
 PROMETHEUS_RULE = "kubernetes:monitoring.coreos.com/v1:PrometheusRule"
 HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
 REMOTE_COMMAND = "command:remote:Command"
+REMOTE_COPY = "command:remote:CopyToRemote"
 
 # One token per component, from Python and from the component provider alike (components/types.py).
 CLUSTER = "gpucluster:index:GpuCluster"

@@ -10,7 +10,7 @@ from typing import Any
 from pulumi_policy import EnforcementLevel, ReportViolation, ResourceValidationArgs, ResourceValidationPolicy
 from pulumi_policy.proxy import UnknownValueError
 
-from .common import REMOTE_COMMAND, SecretStr, guarded, mapping
+from .common import REMOTE_COMMAND, REMOTE_COPY, SecretStr, guarded, mapping
 
 # Private key material in the formats tools write: PEM (PKCS#1 RSA, SEC1 EC, DSA, PKCS#8 plain and encrypted,
 # OpenSSH's own), OpenPGP's armored secret key, PuTTY's .ppk.
@@ -20,7 +20,7 @@ _BASE64 = re.compile(r"[A-Za-z0-9+/]{60,}={0,2}")
 
 
 def _host_key_pinned(args: ResourceValidationArgs, report: ReportViolation) -> None:
-    if args.resource_type != REMOTE_COMMAND:
+    if args.resource_type not in (REMOTE_COMMAND, REMOTE_COPY):     # a copy's files are run as root later
         return
     conn = mapping(args.props.get("connection"))
     if not conn.get("hostKey"):

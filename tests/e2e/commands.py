@@ -2,7 +2,8 @@
 `command:local:Command`, which really run their commands.
 
 The module proxy refuses every version of github.com/pulumi/pulumi-command/provider, so this gRPC provider takes
-its place in the engine tests, and nothing else does. It follows pulumi-command 1.2's documented contract:
+its place in the engine tests, and nothing else does. It follows pulumi-command 1.2's documented contract (and
+its v1.2.1 source, where the documentation is silent):
 - Create runs `create`; Update runs `update`, or `create` where there is none; Delete runs `delete`. A step with no
   command to run changes nothing. A non-zero exit fails the step with the command's output.
 - A change to `triggers` replaces the resource (create of the new one, then delete of the old, as the engine
@@ -17,6 +18,10 @@ its place in the engine tests, and nothing else does. It follows pulumi-command 
   key is accepted; `proxy` as a single jump), the command run by the login shell, `stdin` on standard input.
   pulumi-command sets `environment` through the SSH session, which a server passes on only where its AcceptEnv
   allows: this stand-in sends it with SendEnv, so the same holds.
+- `command:remote:CopyToRemote`: `source` (a file or a folder: the asset or archive's path, relative to the
+  project) copied over SSH to `remotePath` (relative paths from the user's home; a folder lands in it as
+  remotePath/<folder>, a file at remotePath, parent folders made); copied again on an update only when the
+  source's hash or remotePath changed; nothing removed on delete. OpenSSH's tar stream stands in for SFTP.
 Every command here has a time bound (COMMAND_TIMEOUT_S), so a hung command fails the step instead of the test run.
 """
 
@@ -38,6 +43,7 @@ from .engine import Plugin
 SECRET_KEY, SECRET_SIG = "4dabf18193072939515e22adb298388d", "1b47061264138c4ac30d75fd1eb44270"
 COMMAND_TIMEOUT_S = 900
 REMOTE = "command:remote:Command"
+COPY = "command:remote:CopyToRemote"
 
 
 def plain(value: Any) -> Any:
@@ -73,12 +79,20 @@ class CommandProvider(Plugin):
         inputs = _props(request.properties)
         if request.preview:
             return provider_pb2.CreateResponse(id="", properties=request.properties)
+        if request.urn.split("::")[2].endswith(COPY):
+            self._copy(context, "create", request.urn, plain(inputs))
+            return provider_pb2.CreateResponse(id=_id(request.urn), properties=request.properties)
         out = self._run(context, "create", request.urn, inputs, inputs.get("create"), {})
         return provider_pb2.CreateResponse(id=_id(request.urn), properties=_outputs(request.properties, out))
 
     def Update(self, request, context):
         news, olds = _props(request.news), plain(_props(request.olds))
         if request.preview:
+            return provider_pb2.UpdateResponse(properties=request.news)
+        if request.urn.split("::")[2].endswith(COPY):
+            new, old = plain(news), olds
+            if (new["source"].get("hash"), new["remotePath"]) != (old["source"].get("hash"), old["remotePath"]):
+                self._copy(context, "update", request.urn, new)
             return provider_pb2.UpdateResponse(properties=request.news)
         command = news.get("update") or news.get("create")
         out = self._run(context, "update", request.urn, news, command, _previous(news, olds))
@@ -112,6 +126,30 @@ class CommandProvider(Plugin):
             context.abort(grpc.StatusCode.UNKNOWN, f"{op} of {name}: process exited with status "
                           f"{done.returncode}\nstdout:\n{done.stdout}\nstderr:\n{done.stderr}")
         return done.stdout.removesuffix("\n"), done.stderr.removesuffix("\n")
+
+    def _copy(self, context, op: str, urn: str, args: dict[str, Any]) -> None:
+        name = urn.rsplit("::", 1)[-1]
+        self.runs.append((op, name))
+        source = Path(self.workdir, args["source"]["path"])
+        dest = args["remotePath"]
+        if source.is_dir():     # the folder lands in dest, as dest/<folder>
+            unpack, stream = f"mkdir -p {shlex.quote(dest)} && tar -C {shlex.quote(dest)} -xf -", \
+                subprocess.run(["tar", "-C", str(source.parent), "-cf", "-", source.name], capture_output=True,
+                               check=True).stdout
+        else:
+            unpack = f"mkdir -p \"$(dirname {shlex.quote(dest)})\" && cat > {shlex.quote(dest)}"
+            stream = source.read_bytes()
+        conn = args["connection"]
+        with tempfile.TemporaryDirectory(dir=self.workdir) as tmp:
+            ssh = _ssh(Path(tmp), conn, "target")
+            try:
+                done = subprocess.run([*ssh, f"{conn.get('user') or 'root'}@{conn['host']}", unpack], input=stream,
+                                      capture_output=True, timeout=COMMAND_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                context.abort(grpc.StatusCode.UNKNOWN, f"{op} of {name}: no copy within {COMMAND_TIMEOUT_S} s")
+        if done.returncode != 0:
+            context.abort(grpc.StatusCode.UNKNOWN, f"{op} of {name}: the copy exited with status {done.returncode}\n"
+                          f"{done.stderr.decode(errors='replace')}")
 
     def _local(self, args: dict[str, Any], command: str, previous: dict[str, str]) -> subprocess.CompletedProcess:
         interpreter = args.get("interpreter") or ["/bin/sh", "-c"]

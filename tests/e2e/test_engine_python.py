@@ -4,7 +4,7 @@ test hosts, with a file backend.
 
 What stands in, and why (the README says the same):
 - pulumi-command: the module proxy refuses every version of its provider. tests/e2e/commands.py implements its
-  two resources as it documents them and really runs the commands: remote ones over OpenSSH on the test hosts
+  three resources as it documents them and really runs the commands and copies: remote ones over OpenSSH on the test hosts
   (network namespaces with hardware doubles, tests/realssh), local ones (kubectl drains) here.
 - pulumi-random: its provider is a Terraform bridge the proxy does not serve; the echo provider answers for it.
 - Charts: none of the stack's four is served here. Each is a chart of the same name in the project carrying only
@@ -347,10 +347,11 @@ def test_up_builds_what_the_offline_plan_registers_and_a_second_preview_changes_
 
 
 def _every_planned_create_ran_once(w: World, resources: list[dict[str, Any]]) -> None:
-    """Every command the plan has a create for ran once, on its host or here."""
+    """Every command the plan has a create for ran once, on its host or here, and every copy of a pool's shared
+    script parts was made once."""
     assert sorted(n for op, n in w.commands.runs if op == "create") == sorted(
         r["urn"].rsplit("::", 1)[-1] for r in resources
-        if r["type"].startswith("command:") and r["inputs"].get("create"))
+        if r["type"].startswith("command:") and (r["inputs"].get("create") or r["type"].endswith(":CopyToRemote")))
 
 
 def _applied_by_the_provider(cp: ControlPlane, plan: StackPlan) -> None:

@@ -397,6 +397,13 @@ def test_an_unpinned_host_is_reported_per_command(prod_run):
          "on that address gets the script (and sudo); set host_key for that host or switch in the spec")]
 
 
+def test_a_copy_of_scripts_to_an_unpinned_host_is_reported_too(prod_run):
+    """The pool's shared script parts reach the host by their own SFTP session, and root runs them later."""
+    run = changed(prod_run, "prod-h100-gpu-prod-02-scripts", lambda i: i["connection"]["value"].pop("hostKey"))
+    assert [(v.resource, v.level) for v in violations(run, "ssh-host-key-pinned")] == [
+        ("prod-h100-gpu-prod-02-scripts", "mandatory")]
+
+
 def test_an_unprotected_storage_server_is_reported(prod_run):
     run = copy_with_options(prod_run, "prod-storage-oss-02", protect=False)
     assert findings(run, "storage-servers-protected") == [

@@ -54,7 +54,7 @@ def script_bound_s(when: str) -> int:
 PROLOG_EPILOG_TIMEOUT_S = max(script_bound_s("prolog"), script_bound_s("epilog")) + 30
 
 _CHECK = r'''#!/bin/bash
-# gpucluster's node check as Slurm's @WHEN@ (generated; see components/k8s/slurm_health.py). Three outcomes:
+# gpucluster's node check as Slurm's @WHEN@ (generated; see components/k8s/slurm/node_check.py). Three outcomes:
 # pass; fail (the node drained with the reason; a failing prolog also exits 1, so Slurm requeues the job); no
 # verdict (the check could not run: a tool missing or timed out, the controller unreachable), which leaves the
 # node in service and says so in its Comment.

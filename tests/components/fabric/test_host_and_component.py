@@ -75,6 +75,25 @@ def test_the_boot_unit_runs_before_kubelet_and_retries_until_the_fabric_is_up(de
             assert f"\n{line}\n" in unit, line
 
 
+@pytest.mark.parametrize("variant", ["dev", "infiniband"])
+def test_each_host_installs_its_own_boot_script_from_one_shared_text(variant, dev_data):
+    """The push is one text for the pool's hosts (shipped once, ssh.Lib); bash puts each host's name into the
+    boot script, which is byte for byte the one rendered for that host (a different file would owe the host a
+    fabric restart on the next rollout)."""
+    spec = parse_spec(yaml.safe_dump(dev_data)) if variant == "dev" else spec_for(dev_data, variant)
+    pool = spec.node_pools[0]
+    env = nccl_envs(spec)[pool.name]
+    pushes = {h: render_fabric_host(spec, h, pool.nics, env).create for h in ("gpu-dev-07", "gpu-dev-08")}
+    parts = {h: text[text.index("# gpucluster: shared part begins"):] for h, text in pushes.items()}
+    assert parts["gpu-dev-07"] == parts["gpu-dev-08"] and "gpu-dev-0" not in parts["gpu-dev-07"]
+    for host, text in pushes.items():
+        doc = re.search(r"^apply_doc=\$\(cat <<'(\w+)'\n.*?\n\1\n\)\n", text, re.S | re.M)[0]
+        put = re.search(r"^put_file \S+ 0755 (.*)$", text, re.M)[1]
+        out = subprocess.run(["bash", "-c", f"HOST={host}\n{doc}printf '%s' {put}"], capture_output=True,
+                             text=True, check=True, timeout=30).stdout
+        assert out == render_apply(spec, host, pool.nics, env).rstrip("\n")
+
+
 def test_nccl_settings_match_the_fabric(dev_spec, dev_data):
     env = nccl_envs(dev_spec)[dev_spec.node_pools[0].name]
     assert env == {"NCCL_IB_HCA": "=mlx5_0:1,mlx5_1:1", "NCCL_IB_TC": "106", "NCCL_IB_ROCE_VERSION_NUM": "2",

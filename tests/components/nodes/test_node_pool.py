@@ -30,7 +30,7 @@ def test_each_hosts_resources_are_keyed_by_hostname(dev_spec, record):
     children = sorted(short(r.urn) for r in run.records if r.parent == pool.urn)
     assert children == sorted([f"dev-h100-{h}-{role}" for h in ("gpu-dev-01", "gpu-dev-02")
                               for role in ("prepare", "burn-in", "node", "live", "drain", "roll", "uncordon",
-                                           "deregister", "leave", "retire")] + ["dev-h100-rollout", "dev-h100-cluster"])
+                                           "deregister", "leave", "retire", "scripts")] + ["dev-h100-rollout", "dev-h100-cluster"])
     assert {r.kind for r in run.records if short(r.urn).endswith("-live")} == {"read"}
 
 
@@ -70,7 +70,7 @@ def test_a_gpu_hosts_fabric_settings_run_first_in_its_preparation_session(dev_sp
         create, delete = unwrap(prepare["create"]), unwrap(prepare["delete"])
         assert create.index(f"# Fabric of {host}") < create.index(f"# Prepare {host}") and other not in create
         assert delete.index(f"# Undo the preparation of {host}") < delete.index(f"# Undo the fabric setup of {host}")
-        assert prepare["update"] == prepare["create"]              # converges: a fabric change is an update
+        assert "update" not in prepare and "triggers" not in prepare    # converges: a fabric change is an update
         assert urns[f"dev-h100-{host}-burn-in"].urn in urns[f"dev-h100-{host}-node"].dependencies
 
 
@@ -101,13 +101,14 @@ def test_a_changed_preparation_or_burn_in_is_an_update_never_a_replacement(dev_d
     dev_data["node_pools"][0]["tuning"]["shm_size_gib"] = 256
     dev_data["node_pools"][0]["burn_in"] = {"dcgm_level": 3}
     actions = {d.urn.split("::")[-1]: d.action for d in diff_plans(before, plan(dev_data)) if "command:" in d.urn}
-    # the rollout's steps run again for the new preparation (each does nothing where no restart is owed), and
-    # the pool's report, which reads the uncordons' output, as the engine previews it
+    # the new parts copied to each host, the rollout's steps run again for the new preparation (each does
+    # nothing where no restart is owed), and the pool's report, which reads the uncordons' output, as the
+    # engine previews it
     assert actions == {**{f"dev-h100-{h}-{role}": "update" for h in ("gpu-dev-01", "gpu-dev-02")
-                          for role in ("prepare", "burn-in", "drain", "roll", "uncordon")},
+                          for role in ("scripts", "prepare", "burn-in", "drain", "roll", "uncordon")},
                        "dev-h100-rollout": "update"}
     prepare = next(r for r in before["resources"] if r["urn"].endswith("gpu-dev-01-prepare"))
-    assert prepare["inputs"]["update"] == prepare["inputs"]["create"] and "triggers" not in prepare["inputs"]
+    assert "update" not in prepare["inputs"] and "triggers" not in prepare["inputs"]      # `create` runs again
 
 
 def test_adding_a_host_changes_nothing_for_the_others(dev_data, record):
@@ -121,9 +122,9 @@ def test_adding_a_host_changes_nothing_for_the_others(dev_data, record):
     after = plan(dev_data)
     # the pool's rollout report alone: it waits for every host's uncordon
     assert {u.rsplit("::", 1)[1] for u in before if before[u] != after.get(u)} == {"dev-h100-rollout"}
-    # prepare, burn-in, the node's patch and its live read, the rollout's drain, roll and uncordon, and what
-    # retires it: deregister, leave, retire
-    assert len(after) - len(before) == 10
+    # its scripts' copy, prepare, burn-in, the node's patch and its live read, the rollout's drain, roll and
+    # uncordon, and what retires it: deregister, leave, retire
+    assert len(after) - len(before) == 11
 
 
 def test_a_failed_burn_in_quarantines_the_node_and_says_why(dev_spec):
