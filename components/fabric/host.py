@@ -450,11 +450,12 @@ def render_fabric_host(spec: ClusterSpec, hostname: str, nics: list[Nic], nccl: 
                   DEV=first, CONF=OPENSM_CONF, PARTITIONS=PARTITIONS_CONF, UNIT=OPENSM_UNIT, PRIORITY=priority,
                   LOG=OPENSM_LOG,
                   OURS=" ".join(ib.subnet_managers), TAKE_OVER="yes" if ib.take_over_existing_sm else "no")
-    # A host name needs no quoting (spec: lowercase letters, digits, '-' and '.'), so the file the host
-    # gets, its name put in, is byte for byte the one rendered for it.
-    assert shlex.quote(hostname) == hostname and HOST_MARK not in hostname
+    # A plain host name (the spec's: lowercase letters, digits, '-' and '.') is put into the boot script on
+    # the host, so that the push is one text for the pool and the file is byte for byte the one rendered for
+    # the host; any other name is rendered in here, quoted.
+    name = HOST_MARK if shlex.quote(hostname) == hostname else hostname
     push = RUN_FABRIC + fill(_PUSH.replace("@SM@", sm).replace("@HOST_MARK@", HOST_MARK),
-                             {"APPLY_DOC": render_apply(spec, HOST_MARK, nics, nccl, storage_interfaces).rstrip("\n"),
+                             {"APPLY_DOC": render_apply(spec, name, nics, nccl, storage_interfaces).rstrip("\n"),
                               "UNIT_DOC": _apply_unit()},
                              APPLY=APPLY, UNIT=APPLY_UNIT, MODE="in-place" if in_place else "all")
     create = script(f"Fabric of {hostname}: {spec.fabric.kind}"

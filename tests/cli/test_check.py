@@ -27,7 +27,7 @@ EXPECTED = {
         "prod", *(f"prod-k8s-gpu-check-gpu-prod-0{i}" for i in range(1, 9)))},
     "prod-unpinned": {("ssh-host-key-pinned", name, "mandatory") for name in (
         "prod-h100-gpu-prod-08-burn-in", "prod-h100-gpu-prod-08-prepare", "prod-h100-gpu-prod-08-roll",
-        "prod-h100-gpu-prod-08-leave",
+        "prod-h100-gpu-prod-08-leave", "prod-h100-gpu-prod-08-scripts",
         "prod-storage-gpu-prod-08")},
 }
 

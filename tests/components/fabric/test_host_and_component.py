@@ -94,6 +94,14 @@ def test_each_host_installs_its_own_boot_script_from_one_shared_text(variant, de
         assert out == render_apply(spec, host, pool.nics, env).rstrip("\n")
 
 
+def test_a_name_that_needs_quoting_is_rendered_into_its_boot_script_not_put_in_by_bash(dev_spec):
+    """Only a plain name is put in on the host; any other (the spec refuses it) stays quoted where it is
+    rendered, so bash never places it unquoted into a script."""
+    pool = dev_spec.node_pools[0]
+    text = render_fabric_host(dev_spec, "gpu-01;x", pool.nics, {}).create
+    assert text.count("__GPUCLUSTER_HOST__") == 1 and "HOST='gpu-01;x'" in text     # the substitution alone
+
+
 def test_nccl_settings_match_the_fabric(dev_spec, dev_data):
     env = nccl_envs(dev_spec)[dev_spec.node_pools[0].name]
     assert env == {"NCCL_IB_HCA": "=mlx5_0:1,mlx5_1:1", "NCCL_IB_TC": "106", "NCCL_IB_ROCE_VERSION_NUM": "2",
