@@ -53,10 +53,10 @@ def test_verdicts_pass_only_when_every_size_meets_every_target():
 
 def test_rollout_retirement_and_the_scripts_copy_may_add_their_resources_and_ssh_sessions_per_host_and_no_more():
     from bench import verdicts
-    ok = dict((t, m) for t, m, _ in verdicts([row(16, resources_per_added_node=11, commands_per_host=6)]))
-    assert ok["<= 11 resources per GPU node"] and ok["<= 6 SSH sessions per host"]
-    over = dict((t, m) for t, m, _ in verdicts([row(16, resources_per_added_node=12, commands_per_host=7)]))
-    assert not over["<= 11 resources per GPU node"] and not over["<= 6 SSH sessions per host"]
+    ok = dict((t, m) for t, m, _ in verdicts([row(16, resources_per_added_node=12, commands_per_host=6)]))
+    assert ok["<= 12 resources per GPU node"] and ok["<= 6 SSH sessions per host"]
+    over = dict((t, m) for t, m, _ in verdicts([row(16, resources_per_added_node=13, commands_per_host=7)]))
+    assert not over["<= 12 resources per GPU node"] and not over["<= 6 SSH sessions per host"]
 
 
 def test_the_apply_benchmarks_critical_path_is_the_longest_chain_of_modelled_commands():
