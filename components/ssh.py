@@ -208,30 +208,44 @@ class Lib:
             where = f"~{user}/{LIB_DIR}/{sha}.sh" if user else f"{LIB_DIR}/{sha}.sh"
             check = (f'[[ "$(sha256sum 2>/dev/null <"$GPUCLUSTER_SHARED" || true)" == "{sha}  -" ]]' if user
                      else '[[ -r "$GPUCLUSTER_SHARED" ]]')
+            who = "its -scripts copy puts it there" if user else "the program writes it where pulumi runs"
             out += [text[last:start], f"# gpucluster: shared part {sha}\nGPUCLUSTER_SHARED={where}\n"
                     f"{check} || {{ printf '%s: error: %s\\n' \"$HOST\" \"$GPUCLUSTER_SHARED is missing or not the "
-                    f"part this apply shipped: run pulumi up again (its -scripts copy puts it there)\" >&2; exit 1; }}\n"
+                    f"part this apply shipped: run pulumi up again ({who})\" >&2; exit 1; }}\n"
                     f'# shellcheck source=/dev/null  # the part is checked where it is whole (the plan)\n'
                     f'. "$GPUCLUSTER_SHARED"\n']
             last = end
         return "".join(out) + text[last:]
 
 
+_READ: dict[str, str] = {}
+
+
+def _written(sha: str) -> str | None:
+    """A part as the program wrote it, read once per process (named by its hash, it never changes)."""
+    if sha not in _READ:
+        path = LIB_DIR / f"{sha}.sh"
+        if not path.exists():
+            return None
+        _READ[sha] = path.read_text()
+    return _READ[sha]
+
+
 def expand(text: str) -> str:
     """`text` with each shared part a `Lib` put in its place again, read from where the program wrote it (the
     plan shows whole scripts); a part not found stays as the lines that run it."""
     def part(m: re.Match[str]) -> str:
-        path = LIB_DIR / f"{m['sha']}.sh"
-        return f"{SHARED_BEGIN}\n{path.read_text()}{SHARED_END}\n" if path.exists() else m[0]
+        found = _written(m["sha"])
+        return m[0] if found is None else f"{SHARED_BEGIN}\n{found}{SHARED_END}\n"
     return _LOADER.sub(part, text)
 
 
 def ship(name: str, target: SshTarget, lib: Lib, private_key: pulumi.Input[str], *,
          parent: pulumi.Resource, depends_on: Sequence[pulumi.Resource] = ()) -> remote.CopyToRemote:
     """The pool's remote parts onto one host, into ~user/.gpucluster/lib: the state keeps the folder's path and
-    hash, not its text. A part that changes is a new file beside the old one, and the copy updates in place
+    hash, not its text (`lib` is written before, once for the pool: the engine hashes the folder when the copy
+    registers). A part that changes is a new file beside the old one, and the copy updates in place
     (pulumi-command copies again when the hash changes and removes nothing on delete)."""
-    lib.write()
     return remote.CopyToRemote(name, connection=connection(target, private_key),
                                source=pulumi.FileArchive(str(lib.source)), remote_path=str(LIB_DIR.parent),
                                opts=pulumi.ResourceOptions(parent=parent, depends_on=list(depends_on)))

@@ -248,6 +248,7 @@ def compose(component: Any, name: str, args: NodePoolArgs, ssh_private_key: pulu
     # that is not stays inline; a file is found by its hash).
     firsts = {h.hostname: h for h in hosts[:1] + [h for h in hosts if h.hostname not in subnet_managers][:1]}
     lib = pool_lib(args, list(firsts.values()), fabric, pool_prep)
+    lib.write()                 # once, before any copy registers and the engine hashes its folder
     for host in hosts:
         key = f"{name}-{host.hostname}"
         target = args.target(host)

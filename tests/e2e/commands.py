@@ -90,8 +90,8 @@ class CommandProvider(Plugin):
         if request.preview:
             return provider_pb2.UpdateResponse(properties=request.news)
         if request.urn.split("::")[2].endswith(COPY):
-            new, old = plain(news), olds
-            if (new["source"].get("hash"), new["remotePath"]) != (old["source"].get("hash"), old["remotePath"]):
+            new = plain(news)
+            if (new["source"].get("hash"), new["remotePath"]) != (olds["source"].get("hash"), olds["remotePath"]):
                 self._copy(context, "update", request.urn, new)
             return provider_pb2.UpdateResponse(properties=request.news)
         command = news.get("update") or news.get("create")
@@ -139,11 +139,9 @@ class CommandProvider(Plugin):
         else:
             unpack = f"mkdir -p \"$(dirname {shlex.quote(dest)})\" && cat > {shlex.quote(dest)}"
             stream = source.read_bytes()
-        conn = args["connection"]
         with tempfile.TemporaryDirectory(dir=self.workdir) as tmp:
-            ssh = _ssh(Path(tmp), conn, "target")
             try:
-                done = subprocess.run([*ssh, f"{conn.get('user') or 'root'}@{conn['host']}", unpack], input=stream,
+                done = subprocess.run([*_session(Path(tmp), args["connection"], {}), unpack], input=stream,
                                       capture_output=True, timeout=COMMAND_TIMEOUT_S)
             except subprocess.TimeoutExpired:
                 context.abort(grpc.StatusCode.UNKNOWN, f"{op} of {name}: no copy within {COMMAND_TIMEOUT_S} s")
@@ -158,17 +156,20 @@ class CommandProvider(Plugin):
                               input=args.get("stdin"), capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
 
     def _remote(self, args: dict[str, Any], command: str, previous: dict[str, str]) -> subprocess.CompletedProcess:
-        conn = args["connection"]
+        env = {**(args.get("environment") or {}), **previous}
         with tempfile.TemporaryDirectory(dir=self.workdir) as tmp:
-            ssh = _ssh(Path(tmp), conn, "target")
-            if conn.get("proxy"):
-                jump = _ssh(Path(tmp), conn["proxy"], "proxy")
-                ssh += ["-o", "ProxyCommand=" + shlex.join([*jump, "-W", "%h:%p"])]
-            env = {**(args.get("environment") or {}), **previous}
-            ssh += [o for k in env for o in ("-o", f"SendEnv={k}")]
-            return subprocess.run([*ssh, f"{conn.get('user') or 'root'}@{conn['host']}", command],
+            return subprocess.run([*_session(Path(tmp), args["connection"], env), command],
                                   env={**os.environ, **env}, input=args.get("stdin") or "", capture_output=True,
                                   text=True, timeout=COMMAND_TIMEOUT_S)
+
+
+def _session(tmp: Path, conn: dict[str, Any], env: dict[str, str]) -> list[str]:
+    """The ssh command line to the connection's host (through its proxy, if any), sending `env`'s names."""
+    ssh = _ssh(tmp, conn, "target")
+    if conn.get("proxy"):
+        jump = _ssh(tmp, conn["proxy"], "proxy")
+        ssh += ["-o", "ProxyCommand=" + shlex.join([*jump, "-W", "%h:%p"])]
+    return [*ssh, *(o for k in env for o in ("-o", f"SendEnv={k}")), f"{conn.get('user') or 'root'}@{conn['host']}"]
 
 
 def _ssh(tmp: Path, conn: dict[str, Any], role: str) -> list[str]:
