@@ -6,6 +6,11 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
 E2E    ?= .e2e
+# pytest workers (pytest-xdist): the suites wait on SSH hosts, daemons and controllers more than they compute,
+# so on CI's 2 cores two workers halve `make test` and three `make e2e` (README: The real control plane).
+# 0 runs a suite in this process, one test at a time.
+WORKERS     ?= 2
+E2E_WORKERS ?= 3
 # actionlint checks the example pull-request workflow in `make test`; built from its Go module like the e2e tools.
 ACTIONLINT_VERSION := v1.7.12
 ACTIONLINT := $(BIN)/actionlint-$(ACTIONLINT_VERSION)
@@ -37,7 +42,7 @@ $(TS_STAMP): $(TS_EXAMPLE)/package-lock.json $(wildcard $(TS_EXAMPLE)/sdks/gpucl
 	touch $@
 
 test: $(STAMP) $(ACTIONLINT) $(TS_STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(WORKERS) --dist loadfile
 
 # The real control plane (etcd, apiserver, controller-manager, scheduler, kubectl, KWOK, Kueue) from Go modules;
 # a binary is rebuilt only when its pinned version changes.
@@ -48,7 +53,7 @@ e2e-tools:
 ENGINE_TESTS := tests/e2e/test_engine.py tests/e2e/test_engine_python.py
 e2e: $(STAMP) e2e-tools
 	GPUCLUSTER_E2E=1 GPUCLUSTER_E2E_TOOLS=$(abspath $(E2E)) $(BIN)/python -m pytest -q -m e2e tests/e2e \
-	  $(addprefix --ignore=,$(ENGINE_TESTS))
+	  -n $(E2E_WORKERS) --dist loadgroup $(addprefix --ignore=,$(ENGINE_TESTS))
 
 # The real Pulumi engine (the CLI, its YAML and Python language hosts and the Kubernetes provider, from Go
 # modules) runs the YAML examples against the component provider, and the project's own program for each

@@ -18,7 +18,6 @@ import pytest
 import yaml
 
 from components.k8s.health import checks as health_checks
-from components.k8s.platform import mpi_operator
 from components.k8s.tenancy.jobs import render_job
 from components.spec import ClusterSpec, NodePool, Tenant
 from components.spec.cluster import checked_pools
@@ -232,8 +231,6 @@ def running_cluster(stack: str | Path, work: Path) -> Iterator[Cluster]:
         c = Cluster(plan, cp)
         c.applied = apply_plan(cp, plan)
         c.set_nodes()
-        if mpi.enabled:                 # the controller the stack's Deployment runs, built from its Go module
-            cp.start_mpi_operator(mpi_operator.NAMESPACE)
     except BaseException:              # whatever stopped the setup, the processes it started go with it
         cp.close()
         raise
@@ -254,7 +251,7 @@ def dev_with_pool(work: Path, name: str, team_a_gpus: int, **pool: Any) -> Itera
                  hosts=[{"hostname": f"gpu-dev-0{i}", "address": f"10.10.0.1{i}", "rack": "r01"} for i in (3, 4)])
     data["node_pools"].append(extra)
     data["tenants"][0]["gpu_quota"][name] = team_a_gpus
-    # The MPI operator's health port is fixed (8080), and a stack's cluster may be running beside this one.
+    # No MPIJob in what these clusters show: the MPI operator's CRD and objects stay out.
     data["kubernetes"]["mpi_operator"] = {"enabled": False}
     path = work / f"dev-{name}.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
@@ -292,13 +289,38 @@ def clean(cluster: Cluster) -> Iterator[Cluster]:
 ONE_STACK = "dev"
 
 
+# first: xdist's own hook of the worker reads the groups into the test ids, and conftest hooks registered before it
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """A `one_stack` test runs on dev's cluster alone: the scripts it runs are the same for every stack's pools,
-    and its minutes are CI's (skipped before its fixtures start a job)."""
+    and its minutes are CI's (skipped before its fixtures start a job). Under `make e2e`'s workers
+    (`--dist loadgroup`), tests that share what a machine holds once share a worker (`_worker_group`)."""
     for item in items:
+        item.add_marker(pytest.mark.xdist_group(_worker_group(item)))
         stack = getattr(getattr(item, "callspec", None), "params", {}).get("cluster")
         if item.get_closest_marker("one_stack") and stack not in (None, ONE_STACK):
             item.add_marker(pytest.mark.skip(reason=f"the same on every stack: shown on {ONE_STACK}"))
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """A worker whose tests lost their groups would start a second set of clusters beside the first, which
+    fails on the MPI operator's port: say why instead (pytest 9.2 with pytest-xdist 3.8, pytest-xdist#1386)."""
+    if getattr(session.config.option, "loadgroup", False):
+        ungrouped = [i.nodeid for i in session.items if "@" not in i.nodeid]
+        if ungrouped:
+            raise pytest.UsageError(f"--dist loadgroup: {len(ungrouped)} tests have no worker group (e.g. "
+                                    f"{ungrouped[0]}): this pytest-xdist does not group on this pytest "
+                                    "(pytest-xdist#1386); install the constraints.txt versions (make install)")
+
+
+def _worker_group(item: pytest.Item) -> str:
+    """A stack's cluster is set up once per worker that runs any of its tests: all of them on one worker.
+    Slinky's tests run slurmrestd where the operator looks for it (localhost:6820): one worker. Any other module
+    keeps its fixtures on one worker."""
+    if "cluster" in getattr(item, "fixturenames", ()):
+        return f"stack-{item.callspec.params['cluster']}"
+    module = item.module.__name__ if item.module else item.nodeid
+    return "slinky" if module.rsplit(".", 1)[-1].startswith("test_slurm") else module
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import atexit
 import base64
+import contextlib
+import fcntl
 import json
 import os
 import signal
@@ -22,7 +24,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
-from typing import Any, Iterable, NamedTuple
+from typing import Any, Iterable, Iterator, NamedTuple
 
 import yaml
 
@@ -32,6 +34,8 @@ BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler
             "mpi-operator", "node-problem-detector", "helm", "slurm-operator")
 # Pod CIDR and service range are addresses the apiserver hands out, never contacted: webhooks are called by URL.
 SERVICE_RANGE = "10.96.0.0/16"
+# held while an MPI operator runs on this machine (its fixed port, ControlPlane.mpi_operator)
+MPI_OPERATOR_LOCK = Path("/tmp/gpucluster-e2e-mpi-operator.lock")
 
 
 class ControlPlaneError(RuntimeError):
@@ -266,12 +270,43 @@ class ControlPlane:
                 raise ControlPlaneError("the MPIJob CRD is not Established after 60 s")
             time.sleep(0.5)
 
-    def start_mpi_operator(self, lock_namespace: str) -> None:
-        """The controller with the arguments of the stack's Deployment; ready once it holds its leader lease.
-        One per machine at a time: its health server listens on port 8080, which no flag changes."""
-        self._start("mpi-operator", [f"--kubeConfig={self.kubeconfig}", "-alsologtostderr",
-                                     f"--lock-namespace={lock_namespace}"])
-        self._wait("mpi-operator", lambda: self.get("leases", namespace=lock_namespace)["items"], timeout_s=60)
+    @contextlib.contextmanager
+    def mpi_operator(self, lock_namespace: str) -> Iterator[None]:
+        """The controller with the arguments of the stack's Deployment, ready once it holds its leader lease, for
+        the block only. One per machine at a time: its health server listens on port 8080, which no flag
+        changes (mpi-operator v0.8.2 cmd/mpi-operator/app/server.go; taken, it exits), and every stack's cluster
+        may be running at once on `make e2e`'s workers: the block holds a machine-wide lock."""
+        with open(MPI_OPERATOR_LOCK, "w") as lock:
+            deadline = time.monotonic() + 600
+            while True:
+                try:
+                    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() > deadline:
+                        raise ControlPlaneError(f"another run has held {MPI_OPERATOR_LOCK} for 600 s")
+                    time.sleep(1)
+            try:
+                self._start("mpi-operator", [f"--kubeConfig={self.kubeconfig}", "-alsologtostderr",
+                                             f"--lock-namespace={lock_namespace}"])
+                self._wait("mpi-operator", lambda: self.get("leases", namespace=lock_namespace)["items"],
+                           timeout_s=60)
+                yield
+            finally:
+                self._stop("mpi-operator")       # before the lock goes: the port with it
+
+    def _stop(self, name: str) -> None:
+        proc = self.procs.pop(name, None)
+        if proc is None or proc.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=5)
 
     def start_slurm_operator(self, restapi_on_localhost: bool = False) -> None:
         """Slinky's operator (its manager; the optional webhook, which needs cert-manager, is left out), with its

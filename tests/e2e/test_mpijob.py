@@ -7,6 +7,9 @@ import time
 
 import pytest
 
+from typing import Iterator
+
+from components.k8s.platform import mpi_operator
 from components.k8s.tenancy.jobs import render_mpijob
 
 from .conftest import Cluster
@@ -26,11 +29,25 @@ def _mpi_grant(c: Cluster) -> Grant:
     pytest.skip("the stack has no tenant with two guaranteed whole GPUs on a pool of two hosts")
 
 
-def test_the_controller_runs_and_its_pod_passes_restricted_pod_security(cluster: Cluster):
-    """The plan's Deployment: the ReplicaSet's pod is admitted in the restricted namespace (it stays pending
-    here, where every node is a tainted GPU node; the controller itself runs as a process)."""
+@pytest.fixture(scope="module")
+def operator(cluster: Cluster) -> Iterator[Cluster]:
+    """The stack's cluster with the controller its Deployment runs, built from its Go module, for this module's
+    tests (one per machine at a time: ControlPlane.mpi_operator)."""
     if not cluster.spec.kubernetes.mpi_operator.enabled:
         pytest.skip("the stack does not install the MPI operator")
+    with cluster.cp.mpi_operator(mpi_operator.NAMESPACE):
+        yield cluster
+
+
+@pytest.fixture
+def clean(operator: Cluster, clean: Cluster) -> Cluster:
+    return clean
+
+
+def test_the_controller_runs_and_its_pod_passes_restricted_pod_security(operator: Cluster):
+    """The plan's Deployment: the ReplicaSet's pod is admitted in the restricted namespace (it stays pending
+    here, where every node is a tainted GPU node; the controller itself runs as a process)."""
+    cluster = operator
     from .conftest import wait_for
     pods = wait_for(lambda: cluster.cp.get("pods", namespace="mpi-operator")["items"], 30,
                     lambda: "no pod of the mpi-operator Deployment: " + cluster.cp.kubectl(

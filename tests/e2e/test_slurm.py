@@ -36,7 +36,7 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]
     work = tmp_path_factory.mktemp("e2e-slurm")
     data = copy.deepcopy(_DEV)
     with_slurm_pool(data)
-    data["kubernetes"]["mpi_operator"] = {"enabled": False}       # its fixed health port: another stack's may run
+    data["kubernetes"]["mpi_operator"] = {"enabled": False}       # no MPIJob in what Slurm's tests show
     # Login nodes on an anonymous directory (a bind_dn's password would be a stack secret the plan cannot read).
     data["kubernetes"]["slurm"]["login"] = {"directory": {
         "uris": ["ldaps://ldap.lab1.example"], "search_base": "dc=lab1,dc=example", "group_prefix": "oidc:",
