@@ -1,6 +1,7 @@
 """What a host keeps under /var/lib/gpucluster between the scripts that act on it (nodes/: preparation, burn-in,
-the rollout's roll) and the health monitors that judge it (k8s/health/: the detectors, the active checks), and the
-burn-in's verdict they share: below both, so that neither imports the other for a path or a verdict."""
+the rollout's roll) and the health monitors that judge it (k8s/health/: the detectors, the active checks): the
+burn-in's verdict they share, the fault records, and the one bash writer of a record. Below both, so that neither
+imports the other for a path, a verdict or a writer."""
 
 from __future__ import annotations
 
@@ -17,6 +18,21 @@ PORT_SEEN = f"{STATE_DIR}/fabric-ports"     # "<device>/<port> <link_downed>" at
 # tenants' pods run (the detector reads it).
 RESULT = "GPUCLUSTER_BURN_IN="
 VERDICT_FILE = f"{STATE_DIR}/burn-in"
+# The fault records, each "<head>\n<message>\n": the burn-in monitor holds a node while the newest of them is
+# newer than the last passing burn-in (k8s/health/detector.py), so a record is only ever replaced whole.
+FAULT_RECORD = f"{STATE_DIR}/gpu-fault"                 # an XID that needs NVIDIA's diagnosis (the XID monitor)
+CHECK_RECORD = f"{STATE_DIR}/gpu-check"                 # a failed active check (k8s/health/checks.py)
+PORT_RECORD = f"{STATE_DIR}/fabric-fault"               # a fabric port that went down or flapped
+NVML_RECORD = f"{STATE_DIR}/gpu-nvml-fault"             # a GPU overheated or an NVLink down (k8s/health/nvml.py)
+# The one writer of a two-line host record, for every monitor and check: `put_record FILE FIRST SECOND` (a verdict:
+# its exit status and message; a fault: its head and message). The new record is whole before it replaces the old
+# one, so a reader never sees half of one, and its time is the writing's.
+PUT_RECORD = r'''put_record() {
+  mkdir -p "${1%/*}"
+  printf '%s\n%s\n' "$2" "$3" > "$1.new"
+  mv -f "$1.new" "$1"
+}
+'''
 
 
 def rdma_ports(pool: NodePool) -> list[str]:

@@ -30,7 +30,7 @@ from ...spec.kubernetes import LOWEST_PRIORITY, cron_fields
 from ...spec.hardware import GPU_RESOURCE
 from ...fabric.checks import NCCL_TESTS
 from ...fabric.nccl import LARGEST_BUSBW_AWK
-from ...records import min_busbw
+from ...records import PUT_RECORD, min_busbw
 from .detector import CHECK_RECORD, DCGM_FAILED, DCGM_RESULTS, NVLINK_DOWN, STATE_DIR, STATE_VOLUME
 from ..images import mirrored
 from ..tenancy.jobs import QUEUE_LABEL
@@ -65,11 +65,9 @@ def cronjob_name(hostname: str) -> str:
 
 
 # A failed test, recorded on the host where the detector reads it and holds the node until a burn-in passes.
-_FAIL = r'''record=$state/@RECORD@
+_FAIL = PUT_RECORD + r'''record=$state/@RECORD@
 fail() {
-  mkdir -p "$state"
-  printf 'check %s failed\n%s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "active check failed: $1" > "$record.new"
-  mv -f "$record.new" "$record"
+  put_record "$record" "check $(date -u +%Y-%m-%dT%H:%M:%SZ) failed" "active check failed: $1"
   echo "FAILED: $1; the node stays quarantined until a burn-in passes"
   exit 1
 }

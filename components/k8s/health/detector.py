@@ -26,7 +26,8 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from ...bash import fill
-from ...records import MAINTENANCE, MAINTENANCE_MAX_S, PORT_SEEN, RESULT, STATE_DIR, VERDICT_FILE, rdma_ports
+from ...records import (CHECK_RECORD, FAULT_RECORD, MAINTENANCE, MAINTENANCE_MAX_S, NVML_RECORD, PORT_RECORD, PORT_SEEN,
+                        PUT_RECORD, RESULT, STATE_DIR, VERDICT_FILE, rdma_ports)
 from ...spec import ClusterSpec
 from ...spec.hardware import XID_LINE, xid_pattern
 from ...spec.xids import XidAction
@@ -44,10 +45,6 @@ BURN_IN_CONDITION = "GpuBurnInRequired"
 BURN_IN_MONITOR = "gpu-burn-in-monitor.json"
 BURN_IN_CHECK = "check-burn-in.sh"
 assert STATE_DIR == str(PurePosixPath(VERDICT_FILE).parent)   # the host's; mounted at the same path
-FAULT_RECORD = f"{STATE_DIR}/gpu-fault"
-CHECK_RECORD = f"{STATE_DIR}/gpu-check"                 # a failed active check (checks.py)
-PORT_RECORD = f"{STATE_DIR}/fabric-fault"               # a fabric port that went down or flapped
-NVML_RECORD = f"{STATE_DIR}/gpu-nvml-fault"             # a GPU overheated or an NVLink down (nvml.py)
 PORT_CONDITION = "FabricPortFault"
 PORT_MONITOR = "fabric-port-monitor.json"
 PORT_CHECK = "check-fabric-ports.sh"
@@ -102,7 +99,7 @@ def monitor_config(spec: ClusterSpec) -> dict[str, Any]:
 # does. node-problem-detector reads any other exit status, and its own timeout, as Unknown, which the quarantine
 # rule holds as unhealthy (fleet-wide, for a broken image or a missing input): every command a check runs is
 # bounded (`timeout`) below the plugin's timeout.
-LAST_VERDICT = r"""keep() {     # keep WHY [WHY_WITHOUT_ONE]
+LAST_VERDICT = PUT_RECORD + r"""keep() {     # keep WHY [WHY_WITHOUT_ONE]
   local status
   status=$(sed -n 1p "$last" 2>/dev/null || true)
   if [[ $status == [01] ]]; then
@@ -117,9 +114,7 @@ stale() {
   keep "no new reading: $1" "no reading yet: $1"
 }
 verdict() {
-  mkdir -p "$state"
-  printf '%s\n%s\n' "$1" "$2" > "$last.new"
-  mv -f "$last.new" "$last"
+  put_record "$last" "$1" "$2"
   rm -f "$last.blind"
   echo "$2"
   exit "$1"
@@ -159,9 +154,7 @@ count=$(grep -cE "$fault" <<<"$lines" || true)
 # A new fault (a first one this boot, or one more) rewrites the record, so it is newer than any verdict so far.
 if (( count > 0 )) && ! grep -qx "boot $boot faults $count" "$record" 2>/dev/null; then
   newest=$(grep -E "$fault" <<<"$lines" | tail -n 1)
-  mkdir -p "$state"
-  printf 'boot %s faults %s\n%s\n' "$boot" "$count" "NVRM:${newest#*NVRM:}" > "$record.new"
-  mv -f "$record.new" "$record"
+  put_record "$record" "boot $boot faults $count" "NVRM:${newest#*NVRM:}"
 fi
 # The newest record is the fault a burn-in must follow: this check's XIDs, a failed active check between jobs,
 # a fabric port that went down, a GPU that overheated or lost an NVLink while jobs ran.
@@ -316,8 +309,7 @@ mv -f "$seen.new" "$seen"
 if (( ${#faults[@]} > 0 )); then
   joined=$(printf '%s; ' "${faults[@]}")
   message="fabric port down or flapping on $host: ${joined%; }"
-  printf 'fabric %s\n%s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$message" > "$record.new"
-  mv -f "$record.new" "$record"
+  put_record "$record" "fabric $(date -u +%Y-%m-%dT%H:%M:%SZ)" "$message"
   verdict 1 "$message"
 fi
 verdict 0 "every fabric port of $host is active"

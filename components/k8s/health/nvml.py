@@ -61,9 +61,7 @@ LAST_VERDICT
 FENCE
 fault() {
   if (( record )); then
-    mkdir -p "$state"
-    printf 'nvml %s\n%s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$1" > "$state/@RECORD@.new"
-    mv -f "$state/@RECORD@.new" "$state/@RECORD@"
+    put_record "$state/@RECORD@" "nvml $(date -u +%Y-%m-%dT%H:%M:%SZ)" "$1"
   fi
   verdict 1 "$1"
 }
