@@ -128,8 +128,13 @@ class Engine:
                     "PULUMI_SKIP_UPDATE_CHECK": "1", "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
                     # the v3.78 host ignores Pulumi.yaml's virtualenv (../shared/reference/engine.md)
                     "PULUMI_PYTHON_CMD": sys.executable,
-                    "PULUMI_DEBUG_PROVIDERS": ",".join(f"{n}:{p}" for n, p in attach.items())}
+                    "PULUMI_DEBUG_PROVIDERS": ",".join(f"{n}:{p}" for n, p in attach.items()),
+                    # The Kubernetes provider copies the kubeconfig it is given into $TMPDIR, in the clear, on
+                    # every start and never removes it (README: The real workflow): a folder of this run's own.
+                    "TMPDIR": str(work / "tmp")}
+        self.tmp = work / "tmp"
         (work / "state").mkdir()
+        self.tmp.mkdir()
 
     def __call__(self, *args: str, input: str | None = None, ok: bool = True, timeout_s: float = 1500,
                  cwd: Path | None = None) -> str:

@@ -343,6 +343,11 @@ def test_up_builds_what_the_offline_plan_registers_and_a_second_preview_changes_
     client_key = yaml.safe_load(w.cp.kubeconfig.read_text())["users"][0]["user"]
     assert key_body not in text
     assert all(v not in text for k, v in client_key.items() if "key" in k)
+    # ... but the provider copies the kubeconfig it is given, client key and all, into $TMPDIR at every start
+    # (provider/v4 pkg/provider/util.go, writeKubeconfigToFile): the README says to give pulumi a folder of its
+    # own there, as the harness does, where the copies go with it.
+    copies = [p for p in w.engine.tmp.glob("kubeconfig*") if client_key["client-key-data"] in p.read_text()]
+    assert copies, "the provider no longer copies its kubeconfig into $TMPDIR: README's advice can go"
     w.engine("preview", "--expect-no-changes")
 
 
