@@ -73,3 +73,16 @@ def shared_dir() -> Path:
     if not (SHARED / "schemas" / "crds").is_dir():
         pytest.skip("../shared/schemas is not here; the upstream CRD checks need it")
     return SHARED
+
+
+# pytest puts the running test's id in the environment of every process a test starts (PYTEST_CURRENT_TEST), and
+# Linux takes no environment string over 128 KiB (MAX_ARG_STRLEN): such a test fails with "Argument list too
+# long" (seen under pytest 9.1, not 9.2). A parameter that long gets an id of its own (pytest.param(id=)).
+TEST_ID_MAX = 16000
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    long = [item.nodeid[:120] for item in items if len(item.nodeid) > TEST_ID_MAX]
+    if long:
+        raise pytest.UsageError(f"{len(long)} test id(s) over {TEST_ID_MAX} characters, e.g. {long[0]}...: give "
+                                "the parameter an id (pytest.param(value, id=...))")

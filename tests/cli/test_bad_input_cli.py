@@ -47,7 +47,8 @@ def test_a_spec_file_whose_name_is_no_stack_name_is_refused(project):
 @pytest.mark.parametrize("content", ["{not json", "[]", '{"resources": {}}', '{"resources": [{"name": "x"}]}',
                                      '{"resources": [{"urn": "u"}]}',
                                      '{"resources": [{"urn": "urn:pulumi:s::p::t::n", "inputs": []}]}', "\udcff",
-                                     "[" * 100000 + "]" * 100000,
+                                     # an id of its own: TEST_ID_MAX in tests/conftest.py
+                                     pytest.param("[" * 100000 + "]" * 100000, id="nested-100000-deep"),
                                      '{"resources": [{"urn": "urn:pulumi:s::p::t::n"}, {"urn": "urn:pulumi:s::p::t::n"}]}',
                                      '{"resources": [{"urn": "urn:pulumi:s::p::t::n", "dependsOn": {"a": 1}}]}'])
 def test_diff_of_a_damaged_plan_is_bad_input(tmp_path, content):

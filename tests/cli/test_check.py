@@ -113,7 +113,8 @@ def test_a_bad_policy_config_exits_2_naming_every_problem(tmp_path):
     ('{"all": "mandatory"}'.encode("utf-16"), "is not UTF-8; save the file as UTF-8"),
     ('{"power-rack-budget": ["advisory"]}',
      "power-rack-budget: list where an enforcement level or an object of settings belongs"),
-    ("[" * 100000 + "]" * 100000, "nested too deeply to be the policy config"),
+    # an id of its own: TEST_ID_MAX in tests/conftest.py
+    pytest.param("[" * 100000 + "]" * 100000, "nested too deeply to be the policy config", id="nested-100000-deep"),
     ('{"power-rack-budget": {"deratin": 0.5}}', "did you mean 'derating'?"),
 ])
 def test_a_hostile_policy_config_is_named_and_exits_2(tmp_path, text, line):
