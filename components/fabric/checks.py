@@ -16,6 +16,7 @@ from typing import Any
 from ..bash import call, fill, script
 from ..k8s.images import mirrored
 from ..k8s.labels import POOL_LABEL, pool_tolerations
+from ..k8s.mpijob import mpijob
 from ..k8s.rails import pod_networks, rdma_resource
 from ..spec import ClusterSpec, NodePool
 from .nccl import LARGEST_BUSBW_AWK, NCCL_CONF, batch_exports, nccl_envs, pod_env
@@ -223,16 +224,10 @@ def render_nccl_job(spec: ClusterSpec, pool: NodePool) -> list[dict[str, Any]]:
         "volumes": [{"name": "shm", "emptyDir": {"medium": "Memory"}}]}}
     namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {
         "name": CHECKS_NAMESPACE, "labels": {"pod-security.kubernetes.io/enforce": "baseline"}}}
-    return [namespace, {
-        "apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob",
-        "metadata": {"name": f"nccl-check-{pool.name}", "namespace": CHECKS_NAMESPACE,
-                     "annotations": {"gpucluster.io/min-busbw-gb-per-s": f"{floor:g}"}},
-        # The launcher starts once every worker is ready (no mpirun against a worker still starting), and
-        # mpirun takes its ranks from the hostfile: the runner may start fewer workers where hosts are cordoned.
-        "spec": {"slotsPerWorker": gpus, "launcherCreationPolicy": "WaitForWorkersReady",
-                 "runPolicy": {"cleanPodPolicy": "Running", "backoffLimit": 0},
-                 "mpiReplicaSpecs": {
-                     "Launcher": {"replicas": 1, "template": {"spec": {**placement, "containers": [{
-                         "name": "launcher", "image": image, "command": ["/bin/bash", "-c", launcher], "env": env}]}}},
-                     "Worker": {"replicas": hosts, "template": worker}}},
-    }]
+    # mpirun takes its ranks from the hostfile: the runner may start fewer workers where hosts are cordoned.
+    return [namespace, mpijob(
+        {"name": f"nccl-check-{pool.name}", "namespace": CHECKS_NAMESPACE,
+         "annotations": {"gpucluster.io/min-busbw-gb-per-s": f"{floor:g}"}},
+        slots_per_worker=gpus, worker=worker, workers=hosts,
+        launcher={"spec": {**placement, "containers": [{
+            "name": "launcher", "image": image, "command": ["/bin/bash", "-c", launcher], "env": env}]}})]

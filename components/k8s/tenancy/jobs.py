@@ -19,6 +19,7 @@ from ..quantities import binary
 from ..rails import pod_networks, rdma_resource
 from .tenant import LOCAL_QUEUE
 from ..images import mirrored
+from ..mpijob import mpijob
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
@@ -153,15 +154,8 @@ def render_mpijob(spec: ClusterSpec, tenant: Tenant, pool: NodePool, *, name: st
     launcher["spec"]["containers"][0]["name"] = "launcher"
     for template in (worker, launcher):
         del template["spec"]["restartPolicy"]             # the operator sets each replica's own
-    return {
-        "apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob", "metadata": job["metadata"],
-        "spec": {"slotsPerWorker": gpus, "sshAuthMountPath": f"{MPI_HOME}/.ssh",
-                 # mpirun starts once every worker's sshd is ready, not against one still starting
-                 "launcherCreationPolicy": "WaitForWorkersReady",
-                 "runPolicy": {"cleanPodPolicy": "Running", "backoffLimit": 0},
-                 "mpiReplicaSpecs": {"Launcher": {"replicas": 1, "template": launcher},
-                                     "Worker": {"replicas": workers, "template": worker}}},
-    }
+    return mpijob(job["metadata"], slots_per_worker=gpus, launcher=launcher, worker=worker, workers=workers,
+                  ssh_auth_mount_path=f"{MPI_HOME}/.ssh")
 
 
 def _example_shape(pool: NodePool, nominal: int) -> tuple[int, int]:
