@@ -4,10 +4,9 @@ Kueue's MPIJob integration as the stack configures it, a tenant's MPIJob from th
 from __future__ import annotations
 
 import time
+from typing import Iterator
 
 import pytest
-
-from typing import Iterator
 
 from components.k8s.platform import mpi_operator
 from components.k8s.tenancy.jobs import render_mpijob
