@@ -140,14 +140,7 @@ class ControlPlane:
                     continue
         deadline = time.monotonic() + 5      # throwaway state: no need for a graceful shutdown
         for proc in self.procs.values():
-            try:
-                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                proc.wait(timeout=5)
+            _reap(proc, max(0.1, deadline - time.monotonic()))
         left = [name for name, proc in self.procs.items() if _alive(proc.pid)]
         self.procs.clear()
         if left:
@@ -301,12 +294,7 @@ class ControlPlane:
             return
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=5)
+        _reap(proc, 10)
 
     def start_slurm_operator(self, restapi_on_localhost: bool = False) -> None:
         """Slinky's operator (its manager; the optional webhook, which needs cert-manager, is left out), with its
@@ -455,6 +443,16 @@ def webhook_configurations(port: int, ca: Path) -> list[dict[str, Any]]:
     if not out:
         raise ControlPlaneError(f"no webhook configurations in {TOOLS / 'kueue-webhooks'}; rerun `make e2e-tools`")
     return out
+
+
+def _reap(proc: subprocess.Popen[bytes], timeout_s: float) -> None:
+    """Wait for a process told to stop; past `timeout_s`, kill its group."""
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=5)
 
 
 def _alive(pid: int) -> bool:
