@@ -2,9 +2,10 @@
 
 import pulumi
 
-from components import GpuCluster, SpecError, load_spec
+from components import GpuCluster, SpecError, load_spec, trim_stack_traces
 from components.spec.slurm import DIRECTORY_PASSWORD, directory_password_problem
 
+trim_stack_traces()         # the state keeps each resource's program frames, not the event loop's (issue 55)
 config = pulumi.Config()
 try:
     spec = load_spec(config.get("specFile") or f"stacks/{pulumi.get_stack()}.yaml")

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -52,6 +53,7 @@ MODEL: tuple[tuple[str, float, str], ...] = (
     ("-deregister", 0, "acts on delete only"),
     ("-retire", 0, "acts on delete only"),
     ("-rollout", 1, "assumed: the pool's report, one local call"),
+    ("-batch", 0, "no command: the point between two batches of the rollout"),
     ("-dirs", 10, "assumed: mkdir, lfs setstripe and setquota per tenant"),
 )
 STORAGE_SERVER_S = (120, "assumed: mkfs.lustre of two RAID-6 OSTs and their first mount")
@@ -107,6 +109,30 @@ def critical_path_s(state: list[dict]) -> float:
         own = modelled_s(r["urn"].rsplit("::", 1)[-1]) if r["type"].startswith("command:") else 0.0
         finish[r["urn"]] = start + own
     return max(finish.values(), default=0.0)
+
+
+def per_host_kib(state: list[dict], hosts: list[str]) -> dict[str, dict[str, float]]:
+    """Where a GPU host's share of the state goes (KiB per host, averaged over the hosts): by the host's own
+    resources (those named after it, `<pool>-<host>-prepare`, `storage-<host>`, `k8s-gpu-check-<host>` ...),
+    and by what each of them stores: its inputs, its outputs (a command's repeat its inputs), the stack trace
+    that registered it, and the rest (URNs, dependencies, provider, timestamps)."""
+    named = re.compile("|".join(map(re.escape, sorted(hosts, key=len, reverse=True))))
+    by_role: dict[str, int] = {}
+    by_part = dict.fromkeys(("inputs", "outputs", "stackTrace", "rest"), 0)
+    for r in state:
+        name = r["urn"].rsplit("::", 1)[-1]
+        found = named.search(name)
+        if found is None or (found.end() < len(name) and name[found.end()] != "-"):
+            continue
+        role = (name[:found.start()] + "<host>" + name[found.end():]).split("-", 1)[-1]     # no cluster name
+        size = {k: len(json.dumps(v, separators=(",", ":"))) for k, v in r.items()}
+        by_role[role] = by_role.get(role, 0) + sum(size.values())
+        for part in ("inputs", "outputs", "stackTrace"):
+            by_part[part] += size.pop(part, 0)
+        by_part["rest"] += sum(size.values())
+    per = max(len(hosts), 1) * 1024
+    return {"by_role": {k: round(v / per, 1) for k, v in sorted(by_role.items(), key=lambda kv: -kv[1])},
+            "by_part": {k: round(v / per, 1) for k, v in by_part.items()}}
 
 
 class WriteMeter:
@@ -214,6 +240,7 @@ def run_size(nodes: int, work: Path, scale: float, parallel: int, skip_checkpoin
             "up_over_path": round(up["wall_s"] / path, 2) if path else None,
             "commands_at_once": commands.peak, "state_mib": round(backend.stat().st_size / 2**20, 1),
             "state_kib_per_host": round(backend.stat().st_size / 1024 / hosts, 1),
+            "gpu_host_kib": per_host_kib(state, [f"gpu-{i:05d}" for i in range(nodes)]),
             "preview": preview, "offline_plan_s": round(plan_s, 1),
             "preview_over_plan": round(preview["wall_s"] / plan_s, 2)}
 

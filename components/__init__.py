@@ -9,9 +9,11 @@ from typing import Any
 
 from .spec import ClusterSpec, SpecError, load_spec, parse_spec
 
-_LAZY = {"GpuCluster": ".cluster", "Fabric": ".fabric", "Tenant": ".k8s.tenancy.tenant", "TenantArgs": ".k8s.tenancy.tenant"}
+_LAZY = {"GpuCluster": ".cluster", "Fabric": ".fabric", "Tenant": ".k8s.tenancy.tenant", "TenantArgs": ".k8s.tenancy.tenant",
+         "trim_stack_traces": ".stack_traces"}
 
-__all__ = ["ClusterSpec", "Fabric", "GpuCluster", "SpecError", "Tenant", "TenantArgs", "load_spec", "parse_spec"]
+__all__ = ["ClusterSpec", "Fabric", "GpuCluster", "SpecError", "Tenant", "TenantArgs", "load_spec", "parse_spec",
+           "trim_stack_traces"]
 
 
 def __getattr__(name: str) -> Any:

@@ -78,6 +78,11 @@ def script(title: str, host: str, body: str, *, shared: bool = False) -> str:
             + "finish\n")
 
 
+def unmarked(text: str) -> str:
+    """`text` without its shared parts' marks (comments: the same script to bash)."""
+    return text.replace(f"{SHARED_BEGIN}\n", "").replace(f"{SHARED_END}\n", "")
+
+
 SKIP_REST = 3     # a guard script's exit status: the parts after it are not run, and the whole succeeds
 
 
@@ -115,7 +120,7 @@ def heredoc(text: str, marker: str = "GPUCLUSTER_EOF") -> str:
 def fill(template: str, docs: dict[str, str] | None = None, **values: Any) -> str:
     """Substitute @KEY@ with shell-quoted values and @KEY_DOC@ with quoted heredocs; nothing may be left over."""
     for key, text in (docs or {}).items():       # a file's content: a shared part's marks are not part of it
-        text = text.replace(f"{SHARED_BEGIN}\n", "").replace(f"{SHARED_END}\n", "")
+        text = unmarked(text)
         template = template.replace(f"$(cat @{key}@)", f"$(cat {heredoc(text)}\n)")
     for key, value in values.items():
         template = template.replace(f"@{key}@", shlex.quote(str(value)))

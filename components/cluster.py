@@ -14,6 +14,8 @@ from .nodes import GpuNodePool, NodePoolArgs
 from .spec import ClusterSpec
 from .spec.tenants import Tenancy
 from .storage import ParallelFilesystem
+from .storage.filesystem import render_client
+from .storage.layout import plan_layout
 from .types import token
 
 
@@ -74,14 +76,18 @@ def compose(cluster: Any, name: str, spec: ClusterSpec, ssh_private_key: pulumi.
     # host's preparation: the pools' Node patches wait on a value each host's client resolves later.
     mounted: dict[str, asyncio.Future[pulumi.Resource]] = {
         h.hostname: asyncio.get_event_loop().create_future() for _, h in spec.hosts()}
+    # Each pool's copy carries its hosts' filesystem client too (one text for the pool but the host's name).
+    layout = plan_layout(spec) if spec.storage.kind != "none" else None
     cluster.node_pools = {}
     for p in sorted(spec.node_pools, key=lambda p: not any(h.hostname in sms for h in p.hosts)):
+        client = render_client(spec, layout, p, p.hosts[0]) if layout is not None else None
         pool = GpuNodePool(f"{name}-{p.name}", NodePoolArgs.from_spec(spec, p), ssh_private_key, opts=child,
                            fabric={h.hostname: cluster.fabric.host_scripts[h.hostname] for h in p.hosts
                                    if h.hostname in cluster.fabric.host_scripts},
                            after=after, subnet_managers=sms,
                            host_ready={h.hostname: [mounted[h.hostname]] for h in p.hosts},
-                           kubeconfig=kubeconfig, kube_context=kube_context)
+                           kubeconfig=kubeconfig, kube_context=kube_context,
+                           also_ship=[t for t in client if isinstance(t, str)] if client else ())
         after = after + pool.subnet_managers
         cluster.node_pools[p.name] = pool
     cluster.node_pools = {p.name: cluster.node_pools[p.name] for p in spec.node_pools}
@@ -99,7 +105,8 @@ def compose(cluster: Any, name: str, spec: ClusterSpec, ssh_private_key: pulumi.
         if spec.storage.kind != "none":
             cluster.storage = ParallelFilesystem(
                 f"{name}-storage", spec, ssh_private_key, opts=child, host_ready=ready,
-                namespaces={t.namespace_name: cluster.tenants[t.name].namespace for t in spec.tenants})
+                namespaces={t.namespace_name: cluster.tenants[t.name].namespace for t in spec.tenants},
+                libs={h: pool.lib for pool in cluster.node_pools.values() for h in pool.prepared})
     finally:     # resolved even when the filesystem fails to build, so no registration waits forever
         clients = cluster.storage.clients if cluster.storage is not None else {}
         for host, future in mounted.items():

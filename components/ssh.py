@@ -16,7 +16,8 @@ One way for every SSH-pushed part of the project (node pools, fabric, storage):
 - the part of a script that is the same on every host of a pool (bash.SHARED_BEGIN) travels once per host and
   version, as a file a `-scripts` copy puts on the host (`Lib`), and each command that runs it holds a line
   that checks and runs that file instead: the engine stores each command's inputs twice at every checkpoint,
-  and a pool's preparation, roll and burn-in are the same text on all its hosts (issue 55);
+  and a pool's preparation, its undoing, roll, burn-in and filesystem client are the same text on all its
+  hosts (issue 55);
 - a command whose update runs its `create` again has no `update`: pulumi-command runs `create` where `update`
   is unset (remote and local, v1.2.1 commandController.go), and the engine stores every input twice (inputs
   and outputs), so a copy of the script would double the host's state for nothing.
@@ -33,7 +34,7 @@ from typing import Iterable, NamedTuple, Sequence
 import pulumi
 from pulumi_command import remote
 
-from .bash import SHARED_BEGIN, SHARED_END, by_bash, in_sequence
+from .bash import SHARED_BEGIN, SHARED_END, by_bash, in_sequence, unmarked
 from .spec.hardware import Bastion
 
 SCRIPT_MARKER = "GPUCLUSTER_SCRIPT"
@@ -104,12 +105,18 @@ def push(name: str, target: SshTarget, script: Script, private_key: pulumi.Input
     `replace_on`: what the command's host *is* (a storage server's targets: devices and indexes); only a change
     to it replaces the command, and any other change to the script, which converges, runs it again in place
     (a setting that applies live never unmounts a target). Omitted: any change to the script replaces it.
-    `lib`: the pool's shared parts, shipped to the host before this command runs (`ship`); the create and update
-    scripts run them from there (the trigger stays the whole script's digest). Omitted: all text inline."""
+    `lib`: the pool's shared parts, shipped to the host before this command runs (`ship`); its scripts, the
+    delete too, run them from there (the trigger stays the whole script's digest, its marks aside). Omitted:
+    all text inline."""
     piped = stdin is not None
 
     def command(text: str, stdin: bool = False) -> str:
         return as_command(lib.factor(text, target.user) if lib else text, target.user, stdin)
+
+    def identity(s: Script) -> str:
+        # With a lib, the marks say only what the copy carries: a script whose part starts to travel is the
+        # same script, and is not replaced for it (a filesystem client, say, is not remounted).
+        return digest(Script(unmarked(s.create), s.delete and unmarked(s.delete)) if lib else s)
 
     create: pulumi.Input[str]
     update: pulumi.Input[str] | None = None
@@ -117,19 +124,20 @@ def push(name: str, target: SshTarget, script: Script, private_key: pulumi.Input
     if then is not None:
         assert isinstance(script.create, str) and not converge, "`then` follows a plain, replaced script"
         create = command(in_sequence(name, [script.create, then], stdin=piped), piped)
-        update, trigger = command(then), digest(script)
+        update, trigger = command(then), identity(script)
     elif isinstance(script.create, pulumi.Output):
         create = script.create.apply(lambda text: command(text, piped))
-        trigger = script.create.apply(lambda text: digest(Script(text, script.delete)))
+        trigger = script.create.apply(lambda text: identity(Script(text, script.delete)))
     else:
-        create, trigger = command(script.create, piped), digest(script)
+        create, trigger = command(script.create, piped), identity(script)
     if replace_on is not None:
         assert then is None and not converge, "`replace_on` is its own way of updating"
         trigger = hashlib.sha256(replace_on.encode()).hexdigest()       # an update runs `create` again
     return remote.Command(
         name, connection=connection(target, private_key), create=create,
         update=update,                  # None: an update runs `create` again
-        delete=as_command(script.delete, target.user) if script.delete else None,
+        delete=as_command(lib.factor(script.delete, target.user, undo=True) if lib else script.delete, target.user)
+        if script.delete else None,
         # The SDK marks triggers replace-on-change: a converging script must not have any.
         triggers=None if converge else [trigger],
         add_previous_output_in_env=False, stdin=None if stdin is None else pulumi.Output.secret(stdin),
@@ -170,11 +178,11 @@ class Lib:
     """A pool's shared script parts, each written once as a file named by its SHA-256 where the program runs,
     and the remote ones put on each of its hosts by one `-scripts` copy: a command holds a line that checks and
     sources the file instead of the text. A file, once written or copied, is never removed, so a command an
-    earlier version stored still finds its part. Only create and update scripts use it: a delete keeps its
-    whole text, since it may run long after, on a host reinstalled since, or from a checkout of a later
-    version (a local command). `remote`: scripts run over SSH; `local`: scripts run where pulumi runs (their
-    parts are not shipped, so a local part that follows the pool's size, as the drain's does, never touches
-    the hosts' copies)."""
+    earlier version stored still finds its part. A remote delete runs its part from the host too, whenever
+    it runs (see `factor`); a local delete keeps its whole text, since it may run from a checkout of a later
+    version, on a machine that never wrote its part. `remote`: scripts run over SSH; `local`: scripts run
+    where pulumi runs (their parts are not shipped, so a local part that follows the pool's size, as the
+    drain's does, never touches the hosts' copies)."""
 
     def __init__(self, remote: Iterable[str], local: Iterable[str] = ()):
         self.remote = _parts(remote)
@@ -197,9 +205,12 @@ class Lib:
                     tmp.write_text(text)
                     tmp.replace(path)
 
-    def factor(self, text: str, user: str | None) -> str:
+    def factor(self, text: str, user: str | None, *, undo: bool = False) -> str:
         """`text` with each shared part replaced by the lines that run its file: on the host in `user`'s home,
-        checked against its SHA-256 first, or with `user` None where the program runs (a local command)."""
+        checked against its SHA-256 first, or with `user` None where the program runs (a local command).
+        `undo`: `text` is a remote delete, run from the copy its create's apply shipped, whenever it runs
+        (the host keeps every part it was sent); where that copy is gone, it undoes nothing and says so."""
+        assert user or not undo, "a local delete keeps its whole text"
         out, last = [], 0
         for start, end, part in shared_parts(text):
             sha = hashlib.sha256(part.encode()).hexdigest()
@@ -208,10 +219,15 @@ class Lib:
             where = f"~{user}/{LIB_DIR}/{sha}.sh" if user else f"{LIB_DIR}/{sha}.sh"
             check = (f'[[ "$(sha256sum 2>/dev/null <"$GPUCLUSTER_SHARED" || true)" == "{sha}  -" ]]' if user
                      else '[[ -r "$GPUCLUSTER_SHARED" ]]')
-            who = "its -scripts copy puts it there" if user else "the program writes it where pulumi runs"
+            if undo:
+                why = ("is missing or not the part this host was sent: nothing was undone. Was the host reinstalled, "
+                       "or its SSH user's home wiped? A host that is gone for good leaves the state with "
+                       "pulumi state delete")
+            else:
+                why = ("is missing or not the part this apply shipped: run pulumi up again ("
+                       + ("its -scripts copy puts it there)" if user else "the program writes it where pulumi runs)"))
             out += [text[last:start], f"# gpucluster: shared part {sha}\nGPUCLUSTER_SHARED={where}\n"
-                    f"{check} || {{ printf '%s: error: %s\\n' \"$HOST\" \"$GPUCLUSTER_SHARED is missing or not the "
-                    f"part this apply shipped: run pulumi up again ({who})\" >&2; exit 1; }}\n"
+                    f"{check} || {{ printf '%s: error: %s\\n' \"$HOST\" \"$GPUCLUSTER_SHARED {why}\" >&2; exit 1; }}\n"
                     f'# shellcheck source=/dev/null  # the part is checked where it is whole (the plan)\n'
                     f'. "$GPUCLUSTER_SHARED"\n']
             last = end

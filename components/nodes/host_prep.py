@@ -575,7 +575,7 @@ class PoolPrep:
         hardware = f", hardware {host.hardware_id}" if host.hardware_id else ""    # new hardware: run again
         return Script(script(f"Prepare {host.hostname} ({self.title}{hardware})", host.hostname, self.create,
                              shared=True),
-                      script(f"Undo the preparation of {host.hostname}", host.hostname, self.delete))
+                      script(f"Undo the preparation of {host.hostname}", host.hostname, self.delete, shared=True))
 
     def roll_for_host(self, host: Host, preparation: str) -> Script:
         """`preparation`: the digest of the host's preparation, whose owed restarts this rolls; a new one

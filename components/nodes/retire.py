@@ -47,7 +47,7 @@ def undo_guard(pool: NodePool, host: Host) -> str:
     """The script that runs before the host's preparation is undone: it ends with SKIP_REST (the undo is not
     run) where another pool has taken the host over in the same change."""
     return script(f"Is {host.hostname} still {pool.name}'s?", host.hostname,
-                  host_guard(pool, "its preparation and fabric settings", SKIP_REST))
+                  host_guard(pool, "its preparation and fabric settings", SKIP_REST), shared=True)
 
 
 _NODE_GUARD = r"""
@@ -140,4 +140,4 @@ def render_retirement(pool: NodePool, host: Host, system_namespaces: Sequence[st
         Script(script(f"{host.hostname} joins pool {pool.name}", host.hostname, fill(_JOIN, **files), shared=True),
                script(f"{host.hostname} leaves the cluster: kubelet stopped and disabled", host.hostname,
                       render_busy(system_namespaces) + host_guard(pool, "kubelet")
-                      + fill(_LEAVE, **files))))
+                      + fill(_LEAVE, **files), shared=True)))

@@ -12,14 +12,15 @@ Volumes are `<name>-pv-<namespace>-<claim>` and `<name>-pvc-<namespace>-<claim>`
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Mapping
 
 import pulumi
 import pulumi_random as random
 
 from ..k8s.objects import register
 from ..spec import ClusterSpec
-from ..ssh import SshTarget, push
+from ..spec.hardware import Host, NodePool
+from ..ssh import Lib, Script, SshTarget, push
 from ..types import token, with_aliases
 from .kubernetes import render_volumes
 from .layout import ROLE_ORDER, Layout, plan_layout
@@ -63,9 +64,12 @@ class ParallelFilesystem(pulumi.ComponentResource):
 
     def __init__(self, name: str, spec: ClusterSpec, ssh_private_key: pulumi.Input[str],
                  opts: pulumi.ResourceOptions | None = None, host_ready: dict[str, list[pulumi.Resource]] | None = None,
-                 namespaces: dict[str, pulumi.Input[str]] | None = None):
+                 namespaces: dict[str, pulumi.Input[str]] | None = None, *, libs: Mapping[str, Lib] | None = None):
+        """`libs`: per GPU host name, the shared parts its node pool's `-scripts` copy put there before
+        `host_ready` (GpuNodePool.lib, given `render_client`'s scripts to carry); a client runs its parts
+        from there. Omitted: each client holds its whole script."""
         super().__init__(self.TYPE, name, intent(spec), with_aliases(self.TYPE, opts))
-        compose(self, name, spec, ssh_private_key, host_ready=host_ready, namespaces=namespaces)
+        compose(self, name, spec, ssh_private_key, host_ready=host_ready, namespaces=namespaces, libs=libs)
 
 
 def intent(spec: ClusterSpec) -> dict[str, Any]:
@@ -73,9 +77,15 @@ def intent(spec: ClusterSpec) -> dict[str, Any]:
     return {"spec": spec.storage.model_dump(mode="json")}
 
 
+def render_client(spec: ClusterSpec, layout: Layout, pool: NodePool, host: Host) -> Script:
+    """A GPU host's filesystem client: one text for every host of its pool but for the host's name."""
+    render = render_beegfs_client if layout.kind == "beegfs" else render_lustre_client
+    return render(spec, layout, host.hostname, spec.storage_client_interface(pool) or "")
+
+
 def compose(filesystem: Any, name: str, spec: ClusterSpec, ssh_private_key: pulumi.Input[str], *,
             host_ready: dict[str, list[pulumi.Resource]] | None,
-            namespaces: dict[str, pulumi.Input[str]] | None) -> None:
+            namespaces: dict[str, pulumi.Input[str]] | None, libs: Mapping[str, Lib] | None = None) -> None:
     """A ParallelFilesystem's children and outputs, under `filesystem`: a ParallelFilesystem, or the component
     provider's (provider.py)."""
     layout = plan_layout(spec)
@@ -108,15 +118,13 @@ def compose(filesystem: Any, name: str, spec: ClusterSpec, ssh_private_key: pulu
     for pool, host in clients:
         target = SshTarget(host.address, host.ssh_user or ssh.user, host.ssh_port or ssh.port, host.host_key,
                            ssh.bastion)
-        interface = spec.storage_client_interface(pool) or ""
-        rendered = (render_beegfs_client if beegfs else render_lustre_client)(spec, layout, host.hostname,
-                                                                              interface)
         # The first client also applies the shared directories and quotas, in its own session: a change to
         # them updates that command in place (no remount), a change to the client replaces it.
         then = render_directories(spec, layout, host.hostname).create if host is first else None
         filesystem.clients[host.hostname] = push(
-            f"{name}-{host.hostname}", target, rendered, ssh_private_key, parent=filesystem,
-            depends_on=done + ready.get(host.hostname, []), stdin=stdin, then=then)
+            f"{name}-{host.hostname}", target, render_client(spec, layout, pool, host), ssh_private_key,
+            parent=filesystem, depends_on=done + ready.get(host.hostname, []), stdin=stdin, then=then,
+            lib=(libs or {}).get(host.hostname))
     for manifest in render_volumes(spec, layout):
         ns = manifest.obj["metadata"].get("namespace")
         register(f"{name}-{manifest.role}", manifest.obj, pulumi.ResourceOptions(

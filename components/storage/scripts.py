@@ -244,9 +244,9 @@ def render_lustre_client(spec: ClusterSpec, layout: Layout, hostname: str, inter
                            packages.lustre_client(o2ib=net == "o2ib")) + _DEVICES + _lnet(layout, net, interface, None) + "\n" + call(
         "mount_at", layout.client_source, layout.mount_point, "lustre",
         "defaults,_netdev,noauto,x-systemd.automount,x-systemd.requires=lnet.service")
-    create = script(f"Lustre {layout.fs_name} client on {hostname}", hostname, body)
+    create = script(f"Lustre {layout.fs_name} client on {hostname}", hostname, body, shared=True)
     delete = script(f"Unmount Lustre {layout.fs_name} on {hostname}", hostname,
-                    _DEVICES + call("unmount_at", layout.mount_point))
+                    _DEVICES + call("unmount_at", layout.mount_point), shared=True)
     return Script(create, delete)
 
 
@@ -491,9 +491,9 @@ def render_beegfs_client(spec: ClusterSpec, layout: Layout, hostname: str, inter
             + (fill(BEEGFS_RDMA_CHECK, AUTOBUILD=BEEGFS_AUTOBUILD) + call("beegfs_rdma", BEEGFS_PROC,
                                                                          layout.mount_point) + "\n"
                if spec.fabric.rdma else ""))
-    create = script(f"BeeGFS {layout.fs_name} client on {hostname}", hostname, body)
+    create = script(f"BeeGFS {layout.fs_name} client on {hostname}", hostname, body, shared=True)
     delete = script(f"Stop the BeeGFS {layout.fs_name} client on {hostname}", hostname,
-                    "systemctl disable --now beegfs-client\n")
+                    "systemctl disable --now beegfs-client\n", shared=True)
     return Script(create, delete)
 
 

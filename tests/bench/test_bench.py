@@ -69,3 +69,21 @@ def test_the_apply_benchmarks_critical_path_is_the_longest_chain_of_modelled_com
              r("c-h2-prepare"), r("c-storage-h2", deps=["c-h2-prepare"]), r("ns", kind="kubernetes:core/v1:Namespace")]
     assert modelled_s("c-storage-oss-001") > modelled_s("c-storage-gpu-00001") > 0
     assert critical_path_s(state) == seconds["-leave"] + seconds["-prepare"] + seconds["-burn-in"]
+
+
+def test_the_apply_benchmark_counts_a_hosts_own_resources_by_role_and_by_what_they_store():
+    """A host's own resources are those named after it, whatever their place in the name; gpu-00001 is not
+    gpu-000010's, nor a name that merely starts the same."""
+    from apply import per_host_kib
+    r = lambda name, **fields: {"urn": f"urn:pulumi:bench::gpucluster::t::{name}", **fields}  # noqa: E731
+    kib = "x" * 1022                     # json.dumps: 1,024 bytes with its quotes
+    state = [r("b16-h100-gpu-00001-prepare", inputs=kib, outputs=kib, stackTrace=kib),
+             r("b16-storage-gpu-00001", inputs=kib), r("b16-k8s-gpu-check-gpu-00001", inputs=kib),
+             r("b16-h100-gpu-000010-prepare", inputs=kib), r("b16-storage-mds-01", inputs=kib),
+             r("b16-h100-gpu-00002-prepare", inputs=kib)]
+    got = per_host_kib(state, ["gpu-00001", "gpu-00002"])
+    assert list(got["by_role"])[0] == "h100-<host>-prepare"           # the largest first
+    assert set(got["by_role"]) == {"h100-<host>-prepare", "storage-<host>", "k8s-gpu-check-<host>"}
+    assert got["by_role"]["h100-<host>-prepare"] > 2 and got["by_role"]["storage-<host>"] < 1
+    assert (got["by_part"]["inputs"], got["by_part"]["outputs"], got["by_part"]["stackTrace"]) == (2.0, 0.5, 0.5)
+    assert 0 < got["by_part"]["rest"] < 0.5             # the URNs, here

@@ -61,6 +61,29 @@ def test_a_remote_part_runs_only_when_its_file_is_the_one_shipped(workdir):
     assert ran.returncode == 0 and ran.stdout == _run(text, workdir).stdout
 
 
+def test_a_remote_delete_runs_from_the_part_its_host_was_sent_or_undoes_nothing(workdir):
+    """A delete runs long after its create shipped its part (the host keeps every part it was sent). Where the
+    part is gone (a host reinstalled, a home wiped), it fails before it changes anything, saying so."""
+    text = script("Undo gpu-1", "gpu-1", BODY, shared=True)
+    lib = Lib([text])
+    lib.write()
+    factored = lib.factor(text, "ubuntu", undo=True)
+    assert "body of" not in factored
+    here = factored.replace("~ubuntu/", f"{workdir / 'home'}/")
+    missing = _run(here, workdir)
+    assert missing.returncode == 1 and not missing.stdout, missing
+    assert "is missing or not the part this host was sent: nothing was undone" in missing.stderr
+    assert "pulumi state delete" in missing.stderr
+    sha = next(iter(lib.remote))
+    (workdir / "home" / LIB_DIR).mkdir(parents=True)
+    (workdir / "home" / LIB_DIR / f"{sha}.sh").write_text(lib.remote[sha])
+    ran = _run(here, workdir)
+    assert ran.returncode == 0 and ran.stdout == _run(text, workdir).stdout
+    assert unwrap(as_command(factored, "ubuntu")) == text
+    with pytest.raises(AssertionError):
+        lib.factor(text, None, undo=True)           # a local delete keeps its whole text
+
+
 def test_the_plan_shows_the_whole_script_again(workdir):
     text = script("Try gpu-1", "gpu-1", BODY, shared=True)
     lib = Lib([text])
@@ -88,24 +111,30 @@ def test_nested_marks_belong_to_the_outer_part():
 
 @pytest.mark.parametrize("stack", ["dev", "prod"])
 def test_every_gpu_host_runs_its_pools_shared_parts_from_the_copy(stack, record, workdir):
-    """What keeps a GPU host's state small: each shared part of its create scripts is a file the pool ships,
-    so no command holds one inline, except a subnet manager's own fabric settings; and no host's commands
-    and copy hold more than the budget of inputs (issue 55: 230 KB before; the delete scripts stay whole)."""
+    """What keeps a GPU host's state small: each shared part of the scripts it runs over SSH (preparation and
+    its undoing, membership, roll, burn-in, filesystem client) is a file the pool ships, so no command holds
+    one inline, except a subnet manager's own fabric settings; and no host's commands and copy hold more than
+    the budget of inputs (issue 55: 230 KB before, 53 KB with whole deletes and filesystem client; the kubectl
+    deletes where pulumi runs stay whole, and the first client carries the shared directories' script)."""
     from components.cluster import GpuCluster
     spec = load_spec(Path(__file__).resolve().parents[2] / f"stacks/{stack}.yaml")
     run = record(lambda: GpuCluster(stack, spec, ssh_key()))
     sms = set(spec.fabric.infiniband.subnet_managers) if spec.fabric.infiniband else set()
     sizes: dict[str, int] = {}
     for r in build_plan(run).document["resources"]:
+        name = r["urn"].rsplit("::", 1)[1]
         host = next((h.hostname for p in spec.node_pools for h in p.hosts
-                     if r["urn"].rsplit("::", 1)[1].startswith(f"{stack}-{p.name}-{h.hostname}-")), None)
+                     if name.startswith(f"{stack}-{p.name}-{h.hostname}-") or name == f"{stack}-storage-{h.hostname}"),
+                    None)
         if host is None or not r["type"].startswith("command:"):
             continue
         sizes[host] = sizes.get(host, 0) + len(json.dumps(r["inputs"]))
         if host not in sms:
-            assert SHARED_BEGIN not in json.dumps(r["inputs"].get("create", "")), r["urn"]
-    assert sizes and max(n for h, n in sizes.items() if h not in sms) < 40_000, sizes
-    assert max(sizes.values()) < 60_000, sizes          # a subnet manager's fabric settings are its own
+            for script in ("create", "delete"):
+                assert SHARED_BEGIN not in json.dumps(r["inputs"].get(script, "")), (r["urn"], script)
+    first_client = spec.node_pools[0].hosts[0].hostname
+    assert sizes and max(n for h, n in sizes.items() if h not in sms | {first_client}) < 32_000, sizes
+    assert max(sizes.values()) < 50_000, sizes          # a subnet manager's fabric settings are its own
 
 
 def test_what_the_hosts_run_passes_shellcheck(record, workdir, tmp_path_factory):
@@ -114,11 +143,14 @@ def test_what_the_hosts_run_passes_shellcheck(record, workdir, tmp_path_factory)
     spec = load_spec(Path(__file__).resolve().parents[2] / "stacks/dev.yaml")
     out = tmp_path_factory.mktemp("stored")
     for r in build_plan(record(lambda: GpuCluster("dev", spec, ssh_key()))).document["resources"]:
-        create = r["inputs"].get("create")
-        if r["type"].startswith("command:") and isinstance(create, str) and "gpucluster: shared part" in create:
-            (out / f"{r['urn'].rsplit('::', 1)[1]}.sh").write_text(stored(create))
+        for script in ("create", "delete"):
+            text = r["inputs"].get(script)
+            if r["type"].startswith("command:") and isinstance(text, str) and "gpucluster: shared part" in text:
+                (out / f"{r['urn'].rsplit('::', 1)[1]}.{script}.sh").write_text(stored(text))
     files = sorted(out.iterdir())
-    assert len(files) >= 10                  # each host's prepare, burn-in, roll, leave, drain and uncordon
+    # each host's prepare, burn-in, roll, leave, drain, uncordon and filesystem client; prepare's, leave's and
+    # the client's deletes
+    assert len(files) >= 2 * 10, files
     done = subprocess.run(["shellcheck", "-S", "warning", "-s", "bash", *map(str, files)], capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0, done.stdout

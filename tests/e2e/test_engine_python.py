@@ -39,6 +39,7 @@ import pytest
 import yaml
 
 from components.fabric.nccl import NCCL_CONF
+from components.nodes.retire import POOL_FILE
 from components.nodes.rollout import ROLLOUT_TAINT
 from components.offline.diff import diff_plans, load_plan
 from components.spec import load_spec, parse_spec
@@ -317,6 +318,10 @@ def test_up_builds_what_the_offline_plan_registers_and_a_second_preview_changes_
     state = _state(w.engine)
     plan = json.loads((w.plan.dir / "resources.json").read_text())
     _every_planned_create_ran_once(w, plan["resources"])
+    # Each resource's stack trace is its program's frames (components.trim_stack_traces), the first its source
+    # position: no frame of the event loop, the SDK or the language host, stored once per resource.
+    frames = [f.get("sourcePosition", "") for r in state for f in r.get("stackTrace", [])]
+    assert frames and not [f for f in frames if not f or re.search(r"asyncio|/pulumi/|language-python-exec", f)]
     # What the offline plan registers, plus what the real provider's ConfigFile components construct inside
     # themselves (the mocks register them without children): the CRD of each vendored file.
     built, planned = _urns(state), _urns(plan["resources"])
@@ -567,7 +572,16 @@ def test_destroy_stops_at_a_storage_server_until_it_is_unprotected_then_leaves_n
     before = len(_state(w.engine))
     refused = w.engine("destroy", "--yes", ok=False)
     assert "dev-storage-stor-dev-01\" cannot be deleted" in refused and len(_state(w.engine)) == before
+    # A GPU host's deletes over SSH (its undoing, its leaving, its filesystem client) run their parts from the
+    # host's copy: what the leaving removes is there before and gone after.
+    remote = [r for r in _state(w.engine) if r["type"] == "command:remote:Command" and "gpu-dev" in r["urn"]
+              and r["inputs"].get("delete")]
+    assert {r["urn"].rsplit("-", 1)[-1] for r in remote} >= {"prepare", "leave", "01", "02"}
+    assert all("# gpucluster: shared part " in r["inputs"]["delete"] for r in remote)
+    gpu_hosts = [w.hosts.hosts[h] for h in ("gpu-dev-01", "gpu-dev-02")]
+    assert all(h.exists(POOL_FILE) for h in gpu_hosts)
     _destroy(w, w.plan)
+    assert not any(h.exists(POOL_FILE) for h in gpu_hosts)
     # The storage server's data stays: its daemons stopped, its targets unmounted, never formatted again or wiped.
     calls = w.hosts.hosts["stor-dev-01"].calls()
     assert sum(c.startswith("mkfs.xfs") for c in calls) == 2 and not any(c.startswith("wipefs") for c in calls)

@@ -63,7 +63,7 @@ def test_the_same_spec_gives_byte_identical_plans(tmp_path):
 
 
 def test_summary_counts_resources_and_tenants(dev_plan):
-    assert "Stack dev of project gpucluster: 119 resources and 3 read(s) of live objects" in dev_plan.summary
+    assert "Stack dev of project gpucluster: 120 resources and 3 read(s) of live objects" in dev_plan.summary
     assert "Kubernetes: GPU Operator v26.7.0, Network Operator 26.4.1, Kueue 0.19.2, NFD 0.19.0; RDMA resource " \
            "rdma/rdma_shared_devices" in dev_plan.summary
     assert "Cluster dev (dev): 2 nodes, 16 GPUs, fabric rocev2, storage beegfs" in dev_plan.summary

@@ -30,7 +30,8 @@ def test_each_hosts_resources_are_keyed_by_hostname(dev_spec, record):
     children = sorted(short(r.urn) for r in run.records if r.parent == pool.urn)
     assert children == sorted([f"dev-h100-{h}-{role}" for h in ("gpu-dev-01", "gpu-dev-02")
                               for role in ("prepare", "burn-in", "node", "live", "drain", "roll", "uncordon",
-                                           "deregister", "leave", "retire", "scripts")] + ["dev-h100-rollout", "dev-h100-cluster"])
+                                           "deregister", "leave", "retire", "scripts")]
+                              + ["dev-h100-rollout", "dev-h100-cluster", "dev-h100-gpu-dev-02-batch"])
     assert {r.kind for r in run.records if short(r.urn).endswith("-live")} == {"read"}
 
 
@@ -123,8 +124,8 @@ def test_adding_a_host_changes_nothing_for_the_others(dev_data, record):
     # the pool's rollout report alone: it waits for every host's uncordon
     assert {u.rsplit("::", 1)[1] for u in before if before[u] != after.get(u)} == {"dev-h100-rollout"}
     # its scripts' copy, prepare, burn-in, the node's patch and its live read, the rollout's drain, roll and
-    # uncordon, and what retires it: deregister, leave, retire
-    assert len(after) - len(before) == 11
+    # uncordon, and what retires it: deregister, leave, retire; and, a batch of its own, the point before it
+    assert len(after) - len(before) == 12 and any(u.endswith("::dev-h100-gpu-dev-03-batch") for u in after)
 
 
 def test_a_failed_burn_in_quarantines_the_node_and_says_why(dev_spec):

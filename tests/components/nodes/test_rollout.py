@@ -62,7 +62,9 @@ def by_name(run):
     return {r.name: r for r in run.records}
 
 
-def test_each_batch_waits_for_the_last_to_be_given_back(record, dev_spec):
+def test_each_batch_waits_for_the_last_to_be_given_back_through_one_point(record, dev_spec):
+    """Each batch's drains wait on one `-batch` point (named after the batch's first host, no command), which
+    waits on every uncordon of the batch before: 2B edges between two batches, not B x B."""
     pool = pool_of(dev_spec, {"r01": ["gpu-1", "gpu-2", "gpu-3"], "r02": ["gpu-4", "gpu-5"]}, max_unavailable=2)
     r = by_name(run_pool(record, dev_spec, pool))
     urn = {name: rec.urn for name, rec in r.items()}
@@ -75,10 +77,13 @@ def test_each_batch_waits_for_the_last_to_be_given_back(record, dev_spec):
     assert deps("p-gpu-1-drain") == {urn["p-gpu-1-node"], urn["p-gpu-1-live"]}
     assert deps("p-gpu-2-drain") == {urn["p-gpu-2-node"], urn["p-gpu-2-live"]}
     for h in ("gpu-3", "gpu-4"):
-        assert deps(f"p-{h}-drain") == {urn[f"p-{h}-node"], urn[f"p-{h}-live"], urn["p-gpu-1-uncordon"],
-                                        urn["p-gpu-2-uncordon"]}
-    assert deps("p-gpu-5-drain") == {urn["p-gpu-5-node"], urn["p-gpu-5-live"], urn["p-gpu-3-uncordon"],
-                                     urn["p-gpu-4-uncordon"]}
+        assert deps(f"p-{h}-drain") == {urn[f"p-{h}-node"], urn[f"p-{h}-live"], urn["p-gpu-3-batch"]}
+    assert deps("p-gpu-5-drain") == {urn["p-gpu-5-node"], urn["p-gpu-5-live"], urn["p-gpu-5-batch"]}
+    assert set(r["p-gpu-3-batch"].dependencies) == {urn["p-gpu-1-uncordon"], urn["p-gpu-2-uncordon"]}
+    assert set(r["p-gpu-5-batch"].dependencies) == {urn["p-gpu-3-uncordon"], urn["p-gpu-4-uncordon"]}
+    assert "p-gpu-1-batch" not in r                 # the first batch waits on nothing
+    assert all(not r[f"p-gpu-{i}-batch"].inputs.get("create") and not r[f"p-gpu-{i}-batch"].inputs.get("delete")
+               for i in (3, 5))
     for h in ("gpu-1", "gpu-5"):
         assert deps(f"p-{h}-roll") == {urn[f"p-{h}-drain"]}
         assert deps(f"p-{h}-uncordon") == {urn[f"p-{h}-roll"]}
