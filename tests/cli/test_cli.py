@@ -41,7 +41,7 @@ def test_bad_spec_exits_2_with_every_problem_and_no_traceback(project):
 def test_plan_writes_under_build_stack_and_prints_the_summary(project):
     out = gpucluster("plan", "dev", cwd=project)
     assert out.returncode == 0, out.stderr
-    assert "Stack dev of project gpucluster: 119 resources and 3 read(s) of live objects" in out.stdout
+    assert "Stack dev of project gpucluster: 120 resources and 3 read(s) of live objects" in out.stdout
     assert (project / "build" / "dev" / "helm" / "kueue-system-kueue.values.yaml").exists()
     assert (project / "build" / "dev" / "resources.json").exists()
     assert (project / "build" / "dev" / "manifests" / "team-a" / "localqueue-default.yaml").exists()

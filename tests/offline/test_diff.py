@@ -130,8 +130,10 @@ def test_a_host_added_mid_pool_moves_later_hosts_to_later_batches_and_changes_no
     after = plan_of(record, dev_data)
     old = {r["urn"]: r for r in before["resources"]}
     new = {r["urn"]: r for r in after["resources"]}
-    drain = next(u for u in old if u.endswith("::dev-h100-gpu-dev-02-drain"))
-    assert old[drain]["dependsOn"] != new[drain]["dependsOn"]          # it now waits for gpu-dev-01a's batch
+    # gpu-dev-02's batch now waits for gpu-dev-01a's, which waits for gpu-dev-01's: the point before it moves
+    gate = next(u for u in old if u.endswith("::dev-h100-gpu-dev-02-batch"))
+    assert old[gate]["dependsOn"] != new[gate]["dependsOn"] and any("gpu-dev-01a" in d for d in new[gate]["dependsOn"])
+    assert any(u.endswith("::dev-h100-gpu-dev-01a-batch") for u in new)
     touched = {d.urn.rsplit("::", 1)[-1] for d in diff_plans(before, after) if d.action not in ("create", "read")}
     # components' intent, the detectors' lists of fabric ports and NVSwitch hosts (read on every look: no
     # pod restarts) and the
