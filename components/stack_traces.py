@@ -18,8 +18,10 @@ from urllib.parse import unquote, urlparse
 import pulumi
 import pulumi.runtime.resource as _resource
 
-_STDLIB = (sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["platstdlib"])
-_SDK = str(Path(pulumi.__file__).resolve().parent)
+# Folders whose frames are the machinery's: the standard library's and the SDK's (computed once: this runs
+# for every frame of every resource).
+_MACHINERY = tuple({sysconfig.get_paths()["stdlib"] + os.sep, sysconfig.get_paths()["platstdlib"] + os.sep,
+                    str(Path(pulumi.__file__).resolve().parent) + os.sep})
 _HOST = "pulumi-language-python-exec"           # the language host's runner, which calls the program
 
 
@@ -29,8 +31,7 @@ def foreign(uri: str) -> bool:
     if not uri:
         return True
     path = unquote(urlparse(uri).path)
-    return (path.startswith(tuple(p + os.sep for p in _STDLIB)) or path.startswith(_SDK + os.sep)
-            or os.path.basename(path) == _HOST)
+    return path.startswith(_MACHINERY) or os.path.basename(path) == _HOST
 
 
 def _trimming(original: Callable[[], Any]) -> Callable[[], Any]:
