@@ -13,7 +13,10 @@ For each size it prints the first apply's wall time, the critical path (the long
 through the state's dependencies, scaled the same way) and their ratio, the engine's CPU time and peak memory
 (the CLI, the language host and the program), the state's size and the bytes the engine wrote to the backend;
 then a preview with no changes against the offline plan's time. `python bench/apply.py 16 128` runs chosen sizes;
-results land in bench/apply-results.json.
+results land in bench/apply-results.json. `--shards K` applies each size split (README: Split stacks): the platform
+stack, then K shard stacks as a pipeline's parallel jobs on runners of their own would (measured one at a time,
+each alone on this machine: the slowest is the phase's time), their previews likewise; results in
+bench/apply-split-results.json.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from specs import synthetic, to_yaml  # noqa: E402
+from specs import split, synthetic, to_yaml  # noqa: E402
 from tests.e2e.commands import CommandProvider  # noqa: E402
 from tests.e2e.engine import PLUGINS, Engine, serve, serve_echo  # noqa: E402
 
@@ -199,17 +202,42 @@ def timed(engine: Engine, *args: str) -> dict:
             "peak_mib_by_program": {k: round(v / 1024) for k, v in sorted(meter.peaks.items()) if v > 10240}}
 
 
-def run_size(nodes: int, work: Path, scale: float, parallel: int, skip_checkpoints: bool) -> dict:
+def on_runners(engine: Engine, commands: list[tuple[str, ...]]) -> dict:
+    """Engine commands each on its own stack, as the parallel jobs of a pipeline run them on runners of their
+    own: here one at a time, each alone on this machine, so that one machine's cores do not stand for many.
+    The wall time is the slowest's (what the pipeline waits for); CPU time and bytes written summed."""
+    runs = [timed(engine, *args) for args in commands]
+    return {"wall_s": max(r["wall_s"] for r in runs), "cpu_s": round(sum(r["cpu_s"] for r in runs), 1),
+            "peak_mib": max(r["peak_mib"] for r in runs),
+            "written_mib": round(sum(r["written_mib"] for r in runs), 1), "stacks": len(runs),
+            "walls_s": [r["wall_s"] for r in runs]}
+
+
+def in_sequence(*phases: dict) -> dict:
+    """Phases one after another (the platform stack, then the shards'), as one."""
+    return {"wall_s": round(sum(p["wall_s"] for p in phases), 1), "cpu_s": round(sum(p["cpu_s"] for p in phases), 1),
+            "peak_mib": max(p["peak_mib"] for p in phases),
+            "written_mib": round(sum(p["written_mib"] for p in phases), 1)}
+
+
+def run_size(nodes: int, work: Path, scale: float, parallel: int, skip_checkpoints: bool, shards: int = 0,
+             run_shards: int = 0) -> dict:
+    """One size: the one stack of the environment, or (`shards`) its platform stack then its shards', of which
+    `run_shards` (0: all) are applied: the shards are the same shape, and each would have a runner of its own."""
     project = work / "project"
     (project / "stacks").mkdir(parents=True)
     for name in ("Pulumi.yaml", "__main__.py"):
         shutil.copy(ROOT / name, project / name)
-    (project / "stacks" / "bench.yaml").write_text(to_yaml(synthetic(nodes)))
+    spec = split(synthetic(nodes), shards) if shards else synthetic(nodes)
+    (project / "stacks" / "bench.yaml").write_text(to_yaml(spec))
     start = time.monotonic()
     subprocess.run([sys.executable, "-m", "components", "plan", str(project / "stacks" / "bench.yaml"),
                     "--out", str(work / "plan")], cwd=ROOT, check=True, capture_output=True)
     plan_s = time.monotonic() - start
     commands = SleepingCommands(PLUGINS["command"], project, scale)
+    parts = {"bench": "platform", **{f"bench-{s['name']}": s["name"]
+                                     for s in spec.get("shards", [])[:run_shards or shards]}} \
+        if shards else {"bench": None}
     servers = []
     try:
         server, port = serve(commands, workers=8192)
@@ -222,25 +250,40 @@ def run_size(nodes: int, work: Path, scale: float, parallel: int, skip_checkpoin
         engine = Engine(TOOLS, work, project, attach)
         if skip_checkpoints:         # the engine writes the state once at the end, not at every step
             engine.env["PULUMI_SKIP_CHECKPOINTS"] = "true"
-        engine("stack", "init", "bench")
-        engine("config", "set", "--secret", "sshPrivateKey", input="-----BEGIN OPENSSH PRIVATE KEY-----\nbench\n")
-        engine("config", "set", "--secret", "kubernetes:kubeconfig", input="apiVersion: v1\nkind: Config\n")
-        up = timed(engine, "up", "--yes", "--skip-preview", "--parallel", str(parallel))
-        backend = next((work / "state").rglob("bench.json"))           # the file backend's checkpoint
-        state = json.loads(backend.read_text())["checkpoint"]["latest"]["resources"]
-        preview = timed(engine, "preview", "--expect-no-changes", "--parallel", str(parallel))
+        for stack, part in parts.items():
+            engine("stack", "init", stack)
+            if part:
+                engine("config", "set", "specFile", "stacks/bench.yaml")
+                engine("config", "set", "part", part)
+            if part and part != "platform":
+                engine("config", "set", "platformStack", "organization/gpucluster/bench")
+            engine("config", "set", "--secret", "sshPrivateKey", input="-----BEGIN OPENSSH PRIVATE KEY-----\nbench\n")
+            engine("config", "set", "--secret", "kubernetes:kubeconfig", input="apiVersion: v1\nkind: Config\n")
+        up_args = ("up", "--yes", "--skip-preview", "--parallel", str(parallel), "--stack")
+        first = timed(engine, *up_args, "bench")
+        up = in_sequence(first, on_runners(engine, [(*up_args, s) for s in parts if s != "bench"])) if shards else first
+        backends = {s: next((work / "state").rglob(f"{s}.json")) for s in parts}   # the file backend's checkpoints
+        states = {s: json.loads(b.read_text())["checkpoint"]["latest"]["resources"] for s, b in backends.items()}
+        preview = on_runners(engine, [("preview", "--expect-no-changes", "--parallel", str(parallel), "--stack", s)
+                                      for s in parts])
     finally:
         for s in servers:
             s.stop(0)
-    path = critical_path_s(state) * scale
-    hosts = nodes
-    return {"nodes": nodes, "resources": len(state), "parallel": parallel, "scale": scale,
-            "skip_checkpoints": skip_checkpoints,
+    # Split, the shards start when the platform stack is done: its path, then the longest shard's.
+    path = (critical_path_s(states["bench"]) + max((critical_path_s(v) for k, v in states.items() if k != "bench"),
+                                                   default=0.0)) * scale
+    size = sum(b.stat().st_size for b in backends.values())
+    applied = sorted({m.group(1) for v in states.values() for x in v
+                      if (m := re.search(r"-(gpu-\d{5})-prepare$", x["urn"]))})        # the hosts this run built
+    return {"nodes": nodes, "shards": shards, "shards_run": len(parts) - 1 if shards else 0,
+            "resources": sum(len(v) for v in states.values()),
+            "parallel": parallel, "scale": scale, "skip_checkpoints": skip_checkpoints,
             "up": up, "critical_path_s": round(path, 1),
             "up_over_path": round(up["wall_s"] / path, 2) if path else None,
-            "commands_at_once": commands.peak, "state_mib": round(backend.stat().st_size / 2**20, 1),
-            "state_kib_per_host": round(backend.stat().st_size / 1024 / hosts, 1),
-            "gpu_host_kib": per_host_kib(state, [f"gpu-{i:05d}" for i in range(nodes)]),
+            "commands_at_once": commands.peak, "state_mib": round(size / 2**20, 1),
+            "state_kib_per_host": round(size / 1024 / max(len(applied), 1), 1),
+            "largest_state_mib": round(max(b.stat().st_size for b in backends.values()) / 2**20, 1),
+            "gpu_host_kib": per_host_kib([r for v in states.values() for r in v], applied),
             "preview": preview, "offline_plan_s": round(plan_s, 1),
             "preview_over_plan": round(preview["wall_s"] / plan_s, 2)}
 
@@ -253,6 +296,12 @@ def main(argv: list[str]) -> None:
                         help="the engine's --parallel (0: one per resource the plan holds, no limit)")
     parser.add_argument("--skip-checkpoints", action="store_true",
                         help="PULUMI_SKIP_CHECKPOINTS: no state written between steps (no crash safety)")
+    parser.add_argument("--shards", type=int, default=0,
+                        help="split into a platform stack and this many shard stacks (README: Split stacks); "
+                             "0: one stack")
+    parser.add_argument("--run-shards", type=int, default=0,
+                        help="apply only this many of the shards (the same shape; each has a runner of its own); "
+                             "0: all")
     args = parser.parse_args(argv)
     missing = [t for t in ("pulumi", "pulumi-language-python", "pulumi-language-python-exec")
                if not (TOOLS / t).exists()]
@@ -261,10 +310,12 @@ def main(argv: list[str]) -> None:
     rows = []
     for nodes in args.sizes:
         with tempfile.TemporaryDirectory(prefix=f"apply{nodes}-") as tmp:
-            row = run_size(nodes, Path(tmp), args.scale, args.parallel or 100_000, args.skip_checkpoints)
+            row = run_size(nodes, Path(tmp), args.scale, args.parallel or 100_000, args.skip_checkpoints,
+                           args.shards, args.run_shards)
         rows.append(row)
         print(json.dumps(row), flush=True)
-    (Path(__file__).parent / "apply-results.json").write_text(json.dumps(rows, indent=2) + "\n")
+    results = "apply-split-results.json" if args.shards else "apply-results.json"
+    (Path(__file__).parent / results).write_text(json.dumps(rows, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ leaf per 32 nodes, with that rail's spines above it), Lustre sized to 0.15 GB/s 
 
 from __future__ import annotations
 
+import copy
 import math
 
 import yaml
@@ -70,6 +71,26 @@ def add_node(spec: dict[str, Any]) -> dict[str, Any]:
     hosts.append({"hostname": f"gpu-{i:05d}", "address": f"10.{64 + i // 65000}.{(i // 250) % 256}.{i % 250 + 2}",
                   "rack": hosts[0]["rack"]})
     return spec
+
+
+def split(spec: dict[str, Any], shards: int) -> dict[str, Any]:
+    """The same cluster as a platform stack and `shards` stacks of GPU hosts (README: Split stacks): its hosts in
+    `shards` pools of a shard each, each tenant's quota on one pool, and the subnet managers on two storage
+    servers, since one on a GPU host keeps its pool in the platform stack, whose preparation and burn-in would
+    then come before every shard's."""
+    data = copy.deepcopy(spec)
+    pool, tenants = data["node_pools"][0], data["tenants"]
+    hosts = pool["hosts"]
+    if len(hosts) % shards or len(tenants) % shards:
+        raise SystemExit(f"{len(hosts)} nodes and {len(tenants)} tenants do not divide into {shards} shards")
+    per = len(hosts) // shards
+    names = [f"{pool['name']}-s{i:02d}" for i in range(shards)]
+    data["node_pools"] = [{**pool, "name": name, "hosts": hosts[i * per:(i + 1) * per]} for i, name in enumerate(names)]
+    for t, tenant in enumerate(tenants):
+        tenant["gpu_quota"] = {names[t * shards // len(tenants)]: tenant["gpu_quota"][pool["name"]]}
+    data["fabric"]["infiniband"]["subnet_managers"] = [s["hostname"] for s in data["storage"]["servers"][:2]]
+    data["shards"] = [{"name": f"s{i:02d}", "node_pools": [name]} for i, name in enumerate(names)]
+    return data
 
 
 class _NoAliases(yaml.SafeDumper):

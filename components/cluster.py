@@ -8,13 +8,16 @@ from typing import Any, ClassVar
 import pulumi
 
 from .fabric import Fabric
+from .fabric.fabric import fabric_hosts, host_script
 from .k8s.gpu_stack import GpuKubernetesStack
 from .k8s.tenancy.tenant import Tenant, TenantArgs, tenancy_of
 from .nodes import GpuNodePool, NodePoolArgs
 from .spec import ClusterSpec
+from .spec.cluster import PLATFORM
+from .split import part_intent, platform_exports
 from .spec.tenants import Tenancy
 from .storage import ParallelFilesystem
-from .storage.filesystem import render_client
+from .storage.filesystem import ServersElsewhere, render_client
 from .storage.layout import plan_layout
 from .types import token
 
@@ -35,25 +38,33 @@ class GpuCluster(pulumi.ComponentResource):
 
     node_pools: dict[str, GpuNodePool]
     """Node pool components by pool name."""
-    fabric: Fabric
-    """Host and switch fabric settings, topology figures, NCCL settings and the after-apply checks."""
-    kubernetes: GpuKubernetesStack
-    """The operators, Kueue and monitoring; what job templates need (flavors, RDMA resource, networks)."""
+    fabric: Fabric | None
+    """Host and switch fabric settings, topology figures, NCCL settings and the after-apply checks; None in a
+    shard's stack."""
+    kubernetes: GpuKubernetesStack | None
+    """The operators, Kueue and monitoring; what job templates need (flavors, RDMA resource, networks); None
+    in a shard's stack."""
     tenants: dict[str, Tenant]
-    """Tenant components by tenant name."""
+    """Tenant components by tenant name (none in a shard's stack)."""
     storage: ParallelFilesystem | None
-    """The parallel filesystem, where the spec has one."""
+    """The parallel filesystem, where the spec has one (in a shard's stack, its hosts' clients alone)."""
     tenancy: Tenancy
     """What tenants managed from another project need (export it; see tenants/)."""
+    shared: dict[str, Any]
+    """What the shards' stacks read from the platform stack: export each as a stack output there (empty in
+    any other part)."""
 
     def __init__(self, name: str, spec: ClusterSpec, ssh_private_key: pulumi.Input[str],
                  opts: pulumi.ResourceOptions | None = None, *, kubeconfig: pulumi.Input[str] | None = None,
-                 kube_context: str | None = None, slurm_directory_password: pulumi.Input[str] | None = None):
+                 kube_context: str | None = None, slurm_directory_password: pulumi.Input[str] | None = None,
+                 part: str | None = None, platform: pulumi.StackReference | None = None):
         """`slurm_directory_password`: the Slurm login set's directory bind_dn's password, a secret; needed
-        where the spec has a bind_dn."""
-        super().__init__(self.TYPE, name, intent(spec), opts)
+        where the spec has a bind_dn. `part` (README: Split stacks): `platform`, everything but the pools of
+        the spec's shards; or a shard's name, that shard's pools, reading `platform` (a StackReference to the
+        platform stack, applied first from the same spec). Omitted: the whole environment."""
+        super().__init__(self.TYPE, name, {**intent(spec), **part_intent(spec, part, platform)}, opts)
         compose(self, name, spec, ssh_private_key, kubeconfig=kubeconfig, kube_context=kube_context,
-                slurm_directory_password=slurm_directory_password)
+                slurm_directory_password=slurm_directory_password, part=part, platform=platform)
 
 
 def intent(spec: ClusterSpec) -> dict[str, Any]:
@@ -63,59 +74,84 @@ def intent(spec: ClusterSpec) -> dict[str, Any]:
 
 def compose(cluster: Any, name: str, spec: ClusterSpec, ssh_private_key: pulumi.Input[str], *,
             kubeconfig: pulumi.Input[str] | None, kube_context: str | None,
-            slurm_directory_password: pulumi.Input[str] | None = None) -> None:
+            slurm_directory_password: pulumi.Input[str] | None = None, part: str | None = None,
+            platform: pulumi.StackReference | None = None) -> None:
     """GpuCluster's children and outputs, under `cluster`: a GpuCluster, or the component provider's
     (provider.py), which registers the same children under the same type from args any language can give."""
     child = pulumi.ResourceOptions(parent=cluster)
-    cluster.fabric = Fabric(f"{name}-fabric", spec, ssh_private_key, opts=child, gpu_hosts=False)
+    pools = spec.pools_of(part)
+    here = {h.hostname for p in pools for h in p.hosts}
+    shard = platform if part not in (None, PLATFORM) else None
     # Each GPU host's fabric settings run in its preparation's SSH session; hosts wait for the subnet
-    # managers, so pools with one go first.
+    # managers, so pools with one go first. A shard's pools hold none: they wait for the platform stack.
     sms = set(spec.fabric.subnet_managers)
-    after = list(cluster.fabric.subnet_managers)
+    if shard is None:
+        cluster.fabric = Fabric(f"{name}-fabric", spec, ssh_private_key, opts=child, gpu_hosts=False)
+        scripts, after = cluster.fabric.host_scripts, list(cluster.fabric.subnet_managers)
+    else:
+        cluster.fabric = None
+        scripts = {h.hostname: host_script(spec, h, in_place=True) for h in fabric_hosts(spec) if h.hostname in here}
+        after = [shard]
     # A Node opens to work only once its filesystem client is mounted, and the client is set up after the
     # host's preparation: the pools' Node patches wait on a value each host's client resolves later.
     mounted: dict[str, asyncio.Future[pulumi.Resource]] = {
-        h.hostname: asyncio.get_event_loop().create_future() for _, h in spec.hosts()}
+        h: asyncio.get_event_loop().create_future() for h in here}
     # Each pool's copy carries its hosts' filesystem client too (one text for the pool but the host's name).
     layout = plan_layout(spec) if spec.storage.kind != "none" else None
+    # Split, each stack's first client applies the tenants' directories, which the platform's volumes do not
+    # wait for: its stack's hosts open to work after it too.
+    first = next((h.hostname for _, h in spec.hosts() if h.hostname in here), None)
+
+    def opened_after(host: str) -> list[asyncio.Future[pulumi.Resource]]:
+        return [mounted[host]] if part is None or layout is None or host == first else [mounted[host], mounted[first]]
+
     cluster.node_pools = {}
-    for p in sorted(spec.node_pools, key=lambda p: not any(h.hostname in sms for h in p.hosts)):
+    for p in sorted(pools, key=lambda p: not any(h.hostname in sms for h in p.hosts)):
         client = render_client(spec, layout, p, p.hosts[0]) if layout is not None else None
         pool = GpuNodePool(f"{name}-{p.name}", NodePoolArgs.from_spec(spec, p), ssh_private_key, opts=child,
-                           fabric={h.hostname: cluster.fabric.host_scripts[h.hostname] for h in p.hosts
-                                   if h.hostname in cluster.fabric.host_scripts},
+                           fabric={h.hostname: scripts[h.hostname] for h in p.hosts if h.hostname in scripts},
                            after=after, subnet_managers=sms,
-                           host_ready={h.hostname: [mounted[h.hostname]] for h in p.hosts},
+                           host_ready={h.hostname: opened_after(h.hostname) for h in p.hosts},
                            kubeconfig=kubeconfig, kube_context=kube_context,
                            also_ship=[t for t in client if isinstance(t, str)] if client else ())
         after = after + pool.subnet_managers
         cluster.node_pools[p.name] = pool
-    cluster.node_pools = {p.name: cluster.node_pools[p.name] for p in spec.node_pools}
+    cluster.node_pools = {p.name: cluster.node_pools[p.name] for p in pools}
     ready = {h: [r] for pool in cluster.node_pools.values() for h, r in pool.prepared.items()}
     # Storage servers set up their filesystem once their fabric settings (RoCE QoS, a subnet manager) are in.
-    ready.update({h: [r] for h, r in cluster.fabric.host_commands.items() if h not in ready})
-    cluster.kubernetes = GpuKubernetesStack(f"{name}-k8s", spec, opts=child,
-                                            slurm_directory_password=slurm_directory_password)
+    if cluster.fabric is not None:
+        ready.update({h: [r] for h, r in cluster.fabric.host_commands.items() if h not in ready})
     cluster.tenancy = tenancy_of(spec)
-    cluster.tenants = {t.name: Tenant(f"{name}-{t.name}", TenantArgs.from_tenancy(cluster.tenancy, t),
-                                   kueue_ready=cluster.kubernetes.kueue_ready, opts=child)
-                    for t in spec.tenants}
+    if shard is None:
+        cluster.kubernetes = GpuKubernetesStack(f"{name}-k8s", spec, opts=child,
+                                                slurm_directory_password=slurm_directory_password)
+        cluster.tenants = {t.name: Tenant(f"{name}-{t.name}", TenantArgs.from_tenancy(cluster.tenancy, t),
+                                       kueue_ready=cluster.kubernetes.kueue_ready, opts=child)
+                           for t in spec.tenants}
+    else:
+        cluster.kubernetes, cluster.tenants = None, {}
     cluster.storage = None
     try:
         if spec.storage.kind != "none":
+            auth = shard.get_output("storageAuth") if shard is not None and spec.storage.auth else None
             cluster.storage = ParallelFilesystem(
                 f"{name}-storage", spec, ssh_private_key, opts=child, host_ready=ready,
-                namespaces={t.namespace_name: cluster.tenants[t.name].namespace for t in spec.tenants},
-                libs={h: pool.lib for pool in cluster.node_pools.values() for h in pool.prepared})
+                namespaces={t.namespace_name: cluster.tenants[t.name].namespace for t in spec.tenants
+                            if t.name in cluster.tenants},
+                libs={h: pool.lib for pool in cluster.node_pools.values() for h in pool.prepared},
+                client_hosts=here if part is not None else None,
+                servers=ServersElsewhere(shard, auth) if shard is not None else None)
     finally:     # resolved even when the filesystem fails to build, so no registration waits forever
         clients = cluster.storage.clients if cluster.storage is not None else {}
         for host, future in mounted.items():
             future.set_result(clients.get(host) or ready[host][0])
+    cluster.shared = platform_exports(spec, cluster.storage.auth if cluster.storage else None) \
+        if part == PLATFORM else {}
     # The whole spec is an output, not an input, so a change shows only on the components and resources whose
     # slice it is; and one JSON text, not a tree, since each child already registers its slice for policies
     # and the SDK serializes a tree value by value. What the children register is theirs alone.
     cluster.register_outputs({
-        "spec_json": spec.model_dump_json(),
+        "spec_json": spec.model_dump_json(exclude=None if spec.shards else {"shards"}),  # as before shards
         "environment": spec.environment,
         "racks": {name: {"pdu_capacity_kw": p.capacity_kw, "pdu_redundancy": p.redundancy,
                          "peak_kw": p.peak_kw, "peak": p.listing(), "unknown": list(p.unknown)}

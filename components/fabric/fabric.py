@@ -65,6 +65,12 @@ def fabric_hosts(spec: ClusterSpec) -> list[FabricHost]:
     return sorted(out, key=lambda h: (h.hostname not in sms, sms.index(h.hostname) if h.hostname in sms else 0))
 
 
+def host_script(spec: ClusterSpec, host: FabricHost, *, in_place: bool) -> Script:
+    """A host's fabric script; `in_place`: run in its pool's preparation, which restarts what bounces links
+    only where no tenant works."""
+    return render_fabric_host(spec, host.hostname, host.nics, host.nccl, host.storage_interfaces, in_place=in_place)
+
+
 def data_plane(spec: ClusterSpec) -> dict[str, Any]:
     """What the fabric sets on each pool's hosts and each managed switch, registered so policies can check
     that hosts, switches and NCCL agree across the whole stack (per pool: its hosts share every setting)."""
@@ -143,13 +149,13 @@ def compose(fabric: Any, name: str, spec: ClusterSpec, ssh_private_key: pulumi.I
     sms = set(spec.fabric.subnet_managers)
     pooled = {h.hostname for _, h in spec.hosts()}
     fabric.host_scripts, fabric.host_commands, fabric.subnet_managers = {}, {}, []
-    for hostname, target, nics, env, storage in fabric_hosts(spec):
+    for host in fabric_hosts(spec):
+        hostname = host.hostname
         prepared_here = hostname in pooled and not gpu_hosts     # by its pool, which pays restart-fabric
-        fabric.host_scripts[hostname] = render_fabric_host(spec, hostname, nics, env, storage,
-                                                           in_place=prepared_here)
+        fabric.host_scripts[hostname] = host_script(spec, host, in_place=prepared_here)
         if prepared_here:
             continue
-        resource = push(f"{name}-{hostname}", target, fabric.host_scripts[hostname], ssh_private_key,
+        resource = push(f"{name}-{hostname}", host.target, fabric.host_scripts[hostname], ssh_private_key,
                         parent=fabric, depends_on=[] if hostname in sms else fabric.subnet_managers)
         if hostname in sms:
             fabric.subnet_managers.append(resource)

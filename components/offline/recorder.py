@@ -48,11 +48,21 @@ class EchoMocks(_mocks.Mocks):
     """
 
     def new_resource(self, args: _mocks.MockResourceArgs) -> tuple[str, dict]:
+        if args.typ == "pulumi:pulumi:StackReference":       # a read, which the mocks do not mark custom
+            read = self.stack_outputs(args.inputs.get("name", args.name))
+            return read["name"], read
         if not args.custom:
             return "", {}
         return f"{args.name}-id", dict(args.inputs)
 
+    def stack_outputs(self, name: str) -> dict[str, Any]:
+        """What the engine's StackReference read and readStackOutputs invoke answer for stack `name`: here, a
+        stack nothing was planned for, with no outputs."""
+        return {"name": name, "outputs": {}, "secretOutputNames": []}
+
     def call(self, args: _mocks.MockCallArgs):
+        if args.token == "pulumi:pulumi:readStackOutputs":
+            return self.stack_outputs(args.args["name"])
         raise NotImplementedError(f"the offline plan has no answer for invoke {args.token}; "
                                   "the program must not need it to register resources")
 
@@ -63,13 +73,10 @@ class StackReferenceMocks(EchoMocks):
     def __init__(self, stacks: dict[str, dict[str, Any]]):
         self.stacks = stacks
 
-    def new_resource(self, args: _mocks.MockResourceArgs) -> tuple[str, dict]:
-        if args.typ == "pulumi:pulumi:StackReference":
-            name = args.inputs.get("name", args.name)
-            if name not in self.stacks:
-                raise KeyError(f"no offline run of stack {name!r} to reference (have: {', '.join(self.stacks)})")
-            return name, {"name": name, "outputs": self.stacks[name], "secretOutputNames": []}
-        return super().new_resource(args)
+    def stack_outputs(self, name: str) -> dict[str, Any]:
+        if name not in self.stacks:
+            raise KeyError(f"no offline run of stack {name!r} to reference (have: {', '.join(self.stacks)})")
+        return {"name": name, "outputs": self.stacks[name], "secretOutputNames": []}
 
 
 class _HandingOver(_mocks.Mocks):

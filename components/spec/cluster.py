@@ -62,6 +62,18 @@ class RackPower(NamedTuple):
         return "ok" if self.redundancy else "unknown: pdu_redundancy not stated"
 
 
+# The part of a split environment that builds everything but its shards' pools (README: Split stacks).
+PLATFORM = "platform"
+
+
+class Shard(SpecModel):
+    """Node pools built by a stack of their own, so that one engine's per-step cost is paid by each shard in
+    parallel rather than by one stack for the whole fleet."""
+    name: DnsLabel = Field(description="The shard's name, which its stack's `gpucluster:part` config names.")
+    node_pools: list[DnsLabel] = Field(min_length=1, max_length=64,
+                                       description="The pools its stack builds, and the platform stack does not.")
+
+
 class ClusterSpec(SpecModel):
     name: DnsLabel = Field(description="Cluster name; prefixes every resource of the environment.")
     environment: Literal["dev", "staging", "prod"] = Field(
@@ -76,6 +88,11 @@ class ClusterSpec(SpecModel):
     tenants: list[Tenant] = Field(default_factory=list, max_length=1024, description="Omitted: no tenants.")
     validation: ValidationSpec = Field(default_factory=ValidationSpec,
                                        description="Omitted: the defaults of each field.")
+    shards: list[Shard] = Field(
+        default_factory=list, max_length=64,
+        description="Omitted: one stack builds the environment. Given: the stack whose `gpucluster:part` is "
+                    "`platform` builds everything but these shards' pools, and each shard's stack its own pools "
+                    "(README: Split stacks).")
 
     # --- derived views used by planners ----------------------------------------------------------
     @property
@@ -85,6 +102,17 @@ class ClusterSpec(SpecModel):
     @property
     def pools(self) -> dict[str, NodePool]:
         return {p.name: p for p in self.node_pools}
+
+    def pools_of(self, part: str | None) -> list[NodePool]:
+        """The pools a stack builds: every one (`part` None: the one stack of the environment), a shard's, or
+        the platform's (every pool no shard holds)."""
+        if part is None:
+            return list(self.node_pools)
+        sharded = {s.name: set(s.node_pools) for s in self.shards}
+        if part == PLATFORM:
+            held = set().union(*sharded.values())
+            return [p for p in self.node_pools if p.name not in held]
+        return [p for p in self.node_pools if p.name in sharded[part]]
 
     def hosts(self) -> Iterator[tuple[NodePool, Host]]:
         for pool in self.node_pools:
@@ -686,8 +714,31 @@ def _tenant_claims_fit(spec: ClusterSpec) -> Iterator[Problem]:
                           f"{t.storage.max_claims}")
 
 
+def _shards(spec: ClusterSpec) -> Iterator[Problem]:
+    """A shard's stack is applied after the platform's, so it may hold nothing the platform waits for."""
+    yield from duplicates([(("shards", i, "name"), s.name) for i, s in enumerate(spec.shards)], "shard name",
+                          "each shard is a stack of its own")
+    sms = set(spec.fabric.subnet_managers)
+    held: dict[str, str] = {}
+    for i, shard in enumerate(spec.shards):
+        if shard.name == PLATFORM:
+            yield Problem(("shards", i, "name"), f"{PLATFORM!r} is the part that builds everything but the "
+                                                 "shards' pools; give the shard another name")
+        for j, name in enumerate(shard.node_pools):
+            loc = ("shards", i, "node_pools", j)
+            pool = spec.pools.get(name)
+            if pool is None:
+                yield Problem(loc, f"no node pool named {name!r}; node pools: {', '.join(spec.pools) or '(none)'}")
+            elif name in held:
+                yield Problem(loc, f"pool {name!r} is already in shard {held[name]!r}; a pool is built by one stack")
+            elif managers := sorted(h.hostname for h in pool.hosts if h.hostname in sms):
+                yield Problem(loc, f"pool {name!r} runs the subnet manager on {', '.join(managers)}, which every "
+                                   "other host waits for: keep it in the platform stack (remove it from the shard)")
+            held.setdefault(name, shard.name)
+
+
 _RULES: tuple[Check, ...] = (_unique_names, _racks_exist, _tenants, _tenant_namespaces_free, _dedicated_pools, _tenant_quotas_fit,
                              _tenant_cpu_memory_fit, _infiniband, _switches, _leaves_reach_spines,
                              _control_plane_apart, _rail_subnets, _nccl_floor_reachable, _nccl_hosts_fit, _cabling,
-                             _kubernetes, slurm_problems, _rack_power, _storage_reachable, _tenant_claims_fit)
+                             _kubernetes, slurm_problems, _rack_power, _storage_reachable, _tenant_claims_fit, _shards)
 ClusterSpec._checks = _RULES

@@ -8,11 +8,12 @@ any other change), created management first, then metadata, then data servers;
 shared directories and quotas, and updates in place when only they change); on BeeGFS with auth, each server
 and client script writes the shared connection secret, which its command passes on standard input (secret).
 Volumes are `<name>-pv-<namespace>-<claim>` and `<name>-pvc-<namespace>-<claim>`.
+In a shard's stack of a split environment (`servers` given) it holds only its hosts' clients.
 """
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Mapping
+from typing import Any, ClassVar, Collection, Mapping, NamedTuple
 
 import pulumi
 import pulumi_random as random
@@ -50,6 +51,15 @@ def server_identity(layout: Layout, hostname: str) -> str:
                      for t in layout.on(hostname))
 
 
+class ServersElsewhere(NamedTuple):
+    """A filesystem whose servers, directories and volumes another stack builds (a split environment's platform
+    stack, README: Split stacks)."""
+    ready: pulumi.Resource
+    """What every client here waits for: that stack, read once it is applied."""
+    auth: pulumi.Input[str] | None
+    """BeeGFS's connection secret as that stack exports it (a secret); None without auth."""
+
+
 class ParallelFilesystem(pulumi.ComponentResource):
     TYPE: ClassVar[str] = token("ParallelFilesystem")
 
@@ -64,12 +74,16 @@ class ParallelFilesystem(pulumi.ComponentResource):
 
     def __init__(self, name: str, spec: ClusterSpec, ssh_private_key: pulumi.Input[str],
                  opts: pulumi.ResourceOptions | None = None, host_ready: dict[str, list[pulumi.Resource]] | None = None,
-                 namespaces: dict[str, pulumi.Input[str]] | None = None, *, libs: Mapping[str, Lib] | None = None):
+                 namespaces: dict[str, pulumi.Input[str]] | None = None, *, libs: Mapping[str, Lib] | None = None,
+                 client_hosts: Collection[str] | None = None, servers: ServersElsewhere | None = None):
         """`libs`: per GPU host name, the shared parts its node pool's `-scripts` copy put there before
         `host_ready` (GpuNodePool.lib, given `render_client`'s scripts to carry); a client runs its parts
-        from there. Omitted: each client holds its whole script."""
+        from there. Omitted: each client holds its whole script. `client_hosts`: the GPU hosts whose clients
+        this builds; omitted: every GPU host's. `servers`: set up by another stack, so only clients here;
+        omitted: the servers, directories and volumes are built here."""
         super().__init__(self.TYPE, name, intent(spec), with_aliases(self.TYPE, opts))
-        compose(self, name, spec, ssh_private_key, host_ready=host_ready, namespaces=namespaces, libs=libs)
+        compose(self, name, spec, ssh_private_key, host_ready=host_ready, namespaces=namespaces, libs=libs,
+                client_hosts=client_hosts, servers=servers)
 
 
 def intent(spec: ClusterSpec) -> dict[str, Any]:
@@ -85,7 +99,8 @@ def render_client(spec: ClusterSpec, layout: Layout, pool: NodePool, host: Host)
 
 def compose(filesystem: Any, name: str, spec: ClusterSpec, ssh_private_key: pulumi.Input[str], *,
             host_ready: dict[str, list[pulumi.Resource]] | None,
-            namespaces: dict[str, pulumi.Input[str]] | None, libs: Mapping[str, Lib] | None = None) -> None:
+            namespaces: dict[str, pulumi.Input[str]] | None, libs: Mapping[str, Lib] | None = None,
+            client_hosts: Collection[str] | None = None, servers: ServersElsewhere | None = None) -> None:
     """A ParallelFilesystem's children and outputs, under `filesystem`: a ParallelFilesystem, or the component
     provider's (provider.py)."""
     layout = plan_layout(spec)
@@ -94,15 +109,19 @@ def compose(filesystem: Any, name: str, spec: ClusterSpec, ssh_private_key: pulu
     ready = host_ready or {}
     ssh = spec.ssh
     beegfs = layout.kind == "beegfs"
-    clients = [(p, h) for p, h in spec.hosts()]
+    clients = [(p, h) for p, h in spec.hosts() if client_hosts is None or h.hostname in client_hosts]
+    first = clients[0][1] if clients else None
     secret = random.RandomPassword(f"{name}-auth", length=64, special=False,
                                    opts=pulumi.ResourceOptions(parent=filesystem)) \
-        if beegfs and spec.storage.auth else None
+        if beegfs and spec.storage.auth and servers is None else None
 
-    stdin = secret.result if secret is not None else None        # push() keeps it secret
+    # push() keeps it secret
+    stdin = secret.result if secret is not None else servers.auth if servers is not None else None
     filesystem.auth = stdin
-    done: list[pulumi.Resource] = []
-    for stage in sorted({min(ROLE_ORDER[t.role] for t in layout.on(s.hostname)) for s in layout.servers}):
+    done: list[pulumi.Resource] = [servers.ready] if servers is not None else []
+    stages = set() if servers is not None else {min(ROLE_ORDER[t.role] for t in layout.on(s.hostname))
+                                                  for s in layout.servers}
+    for stage in sorted(stages):
         started = []
         for server in layout.servers:
             if min(ROLE_ORDER[t.role] for t in layout.on(server.hostname)) != stage:
@@ -114,20 +133,20 @@ def compose(filesystem: Any, name: str, spec: ClusterSpec, ssh_private_key: pulu
                                 stdin=stdin, replace_on=server_identity(layout, server.hostname)))
         done = done + started
     filesystem.clients = {}
-    _, first = clients[0]
     for pool, host in clients:
         target = SshTarget(host.address, host.ssh_user or ssh.user, host.ssh_port or ssh.port, host.host_key,
                            ssh.bastion)
         # The first client also applies the shared directories and quotas, in its own session: a change to
-        # them updates that command in place (no remount), a change to the client replaces it.
+        # them updates that command in place (no remount), a change to the client replaces it. (In a split
+        # environment, the first of each stack's: a stack's hosts open to work after it, README: Split stacks.)
         then = render_directories(spec, layout, host.hostname).create if host is first else None
         filesystem.clients[host.hostname] = push(
             f"{name}-{host.hostname}", target, render_client(spec, layout, pool, host), ssh_private_key,
             parent=filesystem, depends_on=done + ready.get(host.hostname, []), stdin=stdin, then=then,
             lib=(libs or {}).get(host.hostname))
-    for manifest in render_volumes(spec, layout):
+    for manifest in render_volumes(spec, layout) if servers is None else ():
         ns = manifest.obj["metadata"].get("namespace")
         register(f"{name}-{manifest.role}", manifest.obj, pulumi.ResourceOptions(
-            parent=filesystem, depends_on=[filesystem.clients[first.hostname]]),
+            parent=filesystem, depends_on=[filesystem.clients[first.hostname]] if first else done),
             namespace=(namespaces or {}).get(ns) if ns else None)
     filesystem.register_outputs({**intent(spec), **filesystem.outputs})

@@ -11,7 +11,7 @@ from tests.conftest import ROOT
 
 sys.path.insert(0, str(ROOT / "bench"))
 from bench import graph_depth  # noqa: E402
-from specs import add_node, synthetic, to_yaml  # noqa: E402
+from specs import add_node, split, synthetic, to_yaml  # noqa: E402
 
 
 @pytest.mark.parametrize("nodes", [16, 128])
@@ -20,6 +20,13 @@ def test_the_synthetic_cluster_and_its_grown_copy_are_valid(nodes):
     assert (len(spec.node_pools[0].hosts), spec.gpus, len(spec.tenants)) == (nodes, nodes * 8, max(1, nodes // 16))
     grown = parse_spec(to_yaml(add_node(synthetic(nodes))))
     assert len(grown.node_pools[0].hosts) == nodes + 1
+
+
+def test_the_split_cluster_is_valid_and_its_platform_holds_no_gpu_host():
+    spec = parse_spec(to_yaml(split(synthetic(128), 4)))
+    assert [len(p.hosts) for p in spec.node_pools] == [32] * 4 and spec.gpus == 128 * 8
+    assert spec.pools_of("platform") == [] and [p.name for p in spec.pools_of("s03")] == ["h100-s03"]
+    assert set(spec.fabric.subnet_managers) <= {s.hostname for s in spec.storage.servers}
 
 
 def test_graph_depth_follows_dependencies_through_components():

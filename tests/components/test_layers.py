@@ -10,7 +10,7 @@ ROOT = Path(__file__).resolve().parents[2] / "components"
 
 # Lowest first. Within a room, modules import each other freely.
 LAYERS = [
-    {"spec", "types", "yamltext", "bash", "records", "repos", "ssh", "stack_traces"},   # the spec, the shell kit
+    {"spec", "types", "yamltext", "bash", "records", "repos", "ssh", "stack_traces", "split"},  # the spec, the shell kit
     {"k8s.kit"},                      # k8s/*.py: charts, images, labels, objects, quantities, rails
     {"fabric", "storage"},            # what runs on hosts and switches, and the NCCL settings pods share
     {"k8s.tenancy"},                  # tenant namespaces, queues and job templates

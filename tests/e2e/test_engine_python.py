@@ -29,6 +29,7 @@ import shutil
 import subprocess
 import sys
 import threading
+from concurrent import futures
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +44,7 @@ from components.nodes.retire import POOL_FILE
 from components.nodes.rollout import ROLLOUT_TAINT
 from components.offline.diff import diff_plans, load_plan
 from components.spec import load_spec, parse_spec
+from components.storage.scripts import BEEGFS_AUTH
 from tests.conftest import ROOT
 from tests.doubles import SWITCH_CLIS
 from tests.realssh.doubles import STATE_DIR
@@ -591,6 +593,109 @@ def test_destroy_stops_at_a_storage_server_until_it_is_unprotected_then_leaves_n
     calls = w.hosts.hosts["stor-dev-01"].calls()
     assert sum(c.startswith("mkfs.xfs") for c in calls) == 2 and not any(c.startswith("wipefs") for c in calls)
     assert any(c.startswith("umount") for c in calls)
+
+
+def split_spec(dev: dict[str, Any]) -> dict[str, Any]:
+    """Dev's environment on machines of its own (`-spl-` for `-dev-`) with two more single-host pools, each
+    the shard of a stack of its own (README: Split stacks), in a rack of their own."""
+    data = yaml.safe_load(yaml.safe_dump(dev).replace("-dev-", "-spl-"))
+    data["name"] = "split"
+    data["sites"][0]["racks"].append({**data["sites"][0]["racks"][0], "name": "r02"})
+    pool = data["node_pools"][0]
+    for shard, host, address in (("b", "gpu-spl-03", "10.10.0.13"), ("c", "gpu-spl-04", "10.10.0.14")):
+        data["node_pools"].append({**copy.deepcopy(pool), "name": f"h100{shard}", "hosts": [
+            {**pool["hosts"][0], "hostname": host, "address": address, "rack": "r02"}]})
+    data["shards"] = [{"name": "b", "node_pools": ["h100b"]}, {"name": "c", "node_pools": ["h100c"]}]
+    return data
+
+
+SPLIT = {"split": "platform", "split-b": "b", "split-c": "c"}       # stack: its gpucluster:part
+
+
+def _in_parallel(w: World, *commands: tuple[str, ...]) -> list[str]:
+    """Engine commands at once, each on its own stack (`--stack`), as a pipeline's parallel jobs run them."""
+    with futures.ThreadPoolExecutor(len(commands)) as pool:
+        return list(pool.map(lambda args: w.engine(*args), commands))
+
+
+def test_a_split_environment_applies_its_shards_in_parallel_after_the_platform_and_destroys_in_reverse(
+        world, tmp_path):
+    """The platform stack, then two shard stacks at once, each reading the platform through a real
+    StackReference: together they build what the whole environment's plan holds, each resource in one state.
+    A shard refuses to run against a platform not yet applied from its spec; destroyed shards first."""
+    w = world
+    spec = split_spec(yaml.safe_load((ROOT / "stacks" / "dev.yaml").read_text()))
+    loops: list[str] = []
+    hosts = site_hosts(spec, tmp_path)
+    try:
+        devices = site(hosts, spec, tmp_path, loops)
+        spec_file = w.project / "stacks" / "split.yaml"
+        spec_file.write_text(yaml.safe_dump(engine_spec(spec, hosts, devices), sort_keys=False))
+        plan = plan_stack(spec_file, tmp_path / "plan")
+        w.cp.apply_objects([registered(n) for n in kwok_nodes(plan.spec)])
+        for stack, part in SPLIT.items():
+            w.engine("stack", "init", stack)
+            for key, value in (("specFile", "stacks/split.yaml"), ("part", part)):
+                w.engine("config", "set", key, value)
+            if part != "platform":
+                w.engine("config", "set", "platformStack", "organization/gpucluster/split")
+            w.engine("config", "set", "--secret", "sshPrivateKey", input=hosts.client_key.read_text())
+            w.engine("config", "set", "--secret", "kubernetes:kubeconfig", input=w.cp.kubeconfig.read_text())
+        w.commands.runs.clear()
+        refused = w.engine("up", "--yes", "--stack", "split-b", ok=False)
+        assert "platform stack organization/gpucluster/split has no `platform` output: apply it first" in refused
+        assert "Traceback" not in refused and w.commands.runs == [], refused
+        w.engine("up", "--yes", "--stack", "split")
+        _in_parallel(w, ("up", "--yes", "--stack", "split-b"), ("up", "--yes", "--stack", "split-c"))
+        states = {stack: _state_of(w, stack) for stack in SPLIT}
+        resources = json.loads((plan.dir / "resources.json").read_text())["resources"]
+        _every_planned_create_ran_once(w, resources)
+        # Each resource in one stack's state; together, what the plan of the whole environment registers.
+        names = [u.rsplit("::", 1)[-1] for stack in SPLIT for u in _urns(states[stack])
+                 if not u.split("::")[2].endswith(("GpuCluster", "ParallelFilesystem", "StackReference"))]
+        assert len(names) == len(set(names))
+        assert {u.rsplit("::", 1)[-1] for u in _urns(resources)} <= set(names)
+        for stack, host in (("split-b", "gpu-spl-03"), ("split-c", "gpu-spl-04")):
+            commands = {u.rsplit("::", 1)[-1] for u in _urns(states[stack])
+                        if u.split("::")[2].rsplit("$", 1)[-1].startswith("command:")}
+            assert commands and all(host in c for c in commands), commands
+            assert json.loads(w.engine("stack", "output", "--json", "--stack", stack))["burnIn"] == {host: "passed"}
+            # its filesystem client has the connection secret the platform made, read through the reference
+            assert hosts.hosts[host].read(BEEGFS_AUTH) == hosts.hosts["gpu-spl-01"].read(BEEGFS_AUTH)
+        assert w.cp.get("node", "gpu-spl-03")["metadata"]["labels"]["gpucluster.io/pool"] == "h100b"
+        for stack in SPLIT:
+            w.engine("preview", "--expect-no-changes", "--stack", stack)
+        # The policy pack on a shard's stack finds nothing `gpucluster check` of the whole spec does not.
+        whole = {(v["level"], v["policy"], v["urn"].rsplit("::", 1)[-1])
+                 for v in _check(w, "split", [])["violations"]}
+        out = w.engine("preview", "--policy-pack", "policies/analyzer", "--stack", "split-b")
+        found = set(re.findall(r"^ +- \[(\w+)\] +(\S+) +\(\S+: (\S+)\)$", out, re.M))
+        assert "gpucluster@v" in out and found <= whole, found - whole
+        # Day 2: a label on a shard's pool. The shard waits for the platform applied from the new spec.
+        edited = yaml.safe_load(spec_file.read_text())
+        edited["node_pools"][1]["labels"] = {"example.com/tier": "b"}
+        spec_file.write_text(yaml.safe_dump(edited, sort_keys=False))
+        w.commands.runs.clear()
+        refused = w.engine("up", "--yes", "--stack", "split-b", ok=False)
+        assert "was last applied from another version of the spec: apply it first, then the shards" in refused
+        assert w.commands.runs == []
+        w.engine("up", "--yes", "--stack", "split")
+        w.engine("up", "--yes", "--stack", "split-b")
+        assert w.cp.get("node", "gpu-spl-03")["metadata"]["labels"]["example.com/tier"] == "b"
+        w.engine("preview", "--expect-no-changes", "--stack", "split-c")
+        # Destroyed in reverse: the shards at once (their hosts leave the pool), then the platform.
+        _in_parallel(w, ("destroy", "--yes", "--stack", "split-b"), ("destroy", "--yes", "--stack", "split-c"))
+        assert not any(hosts.hosts[h].exists(POOL_FILE) for h in ("gpu-spl-03", "gpu-spl-04"))
+        assert hosts.hosts["gpu-spl-01"].exists(POOL_FILE)
+        w.engine("stack", "select", "split")
+        _destroy(w, plan)
+    finally:
+        w.engine("stack", "select", "dev")
+        _stop(hosts, loops)
+
+
+def _state_of(w: World, stack: str) -> list[dict[str, Any]]:
+    return json.loads(w.engine("stack", "export", "--stack", stack))["deployment"].get("resources") or []
 
 
 def _destroy(w: World, plan: StackPlan) -> None:
