@@ -654,7 +654,7 @@ def test_a_split_environment_applies_its_shards_in_parallel_after_the_platform_a
         names = [u.rsplit("::", 1)[-1] for stack in SPLIT for u in _urns(states[stack])
                  if not u.split("::")[2].endswith(("GpuCluster", "ParallelFilesystem", "StackReference"))]
         assert len(names) == len(set(names))
-        assert {u.rsplit("::", 1)[-1] for u in _urns(resources)} <= set(names)
+        assert {u.rsplit("::", 1)[-1] for u in _urns(resources)} <= set(names) | {"split", "split-storage"}
         for stack, host in (("split-b", "gpu-spl-03"), ("split-c", "gpu-spl-04")):
             commands = {u.rsplit("::", 1)[-1] for u in _urns(states[stack])
                         if u.split("::")[2].rsplit("$", 1)[-1].startswith("command:")}
