@@ -158,4 +158,5 @@ def compose(cluster: Any, name: str, spec: ClusterSpec, ssh_private_key: pulumi.
                   for name, p in spec.rack_power().items()},
         "system_namespaces": sorted(spec.system_namespaces),
         "gpus": spec.gpus,
+        **({"part": part} if part is not None else {}),       # for policies, which see components' outputs
     })

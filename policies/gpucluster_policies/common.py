@@ -257,6 +257,13 @@ def environment(resources: Sequence[Any]) -> str | None:
     return text(clusters[0].props.get("environment")) if clusters else None
 
 
+def in_shard(resources: Sequence[Any]) -> bool:
+    """A shard's stack of a split environment (README: Split stacks): its GPU pools alone; what the platform
+    stack builds (monitoring, Kubernetes objects) is checked there."""
+    clusters = of_type(resources, CLUSTER)
+    return bool(clusters) and text(clusters[0].props.get("part")) not in (None, "platform")
+
+
 def system_namespaces(resources: Sequence[Any]) -> set[str]:
     clusters = of_type(resources, CLUSTER)
     return set(strings(clusters[0].props.get("system_namespaces"))) if clusters else set(SYSTEM_NAMESPACES)

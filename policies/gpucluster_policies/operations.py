@@ -8,7 +8,7 @@ from typing import Any, Mapping
 
 from pulumi_policy import EnforcementLevel, ReportViolation, StackValidationArgs, StackValidationPolicy
 
-from .common import (CLUSTER, NODE_POOL, PROMETHEUS_RULE, dig, environment, guarded, intent, is_kind, items,
+from .common import (CLUSTER, NODE_POOL, PROMETHEUS_RULE, dig, environment, guarded, in_shard, intent, is_kind, items,
                      mapping, maps, metadata, name_of, number, of_type, schema, settings, shown, text)
 
 _POWER_SCHEMA = schema(derating={
@@ -57,6 +57,8 @@ _TEMP_SCHEMA = schema(
 def _temperature_alert(args: StackValidationArgs, report: ReportViolation) -> None:
     config = settings(args, _TEMP_SCHEMA)
     limit = config["maxCelsius"]
+    if in_shard(args.resources):        # the alerts are the platform stack's
+        return
     alerts = []
     for rule_set in of_type(args.resources, PROMETHEUS_RULE):
         for group in maps(dig(rule_set.props, "spec", "groups")):
