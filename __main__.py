@@ -3,6 +3,7 @@
 import pulumi
 
 from components import GpuCluster, SpecError, load_spec, trim_stack_traces
+from components.spec.cluster import PLATFORM
 from components.split import check_platform, part_problem
 from components.spec.slurm import DIRECTORY_PASSWORD, directory_password_problem
 
@@ -18,7 +19,7 @@ part, platform_stack = config.get("part") or None, config.get("platformStack") o
 if problem := part_problem(spec, spec_file, part, platform_stack):
     raise pulumi.RunError(problem)
 platform = None
-if part and platform_stack and part != "platform":
+if part and platform_stack and part != PLATFORM:
     check_platform(spec, part, platform_stack)
     platform = pulumi.StackReference(platform_stack)
 # kubectl, which drains nodes in a rollout, reaches the cluster as the default Kubernetes provider does.

@@ -76,7 +76,7 @@ class StackReferenceMocks(EchoMocks):
     def stack_outputs(self, name: str) -> dict[str, Any]:
         if name not in self.stacks:
             raise KeyError(f"no offline run of stack {name!r} to reference (have: {', '.join(self.stacks)})")
-        return {"name": name, "outputs": self.stacks[name], "secretOutputNames": []}
+        return {**super().stack_outputs(name), "outputs": self.stacks[name]}
 
 
 class _HandingOver(_mocks.Mocks):
