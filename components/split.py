@@ -24,35 +24,37 @@ def spec_digest(spec: ClusterSpec) -> str:
     return hashlib.sha256(spec.model_dump_json().encode()).hexdigest()
 
 
-def part_problem(spec: ClusterSpec, spec_file: str, part: str | None, platform_stack: str | None) -> str | None:
-    """What is wrong with a stack's `part` and `platformStack` config for its spec, if anything."""
+# What the two settings are called where they are set: the stack's config, or GpuCluster's arguments.
+CONFIG_NAMES = ("gpucluster:part", "gpucluster:platformStack")
+ARGUMENT_NAMES = ("GpuCluster's part", "GpuCluster's platform")
+
+
+def part_problem(spec: ClusterSpec, spec_file: str, part: str | None, platform: object | None,
+                 names: tuple[str, str] = CONFIG_NAMES) -> str | None:
+    """What is wrong with a stack's part and its platform stack (its name, or a StackReference) for its spec."""
+    part_name, platform_name = names
     shards = [s.name for s in spec.shards]
     if part is None:
-        return "gpucluster:platformStack is set, but gpucluster:part is not: set the part this stack builds " \
-               f"({PLATFORM} or a shard), or remove platformStack" if platform_stack else None
+        return f"{platform_name} is set, but {part_name} is not: set the part this stack builds " \
+               f"({PLATFORM} or a shard), or remove {platform_name}" if platform else None
     if part != PLATFORM and part not in shards:
-        return (f"gpucluster:part is {part!r}, but {spec_file} has "
+        return (f"{part_name} is {part!r}, but {spec_file} has "
                 + (f"the shards {', '.join(shards)}: use {PLATFORM} or one of them" if shards else
                    f"no shards: remove the setting, or add a shard named {part} to the spec's shards"))
-    if part != PLATFORM and not platform_stack:
-        return (f"gpucluster:part is the shard {part!r}, which reads the platform stack: set "
-                "gpucluster:platformStack to its name (organization/<project>/<stack> on a self-managed backend)")
-    if part == PLATFORM and platform_stack:
-        return "gpucluster:platformStack is for a shard's stack: remove it from the platform stack's config"
+    if part != PLATFORM and not platform:
+        return (f"{part_name} is the shard {part!r}, which reads the platform stack: set {platform_name} to "
+                + ("its name (organization/<project>/<stack> on a self-managed backend)" if names == CONFIG_NAMES
+                   else "its StackReference"))
+    if part == PLATFORM and platform:
+        return f"{platform_name} is for a shard's stack: remove it from the platform stack"
     return None
 
 
 def part_intent(spec: ClusterSpec, part: str | None, platform: pulumi.StackReference | None) -> dict[str, Any]:
     """Which part of a split environment a stack builds (none: the whole environment)."""
-    if part is None:
-        return {}
-    shards = {s.name for s in spec.shards}
-    if part != PLATFORM and part not in shards:
-        raise ValueError(f"part {part!r} is neither {PLATFORM!r} nor a shard of the spec "
-                         f"(shards: {', '.join(sorted(shards)) or 'none'})")
-    if part != PLATFORM and platform is None:
-        raise ValueError(f"shard {part!r} needs the platform stack's StackReference (`platform`)")
-    return {"part": part}
+    if problem := part_problem(spec, "the spec", part, platform, ARGUMENT_NAMES):
+        raise ValueError(problem)
+    return {"part": part} if part else {}
 
 
 def check_platform(spec: ClusterSpec, part: str, platform_stack: str) -> None:

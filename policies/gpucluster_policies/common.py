@@ -258,10 +258,20 @@ def environment(resources: Sequence[Any]) -> str | None:
 
 
 def in_shard(resources: Sequence[Any]) -> bool:
-    """A shard's stack of a split environment (README: Split stacks): its GPU pools alone; what the platform
-    stack builds (monitoring, Kubernetes objects) is checked there."""
+    """A shard's stack of a split environment (README: Split stacks): its GPU pools alone."""
     clusters = of_type(resources, CLUSTER)
     return bool(clusters) and text(clusters[0].props.get("part")) not in (None, "platform")
+
+
+def whole_environment(validate: Callable[[Any, Any], None]) -> Callable[[Any, Any], None]:
+    """A stack policy that asks for something the environment must have somewhere (an alert, a queue): in a
+    shard's stack, which holds GPU pools alone, it stays silent, and the platform stack's run of the pack gives
+    the verdict. Every other policy checks what each stack holds."""
+    @functools.wraps(validate)
+    def run(args: Any, report: Any) -> None:
+        if not in_shard(args.resources):
+            validate(args, report)
+    return run
 
 
 def system_namespaces(resources: Sequence[Any]) -> set[str]:

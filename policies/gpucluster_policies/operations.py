@@ -8,8 +8,9 @@ from typing import Any, Mapping
 
 from pulumi_policy import EnforcementLevel, ReportViolation, StackValidationArgs, StackValidationPolicy
 
-from .common import (CLUSTER, NODE_POOL, PROMETHEUS_RULE, dig, environment, guarded, in_shard, intent, is_kind, items,
-                     mapping, maps, metadata, name_of, number, of_type, schema, settings, shown, text)
+from .common import (CLUSTER, NODE_POOL, PROMETHEUS_RULE, dig, environment, guarded, intent, is_kind, items,
+                     mapping, maps, metadata, name_of, number, of_type, schema, settings, shown, text,
+                     whole_environment)
 
 _POWER_SCHEMA = schema(derating={
     "type": "number", "exclusiveMinimum": 0, "maximum": 1, "default": 0.8,
@@ -54,11 +55,10 @@ _TEMP_SCHEMA = schema(
                      "description": "Environments whose alert must not fire below minCelsius."})
 
 
+@whole_environment
 def _temperature_alert(args: StackValidationArgs, report: ReportViolation) -> None:
     config = settings(args, _TEMP_SCHEMA)
     limit = config["maxCelsius"]
-    if in_shard(args.resources):        # the alerts are the platform stack's
-        return
     alerts = []
     for rule_set in of_type(args.resources, PROMETHEUS_RULE):
         for group in maps(dig(rule_set.props, "spec", "groups")):

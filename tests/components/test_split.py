@@ -172,6 +172,20 @@ def test_the_platform_stack_names_no_platform_stack():
     assert part_problem(spec, "s.yaml", None, None) is None
 
 
+@pytest.mark.parametrize("part, platform, message", [
+    ("c", None, "GpuCluster's part is 'c', but the spec has the shards b: use platform or one of them"),
+    ("b", None, "GpuCluster's part is the shard 'b', which reads the platform stack: set GpuCluster's platform "
+                "to its StackReference"),
+    (None, "ref", "GpuCluster's platform is set, but GpuCluster's part is not"),
+])
+def test_a_program_of_its_own_passing_a_wrong_part_is_told_in_its_arguments_names(part, platform, message):
+    from components.split import part_intent
+
+    with pytest.raises(ValueError) as e:
+        part_intent(parse_spec(yaml.safe_dump(split_staging())), part, platform)
+    assert str(e.value).startswith(message), str(e.value)
+
+
 @pytest.mark.parametrize("shards, where, says", [
     ({"b": ["h100c"]}, "shards[0].node_pools[0]", "no node pool named 'h100c'"),
     ({"b": ["h100b"], "c": ["h100b"]}, "shards[1].node_pools[0]", "already in shard 'b'"),
@@ -210,3 +224,37 @@ def test_each_stacks_first_client_applies_the_directories_and_its_other_hosts_op
     assert first.urn in second.dependencies
     volumes = [r for r in platform.records if r.type.startswith("kubernetes:core/v1:PersistentVolume")]
     assert volumes and all("gpu-stg-01" not in d for v in volumes for d in v.dependencies)
+
+
+def careless_split_staging() -> dict:
+    """The split staging environment with findings of both kinds: one the platform alone can judge (no GPU
+    temperature alert without monitoring) and one about what every part holds (storage too slow for its GPUs)."""
+    data = split_staging()
+    data["storage"]["read_gb_per_s_per_server"] = 1
+    data["kubernetes"]["monitoring"] = {"enabled": False}
+    return data
+
+
+@pytest.mark.parametrize("careless", [False, True], ids=["clean", "careless"])
+def test_the_policy_pack_on_each_part_finds_only_what_it_finds_on_the_whole_and_misses_nothing(
+        tmp_path, runs, careless):
+    """A shard holds GPU pools alone: a policy asking for something the environment must have somewhere leaves
+    that to the platform stack (`whole_environment`), or every shard's pull request would fail on it."""
+    from components.offline.policy import evaluate, load_policies
+
+    policies = load_policies(ROOT)
+    if careless:
+        data = careless_split_staging()
+        platform = run_part(tmp_path, data, "platform")
+        parts = {"whole": run_part(tmp_path, data, None), "platform": platform,
+                 "b": run_part(tmp_path, data, "b", exported(platform))}
+    else:
+        parts = runs
+    found = {part: {(v.policy, v.resource, v.message) for v in evaluate(run, policies)}
+             for part, run in parts.items()}
+    assert found["platform"] <= found["whole"] and found["b"] <= found["whole"]
+    assert found["platform"] | found["b"] == found["whole"]
+    assert bool(found["whole"]) == careless
+    if careless:
+        assert {p for p, _, _ in found["whole"]} == {"ops-gpu-temperature-alert", "storage-bandwidth-per-gpu"}
+        assert {p for p, _, _ in found["b"]} == {"storage-bandwidth-per-gpu"}
