@@ -38,7 +38,7 @@ cluster = GpuCluster(spec.name, spec, ssh_private_key=config.require_secret("ssh
 
 pulumi.export("cluster", spec.name)
 pulumi.export("gpus", spec.gpus)
-if cluster.fabric is not None and cluster.kubernetes is not None:       # not a shard's stack
+if cluster.fabric is not None:            # not a shard's stack
     pulumi.export("fabricTopology", cluster.fabric.topology)
     pulumi.export("tenantNamespaces", {n: t.namespace for n, t in cluster.tenants.items()})
     pulumi.export("tenantLocalQueues", {n: t.local_queue for n, t in cluster.tenants.items()})

@@ -41,9 +41,9 @@ class GpuCluster(pulumi.ComponentResource):
     fabric: Fabric | None
     """Host and switch fabric settings, topology figures, NCCL settings and the after-apply checks; None in a
     shard's stack."""
-    kubernetes: GpuKubernetesStack | None
-    """The operators, Kueue and monitoring; what job templates need (flavors, RDMA resource, networks); None
-    in a shard's stack."""
+    kubernetes: GpuKubernetesStack
+    """The operators, Kueue and monitoring; what job templates need (flavors, RDMA resource, networks). In a
+    shard's stack, its hosts' objects alone (and none of those facts)."""
     tenants: dict[str, Tenant]
     """Tenant components by tenant name (none in a shard's stack)."""
     storage: ParallelFilesystem | None
@@ -122,14 +122,13 @@ def compose(cluster: Any, name: str, spec: ClusterSpec, ssh_private_key: pulumi.
     if cluster.fabric is not None:
         ready.update({h: [r] for h, r in cluster.fabric.host_commands.items() if h not in ready})
     cluster.tenancy = tenancy_of(spec)
-    if shard is None:
-        cluster.kubernetes = GpuKubernetesStack(f"{name}-k8s", spec, opts=child,
-                                                slurm_directory_password=slurm_directory_password)
-        cluster.tenants = {t.name: Tenant(f"{name}-{t.name}", TenantArgs.from_tenancy(cluster.tenancy, t),
-                                       kueue_ready=cluster.kubernetes.kueue_ready, opts=child)
-                           for t in spec.tenants}
-    else:
-        cluster.kubernetes, cluster.tenants = None, {}
+    # A shard's holds its hosts' Kubernetes objects alone, so the platform's length does not grow with them.
+    cluster.kubernetes = GpuKubernetesStack(f"{name}-k8s", spec, opts=child,
+                                            slurm_directory_password=slurm_directory_password, part=part,
+                                            platform=shard)
+    cluster.tenants = {t.name: Tenant(f"{name}-{t.name}", TenantArgs.from_tenancy(cluster.tenancy, t),
+                                      kueue_ready=cluster.kubernetes.kueue_ready, opts=child)
+                       for t in spec.tenants} if shard is None else {}
     cluster.storage = None
     try:
         if spec.storage.kind != "none":

@@ -13,6 +13,7 @@ import pulumi_kubernetes as k8s
 
 from ..spec import ClusterSpec
 from ..spec.cluster import checked_pools, network_operator_enabled
+from ..split import part_intent
 from ..spec.versions import StackVersions, find
 from ..types import token, with_aliases
 from .health import checks as health_checks, detector as health, nvml as health_nvml, quarantine
@@ -84,11 +85,13 @@ class GpuKubernetesStack(pulumi.ComponentResource):
     """Secondary network attachments, in rail order, for the k8s.v1.cni.cncf.io/networks annotation."""
 
     def __init__(self, name: str, spec: ClusterSpec, opts: pulumi.ResourceOptions | None = None, *,
-                 slurm_directory_password: pulumi.Input[str] | None = None):
+                 slurm_directory_password: pulumi.Input[str] | None = None, part: str | None = None,
+                 platform: pulumi.StackReference | None = None):
         """`slurm_directory_password`: the Slurm login set's directory bind_dn's password, a secret; needed
-        where the spec has a bind_dn."""
+        where the spec has a bind_dn. `part` and `platform`: as GpuCluster's (README: Split stacks); a shard's
+        stack holds its hosts' objects alone (their active checks), under the names the whole would give them."""
         super().__init__(self.TYPE, name, intent(spec), with_aliases(self.TYPE, opts))
-        compose(self, name, spec, slurm_directory_password=slurm_directory_password)
+        compose(self, name, spec, slurm_directory_password=slurm_directory_password, part=part, platform=platform)
 
 
 def intent(spec: ClusterSpec) -> dict[str, Any]:
@@ -97,9 +100,18 @@ def intent(spec: ClusterSpec) -> dict[str, Any]:
 
 
 def compose(stack: Any, name: str, spec: ClusterSpec, *,
-            slurm_directory_password: pulumi.Input[str] | None = None) -> None:
+            slurm_directory_password: pulumi.Input[str] | None = None, part: str | None = None,
+            platform: pulumi.StackReference | None = None) -> None:
     """A GpuKubernetesStack's children and outputs, under `stack`: a GpuKubernetesStack, or the component
     provider's (provider.py)."""
+    split = part_intent(spec, part, platform)
+    stack.kueue_ready, stack.flavors, stack.rdma_resource, stack.networks = [], {}, None, []
+    if platform is not None:
+        # A shard's: its hosts' checks, once the platform stack (their queue, namespace and script) is applied.
+        for m in health_checks.render_host_checks(spec, spec.pools_of(part)):
+            register(f"{name}-{m.role}", m.obj, pulumi.ResourceOptions(parent=stack, depends_on=[platform]))
+        stack.register_outputs({**intent(spec), **split})
+        return
     namespaces = {m.obj["metadata"]["name"]: register(f"{name}-{m.role}", m.obj,
                                                       pulumi.ResourceOptions(parent=stack))
                   for m in render_namespaces(spec)}
@@ -113,7 +125,7 @@ def compose(stack: Any, name: str, spec: ClusterSpec, *,
 
     nfd_release = helm("node-feature-discovery", nfd, nfd.render_nfd_values(spec))
     gpu_release = helm("gpu-operator", gpu_operator, gpu_operator.render_gpu_operator_values(spec), nfd_release)
-    stack.rdma_resource, stack.networks, net = None, [], None
+    net = None
     if network_operator_enabled(spec):
         net = helm("network-operator", network_operator,
                    network_operator.render_network_operator_values(spec), nfd_release)
@@ -144,7 +156,7 @@ def compose(stack: Any, name: str, spec: ClusterSpec, *,
         for rule in quarantine.render_rules(spec):
             # Its spec is immutable and in its name: a change creates the new rule before the old one goes.
             register(f"{name}-{rule.role}", rule.obj, pulumi.ResourceOptions(parent=stack, depends_on=[crd]))
-    for m in health_checks.render_health_checks(spec):
+    for m in health_checks.render_health_checks(spec, spec.pools_of(part)):
         # Kueue's webhooks must be serving before a check's Job is created, so that it is queued.
         deps = [kueue_release] + ([namespaces[health_checks.NAMESPACE]]
                                   if m.obj["metadata"].get("namespace") else [])
@@ -159,4 +171,4 @@ def compose(stack: Any, name: str, spec: ClusterSpec, *,
             register(f"{name}-{m.role}", m.obj, pulumi.ResourceOptions(parent=stack))
     stack.register_outputs({**intent(spec), "known_good_versions": stack_versions(spec) is not None,
                             "flavors": stack.flavors, "rdma_resource": stack.rdma_resource,
-                            "networks": stack.networks, "kueue_release": kueue_release.name})
+                            "networks": stack.networks, "kueue_release": kueue_release.name, **split})

@@ -88,7 +88,8 @@ def by_urn(run: ProgramRun) -> dict[str, dict]:
 
 def test_the_parts_build_what_the_whole_builds_each_resource_once_with_the_same_inputs(runs):
     whole, platform, shard = (by_urn(runs[k]) for k in ("whole", "platform", "b"))
-    assert set(platform) & set(shard) == {"gpucluster:index:ParallelFilesystem::staging-storage"}
+    assert set(platform) & set(shard) == {"gpucluster:index:ParallelFilesystem::staging-storage",
+                                          "gpucluster:index:GpuKubernetesStack::staging-k8s"}
     assert set(platform) | set(shard) == set(whole)
     # The same inputs, so a pool moved into a shard with `pulumi state move` has nothing to change; but for its
     # first client, which applies the tenants' directories for its stack too (an update in place, no remount).
@@ -103,8 +104,13 @@ def test_the_parts_build_what_the_whole_builds_each_resource_once_with_the_same_
     assert hosts and all(h.startswith(("staging-h100b-gpu-stg-03", "staging-h100b-gpu-stg-04",
                                        "staging-storage-gpu-stg-03", "staging-storage-gpu-stg-04"))
                          for h in hosts), hosts
-    # The platform keeps no command of a shard's host (its per-host check CronJobs are Kubernetes objects).
-    assert not any("gpu-stg-03" in n or "gpu-stg-04" in n for n in platform if n.startswith("command:"))
+    # The platform keeps nothing of a shard's host, its active check's CronJob included, so its length does not
+    # grow with the shards' hosts; the shard's checks wait for the platform (their queue and script).
+    assert not any("gpu-stg-03" in n or "gpu-stg-04" in n for n in platform)
+    checks = [r for r in runs["b"].records if r.type == "kubernetes:batch/v1:CronJob"]
+    ref = next(r for r in runs["b"].records if r.type == "pulumi:pulumi:StackReference")
+    assert sorted(r.name for r in checks) == ["staging-k8s-gpu-check-gpu-stg-03", "staging-k8s-gpu-check-gpu-stg-04"]
+    assert all(ref.urn in r.dependencies for r in checks)
 
 
 def test_a_shards_hosts_wait_for_the_platform_stack_and_read_its_storage_secret(runs):

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Sequence
 from pathlib import PurePosixPath
 from typing import Any
 
@@ -226,10 +227,17 @@ def _cronjob(spec: ClusterSpec, pool: NodePool, host: Host) -> Manifest:
                      "template": {"metadata": {"labels": dict(labels)}, "spec": pod}}}}})
 
 
-def render_health_checks(spec: ClusterSpec) -> list[Manifest]:
-    """The PriorityClass, ClusterQueue and LocalQueue the checks go through, their script, a CronJob per host."""
-    pools = checked_pools(spec)
-    if not pools:
+def render_host_checks(spec: ClusterSpec, pools: Sequence[NodePool]) -> list[Manifest]:
+    """The CronJob of each host of `pools` that gets the check."""
+    names = {p.name for p in pools}
+    return [_cronjob(spec, pool, host) for pool in checked_pools(spec) if pool.name in names for host in pool.hosts]
+
+
+def render_health_checks(spec: ClusterSpec, pools: Sequence[NodePool] | None = None) -> list[Manifest]:
+    """The PriorityClass, ClusterQueue and LocalQueue the checks go through, their script, and the CronJob of
+    each host of `pools` (omitted: every pool's)."""
+    checked = checked_pools(spec)
+    if not checked:
         return []
     return [
         Manifest("health-check-priority", {
@@ -240,7 +248,7 @@ def render_health_checks(spec: ClusterSpec) -> list[Manifest]:
             "value": LOWEST_PRIORITY,
             "preemptionPolicy": "Never", "globalDefault": False,
             "description": "gpucluster's active GPU health checks: below every tenant's job, never preempting"}),
-        Manifest("health-check-queue", _cluster_queue(spec, pools)),
+        Manifest("health-check-queue", _cluster_queue(spec, checked)),
         Manifest("health-check-local-queue", {
             "apiVersion": KUEUE_API, "kind": "LocalQueue",
             "metadata": {"name": LOCAL_QUEUE, "namespace": NAMESPACE, "labels": dict(_LABELS)},
@@ -254,5 +262,5 @@ def render_health_checks(spec: ClusterSpec) -> list[Manifest]:
             "apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": "gpu-check", "namespace": NAMESPACE, "labels": dict(_LABELS)},
             "data": {SCRIPT: check_script(), NCCL_SCRIPT: nccl_script()}}),
-        *(_cronjob(spec, pool, host) for pool in pools for host in pool.hosts),
+        *render_host_checks(spec, spec.node_pools if pools is None else pools),
     ]
