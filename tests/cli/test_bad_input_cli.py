@@ -206,3 +206,25 @@ def test_a_bad_slurm_section_is_refused_alike_by_validate_and_plan(project, edit
     for message in messages:
         assert "stacks/dev.yaml:" in message and f" {field}: " in message, message
     assert messages[0].splitlines()[-1] == messages[1].splitlines()[-1]
+
+
+@pytest.mark.parametrize("shards, field, says", [
+    ([{"name": "platform", "node_pools": ["h100b"]}], "shards[0].name", "is the part that builds everything"),
+    ([{"name": "b", "node_pools": ["h100c"]}], "shards[0].node_pools[0]", "no node pool named 'h100c'"),
+    ([{"name": "b", "node_pools": ["h100b"]}, {"name": "c", "node_pools": ["h100b"]}], "shards[1].node_pools[0]",
+     "already in shard 'b'"),
+    ([{"name": "b", "node_pools": ["h100b"]}, {"name": "b", "node_pools": ["h100"]}], "shards[1].name",
+     "'b' is already used"),
+    ([{"name": "Rack A", "node_pools": ["h100b"]}], "shards[0].name", "'Rack A' is not a DNS label"),
+    ("h100b", "shards", "expected a list"),
+])
+def test_a_bad_shard_is_refused_alike_by_validate_and_plan_naming_the_field(project, shards, field, says):
+    from tests.components.test_split import split_staging
+    shutil.copy(ROOT / "Pulumi.staging.yaml", project / "Pulumi.staging.yaml")
+    data = split_staging()
+    data["shards"] = shards
+    (project / "stacks" / "staging.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    messages = [refused(gpucluster(command, "staging", cwd=project)) for command in ("validate", "plan")]
+    for message in messages:
+        assert "stacks/staging.yaml:" in message and f" {field}: " in message and says in message, message
+    assert not (project / "build" / "staging").exists()          # nothing planned, nothing half-written
