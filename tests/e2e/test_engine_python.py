@@ -40,6 +40,7 @@ import pytest
 import yaml
 
 from components.fabric.nccl import NCCL_CONF
+from components.k8s.health.checks import NAMESPACE as HEALTH_CHECKS, cronjob_name
 from components.nodes.retire import POOL_FILE
 from components.nodes.rollout import ROLLOUT_TAINT
 from components.offline.diff import diff_plans, load_plan
@@ -652,15 +653,21 @@ def test_a_split_environment_applies_its_shards_in_parallel_after_the_platform_a
         _every_planned_create_ran_once(w, resources)
         # Each resource in one stack's state; together, what the plan of the whole environment registers.
         names = [u.rsplit("::", 1)[-1] for stack in SPLIT for u in _urns(states[stack])
-                 if not u.split("::")[2].endswith(("GpuCluster", "ParallelFilesystem", "StackReference"))]
+                 if not u.split("::")[2].endswith(("GpuCluster", "GpuKubernetesStack", "ParallelFilesystem",
+                                                   "StackReference"))]
         assert len(names) == len(set(names))
-        assert {u.rsplit("::", 1)[-1] for u in _urns(resources)} <= set(names) | {"split", "split-storage"}
+        assert {u.rsplit("::", 1)[-1] for u in _urns(resources)} <= set(names) | {"split", "split-storage", "split-k8s"}
         for stack, host in (("split-b", "gpu-spl-03"), ("split-c", "gpu-spl-04")):
             commands = {u.rsplit("::", 1)[-1] for u in _urns(states[stack])
                         if u.split("::")[2].rsplit("$", 1)[-1].startswith("command:")}
             pool = f"split-h100{stack[-1]}-"         # its pool's (the rollout's report) and its host's own
             assert commands and all(c.startswith(pool) or c == f"split-storage-{host}" for c in commands), commands
             assert f"split-storage-{host}" in commands
+            # its host's active check is its own (the platform's length does not grow with the shards' hosts)
+            check = f"split-k8s-gpu-check-{host}"
+            assert check in {u.rsplit("::", 1)[-1] for u in _urns(states[stack])}
+            assert not any(u.endswith(f"::{check}") for u in _urns(states["split"]))
+            assert w.cp.get("cronjob", cronjob_name(host), HEALTH_CHECKS)
             assert json.loads(w.engine("stack", "output", "--json", "--stack", stack))["burnIn"] == {host: "passed"}
             # its filesystem client has the connection secret the platform made, read through the reference
             assert hosts.hosts[host].read(BEEGFS_AUTH) == hosts.hosts["gpu-spl-01"].read(BEEGFS_AUTH)
@@ -689,6 +696,8 @@ def test_a_split_environment_applies_its_shards_in_parallel_after_the_platform_a
         _in_parallel(w, ("destroy", "--yes", "--stack", "split-b"), ("destroy", "--yes", "--stack", "split-c"))
         assert not any(hosts.hosts[h].exists(POOL_FILE) for h in ("gpu-spl-03", "gpu-spl-04"))
         assert hosts.hosts["gpu-spl-01"].exists(POOL_FILE)
+        left = {c["metadata"]["name"] for c in w.cp.get("cronjob", namespace=HEALTH_CHECKS)["items"]}
+        assert cronjob_name("gpu-spl-01") in left and not {cronjob_name("gpu-spl-03"), cronjob_name("gpu-spl-04")} & left
         w.engine("stack", "select", "split")
         _destroy(w, plan)
     finally:
