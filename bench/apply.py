@@ -314,8 +314,15 @@ def main(argv: list[str]) -> None:
                            args.shards, args.run_shards)
         rows.append(row)
         print(json.dumps(row), flush=True)
-    results = "apply-split-results.json" if args.shards else "apply-results.json"
-    (Path(__file__).parent / results).write_text(json.dumps(rows, indent=2) + "\n")
+    # Rows of other sizes (and shard counts) measured before stay.
+    path = Path(__file__).parent / ("apply-split-results.json" if args.shards else "apply-results.json")
+    measured = {_key(r) for r in rows}
+    kept = [r for r in (json.loads(path.read_text()) if path.exists() else []) if _key(r) not in measured]
+    path.write_text(json.dumps(sorted(kept + rows, key=_key), indent=2) + "\n")
+
+
+def _key(row: dict) -> tuple:
+    return row["nodes"], row.get("shards", 0), row.get("skip_checkpoints", False)
 
 
 if __name__ == "__main__":

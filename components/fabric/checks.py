@@ -14,7 +14,6 @@ from __future__ import annotations
 from typing import Any
 
 from ..bash import call, fill, script
-from ..k8s.images import mirrored
 from ..k8s.labels import POOL_LABEL, pool_tolerations
 from ..k8s.mpijob import mpijob
 from ..k8s.rails import pod_networks, rdma_resource
@@ -209,7 +208,7 @@ def render_nccl_job(spec: ClusterSpec, pool: NodePool) -> list[dict[str, Any]]:
     limits = {pool.gpu_resource_name: gpus}
     if spec.fabric.rdma and pool.nics:
         limits[rdma_resource(spec)] = 1
-    image = mirrored(spec.fabric.checks.nccl_tests_image, spec)
+    image = spec.fabric.checks.nccl_tests_image
     # The launcher goes where the workers go: the spec's nodes all carry their pool's taints, and a cluster may
     # have no untainted node for it.
     placement = {"nodeSelector": {POOL_LABEL: pool.name}, "tolerations": pool_tolerations(pool)}

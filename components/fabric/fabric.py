@@ -12,6 +12,8 @@ from __future__ import annotations
 from typing import Any, ClassVar, NamedTuple
 
 import pulumi
+
+from ..k8s.images import through_mirror
 from ..spec import ClusterSpec, NodePool
 from ..spec.hardware import Nic
 from ..spec.topology import plan_topology
@@ -103,7 +105,7 @@ def render_checks(spec: ClusterSpec) -> dict[str, str]:
             if batch:
                 out[f"nccl-{pool.name}.sbatch"] = batch
         elif job := render_nccl_job(spec, pool):
-            out[f"nccl-{pool.name}.yaml"] = to_yaml_all(job)
+            out[f"nccl-{pool.name}.yaml"] = to_yaml_all(through_mirror(job, spec))
     return out
 
 

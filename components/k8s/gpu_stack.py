@@ -21,6 +21,7 @@ from .platform import gpu_operator, kueue, monitoring, mpi_operator, network_ope
 from .slurm import cluster as slurm
 from . import rails
 from .helm import release
+from .images import through_mirror
 from .objects import Manifest, register
 
 # Pod Security level each system namespace really needs: node agents load drivers and read host devices.
@@ -106,21 +107,26 @@ def compose(stack: Any, name: str, spec: ClusterSpec, *,
     provider's (provider.py)."""
     split = part_intent(spec, part, platform)
     stack.kueue_ready, stack.flavors, stack.rdma_resource, stack.networks = [], {}, None, []
+
+    def put(m: Manifest, opts: pulumi.ResourceOptions) -> pulumi.Resource:
+        """Every object registers here, its images pulled through the mirror: renderers name them as published."""
+        return register(f"{name}-{m.role}", through_mirror(m.obj, spec), opts)
+
     if platform is not None:
         # A shard's: its hosts' checks, once the platform stack (their queue, namespace and script) is applied.
         for m in health_checks.render_host_checks(spec, spec.pools_of(part)):
-            register(f"{name}-{m.role}", m.obj, pulumi.ResourceOptions(parent=stack, depends_on=[platform]))
+            put(m, pulumi.ResourceOptions(parent=stack, depends_on=[platform]))
         stack.register_outputs({**intent(spec), **split})
         return
-    namespaces = {m.obj["metadata"]["name"]: register(f"{name}-{m.role}", m.obj,
-                                                      pulumi.ResourceOptions(parent=stack))
+    namespaces = {m.obj["metadata"]["name"]: put(m, pulumi.ResourceOptions(parent=stack))
                   for m in render_namespaces(spec)}
 
     def after(*deps: pulumi.Resource) -> pulumi.ResourceOptions:
         return pulumi.ResourceOptions(parent=stack, depends_on=list(deps))
 
     def helm(role: str, module: Any, values: dict[str, Any], *deps: pulumi.Resource):
-        return release(f"{name}-{role}", role, module.chart(spec), module.NAMESPACE, values,
+        return release(f"{name}-{role}", role, module.chart(spec), module.NAMESPACE,
+                       through_mirror(values, spec, module.chart_images(spec)),
                        after(namespaces[module.NAMESPACE], *deps))
 
     nfd_release = helm("node-feature-discovery", nfd, nfd.render_nfd_values(spec))
@@ -131,36 +137,36 @@ def compose(stack: Any, name: str, spec: ClusterSpec, *,
                    network_operator.render_network_operator_values(spec), nfd_release)
         for m in [network_operator.render_nic_cluster_policy(spec, network_images_row(spec)),
                   *network_operator.render_secondary_networks(spec)]:
-            register(f"{name}-{m.role}", m.obj, after(net))
+            put(m, after(net))
         stack.rdma_resource = rails.rdma_resource(spec)
         stack.networks = rails.network_names(spec)
     kueue_release = helm("kueue", kueue, kueue.render_kueue_values(spec))
     stack.kueue_ready = [kueue_release]
     for m in kueue.render_kueue_objects(spec):
-        register(f"{name}-{m.role}", m.obj, after(kueue_release))
+        put(m, after(kueue_release))
     stack.flavors = {p.name: p.name for p in spec.kueue_pools}
     if spec.kubernetes.mpi_operator.enabled:
         # The CRD from the pinned release (upstream ships no chart); the controller starts once it exists.
         crd = k8s.yaml.v2.ConfigFile(f"{name}-mpijob-crd", file=mpi_operator.crd_source(spec),
                                      opts=pulumi.ResourceOptions(parent=stack))
         for m in mpi_operator.render_mpi_operator(spec):
-            register(f"{name}-{m.role}", m.obj, after(namespaces[mpi_operator.NAMESPACE], crd))
+            put(m, after(namespaces[mpi_operator.NAMESPACE], crd))
     if spec.kubernetes.health.enabled:
         for m in [*health.render_gpu_health(spec), *health_nvml.render_gpu_nvml(spec)]:
-            register(f"{name}-{m.role}", m.obj, pulumi.ResourceOptions(parent=stack))
+            put(m, pulumi.ResourceOptions(parent=stack))
     if quarantine.enabled(spec):
         crd = k8s.yaml.v2.ConfigFile(f"{name}-nodereadinessrule-crd", file=quarantine.crd_source(spec),
                                      opts=pulumi.ResourceOptions(parent=stack))
         for m in [*quarantine.render_controller(spec), *quarantine.render_breaker(spec)]:
-            register(f"{name}-{m.role}", m.obj, after(namespaces[quarantine.NAMESPACE]))
+            put(m, after(namespaces[quarantine.NAMESPACE]))
         for rule in quarantine.render_rules(spec):
             # Its spec is immutable and in its name: a change creates the new rule before the old one goes.
-            register(f"{name}-{rule.role}", rule.obj, pulumi.ResourceOptions(parent=stack, depends_on=[crd]))
+            put(rule, pulumi.ResourceOptions(parent=stack, depends_on=[crd]))
     for m in health_checks.render_health_checks(spec, spec.pools_of(part)):
         # Kueue's webhooks must be serving before a check's Job is created, so that it is queued.
         deps = [kueue_release] + ([namespaces[health_checks.NAMESPACE]]
                                   if m.obj["metadata"].get("namespace") else [])
-        register(f"{name}-{m.role}", m.obj, after(*deps))
+        put(m, after(*deps))
     if spec.kubernetes.slurm.enabled:
         # After the GPU Operator and Network Operator: slurmd pods ask for the GPUs and RDMA devices they serve.
         stack.slurm = slurm.SlurmCluster(f"{name}-slurm", spec, pulumi.ResourceOptions(parent=stack, depends_on=[
@@ -168,7 +174,7 @@ def compose(stack: Any, name: str, spec: ClusterSpec, *,
     if spec.kubernetes.monitoring.enabled:
         ns = spec.kubernetes.monitoring.namespace
         for m in (monitoring.render_prometheus_rule(spec, ns), monitoring.render_dashboard(spec, ns)):
-            register(f"{name}-{m.role}", m.obj, pulumi.ResourceOptions(parent=stack))
+            put(m, pulumi.ResourceOptions(parent=stack))
     stack.register_outputs({**intent(spec), "known_good_versions": stack_versions(spec) is not None,
                             "flavors": stack.flavors, "rdma_resource": stack.rdma_resource,
                             "networks": stack.networks, "kueue_release": kueue_release.name, **split})

@@ -1,13 +1,16 @@
 """Air-gapped sites: every image through one registry mirror, every chart from the source the spec names.
 
-The charts' image settings are listed here as the pinned charts' default values carry them (checked against
-those defaults in the tests), so a mirror rewrites each one explicitly instead of trusting a global knob that
-not every sub-chart honours.
+Renderers name images as upstream publishes them; the mirror is applied once, where a stack registers what
+it rendered or writes it out (`through_mirror`: GpuKubernetesStack, the Slurm cluster, the fabric's and the
+validation suite's checks, the example jobs). The charts' image settings are listed here as the pinned charts'
+default values carry them (checked against those defaults in the tests), so a mirror rewrites each one
+explicitly instead of trusting a global knob that not every sub-chart honours.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
 
 from ..spec import ClusterSpec
 from ..spec.kubernetes import ChartSource
@@ -60,19 +63,50 @@ def mirrored(reference: str, spec: ClusterSpec) -> str:
     return f"{k.image_registry}/{host}/{path}" if k.keep_source_registry else f"{k.image_registry}/{path}"
 
 
-def _set(values: dict[str, Any], path: str, key: str, value: str) -> None:
+class ChartImages(NamedTuple):
+    """A pinned chart's image settings, which its own defaults fill where the values leave them out."""
+
+    repositories: Mapping[str, str] = {}   # value path -> the image repository the chart's defaults hold there
+    references: Mapping[str, str] = {}     # value path of a whole image reference -> the chart's default
+
+
+def _set(values: dict[str, Any], path: str, value: str) -> None:
+    *parents, key = path.split(".")
     node = values
-    for part in path.split(".") if path else []:
+    for part in parents:
         node = node.setdefault(part, {})
     node[key] = value
 
 
-def with_mirror(values: dict[str, Any], repositories: dict[str, str], spec: ClusterSpec) -> dict[str, Any]:
-    """`values` with each listed image repository pulled through the mirror (nothing changes without one)."""
-    if spec.kubernetes.image_registry:
-        for path, repository in repositories.items():
-            _set(values, path, "repository", mirrored(repository, spec))
-    return values
+_CONTAINER_LISTS = frozenset({"containers", "initContainers", "ephemeralContainers"})
+
+
+def _through(node: Any, image: Callable[[str], str], key: str = "") -> Any:
+    """A copy of `node` with each image it names rewritten: a container's `image`, and the `repository` of an
+    image setting (a chart's `image: {repository, tag}`, or an operator's `{image, repository, version}`)."""
+    if isinstance(node, list):
+        return [_through(v, image, key) for v in node]
+    if not isinstance(node, dict):
+        return node
+    out = {k: _through(v, image, k) for k, v in node.items()}
+    if key in _CONTAINER_LISTS and isinstance(out.get("image"), str):
+        out["image"] = image(out["image"])
+    if isinstance(out.get("repository"), str) and (key == "image" or isinstance(out.get("image"), str)):
+        out["repository"] = image(out["repository"])
+    return out
+
+
+def through_mirror(doc: Any, spec: ClusterSpec, chart: ChartImages | None = None) -> Any:
+    """What a stack renders (a manifest, or a chart's values with `chart`, its image settings) with every image
+    pulled through the spec's mirror; the very same document without one."""
+    if not spec.kubernetes.image_registry:
+        return doc
+    if chart is not None:
+        for path, reference in chart.references.items():
+            _set(doc, path, mirrored(reference, spec))
+        for path, repository in chart.repositories.items():
+            _set(doc, f"{path}.repository" if path else "repository", mirrored(repository, spec))
+    return _through(doc, lambda reference: mirrored(reference, spec))
 
 
 def chart_from(source: ChartSource, name: str, version: str, upstream_repo: str | None) -> Chart:

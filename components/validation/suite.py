@@ -8,12 +8,12 @@ read at 70% of its expected aggregate (validation), and DCGM diagnostics at each
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Literal
 
 from ..fabric.checks import CHECKS_NAMESPACE, nccl_floor_gb_per_s, render_link_check, render_nccl_job
 from ..bash import fill
-from ..k8s.images import mirrored
+from ..k8s.images import through_mirror
 from ..k8s.labels import pool_tolerations
 from ..spec import ClusterSpec, NodePool
 from ..storage.layout import plan_layout
@@ -120,7 +120,7 @@ def _storage_check(spec: ClusterSpec) -> Check | None:
     pod = {"tolerations": [dict(t) for t in {tuple(sorted(t.items())): t for t in tolerations}.values()],
            "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
                "labelSelector": {"matchLabels": {SUITE_LABEL: "storage-read"}}, "topologyKey": HOSTNAME}]}},
-           "containers": [{"name": "fio", "image": mirrored(v.fio_image, spec), "command": fio, "env": [
+           "containers": [{"name": "fio", "image": v.fio_image, "command": fio, "env": [
                {"name": "RUN", "valueFrom": {"fieldRef": {
                    "fieldPath": "metadata.labels['batch.kubernetes.io/controller-uid']"}}}],
                            "resources": {"requests": {"cpu": "4", "memory": "8Gi"}, "limits": {"memory": "8Gi"}},
@@ -145,7 +145,7 @@ def _dcgm_checks(spec: ClusterSpec) -> list[Check]:
         for host in pool.hosts:
             name = f"dcgm-{host.hostname}"
             pod = {"nodeSelector": {HOSTNAME: host.hostname}, "tolerations": pool_tolerations(pool),
-                   "containers": [{"name": "diag", "image": mirrored(v.dcgm_image, spec),
+                   "containers": [{"name": "diag", "image": v.dcgm_image,
                                    "command": ["/bin/bash", "-c", f"nv-hostengine && dcgmi diag -r {level}"],
                                    "resources": {"limits": {"nvidia.com/gpu": pool.gpu.count}}}]}
             out.append(Check(name, "dcgm", f"dcgmi diag -r {level} on {host.hostname}'s {pool.gpu.count} GPUs", 0,
@@ -169,6 +169,11 @@ def _nodes_check(pool: NodePool) -> Check:
 
 
 def plan_suite(spec: ClusterSpec) -> list[Check]:
+    """The checks, their images pulled through the spec's mirror."""
+    return [replace(c, manifests=through_mirror(c.manifests, spec)) for c in _plan_suite(spec)]
+
+
+def _plan_suite(spec: ClusterSpec) -> list[Check]:
     checks: list[Check] = [_nodes_check(pool) for pool in spec.node_pools]
     kueue = {p.name for p in spec.kueue_pools}
     for pool in spec.node_pools:

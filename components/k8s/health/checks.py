@@ -33,7 +33,6 @@ from ...fabric.checks import NCCL_TESTS
 from ...fabric.nccl import LARGEST_BUSBW_AWK
 from ...records import PUT_RECORD, min_busbw
 from .detector import CHECK_RECORD, DCGM_FAILED, DCGM_RESULTS, NVLINK_DOWN, STATE_DIR, STATE_VOLUME
-from ..images import mirrored
 from ..tenancy.jobs import QUEUE_LABEL
 from ..labels import POOL_LABEL
 from ..objects import Manifest
@@ -201,12 +200,12 @@ def _cronjob(spec: ClusterSpec, pool: NodePool, host: Host) -> Manifest:
     step = {"resources": {"requests": {"cpu": "2", "memory": "8Gi"}, "limits": {GPU_RESOURCE: pool.gpu.count}},
             "volumeMounts": [{"name": "state", "mountPath": STATE_DIR},
                              {"name": "check", "mountPath": "/check", "readOnly": True}]}
-    dcgm = {"name": "dcgm-diag", "image": mirrored(spec.validation.dcgm_image, spec),
+    dcgm = {"name": "dcgm-diag", "image": spec.validation.dcgm_image,
             "command": ["/bin/bash", f"/check/{SCRIPT}", STATE_DIR, str(a.dcgm_level), str(int(pool.gpu.nvswitch))],
             # nvidia-smi comes with the driver's utilities, which the container toolkit mounts on request.
             "env": [{"name": "NVIDIA_DRIVER_CAPABILITIES", "value": "compute,utility"}], **step}
     # The NCCL test runs once the diagnostic passed: an init container's failure ends the pod before it.
-    nccl = {"name": "nccl-all-reduce", "image": mirrored(spec.fabric.checks.nccl_tests_image, spec),
+    nccl = {"name": "nccl-all-reduce", "image": spec.fabric.checks.nccl_tests_image,
             "command": ["/bin/bash", f"/check/{NCCL_SCRIPT}", STATE_DIR, str(pool.gpu.count), str(min_busbw(pool))],
             **step}
     pod = {

@@ -31,7 +31,6 @@ from ...records import (CHECK_RECORD, FAULT_RECORD, MAINTENANCE, MAINTENANCE_MAX
 from ...spec import ClusterSpec
 from ...spec.hardware import XID_LINE, xid_pattern
 from ...spec.xids import XidAction
-from ..images import mirrored
 from ..labels import POOL_LABEL, TOLERATE_EVERY_TAINT
 from ..objects import Manifest
 
@@ -335,7 +334,7 @@ def port_monitor_config() -> dict[str, Any]:
 
 
 def image(spec: ClusterSpec) -> str:
-    return mirrored(f"{IMAGE}:{spec.kubernetes.health.npd_version}", spec)
+    return f"{IMAGE}:{spec.kubernetes.health.npd_version}"
 
 
 def detector(spec: ClusterSpec, role: str, name: str, container: dict[str, Any], volumes: list[dict[str, Any]],

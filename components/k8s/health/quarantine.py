@@ -45,7 +45,6 @@ from ...spec import ClusterSpec
 from ...spec.cluster import OPERATOR_NAMESPACES
 from . import nvml as health_nvml
 from .detector import QUARANTINE_CONDITIONS, RESET_CONDITION
-from ..images import mirrored
 from ..labels import POOL_LABEL, QUARANTINE_TAINT, RESET_TAINT, TOLERATE_EVERY_TAINT
 from ..objects import Manifest, rbac_rule
 
@@ -82,7 +81,7 @@ def conditions(spec: ClusterSpec) -> tuple[str, ...]:
 
 
 def image(spec: ClusterSpec) -> str:
-    return mirrored(f"{IMAGE}:{spec.kubernetes.health.quarantine.version}", spec)
+    return f"{IMAGE}:{spec.kubernetes.health.quarantine.version}"
 
 
 def breaker_enabled(spec: ClusterSpec) -> bool:
@@ -298,7 +297,7 @@ def render_breaker(spec: ClusterSpec) -> list[Manifest]:
     data = {"breaker.sh": breaker_script()}
     checksum = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
     container = {
-        "name": "breaker", "image": mirrored(q.kubectl_image, spec), "command": ["/bin/bash", "/config/breaker.sh"],
+        "name": "breaker", "image": q.kubectl_image, "command": ["/bin/bash", "/config/breaker.sh"],
         "env": [{"name": "EVICT_AT_MOST_PERCENT", "value": str(q.evict_at_most_percent)},
                 {"name": "HOME", "value": "/tmp"}],
         # Every pass touches the heartbeat, even one that could not reach the apiserver: a loop that stops is

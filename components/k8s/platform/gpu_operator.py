@@ -9,7 +9,7 @@ import yaml
 from ...spec import ClusterSpec, NodePool
 from ...spec.cluster import OPERATOR_NAMESPACES
 from ..helm import NVIDIA_REPO, Chart
-from ..images import GPU_OPERATOR_REPOSITORIES, chart_from, with_mirror
+from ..images import GPU_OPERATOR_REPOSITORIES, ChartImages, chart_from
 from ..labels import system_tolerations
 from .monitoring import DCGM_METRICS_CONFIG, render_dcgm_metrics_csv
 
@@ -20,6 +20,10 @@ DEVICE_PLUGIN_CONFIG = "gpucluster-device-plugin"
 def chart(spec: ClusterSpec) -> Chart:
     g = spec.kubernetes.gpu_operator
     return chart_from(g, "gpu-operator", g.chart_version, NVIDIA_REPO)
+
+
+def chart_images(spec: ClusterSpec) -> ChartImages:
+    return ChartImages(GPU_OPERATOR_REPOSITORIES)
 
 
 
@@ -70,4 +74,4 @@ def render_gpu_operator_values(spec: ClusterSpec) -> dict[str, Any]:
         data = {"default": yaml.safe_dump({"version": "v1"}), **{p.name: render_time_slicing(p) for p in sliced}}
         values["devicePlugin"] = {"config": {"create": True, "name": DEVICE_PLUGIN_CONFIG, "default": "default",
                                              "data": data}}
-    return with_mirror(values, GPU_OPERATOR_REPOSITORIES, spec)
+    return values

@@ -9,7 +9,7 @@ import yaml
 from ...spec import ClusterSpec
 from ...spec.cluster import OPERATOR_NAMESPACES, network_operator_enabled
 from ..helm import Chart
-from ..images import KUEUE_REPOSITORIES, chart_from, with_mirror
+from ..images import KUEUE_REPOSITORIES, ChartImages, chart_from
 from ..labels import POOL_LABEL, pool_tolerations
 from ..rails import rdma_resource
 from ..objects import Manifest
@@ -25,6 +25,10 @@ FRAMEWORKS = ["batch/job", "kubeflow.org/mpijob", "kubeflow.org/pytorchjob", "tr
 def chart(spec: ClusterSpec) -> Chart:
     k = spec.kubernetes.kueue
     return chart_from(k, "oci://registry.k8s.io/kueue/charts/kueue", k.chart_version, None)
+
+
+def chart_images(spec: ClusterSpec) -> ChartImages:
+    return ChartImages(KUEUE_REPOSITORIES)
 
 
 def render_kueue_config(spec: ClusterSpec) -> dict[str, Any]:
@@ -58,10 +62,8 @@ def render_kueue_config(spec: ClusterSpec) -> dict[str, Any]:
 
 
 def render_kueue_values(spec: ClusterSpec) -> dict[str, Any]:
-    return with_mirror({"enablePrometheus": spec.kubernetes.monitoring.enabled,
-                        "managerConfig": {"controllerManagerConfigYaml": yaml.safe_dump(render_kueue_config(spec),
-                                                                                        sort_keys=False)}},
-                       KUEUE_REPOSITORIES, spec)
+    return {"enablePrometheus": spec.kubernetes.monitoring.enabled,
+            "managerConfig": {"controllerManagerConfigYaml": yaml.safe_dump(render_kueue_config(spec), sort_keys=False)}}
 
 
 def render_kueue_objects(spec: ClusterSpec) -> list[Manifest]:

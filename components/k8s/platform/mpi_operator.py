@@ -14,7 +14,6 @@ from typing import Any
 
 from ...spec import ClusterSpec
 from ...spec.cluster import OPERATOR_NAMESPACES
-from ..images import mirrored
 from ..objects import Manifest, rbac_rule
 
 NAMESPACE = OPERATOR_NAMESPACES["mpi_operator"]
@@ -33,7 +32,7 @@ def crd_source(spec: ClusterSpec) -> str:
 
 
 def image(spec: ClusterSpec) -> str:
-    return mirrored(f"{IMAGE}:{spec.kubernetes.mpi_operator.version.lstrip('v')}", spec)
+    return f"{IMAGE}:{spec.kubernetes.mpi_operator.version.lstrip('v')}"
 
 
 def _controller_rules() -> list[dict[str, Any]]:

@@ -9,8 +9,7 @@ from ...spec import ClusterSpec
 from ...spec.cluster import OPERATOR_NAMESPACES
 from ...spec.versions import StackVersions
 from ..helm import NVIDIA_REPO, Chart
-from ..images import (NETWORK_OPERATOR_REPOSITORIES, NETWORK_OPERATOR_SRIOV_IMAGES, chart_from, mirrored,
-                     with_mirror)
+from ..images import NETWORK_OPERATOR_REPOSITORIES, NETWORK_OPERATOR_SRIOV_IMAGES, ChartImages, chart_from
 from ..labels import POOL_LABEL, system_tolerations
 from ..objects import Manifest
 from ..rails import NETWORK_NAMESPACE, rail_networks, rdma_resource
@@ -27,6 +26,13 @@ def chart(spec: ClusterSpec) -> Chart:
     return chart_from(n, "network-operator", n.chart_version, NVIDIA_REPO)
 
 
+def chart_images(spec: ClusterSpec) -> ChartImages:
+    """The SR-IOV sub-chart's images are whole references, tagged with the operator's release."""
+    version = f"v{spec.kubernetes.network_operator.chart_version.lstrip('v')}"
+    return ChartImages(NETWORK_OPERATOR_REPOSITORIES, {f"sriov-network-operator.images.{k}": ref.format(v=version)
+                                                       for k, ref in NETWORK_OPERATOR_SRIOV_IMAGES.items()})
+
+
 def render_network_operator_values(spec: ClusterSpec) -> dict[str, Any]:
     n = spec.kubernetes.network_operator
     values: dict[str, Any] = {
@@ -34,15 +40,11 @@ def render_network_operator_values(spec: ClusterSpec) -> dict[str, Any]:
         "nfd": {"enabled": False, "deployNodeFeatureRules": True},
         "sriovNetworkOperator": {"enabled": n.rdma_device_plugin == "sriov"},
     }
-    if spec.kubernetes.image_registry:
-        values["sriov-network-operator"] = {"images": {
-            k: mirrored(ref.format(v=f"v{n.chart_version.lstrip('v')}"), spec)
-            for k, ref in NETWORK_OPERATOR_SRIOV_IMAGES.items()}}
-    return with_mirror(values, NETWORK_OPERATOR_REPOSITORIES, spec)
+    return values
 
 
-def _image(name: str, versions: StackVersions, spec: ClusterSpec) -> dict[str, str]:
-    return {"image": name, "repository": mirrored(IMAGE_REPOSITORY, spec), "version": versions.network_images}
+def _image(name: str, versions: StackVersions) -> dict[str, str]:
+    return {"image": name, "repository": IMAGE_REPOSITORY, "version": versions.network_images}
 
 
 def render_nic_cluster_policy(spec: ClusterSpec, versions: StackVersions) -> Manifest:
@@ -51,26 +53,26 @@ def render_nic_cluster_policy(spec: ClusterSpec, versions: StackVersions) -> Man
     link_type = "infiniband" if spec.fabric.kind == "infiniband" else "ether"
     body: dict[str, Any] = {"tolerations": system_tolerations(spec)}
     if n.ofed_driver_version:
-        body["ofedDriver"] = {"image": "doca-driver", "repository": mirrored(IMAGE_REPOSITORY, spec),
+        body["ofedDriver"] = {"image": "doca-driver", "repository": IMAGE_REPOSITORY,
                               "version": n.ofed_driver_version}
     if n.rdma_device_plugin == "shared":
         config = {"configList": [{"resourceName": n.rdma_resource_name, "rdmaHcaMax": n.rdma_hca_max,
                                   "selectors": {"vendors": [MELLANOX_VENDOR], "ifNames": interfaces,
                                                 "linkTypes": [link_type]}}]}
-        body["rdmaSharedDevicePlugin"] = {**_image("k8s-rdma-shared-dev-plugin", versions, spec),
+        body["rdmaSharedDevicePlugin"] = {**_image("k8s-rdma-shared-dev-plugin", versions),
                                           "config": json.dumps(config, sort_keys=True)}
     else:
         config = {"resourceList": [{"resourcePrefix": "nvidia.com", "resourceName": n.rdma_resource_name,
                                     "selectors": {"vendors": [MELLANOX_VENDOR], "pfNames": interfaces,
                                                   "isRdma": True}}]}
-        body["sriovDevicePlugin"] = {**_image("sriov-network-device-plugin", versions, spec),
+        body["sriovDevicePlugin"] = {**_image("sriov-network-device-plugin", versions),
                                      "config": json.dumps(config, sort_keys=True)}
     if n.rail_subnets:
-        secondary: dict[str, Any] = {"cniPlugins": _image("plugins", versions, spec), "multus": _image("multus-cni", versions, spec)}
+        secondary: dict[str, Any] = {"cniPlugins": _image("plugins", versions), "multus": _image("multus-cni", versions)}
         if spec.fabric.kind == "infiniband":
-            secondary["ipoib"] = _image("ipoib-cni", versions, spec)
+            secondary["ipoib"] = _image("ipoib-cni", versions)
         body["secondaryNetwork"] = secondary
-        body["nvIpam"] = {**_image("nvidia-k8s-ipam", versions, spec), "enableWebhook": False}
+        body["nvIpam"] = {**_image("nvidia-k8s-ipam", versions), "enableWebhook": False}
     return Manifest("nic-policy", {"apiVersion": API, "kind": "NicClusterPolicy",
                                    "metadata": {"name": POLICY_NAME}, "spec": body})
 

@@ -7,7 +7,7 @@ from typing import Any
 from ...spec import ClusterSpec
 from ...spec.cluster import OPERATOR_NAMESPACES
 from ..helm import Chart
-from ..images import NFD_REPOSITORIES, chart_from, with_mirror
+from ..images import NFD_REPOSITORIES, ChartImages, chart_from
 from ..labels import system_tolerations
 
 NAMESPACE = OPERATOR_NAMESPACES["nfd"]
@@ -18,14 +18,18 @@ def chart(spec: ClusterSpec) -> Chart:
     return chart_from(n, "oci://registry.k8s.io/nfd/charts/node-feature-discovery", n.chart_version, None)
 
 
+def chart_images(spec: ClusterSpec) -> ChartImages:
+    return ChartImages(NFD_REPOSITORIES)
+
+
 def render_nfd_values(spec: ClusterSpec) -> dict[str, Any]:
     # The operators select nodes by feature.node.kubernetes.io/pci-<vendor>.present: label PCI devices by
     # vendor for network (02xx) and display (03xx) classes, as the GPU Operator's bundled NFD does.
-    return with_mirror({
+    return {
         "worker": {
             "config": {"sources": {"pci": {"deviceClassWhitelist": ["02", "0200", "0207", "0300", "0302"],
                                            "deviceLabelFields": ["vendor"]}}},
             "tolerations": system_tolerations(spec),
         },
         "prometheus": {"enable": spec.kubernetes.monitoring.enabled},
-    }, NFD_REPOSITORIES, spec)
+    }

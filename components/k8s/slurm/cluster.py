@@ -30,7 +30,7 @@ from ...spec.slurm import (DEFAULT_QOS, SLINKY_KNOWN, SLINKY_NAMESPACE, director
 from ...spec.topology import network_places
 from ...types import token
 from ..helm import Chart, release
-from ..images import chart_from, mirrored
+from ..images import chart_from, through_mirror
 from ..labels import POOL_LABEL, pool_tolerations
 from ..rails import pod_networks, rdma_resource
 from ..objects import Manifest, register
@@ -84,7 +84,7 @@ def slurm_tag(spec: ClusterSpec) -> str:
 
 
 def log_tailer(spec: ClusterSpec) -> dict[str, str]:
-    return {"repository": mirrored(LOG_TAILER[0], spec), "tag": LOG_TAILER[1]}
+    return {"repository": LOG_TAILER[0], "tag": LOG_TAILER[1]}
 
 
 def node_name(hostname: str) -> str:
@@ -293,7 +293,7 @@ def render_nodeset(spec: ClusterSpec, pool: NodePool) -> dict[str, Any]:
         "scalingMode": "DaemonSet",
         "replicas": len(pool.hosts),
         "logfile": {"image": log_tailer(spec)},
-        "slurmd": {"image": {"repository": mirrored(f"{IMAGES}/slurmd", spec), "tag": slurm_tag(spec)},
+        "slurmd": {"image": {"repository": f"{IMAGES}/slurmd", "tag": slurm_tag(spec)},
                    "env": env, "resources": {"limits": limits},
                    "volumeMounts": [{"name": SHM_VOLUME, "mountPath": "/dev/shm"}]},
         "extraConfMap": {"Gres": f"gpu:{gres_type(pool)}:{pool.gpu.count}", "Features": gres_type(pool)},
@@ -388,7 +388,7 @@ def render_loginset(spec: ClusterSpec, credentials: Any = None) -> dict[str, Any
         "enabled": True,
         "replicas": login.replicas,
         "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
-        "login": {"image": {"repository": mirrored(f"{IMAGES}/login", spec), "tag": slurm_tag(spec)},
+        "login": {"image": {"repository": f"{IMAGES}/login", "tag": slurm_tag(spec)},
                   "resources": {"requests": {"cpu": "1", "memory": "2Gi"}},
                   "volumeMounts": mounts},
         "initconf": {"image": log_tailer(spec)},
@@ -403,7 +403,7 @@ def render_slurm_values(spec: ClusterSpec, credentials: Any = None) -> dict[str,
     """The slurm chart's values: the chart's example NodeSet, partition and login set are turned off, so only
     the spec's pools are Slurm nodes, and the spec's login set alone is added."""
     tag, a, m = slurm_tag(spec), spec.kubernetes.slurm.accounting, spec.kubernetes.monitoring
-    image = lambda name: {"repository": mirrored(f"{IMAGES}/{name}", spec), "tag": tag}  # noqa: E731
+    image = lambda name: {"repository": f"{IMAGES}/{name}", "tag": tag}  # noqa: E731
     return {
         "clusterName": spec.name,
         "configFiles": {"gres.conf": render_gres_conf(spec), "cgroup.conf": render_cgroup_conf(),
@@ -591,7 +591,7 @@ def render_mariadb(spec: ClusterSpec) -> list[Manifest]:
              **({"storageClassName": a.storage_class} if a.storage_class else {})}
     password = {"secretKeyRef": {"name": DATABASE_SECRET, "key": "password"}}
     container = {
-        "name": "mariadb", "image": mirrored(a.mariadb_image, spec), "args": MARIADB_ARGS,
+        "name": "mariadb", "image": a.mariadb_image, "args": MARIADB_ARGS,
         "env": [{"name": "MARIADB_DATABASE", "value": a.database_name},
                 {"name": "MARIADB_USER", "value": a.database_user},
                 {"name": "MARIADB_PASSWORD", "valueFrom": password},
@@ -696,7 +696,7 @@ def render_user_sync(spec: ClusterSpec) -> list[Manifest]:
                                                 "items": [{"key": "sssd.conf", "path": "sssd.conf"}]}},
                *directory_volumes]
     pod = {"restartPolicy": "OnFailure", "affinity": _off_gpu_pools(), "containers": [{
-        "name": "sync", "image": mirrored(f"{IMAGES}/login", spec) + f":{slurm_tag(spec)}",
+        "name": "sync", "image": f"{IMAGES}/login:{slurm_tag(spec)}",
         "command": ["/bin/bash", f"{ACCOUNTS_DIR}/sync.sh"], "volumeMounts": mounts,
         "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}}}], "volumes": volumes}
     meta = {"namespace": s.namespace, "labels": {"app.kubernetes.io/name": USER_SYNC}}
@@ -719,7 +719,7 @@ def render_accounts_job(spec: ClusterSpec) -> list[Manifest]:
     digest = _digest(files)
     etc = _etc_slurm()
     pod = {"restartPolicy": "OnFailure", "containers": [{
-        "name": "sacctmgr", "image": mirrored(f"{IMAGES}/slurmctld", spec) + f":{slurm_tag(spec)}",
+        "name": "sacctmgr", "image": f"{IMAGES}/slurmctld:{slurm_tag(spec)}",
         "command": ["/bin/bash", f"{ACCOUNTS_DIR}/accounts.sh"],
         "volumeMounts": [{"name": "etc-slurm", "mountPath": "/etc/slurm", "readOnly": True},
                          {"name": "accounts", "mountPath": ACCOUNTS_DIR, "readOnly": True}]}],
@@ -738,7 +738,7 @@ def render_operator_values(spec: ClusterSpec) -> dict[str, Any]:
     values: dict[str, Any] = {"crds": {"enabled": True}, "certManager": {"enabled": False}}
     for path, repository in OPERATOR_REPOSITORIES.items():
         part, _, key = path.partition(".")
-        values.setdefault(part, {})[key] = {"repository": mirrored(repository, spec)}
+        values.setdefault(part, {})[key] = {"repository": repository}
     return values
 
 
@@ -782,8 +782,10 @@ def compose(cluster: Any, name: str, spec: ClusterSpec, directory_password: pulu
                          "the login nodes' sssd binds with: give it (the program's secret slurmDirectoryPassword: "
                          "`pulumi config set --secret slurmDirectoryPassword`), or remove bind_dn for anonymous "
                          "lookups")
-    ns = {m.obj["metadata"]["name"]: register(f"{name}-{m.role}", m.obj, pulumi.ResourceOptions(parent=cluster))
-          for m in render_namespaces(spec)}
+    def put(m: Manifest, opts: pulumi.ResourceOptions) -> pulumi.Resource:
+        return register(f"{name}-{m.role}", through_mirror(m.obj, spec), opts)
+
+    ns = {m.obj["metadata"]["name"]: put(m, pulumi.ResourceOptions(parent=cluster)) for m in render_namespaces(spec)}
     inputs: list[pulumi.Resource] = []           # what the Slurm cluster's pods read at start
     if not s.accounting.database_host:
         password = random.RandomPassword(f"{name}-database-password", length=32, special=False,
@@ -791,8 +793,8 @@ def compose(cluster: Any, name: str, spec: ClusterSpec, directory_password: pulu
         secret = k8s.core.v1.Secret(f"{name}-database-secret", metadata={
             "name": DATABASE_SECRET, "namespace": s.namespace}, string_data={"password": password.result},
             opts=pulumi.ResourceOptions(parent=cluster, depends_on=[ns[s.namespace]]))
-        inputs = [secret, *(register(f"{name}-{m.role}", m.obj, pulumi.ResourceOptions(
-            parent=cluster, depends_on=[secret])) for m in render_mariadb(spec))]
+        inputs = [secret, *(put(m, pulumi.ResourceOptions(parent=cluster, depends_on=[secret]))
+                            for m in render_mariadb(spec))]
     credentials = None
     if s.secret_settings:
         bind = pulumi.Output.secret(directory_password)
@@ -805,16 +807,16 @@ def compose(cluster: Any, name: str, spec: ClusterSpec, directory_password: pulu
         credentials = pulumi.Output.unsecret(bind.apply(lambda p: credentials_digest(spec, p)))
     operator_chart, slurm_chart = charts(spec)
     operator = release(f"{name}-operator", OPERATOR_RELEASE, operator_chart, SLINKY_NAMESPACE,
-                       render_operator_values(spec),
+                       through_mirror(render_operator_values(spec), spec),
                        pulumi.ResourceOptions(parent=cluster, depends_on=[ns[SLINKY_NAMESPACE]]))
     # The NodeSets and Controller are the operator's custom resources: its CRDs and webhook come first.
     cluster_release = release(f"{name}-cluster", RELEASE, slurm_chart, s.namespace,
-                              render_slurm_values(spec, credentials),
+                              through_mirror(render_slurm_values(spec, credentials), spec),
                               pulumi.ResourceOptions(parent=cluster,
                                                      depends_on=[ns[s.namespace], operator, *inputs]))
     # slurmctld registers the cluster with slurmdbd once both run; the Job waits for it, and Pulumi for the Job.
     for m in render_accounts_job(spec) + (render_user_sync(spec) if s.login else []):
-        register(f"{name}-{m.role}", m.obj, pulumi.ResourceOptions(parent=cluster, depends_on=[cluster_release]))
+        put(m, pulumi.ResourceOptions(parent=cluster, depends_on=[cluster_release]))
     cluster.partitions = {p.name: p.name for p in slurm_pools(spec)}
     cluster.default_partition = s.default or ""
     cluster.register_outputs({**intent(spec), "partitions": cluster.partitions,

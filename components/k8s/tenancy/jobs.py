@@ -18,7 +18,7 @@ from ..labels import POOL_LABEL
 from ..quantities import binary
 from ..rails import pod_networks, rdma_resource
 from .tenant import LOCAL_QUEUE
-from ..images import mirrored
+from ..images import through_mirror
 from ..mpijob import mpijob
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
@@ -182,12 +182,12 @@ def render_example_jobs(spec: ClusterSpec) -> dict[str, dict[str, Any]]:
                 pods, per_pod = min(2, quota.nominal) or 1, 1
             out[f"{tenant.name}-{pool.name}"] = render_job(spec, tenant, pool, name=f"train-{pool.name}", pods=pods,
                                                            gpus_per_pod=per_pod, topology=leaf, required=False,
-                                                           image=mirrored(EXAMPLE_IMAGE, spec))
+                                                           image=EXAMPLE_IMAGE)
             if pods >= 2 and not pool.sharing.time_slicing_replicas and not pool.sharing.mig_config:
                 out[f"{tenant.name}-{pool.name}-mpi"] = render_mpijob(
                     spec, tenant, pool, name=f"mpi-{pool.name}", workers=pods, gpus_per_worker=per_pod,
-                    topology=leaf, required=False, image=mirrored(EXAMPLE_MPI_IMAGE, spec))
-    return out
+                    topology=leaf, required=False, image=EXAMPLE_MPI_IMAGE)
+    return through_mirror(out, spec)
 
 
 def render_example_batch_jobs(spec: ClusterSpec) -> dict[str, str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from components.k8s.images import (GPU_OPERATOR_REPOSITORIES, KUEUE_REPOSITORIES
                                    NETWORK_OPERATOR_SRIOV_IMAGES, NFD_REPOSITORIES, chart_from, mirrored)
 from components.offline.plan import build_plan, write_plan
 from components.offline.runner import run_program
+from tests.components.k8s.slurm_specs import with_slurm_pool
 from tests.conftest import ROOT, problems_of
 
 REGISTRY = "registry.prod.example.internal/mirror/"
@@ -60,16 +62,68 @@ def test_every_url_in_the_prod_plan_is_a_mirror(prod_plan):
     assert hosts and hosts <= MIRROR_HOSTS, hosts - MIRROR_HOSTS
 
 
-def test_every_image_in_the_prod_plan_comes_through_the_registry_mirror(prod_plan):
+def plan_images(plan: Path) -> list[tuple[str, str]]:
+    """(file, image) for every image every YAML document of a plan names."""
     seen = []
-    for path in sorted(prod_plan.rglob("*.yaml")):
+    for path in sorted(plan.rglob("*.yaml")):
         for doc in yaml.safe_load_all(path.read_text()):
             for image in images(doc or {}):
-                seen.append((str(path.relative_to(prod_plan)), image))
+                seen.append((str(path.relative_to(plan)), image))
+    return seen
+
+
+def test_every_image_in_the_prod_plan_comes_through_the_registry_mirror(prod_plan):
+    seen = plan_images(prod_plan)
     outside = [(p, i) for p, i in seen if not i.startswith(REGISTRY) and i != SITE_FIO]
     assert len(seen) > 20 and outside == []
     kinds = {p.split("/")[0] for p, _ in seen}
     assert {"helm", "manifests", "validation", "checks", "jobs"} <= kinds
+
+
+LAB_MIRROR = "registry.lab.example.internal/mirror"
+
+
+def _slurm_dev(data: dict) -> None:
+    with_slurm_pool(data)
+    data["kubernetes"]["mpi_operator"] = {"enabled": True}
+
+
+def _sriov_staging(data: dict) -> None:
+    data["kubernetes"].update(keep_source_registry=False)
+    data["kubernetes"]["network_operator"]["rdma_device_plugin"] = "sriov"
+
+
+@pytest.mark.parametrize("stack, edit", [("dev", _slurm_dev), ("staging", _sriov_staging)],
+                         ids=["dev-with-slurm-and-mpi", "staging-with-sriov-flat"])
+def test_no_image_in_any_plan_escapes_the_mirror(tmp_path, stack, edit):
+    """The mirror is one pass over what a stack registers and writes, so an image a renderer adds is pulled
+    through it without the renderer knowing: every stack's plan, Slurm's charts and the SR-IOV sub-chart too."""
+    data = yaml.safe_load((ROOT / "stacks" / f"{stack}.yaml").read_text())
+    data["kubernetes"]["image_registry"] = LAB_MIRROR
+    edit(data)
+    spec_file = tmp_path / f"{stack}.yaml"
+    spec_file.write_text(yaml.safe_dump(data, sort_keys=False))
+    plan = tmp_path / "plan"
+    write_plan(build_plan(run_program(ROOT, stack, spec_file=spec_file)), plan)
+    seen = plan_images(plan)
+    outside = [(p, i) for p, i in seen if not i.startswith(f"{LAB_MIRROR}/")]
+    assert len(seen) > 20 and outside == []
+    assert {"helm", "manifests", "validation", "checks", "jobs"} <= {p.split("/")[0] for p, _ in seen}
+
+
+# Where a stack registers or writes out what it rendered: the only modules that apply the mirror.
+MIRROR_BOUNDARIES = {"k8s/images.py", "k8s/gpu_stack.py", "k8s/slurm/cluster.py", "k8s/tenancy/jobs.py",
+                     "fabric/fabric.py", "validation/suite.py"}
+
+
+def test_renderers_name_images_as_published_and_leave_the_mirror_to_where_the_stack_registers_them():
+    applying = set()
+    for path in sorted((ROOT / "components").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").endswith("images") and \
+                    {a.name for a in node.names} & {"mirrored", "through_mirror"}:
+                applying.add(str(path.relative_to(ROOT / "components")))
+    assert applying <= MIRROR_BOUNDARIES, applying - MIRROR_BOUNDARIES
 
 
 @pytest.mark.skipif(not VALUES.exists(), reason="../shared/schemas/helm-values is not here")

@@ -12,6 +12,7 @@ from pathlib import Path
 import kubernetes_validate
 import pytest
 
+from components.k8s.images import through_mirror
 from components.k8s.health.detector import (BLIND_CHECK, BLIND_CONDITION, BURN_IN_CHECK, BURN_IN_MONITOR, CONDITION, MONITOR,
                                    RESET_CONDITION, PORT_CHECK, PORT_MONITOR, PORTS_CONFIG, PORTS_FILE, burn_in_check, burn_in_monitor_config, expected_ports, monitor_config,
                                    port_check, port_monitor_config, render_gpu_health)
@@ -105,8 +106,8 @@ def test_the_detector_runs_on_every_gpu_node_whatever_it_is_tainted_with(dev):
 
 def test_an_air_gapped_stack_pulls_the_detector_through_its_mirror():
     prod = load_stack("prod")
-    [container] = {m.role: m.obj for m in render_gpu_health(prod)}["gpu-health"]["spec"]["template"]["spec"][
-        "containers"]
+    [container] = through_mirror({m.role: m.obj for m in render_gpu_health(prod)}["gpu-health"], prod)["spec"][
+        "template"]["spec"]["containers"]
     assert container["image"] == (f"{prod.kubernetes.image_registry}/registry.k8s.io/node-problem-detector/"
                                   "node-problem-detector:v1.34.0")
 

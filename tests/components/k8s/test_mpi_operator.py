@@ -6,6 +6,7 @@ from __future__ import annotations
 import kubernetes_validate
 import pytest
 
+from components.k8s.images import through_mirror
 from components.k8s.platform import kueue, mpi_operator
 from components.k8s.gpu_stack import GpuKubernetesStack
 from tests.conftest import problems_of
@@ -23,6 +24,8 @@ def test_the_controller_image_follows_the_version_and_the_mirror(make_spec):
     spec = make_spec(lambda d: d["kubernetes"].update(image_registry="registry.example.internal/mirror"))
     [deployment] = [m.obj for m in mpi_operator.render_mpi_operator(spec) if m.obj["kind"] == "Deployment"]
     [container] = deployment["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == "docker.io/mpioperator/mpi-operator:0.8.2"   # as published; the stack mirrors it
+    [container] = through_mirror(deployment, spec)["spec"]["template"]["spec"]["containers"]
     assert container["image"] == "registry.example.internal/mirror/docker.io/mpioperator/mpi-operator:0.8.2"
     assert "--lock-namespace=mpi-operator" in container["args"]
 

@@ -12,6 +12,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from components.k8s.images import through_mirror
 from components.k8s.platform import gpu_operator, network_operator, nfd
 from components.k8s.health import detector as health, nvml as health_nvml, quarantine
 from components.k8s.gpu_stack import GpuKubernetesStack, render_namespaces
@@ -250,7 +251,7 @@ def test_the_breaker_is_restricted_off_gpu_nodes_and_may_only_read_and_label_nod
 def test_the_breaker_image_goes_through_the_mirror(make_spec):
     spec = make_spec(lambda d: (d["kubernetes"].update(image_registry="mirror.example.internal/k8s"),
                                 d["kubernetes"].setdefault("health", {}).update(quarantine={"mode": "enforce"})))
-    (dep,) = [m.obj for m in quarantine.render_breaker(spec) if m.obj["kind"] == "Deployment"]
+    (dep,) = [through_mirror(m.obj, spec) for m in quarantine.render_breaker(spec) if m.obj["kind"] == "Deployment"]
     assert dep["spec"]["template"]["spec"]["containers"][0]["image"] == \
         "mirror.example.internal/k8s/registry.k8s.io/kubectl:v1.33.5"
 

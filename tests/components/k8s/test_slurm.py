@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from components.k8s.images import through_mirror
 from components.k8s.platform import kueue, monitoring
 from components.k8s.slurm import cluster as slurm
 from components.k8s.gpu_stack import GpuKubernetesStack
@@ -53,11 +54,11 @@ def test_the_images_are_the_charts_own_and_follow_the_mirror(spec, make_spec):
         d["kubernetes"]["image_registry"] = "registry.site.example/mirror"
 
     mirror_spec = make_spec(mirrored)           # the fixture's data, the Slurm pool already in it
-    values = slurm.render_slurm_values(mirror_spec)
+    values = through_mirror(slurm.render_slurm_values(mirror_spec), mirror_spec)
     images = [values["controller"]["slurmctld"]["image"], values["controller"]["logfile"]["image"],
               values["restapi"]["slurmrestd"]["image"], values["nodesets"][SLURM_POOL]["slurmd"]["image"]]
     assert all(i["repository"].startswith("registry.site.example/mirror/") for i in images), images
-    operator = slurm.render_operator_values(mirror_spec)
+    operator = through_mirror(slurm.render_operator_values(mirror_spec), mirror_spec)
     assert operator["operator"]["image"]["repository"] == \
         "registry.site.example/mirror/ghcr.io/slinkyproject/slurm-operator"
 
