@@ -217,7 +217,8 @@ def in_sequence(*phases: dict) -> dict:
     """Phases one after another (the platform stack, then the shards'), as one."""
     return {"wall_s": round(sum(p["wall_s"] for p in phases), 1), "cpu_s": round(sum(p["cpu_s"] for p in phases), 1),
             "peak_mib": max(p["peak_mib"] for p in phases),
-            "written_mib": round(sum(p["written_mib"] for p in phases), 1)}
+            "written_mib": round(sum(p["written_mib"] for p in phases), 1),
+            "phases_s": [p["wall_s"] for p in phases]}
 
 
 def run_size(nodes: int, work: Path, scale: float, parallel: int, skip_checkpoints: bool, shards: int = 0,

@@ -147,7 +147,7 @@ def compose(stack: Any, name: str, spec: ClusterSpec, *,
     stack.flavors = {p.name: p.name for p in spec.kueue_pools}
     if spec.kubernetes.mpi_operator.enabled:
         # The CRD from the pinned release (upstream ships no chart); the controller starts once it exists.
-        crd = k8s.yaml.v2.ConfigFile(f"{name}-mpijob-crd", file=mpi_operator.crd_source(spec),
+        crd = k8s.yaml.v2.ConfigFile(f"{name}-mpijob-crd", file=mpi_operator.crd_source(spec.kubernetes.mpi_operator),
                                      opts=pulumi.ResourceOptions(parent=stack))
         for m in mpi_operator.render_mpi_operator(spec):
             put(m, after(namespaces[mpi_operator.NAMESPACE], crd))
@@ -155,7 +155,7 @@ def compose(stack: Any, name: str, spec: ClusterSpec, *,
         for m in [*health.render_gpu_health(spec), *health_nvml.render_gpu_nvml(spec)]:
             put(m, pulumi.ResourceOptions(parent=stack))
     if quarantine.enabled(spec):
-        crd = k8s.yaml.v2.ConfigFile(f"{name}-nodereadinessrule-crd", file=quarantine.crd_source(spec),
+        crd = k8s.yaml.v2.ConfigFile(f"{name}-nodereadinessrule-crd", file=quarantine.crd_source(spec.kubernetes.health.quarantine),
                                      opts=pulumi.ResourceOptions(parent=stack))
         for m in [*quarantine.render_controller(spec), *quarantine.render_breaker(spec)]:
             put(m, after(namespaces[quarantine.NAMESPACE]))

@@ -233,7 +233,7 @@ def _slurm_summary(spec: ClusterSpec) -> list[str]:
         return []
     parts = [f"{p.name}{' (default)' if p.name == s.default else ''}: {len(p.hosts)} nodes, {p.gpus} GPUs"
              for p in slurm_pools(spec)]
-    return ["", f"Slurm (Slinky {s.version}, Slurm {slurm_release(spec)}) in namespace {s.namespace}, "
+    return ["", f"Slurm (Slinky {s.version}, Slurm {slurm_release(s)}) in namespace {s.namespace}, "
                 f"scheduling these pools instead of Kueue: {'; '.join(parts)}"]
 
 

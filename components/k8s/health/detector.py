@@ -30,6 +30,7 @@ from ...records import (CHECK_RECORD, FAULT_RECORD, MAINTENANCE, MAINTENANCE_MAX
                         PUT_RECORD, RESULT, STATE_DIR, VERDICT_FILE, rdma_ports)
 from ...spec import ClusterSpec
 from ...spec.hardware import XID_LINE, xid_pattern
+from ...spec.kubernetes import HealthSettings
 from ...spec.xids import XidAction
 from ..labels import POOL_LABEL, TOLERATE_EVERY_TAINT
 from ..objects import Manifest
@@ -333,8 +334,8 @@ def port_monitor_config() -> dict[str, Any]:
         "FabricPortDownOrFlapping", PORT_CHECK, [STATE_DIR, SYSFS_RDMA, f"{PORTS_DIR}/{PORTS_FILE}"])])
 
 
-def image(spec: ClusterSpec) -> str:
-    return f"{IMAGE}:{spec.kubernetes.health.npd_version}"
+def image(health: HealthSettings) -> str:
+    return f"{IMAGE}:{health.npd_version}"
 
 
 def detector(spec: ClusterSpec, role: str, name: str, container: dict[str, Any], volumes: list[dict[str, Any]],
@@ -368,7 +369,7 @@ def detector_container(spec: ClusterSpec, flags: list[str], mounts: list[dict[st
     """node-problem-detector's container: privileged (it reads /dev/kmsg and writes the host's state, as
     upstream's deployment runs it), the node's name in NODE_NAME, the config at /config."""
     return {
-        "name": "node-problem-detector", "image": image(spec),
+        "name": "node-problem-detector", "image": image(spec.kubernetes.health),
         "command": ["/node-problem-detector", "--logtostderr", *flags],
         "env": [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
         # No requests (nor limits, which would set them): a GPU job may take a node's whole allocatable, and a

@@ -43,6 +43,7 @@ from typing import Any
 from ...bash import fill
 from ...spec import ClusterSpec
 from ...spec.cluster import OPERATOR_NAMESPACES
+from ...spec.kubernetes import QuarantineSettings
 from . import nvml as health_nvml
 from .detector import QUARANTINE_CONDITIONS, RESET_CONDITION
 from ..labels import POOL_LABEL, QUARANTINE_TAINT, RESET_TAINT, TOLERATE_EVERY_TAINT
@@ -67,9 +68,8 @@ def enabled(spec: ClusterSpec) -> bool:
     return spec.quarantines
 
 
-def crd_source(spec: ClusterSpec) -> str:
+def crd_source(q: QuarantineSettings) -> str:
     """Where the NodeReadinessRule CRD comes from: the project file, the site's URL, or the pinned release."""
-    q = spec.kubernetes.health.quarantine
     return q.crd_path or q.crd_url or \
         f"https://github.com/kubernetes-sigs/node-readiness-controller/releases/download/{q.version}/crds.yaml"
 
@@ -80,8 +80,8 @@ def conditions(spec: ClusterSpec) -> tuple[str, ...]:
     return QUARANTINE_CONDITIONS + health_nvml.quarantine_conditions(spec)
 
 
-def image(spec: ClusterSpec) -> str:
-    return f"{IMAGE}:{spec.kubernetes.health.quarantine.version}"
+def image(q: QuarantineSettings) -> str:
+    return f"{IMAGE}:{q.version}"
 
 
 def breaker_enabled(spec: ClusterSpec) -> bool:
@@ -155,7 +155,7 @@ def render_controller(spec: ClusterSpec) -> list[Manifest]:
     probe = lambda path, delay, period: {"httpGet": {"path": path, "port": 8081},  # noqa: E731
                                          "initialDelaySeconds": delay, "periodSeconds": period}
     container = {
-        "name": "manager", "image": image(spec), "command": ["/manager"],
+        "name": "manager", "image": image(spec.kubernetes.health.quarantine), "command": ["/manager"],
         "args": ["--leader-elect", "--health-probe-bind-address=:8081"],
         "ports": [{"containerPort": 8081, "name": "http"}],
         "securityContext": {"readOnlyRootFilesystem": True, "allowPrivilegeEscalation": False,

@@ -14,6 +14,7 @@ from typing import Any
 
 from ...spec import ClusterSpec
 from ...spec.cluster import OPERATOR_NAMESPACES
+from ...spec.kubernetes import MpiOperatorSettings
 from ..objects import Manifest, rbac_rule
 
 NAMESPACE = OPERATOR_NAMESPACES["mpi_operator"]
@@ -24,15 +25,14 @@ _LABELS = {"app.kubernetes.io/name": NAME, "app.kubernetes.io/managed-by": "pulu
 _MPIJOBS = ["mpijobs", "mpijobs/status"]
 
 
-def crd_source(spec: ClusterSpec) -> str:
+def crd_source(m: MpiOperatorSettings) -> str:
     """Where the MPIJob CRD comes from: the project file, the site's URL, or the pinned release upstream."""
-    m = spec.kubernetes.mpi_operator
     return m.crd_path or m.crd_url or \
         f"https://raw.githubusercontent.com/kubeflow/mpi-operator/{m.version}/manifests/base/{CRD}"
 
 
-def image(spec: ClusterSpec) -> str:
-    return f"{IMAGE}:{spec.kubernetes.mpi_operator.version.lstrip('v')}"
+def image(m: MpiOperatorSettings) -> str:
+    return f"{IMAGE}:{m.version.lstrip('v')}"
 
 
 def _controller_rules() -> list[dict[str, Any]]:
@@ -63,7 +63,7 @@ def render_mpi_operator(spec: ClusterSpec) -> list[Manifest]:
     aggregate = {"rbac.authorization.k8s.io/aggregate-to-admin": "true",
                  "rbac.authorization.k8s.io/aggregate-to-edit": "true"}
     container = {
-        "name": NAME, "image": image(spec),
+        "name": NAME, "image": image(spec.kubernetes.mpi_operator),
         "args": ["-alsologtostderr", f"--lock-namespace={NAMESPACE}", "--kube-api-qps=50", "--kube-api-burst=100"],
         "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}},
         # distroless image, run as its nonroot user so the namespace can enforce the restricted profile

@@ -25,7 +25,7 @@ from ...fabric.nccl import nccl_envs, pod_env
 from ...spec import ClusterSpec, NodePool
 from ...spec.cluster import network_operator_enabled
 from ...spec.kubernetes import ChartSource
-from ...spec.slurm import (DEFAULT_QOS, SLINKY_KNOWN, SLINKY_NAMESPACE, directory_groups,
+from ...spec.slurm import (DEFAULT_QOS, SLINKY_KNOWN, SLINKY_NAMESPACE, SlurmSettings, directory_groups,
                           directory_password_problem, tenant_directory_groups)
 from ...spec.topology import network_places
 from ...types import token
@@ -65,25 +65,24 @@ BIND_ANNOTATION = "gpucluster.io/directory-credentials"
 LOGIN_SSHD = "PermitRootLogin no"      # after the operator's sshd_config: a login is a tenant member's own
 
 
-def charts(spec: ClusterSpec) -> tuple[Chart, Chart]:
+def charts(s: SlurmSettings) -> tuple[Chart, Chart]:
     """The operator's chart (its CRDs as a dependency) and the Slurm cluster's, from one Slinky release."""
-    s = spec.kubernetes.slurm
     source = ChartSource(chart_repository=s.chart_repository)
     return (chart_from(source, f"{CHARTS}/slurm-operator", s.version, None),
             chart_from(source, f"{CHARTS}/slurm", s.version, None))
 
 
-def slurm_release(spec: ClusterSpec) -> str:
+def slurm_release(s: SlurmSettings) -> str:
     """The Slurm release the Slinky release runs (an allowed unknown one: the newest known's)."""
-    return SLINKY_KNOWN.get(spec.kubernetes.slurm.version, list(SLINKY_KNOWN.values())[-1])
+    return SLINKY_KNOWN.get(s.version, list(SLINKY_KNOWN.values())[-1])
 
 
 def slurm_tag(spec: ClusterSpec) -> str:
     """The Slurm images' tag the pinned chart defaults to (helm/slurm/values.yaml): <Slurm release>-ubuntu24.04."""
-    return f"{slurm_release(spec)}-ubuntu24.04"
+    return f"{slurm_release(spec.kubernetes.slurm)}-ubuntu24.04"
 
 
-def log_tailer(spec: ClusterSpec) -> dict[str, str]:
+def log_tailer() -> dict[str, str]:
     return {"repository": LOG_TAILER[0], "tag": LOG_TAILER[1]}
 
 
@@ -273,8 +272,7 @@ def render_job_submit(spec: ClusterSpec) -> str:
     return _JOB_SUBMIT.replace("@MODELS@", models).replace("@DEFAULT@", spec.kubernetes.slurm.default or "")
 
 
-def partition_config(spec: ClusterSpec, pool: NodePool) -> dict[str, str]:
-    s = spec.kubernetes.slurm
+def partition_config(s: SlurmSettings, pool: NodePool) -> dict[str, str]:
     return {"State": "UP", "Default": "YES" if pool.name == s.default else "NO",
             "MaxTime": _days(s.partition_max_time_h) if s.partition_max_time_h else "UNLIMITED"}
 
@@ -292,12 +290,12 @@ def render_nodeset(spec: ClusterSpec, pool: NodePool) -> dict[str, Any]:
         "enabled": True,
         "scalingMode": "DaemonSet",
         "replicas": len(pool.hosts),
-        "logfile": {"image": log_tailer(spec)},
+        "logfile": {"image": log_tailer()},
         "slurmd": {"image": {"repository": f"{IMAGES}/slurmd", "tag": slurm_tag(spec)},
                    "env": env, "resources": {"limits": limits},
                    "volumeMounts": [{"name": SHM_VOLUME, "mountPath": "/dev/shm"}]},
         "extraConfMap": {"Gres": f"gpu:{gres_type(pool)}:{pool.gpu.count}", "Features": gres_type(pool)},
-        "partition": {"enabled": True, "configMap": partition_config(spec, pool)},
+        "partition": {"enabled": True, "configMap": partition_config(spec.kubernetes.slurm, pool)},
         # A NodeSet of its own has none of the chart's example NodeSet's defaults: each is stated. Changes reach
         # the pool's slurmd pods a rollout batch at a time (rollout.max_unavailable, counted in hosts), and
         # Slinky's protection keeps a pod whose node runs a job from being evicted until the job ends.
@@ -391,7 +389,7 @@ def render_loginset(spec: ClusterSpec, credentials: Any = None) -> dict[str, Any
         "login": {"image": {"repository": f"{IMAGES}/login", "tag": slurm_tag(spec)},
                   "resources": {"requests": {"cpu": "1", "memory": "2Gi"}},
                   "volumeMounts": mounts},
-        "initconf": {"image": log_tailer(spec)},
+        "initconf": {"image": log_tailer()},
         "extraSshdConfig": LOGIN_SSHD,
         "metadata": {"annotations": {BIND_ANNOTATION: credentials}} if credentials is not None else {},
         "podSpec": {"affinity": _off_gpu_pools(), "volumes": volumes},
@@ -409,7 +407,7 @@ def render_slurm_values(spec: ClusterSpec, credentials: Any = None) -> dict[str,
         "configFiles": {"gres.conf": render_gres_conf(spec), "cgroup.conf": render_cgroup_conf(),
                         "topology.conf": render_topology_conf(spec), "job_submit.lua": render_job_submit(spec)},
         "controller": {"slurmctld": {"image": image("slurmctld")}, "reconfigure": {"image": image("slurmctld")},
-                       "logfile": {"image": log_tailer(spec)},
+                       "logfile": {"image": log_tailer()},
                        "extraConf": render_extra_conf(spec),
                        # slurmctld's own OpenMetrics (Slurm 25.11: MetricsType=metrics/openmetrics, which the
                        # operator writes), scraped through the ServiceMonitor it makes: drained nodes alert
@@ -579,11 +577,10 @@ MARIADB_ARGS = ["--innodb-buffer-pool-size=4096M", "--innodb-lock-wait-timeout=9
                 "--max-allowed-packet=256M", "--binlog-format=row", "--innodb-autoinc-lock-mode=2"]
 
 
-def render_mariadb(spec: ClusterSpec) -> list[Manifest]:
+def render_mariadb(s: SlurmSettings) -> list[Manifest]:
     """The in-cluster database: one MariaDB on a volume of its own, reached by slurmdbd alone. Its password is
     the Secret the component makes from a generated Pulumi secret; the image creates the database and user on
     its first start (MARIADB_DATABASE, MARIADB_USER, MARIADB_PASSWORD) and never again."""
-    s = spec.kubernetes.slurm
     a = s.accounting
     labels = {"app.kubernetes.io/name": MARIADB, "app.kubernetes.io/part-of": "slurm"}
     claim = {"accessModes": ["ReadWriteOnce"],
@@ -794,7 +791,7 @@ def compose(cluster: Any, name: str, spec: ClusterSpec, directory_password: pulu
             "name": DATABASE_SECRET, "namespace": s.namespace}, string_data={"password": password.result},
             opts=pulumi.ResourceOptions(parent=cluster, depends_on=[ns[s.namespace]]))
         inputs = [secret, *(put(m, pulumi.ResourceOptions(parent=cluster, depends_on=[secret]))
-                            for m in render_mariadb(spec))]
+                            for m in render_mariadb(s))]
     credentials = None
     if s.secret_settings:
         bind = pulumi.Output.secret(directory_password)
@@ -805,7 +802,7 @@ def compose(cluster: Any, name: str, spec: ClusterSpec, directory_password: pulu
         # Not a secret: a secret anywhere in the values would hide all of them in the plan, and the digest is
         # salted and slow to search.
         credentials = pulumi.Output.unsecret(bind.apply(lambda p: credentials_digest(spec, p)))
-    operator_chart, slurm_chart = charts(spec)
+    operator_chart, slurm_chart = charts(s)
     operator = release(f"{name}-operator", OPERATOR_RELEASE, operator_chart, SLINKY_NAMESPACE,
                        through_mirror(render_operator_values(spec), spec),
                        pulumi.ResourceOptions(parent=cluster, depends_on=[ns[SLINKY_NAMESPACE]]))

@@ -151,10 +151,10 @@ def test_every_node_agent_tolerates_the_quarantine_both_ways(dev_spec):
 
 
 def test_the_crd_comes_from_the_pinned_release_or_the_sites_copy(make_spec):
-    assert quarantine.crd_source(make_spec(lambda d: None)) == (
+    assert quarantine.crd_source(make_spec(lambda d: None).kubernetes.health.quarantine) == (
         "https://github.com/kubernetes-sigs/node-readiness-controller/releases/download/v0.5.0/crds.yaml")
     mirror = "https://mirror.example.internal/nrr/v0.5.0/crds.yaml"
-    assert quarantine.crd_source(with_quarantine(make_spec, crd_url=mirror)) == mirror
+    assert quarantine.crd_source(with_quarantine(make_spec, crd_url=mirror).kubernetes.health.quarantine) == mirror
 
 
 @pytest.mark.parametrize("settings, message", [
@@ -224,7 +224,7 @@ def test_a_vendored_crd_that_is_not_in_the_project_is_refused_with_its_line(tmp_
     assert "vendor the release's crds.yaml there or set crd_url" in problem
     (tmp_path / "vendor" / "nrr").mkdir(parents=True)
     (tmp_path / "vendor" / "nrr" / "crds.yaml").write_text(PINNED_CRD.read_text())
-    assert quarantine.crd_source(load_spec(spec_file)) == "vendor/nrr/crds.yaml"
+    assert quarantine.crd_source(load_spec(spec_file).kubernetes.health.quarantine) == "vendor/nrr/crds.yaml"
 
 
 # --- the circuit breaker ---------------------------------------------------------------------------------------

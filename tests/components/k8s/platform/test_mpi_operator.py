@@ -13,11 +13,11 @@ from tests.conftest import problems_of
 
 
 def test_the_crd_comes_from_the_pinned_release_unless_the_site_gives_its_copy(make_spec):
-    assert mpi_operator.crd_source(make_spec()) == \
+    assert mpi_operator.crd_source(make_spec().kubernetes.mpi_operator) == \
         "https://raw.githubusercontent.com/kubeflow/mpi-operator/v0.8.2/manifests/base/kubeflow.org_mpijobs.yaml"
     mirror = "https://mirror.example.internal/mpi-operator/v0.8.2/kubeflow.org_mpijobs.yaml"
     assert mpi_operator.crd_source(make_spec(lambda d: d["kubernetes"].update(
-        mpi_operator={"crd_url": mirror}))) == mirror
+        mpi_operator={"crd_url": mirror})).kubernetes.mpi_operator) == mirror
 
 
 def test_the_controller_image_follows_the_version_and_the_mirror(make_spec):

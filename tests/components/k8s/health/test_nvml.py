@@ -18,7 +18,7 @@ from components.k8s.health.nvml import (CHECK, HOSTS_CONFIG, HOSTS_FILE, MONITOR
                                         render_gpu_nvml)
 from components.k8s.platform.monitoring import render_alert_rules
 from components.spec import ClusterSpec
-from tests.components.k8s.test_health import Host
+from tests.components.k8s.health.test_detector import Host
 from tests.conftest import ROOT, problems_of
 from tests.doubles import nvidia_smi
 from components.records import MAINTENANCE

@@ -19,7 +19,7 @@ from components.spec.slurm import tenant_directory_groups
 from components.validation.suite import plan_suite
 from tests.components.k8s.slurm_specs import H200_POOL, SLURM_POOL, with_h200_pool, with_slurm_pool
 from tests.components.k8s.test_gpu_stack import PROMTOOL, panel_query, promtool
-from tests.components.k8s.test_values import unknown_keys
+from tests.components.k8s.platform.test_values import unknown_keys
 from tests.conftest import problems_of
 
 CHARTS = Path(__file__).parent / "slinky"
@@ -262,7 +262,7 @@ def test_the_database_is_in_cluster_unless_the_site_gives_one(spec, make_spec):
     assert values["storageConfig"] == {"host": "slurm-mariadb", "port": 3306, "database": "slurm_acct_db",
                                        "username": "slurm", "passwordKeyRef": {"name": "slurm-database",
                                                                                "key": "password"}}
-    service, statefulset = slurm.render_mariadb(spec)
+    service, statefulset = slurm.render_mariadb(spec.kubernetes.slurm)
     db = statefulset.obj["spec"]
     assert db["persistentVolumeClaimRetentionPolicy"] == {"whenDeleted": "Retain", "whenScaled": "Retain"}
     env = {e["name"]: e for e in db["template"]["spec"]["containers"][0]["env"]}
@@ -545,7 +545,7 @@ show(slurm_job_modify(job, {partition = "h200-slurm", job_id = 7.0}, {}, 0), job
 @pytest.mark.skipif(shutil.which("lua5.3") is None, reason="lua5.3 is not installed (.ci/run installs it)")
 def test_the_job_submit_script_runs_under_the_lua_of_slinkys_images(make_spec, tmp_path):
     """Slinky's images build Slurm with Lua 5.3 (liblua5.3-dev in Slurm's debian/control); Debian's slurmctld,
-    which runs the script in test_slurm_daemons, links 5.1. Under 5.3: GPUs without a model get the default
+    which runs the script in test_daemons, links 5.1. Under 5.3: GPUs without a model get the default
     partition's or the job's partition's, in every form the plugin sees (gres/gpu, gres:gpu, gpu; per job, node,
     socket and task), other entries and typed GPUs are kept, and two models are refused with the reason."""
     def pools(d):

@@ -182,7 +182,7 @@ def test_a_second_apply_changes_nothing_and_a_changed_quota_changes_the_account(
     assert qos["experiment"] == "normal" and qos["production"] == "experiment,normal"   # kept, never deleted
 
 
-SAMPLES = Path(__file__).resolve().parents[2] / "samples"
+SAMPLES = Path(__file__).resolve().parents[3] / "samples"
 QUERY = (SAMPLES / "nvidia_smi_q_h800.txt").read_text()          # real `nvidia-smi -q` of an H800 host, one GPU shown
 LINKS = (SAMPLES / "nvidia_smi_nvlink_s_8xh100.txt").read_text()
 XIDS = (SAMPLES / "xid_kernel_log.txt").read_text().splitlines()       # the driver's real lines

@@ -26,7 +26,7 @@ from components.spec import parse_spec
 from components.spec.cluster import checked_pools
 from components.spec.kubernetes import LOWEST_PRIORITY, _cron
 from components.records import min_busbw
-from tests.components.k8s.test_health import Host
+from tests.components.k8s.health.test_detector import Host
 from tests.conftest import ROOT, problems_of
 
 SAMPLES = ROOT / "tests" / "samples"

@@ -1,5 +1,5 @@
 """Slurm's node check as rendered: what it expects of each node, its bounds, and what it asks the controller.
-The check itself runs against real Slurm daemons in test_slurm_daemons.py."""
+The check itself runs against real Slurm daemons in test_daemons.py."""
 
 from __future__ import annotations
 
