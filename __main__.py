@@ -4,8 +4,8 @@ import pulumi
 
 from components import GpuCluster, SpecError, load_spec, trim_stack_traces
 from components.spec.cluster import PLATFORM
-from components.split import check_platform, part_problem
 from components.spec.slurm import DIRECTORY_PASSWORD, directory_password_problem
+from components.split import check_platform, part_problem
 
 trim_stack_traces()         # the state keeps each resource's program frames, not the event loop's (issue 55)
 config = pulumi.Config()

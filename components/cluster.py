@@ -14,8 +14,8 @@ from .k8s.tenancy.tenant import Tenant, TenantArgs, tenancy_of
 from .nodes import GpuNodePool, NodePoolArgs
 from .spec import ClusterSpec
 from .spec.cluster import PLATFORM
-from .split import part_intent, platform_exports
 from .spec.tenants import Tenancy
+from .split import part_intent, platform_exports
 from .storage import ParallelFilesystem
 from .storage.filesystem import ServersElsewhere, render_client
 from .storage.layout import plan_layout

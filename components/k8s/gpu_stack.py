@@ -13,8 +13,8 @@ import pulumi_kubernetes as k8s
 
 from ..spec import ClusterSpec
 from ..spec.cluster import checked_pools, network_operator_enabled
-from ..split import part_intent
 from ..spec.versions import StackVersions, find
+from ..split import part_intent
 from ..types import token, with_aliases
 from .health import checks as health_checks, detector as health, nvml as health_nvml, quarantine
 from .platform import gpu_operator, kueue, monitoring, mpi_operator, network_operator, nfd
@@ -155,7 +155,8 @@ def compose(stack: Any, name: str, spec: ClusterSpec, *,
         for m in [*health.render_gpu_health(spec), *health_nvml.render_gpu_nvml(spec)]:
             put(m, pulumi.ResourceOptions(parent=stack))
     if quarantine.enabled(spec):
-        crd = k8s.yaml.v2.ConfigFile(f"{name}-nodereadinessrule-crd", file=quarantine.crd_source(spec.kubernetes.health.quarantine),
+        crd = k8s.yaml.v2.ConfigFile(f"{name}-nodereadinessrule-crd",
+                                     file=quarantine.crd_source(spec.kubernetes.health.quarantine),
                                      opts=pulumi.ResourceOptions(parent=stack))
         for m in [*quarantine.render_controller(spec), *quarantine.render_breaker(spec)]:
             put(m, after(namespaces[quarantine.NAMESPACE]))

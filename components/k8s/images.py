@@ -101,12 +101,13 @@ def through_mirror(doc: Any, spec: ClusterSpec, chart: ChartImages | None = None
     pulled through the spec's mirror; the very same document without one."""
     if not spec.kubernetes.image_registry:
         return doc
+    out = _through(doc, lambda reference: mirrored(reference, spec))
     if chart is not None:
         for path, reference in chart.references.items():
-            _set(doc, path, mirrored(reference, spec))
+            _set(out, path, mirrored(reference, spec))
         for path, repository in chart.repositories.items():
-            _set(doc, f"{path}.repository" if path else "repository", mirrored(repository, spec))
-    return _through(doc, lambda reference: mirrored(reference, spec))
+            _set(out, f"{path}.repository", mirrored(repository, spec))
+    return out
 
 
 def chart_from(source: ChartSource, name: str, version: str, upstream_repo: str | None) -> Chart:

@@ -14,7 +14,7 @@ import types
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Mapping
 
 import pulumi
 from pulumi.runtime import settings as _settings
@@ -130,14 +130,16 @@ def _as_main(path: Path) -> Callable[[], None]:
 
 
 def run_program(project_dir: str | Path, stack: str, spec_file: Path | None = None,
-                mocks: Mocks | None = None, secrets: tuple[str, ...] = ()) -> ProgramRun:
+                mocks: Mocks | None = None, secrets: tuple[str, ...] = (),
+                settings: Mapping[str, str] | None = None) -> ProgramRun:
     """Run `<project_dir>/__main__.py` for `stack` with the stack's config, as `pulumi preview` would;
-    `spec_file` stands for the stack's specFile config (`pulumi config set specFile PATH`); `secrets`: the
-    optional secret settings the spec needs (a placeholder where the stack has none)."""
+    `spec_file` stands for the stack's specFile config (`pulumi config set specFile PATH`), `settings` for
+    more of the project's own (`pulumi config set KEY VALUE`), neither written to the stack's file; `secrets`:
+    the optional secret settings the spec needs (a placeholder where the stack has none)."""
     project_dir = Path(project_dir).resolve()
     cfg = load_stack_config(project_dir, stack, secrets)
-    if spec_file is not None:
-        cfg.values[f"{cfg.project}:specFile"] = str(spec_file)
+    for key, value in {**(settings or {}), **({"specFile": str(spec_file)} if spec_file is not None else {})}.items():
+        cfg.values[f"{cfg.project}:{key}"] = value
     with _program_dir(project_dir):
         return run_offline(_as_main(project_dir / "__main__.py"),
                            project=cfg.project, stack=stack, config=cfg.values, secret_keys=cfg.secret_keys,

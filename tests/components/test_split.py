@@ -36,22 +36,11 @@ def split_staging(shards: dict[str, list[str]] | None = None) -> dict:
 def run_part(tmp_path: Path, data: dict, part: str | None, platform: dict | None = None) -> ProgramRun:
     spec_file = tmp_path / "split.yaml"
     spec_file.write_text(yaml.safe_dump(data, sort_keys=False))
-    config = ROOT / "Pulumi.staging.yaml"
-    extra = {"part": part} if part else {}
+    settings = {"part": part} if part else {}
     if part not in (None, "platform"):
-        extra["platformStack"] = PLATFORM_STACK
-    original = config.read_text() if config.exists() else None
-    try:
-        settings = yaml.safe_load(original or "") or {}
-        settings.setdefault("config", {}).update({f"gpucluster:{k}": v for k, v in extra.items()})
-        config.write_text(yaml.safe_dump(settings))
-        mocks = StackReferenceMocks({PLATFORM_STACK: platform}) if platform is not None else None
-        return run_program(ROOT, "staging", spec_file=spec_file, mocks=mocks)
-    finally:
-        if original is None:
-            config.unlink()
-        else:
-            config.write_text(original)
+        settings["platformStack"] = PLATFORM_STACK
+    mocks = StackReferenceMocks({PLATFORM_STACK: platform}) if platform is not None else None
+    return run_program(ROOT, "staging", spec_file=spec_file, mocks=mocks, settings=settings)
 
 
 def exported(run: ProgramRun) -> dict:

@@ -26,7 +26,6 @@ def chart_images(spec: ClusterSpec) -> ChartImages:
     return ChartImages(GPU_OPERATOR_REPOSITORIES)
 
 
-
 def render_time_slicing(pool: NodePool) -> str:
     """One key of the device plugin ConfigMap; nodes pick it with the nvidia.com/device-plugin.config label."""
     return yaml.safe_dump({"version": "v1", "sharing": {"timeSlicing": {

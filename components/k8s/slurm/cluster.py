@@ -779,6 +779,7 @@ def compose(cluster: Any, name: str, spec: ClusterSpec, directory_password: pulu
                          "the login nodes' sssd binds with: give it (the program's secret slurmDirectoryPassword: "
                          "`pulumi config set --secret slurmDirectoryPassword`), or remove bind_dn for anonymous "
                          "lookups")
+
     def put(m: Manifest, opts: pulumi.ResourceOptions) -> pulumi.Resource:
         return register(f"{name}-{m.role}", through_mirror(m.obj, spec), opts)
 
