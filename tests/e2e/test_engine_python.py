@@ -300,8 +300,10 @@ def _urns(resources: Iterable[dict[str, Any]]) -> set[str]:
     return {r["urn"] for r in resources if not r["type"].startswith(("pulumi:providers:", "pulumi:pulumi:Stack"))}
 
 
-def _state(engine: Engine) -> list[dict[str, Any]]:
-    return json.loads(engine("stack", "export"))["deployment"].get("resources") or []
+def _state(engine: Engine, stack: str | None = None) -> list[dict[str, Any]]:
+    """The resources in a stack's state: the selected stack's, or `stack`'s."""
+    return json.loads(engine("stack", "export", *(("--stack", stack) if stack else ())))["deployment"].get(
+        "resources") or []
 
 
 def _steps(preview_json: str) -> dict[str, str]:
@@ -648,7 +650,7 @@ def test_a_split_environment_applies_its_shards_in_parallel_after_the_platform_a
         assert "Traceback" not in refused and w.commands.runs == [], refused
         w.engine("up", "--yes", "--stack", "split")
         _in_parallel(w, ("up", "--yes", "--stack", "split-b"), ("up", "--yes", "--stack", "split-c"))
-        states = {stack: _state_of(w, stack) for stack in SPLIT}
+        states = {stack: _state(w.engine, stack) for stack in SPLIT}
         resources = json.loads((plan.dir / "resources.json").read_text())["resources"]
         _every_planned_create_ran_once(w, resources)
         # Each resource in one stack's state; together, what the plan of the whole environment registers.
@@ -703,10 +705,6 @@ def test_a_split_environment_applies_its_shards_in_parallel_after_the_platform_a
     finally:
         w.engine("stack", "select", "dev")
         _stop(hosts, loops)
-
-
-def _state_of(w: World, stack: str) -> list[dict[str, Any]]:
-    return json.loads(w.engine("stack", "export", "--stack", stack))["deployment"].get("resources") or []
 
 
 def _destroy(w: World, plan: StackPlan) -> None:
