@@ -5,6 +5,7 @@ import pulumi
 from components import GpuCluster, SpecError, load_spec, trim_stack_traces
 from components.spec.cluster import PLATFORM
 from components.spec.slurm import DIRECTORY_PASSWORD, directory_password_problem
+from components.spec.storage import STORAGE_API_PASSWORD
 from components.split import check_platform, part_problem
 
 trim_stack_traces()         # the state keeps each resource's program frames, not the event loop's (issue 55)
@@ -32,9 +33,15 @@ if given is not None and (problem := directory_password_problem(given)):
 if directory_password is None and spec.kubernetes.slurm.secret_settings:
     raise pulumi.RunError("kubernetes.slurm.login.directory.bind_dn needs its password as the stack's secret "
                           "slurmDirectoryPassword: `pulumi config set --secret slurmDirectoryPassword`")
+# The storage cluster's API user (storage.weka.api_username), where the filesystem needs it.
+storage_api_password = config.get_secret(STORAGE_API_PASSWORD)
+if storage_api_password is None and spec.storage.secret_settings:
+    raise pulumi.RunError(f"storage.weka.api_username needs its password as the stack's secret {STORAGE_API_PASSWORD}: "
+                          f"`pulumi config set --secret {STORAGE_API_PASSWORD}`")
 cluster = GpuCluster(spec.name, spec, ssh_private_key=config.require_secret("sshPrivateKey"),
                      kubeconfig=kubernetes.get_secret("kubeconfig"), kube_context=kubernetes.get("context"),
-                     slurm_directory_password=directory_password, part=part, platform=platform)
+                     slurm_directory_password=directory_password, part=part, platform=platform,
+                     storage_api_password=storage_api_password)
 
 pulumi.export("cluster", spec.name)
 pulumi.export("gpus", spec.gpus)

@@ -57,14 +57,17 @@ class GpuCluster(pulumi.ComponentResource):
     def __init__(self, name: str, spec: ClusterSpec, ssh_private_key: pulumi.Input[str],
                  opts: pulumi.ResourceOptions | None = None, *, kubeconfig: pulumi.Input[str] | None = None,
                  kube_context: str | None = None, slurm_directory_password: pulumi.Input[str] | None = None,
-                 part: str | None = None, platform: pulumi.StackReference | None = None):
+                 part: str | None = None, platform: pulumi.StackReference | None = None,
+                 storage_api_password: pulumi.Input[str] | None = None):
         """`slurm_directory_password`: the Slurm login set's directory bind_dn's password, a secret; needed
-        where the spec has a bind_dn. `part` (README: Split stacks): `platform`, everything but the pools of
+        where the spec has a bind_dn. `storage_api_password`: the WEKA API user's (storage.weka.api_username), a
+        secret; needed where the spec has WEKA quotas. `part` (README: Split stacks): `platform`, everything but the pools of
         the spec's shards; or a shard's name, that shard's pools, reading `platform` (a StackReference to the
         platform stack, applied first from the same spec). Omitted: the whole environment."""
         super().__init__(self.TYPE, name, {**intent(spec), **part_intent(spec, part, platform)}, opts)
         compose(self, name, spec, ssh_private_key, kubeconfig=kubeconfig, kube_context=kube_context,
-                slurm_directory_password=slurm_directory_password, part=part, platform=platform)
+                slurm_directory_password=slurm_directory_password, part=part, platform=platform,
+                storage_api_password=storage_api_password)
 
 
 def intent(spec: ClusterSpec) -> dict[str, Any]:
@@ -75,7 +78,8 @@ def intent(spec: ClusterSpec) -> dict[str, Any]:
 def compose(cluster: Any, name: str, spec: ClusterSpec, ssh_private_key: pulumi.Input[str], *,
             kubeconfig: pulumi.Input[str] | None, kube_context: str | None,
             slurm_directory_password: pulumi.Input[str] | None = None, part: str | None = None,
-            platform: pulumi.StackReference | None = None) -> None:
+            platform: pulumi.StackReference | None = None,
+            storage_api_password: pulumi.Input[str] | None = None) -> None:
     """GpuCluster's children and outputs, under `cluster`: a GpuCluster, or the component provider's
     (provider.py), which registers the same children under the same type from args any language can give."""
     child = pulumi.ResourceOptions(parent=cluster)
@@ -139,7 +143,8 @@ def compose(cluster: Any, name: str, spec: ClusterSpec, ssh_private_key: pulumi.
                             if t.name in cluster.tenants},
                 libs={h: pool.lib for pool in cluster.node_pools.values() for h in pool.prepared},
                 client_hosts=here if part is not None else None,
-                servers=ServersElsewhere(shard, auth) if shard is not None else None)
+                servers=ServersElsewhere(shard, auth) if shard is not None else None,
+                api_password=storage_api_password)
     finally:     # resolved even when the filesystem fails to build, so no registration waits forever
         clients = cluster.storage.clients if cluster.storage is not None else {}
         for host, future in mounted.items():

@@ -16,6 +16,7 @@ from ..spec import Host, NodePool
 from ..spec.hardware import xid_pattern
 from ..spec.xids import DEFAULT_FAULT_XIDS
 from ..ssh import Script
+from ..storage.clients import RolledFilesystem, render_roll_check
 from .driver import DRIVER_STACK_PACKAGES, NO_STACK, render_driver_stack
 
 KUBELET_DROP_IN_DIR = "/etc/kubernetes/kubelet.conf.d"
@@ -592,11 +593,14 @@ def render_busy(system_namespaces: Sequence[str]) -> str:
 
 def render_pool_prep(pool: NodePool, *, rdma: bool, gpudirect: bool = False, host_driver: bool = True,
                      system_namespaces: Sequence[str] = ("kube-system",),
-                     fault_xids: Sequence[int] = DEFAULT_FAULT_XIDS) -> PoolPrep:
+                     fault_xids: Sequence[int] = DEFAULT_FAULT_XIDS,
+                     filesystem: RolledFilesystem | None = None) -> PoolPrep:
     """`rdma`: the fabric has RDMA, so containers need unlimited locked memory. `gpudirect`: GPUs and NICs use
     GPUDirect RDMA. `host_driver`: the driver is installed on the host (false: the GPU Operator installs it).
     `system_namespaces`: pods there (node agents) are not work that a kubelet or containerd restart disrupts.
-    `fault_xids`: XIDs since boot that stop the preparation and the roll (the detector's, spec/xids.py)."""
+    `fault_xids`: XIDs since boot that stop the preparation and the roll (the detector's, spec/xids.py).
+    `filesystem`: a site cluster's client the roll restarts after a driver change and whose mount it checks
+    before the node takes work (omitted: none)."""
     info, t = pool.gpu.info, pool.tuning
     cpu_policy = "static" if t.kubelet_cpu_manager_static else "none"
     restart_kubelet = fill(_RESTART_KUBELET, STATE=CPU_MANAGER_STATE, POLICY=cpu_policy).strip("\n")
@@ -664,6 +668,8 @@ def render_pool_prep(pool: NodePool, *, rdma: bool, gpudirect: bool = False, hos
             roll.append(_FABRIC_MANAGER)
         if pool.burn_in.enabled:
             roll.append(fill(_ROLL_DCGM, DCGM_S=ROLL_BOUNDS_S["dcgmi"]))
+    if filesystem is not None:
+        roll.append(render_roll_check(filesystem))
     roll.append(fill(_UNFENCE.replace("@PORTS@", " ".join(call(p) for p in rdma_ports(pool)) if rdma else ""),
                      SEEN=PORT_SEEN, MAINTENANCE=MAINTENANCE, PORTS_S=ROLL_BOUNDS_S["ports"]))
     return PoolPrep(f"{pool.name}: {pool.gpu.count} x {pool.gpu.model}", "".join(parts), busy + fill(

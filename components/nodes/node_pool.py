@@ -35,6 +35,7 @@ from ..spec.xids import DEFAULT_FAULT_XIDS
 from ..spec.topology import network_places
 from ..bash import in_sequence
 from ..ssh import Lib, Script, SshTarget, digest, push, ship
+from ..storage.clients import RolledFilesystem
 from ..types import token, with_aliases
 from .burn_in import burn_in_identity, parse_result, render_burn_in
 from .host_prep import PoolPrep, render_pool_prep
@@ -68,6 +69,9 @@ class NodePoolArgs(SpecModel):
         description="XIDs since boot that stop a host's preparation and roll: the cluster's health monitor's "
                     "(kubernetes.health.fault_xids), so that a host it keeps in service is never refused. "
                     "Omitted: every XID NVIDIA's catalog resolves by a reset, a reboot or a diagnosis.")
+    filesystem: RolledFilesystem | None = Field(
+        None, description="A site's WEKA or Scale cluster whose client the roll restarts after a driver change and "
+                          "whose mount it checks before the node takes work. Omitted: none.")
 
     @classmethod
     def from_spec(cls, spec: ClusterSpec, pool: NodePool) -> NodePoolArgs:
@@ -79,7 +83,7 @@ class NodePoolArgs(SpecModel):
                    host_driver=not (gpu_operator.enabled and gpu_operator.driver_managed),
                    system_namespaces=sorted(spec.agent_namespaces),
                    fault_xids=sorted(set(spec.kubernetes.health.fault_xids)),
-                   slurm=pool.name in spec.kubernetes.slurm.pools)
+                   slurm=pool.name in spec.kubernetes.slurm.pools, filesystem=RolledFilesystem.of(spec))
 
     def target(self, host: Host) -> SshTarget:
         return SshTarget(host=host.address, user=host.ssh_user or self.ssh.user, port=host.ssh_port or self.ssh.port,
@@ -88,7 +92,8 @@ class NodePoolArgs(SpecModel):
 
 def render_pool_preparation(args: NodePoolArgs) -> PoolPrep:
     return render_pool_prep(args.pool, rdma=args.rdma, gpudirect=args.gpudirect, host_driver=args.host_driver,
-                            system_namespaces=args.system_namespaces, fault_xids=args.fault_xids)
+                            system_namespaces=args.system_namespaces, fault_xids=args.fault_xids,
+                            filesystem=args.filesystem)
 
 
 def render_preparation(args: NodePoolArgs, host: Host, fabric: Script | None = None,

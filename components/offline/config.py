@@ -13,11 +13,13 @@ import yaml
 from ..spec import SpecError
 from ..spec.loader import PRIVATE_KEY_RE, read_bounded
 from ..spec.slurm import DIRECTORY_PASSWORD, directory_password_problem
+from ..spec.storage import STORAGE_API_PASSWORD
 
 
-# Secrets the program reads only where the spec asks for them (SlurmSettings.secret_settings), so Pulumi.yaml cannot
-# declare them (a declared key without a default is required of every stack): a plain-text value is still reported.
-OPTIONAL_SECRETS = (DIRECTORY_PASSWORD,)
+# Secrets the program reads only where the spec asks for them (secret_settings of SlurmSettings and StorageSpec), so
+# Pulumi.yaml cannot declare them (a declared key without a default is required of every stack): a plain-text
+# value is still reported.
+OPTIONAL_SECRETS = (DIRECTORY_PASSWORD, STORAGE_API_PASSWORD)
 
 
 @dataclass

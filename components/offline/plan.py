@@ -116,6 +116,8 @@ def _machine_names(clusters: list[ClusterSpec]) -> dict[str, str]:
     for spec in clusters:
         names.update({h.address: h.hostname for _, h in spec.hosts()})
         names.update({s.address: s.hostname for s in spec.storage.servers})
+        if spec.storage.scale is not None:      # the site's Scale admin node, which joins the clients
+            names[spec.storage.scale.admin_node.address] = spec.storage.scale.admin_node.hostname
         names.update({s.address: s.name for s in spec.fabric.switches})
     return names
 
@@ -242,10 +244,16 @@ def _storage_summary(spec: ClusterSpec) -> list[str]:
     if layout is None:
         return []
     o = filesystem_outputs(spec, layout)
-    read = ("read bandwidth not estimated (set storage.read_gb_per_s_per_server)" if o["read_gb_per_s"] is None
+    hint = f"storage.{'weka' if spec.storage.weka else 'scale'}.read_gb_per_s" if spec.storage.client_only \
+        else "storage.read_gb_per_s_per_server"
+    read = (f"read bandwidth not estimated (set {hint})" if o["read_gb_per_s"] is None
             else f"expected read {o['read_gb_per_s']:g} GB/s for {o['gpus']} GPUs ({o['read_gb_per_s_per_gpu']:g} "
                  "GB/s per GPU; reference designs aim at 10 GB/s in all for a standard cluster, 100 GB/s for a "
                  "large one)")
+    if spec.storage.client_only:        # the site's own cluster: its clients alone are built here
+        size = "size unknown" if o["capacity_tib"] is None else f"{o['capacity_tib']:g} TiB"
+        return ["", f"Storage: {o['kind']} {o['version']} {spec.storage.remote_name} of the site's cluster "
+                    f"({o['manager']}), mounted at {o['mount_point']}; clients only, {size}", f"  {read}"]
     return ["", f"Storage: {o['kind']} {o['version']} {o['fs_name']} at {o['mount_point']}, managed by "
                 f"{o['manager']}; {o['data_servers']} data server(s), {o['data_targets']} data target(s), "
                 f"{o['capacity_tib']:g} TiB", f"  {read}"]

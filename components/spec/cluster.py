@@ -9,7 +9,7 @@ from pydantic import Field
 
 from .common import Check, DnsLabel, Loc, Problem, SpecModel, duplicates, valid
 from .fabric import FabricSpec
-from .hardware import Host, NodePool, Rack, Site, SshSettings
+from .hardware import Host, NodePool, Rack, Site, SshSettings, cpu_ids
 from .kubernetes import KubernetesSpec, ValidationSpec
 from .slurm import slurm_problems
 from .storage import FilesystemClaim, StorageSpec
@@ -181,7 +181,9 @@ class ClusterSpec(SpecModel):
         """The filesystem's traffic is RDMA (LNet o2ib, or BeeGFS on an RDMA fabric): on RoCE it needs the same
         lossless class as NCCL's on every NIC it crosses, the servers' included."""
         kind = self.storage.kind
-        return self.fabric.rdma and (kind == "beegfs" or (kind == "lustre" and self.storage_lnet == "o2ib"))
+        scale_rdma = kind == "scale" and self.storage.scale is not None and self.storage.scale.gds
+        return self.fabric.rdma and (kind == "beegfs" or (kind == "lustre" and self.storage_lnet == "o2ib")
+                                     or scale_rdma)
 
     def filesystem_claims(self, tenant: Tenant) -> list[FilesystemClaim]:
         return self.storage.claims(tenant.namespace_name, tenant.storage.filesystem_gib, tenant.storage.group_id)
@@ -255,7 +257,7 @@ class ClusterSpec(SpecModel):
         if storage.kind == "beegfs" and storage.effective_quotas and storage.effective_version == "7.4":
             out.append("BeeGFS 7.4 quota enforcement is an enterprise feature: it runs without a licence, but its "
                        "production use needs a support contract")
-        if storage.kind != "none" and storage.client_interface is None:
+        if storage.kind not in ("none", "scale") and storage.client_interface is None:
             shared = [f"{p.name} ({min(p.nics, key=lambda n: n.rail).interface})" for p in self.node_pools
                       if p.nics and p.workload == "training"]
             if shared:
@@ -681,6 +683,7 @@ def _storage_reachable(spec: ClusterSpec) -> Iterator[Problem]:
                 yield Problem(("storage", "servers", i, "data_address"),
                               f"{server.hostname} has no data_address: an o2ib NID is the address of the "
                               "InfiniBand or RoCE interface, not the management address; set it")
+    yield from _client_kinds(spec)
     for i, pool in enumerate(spec.node_pools):
         interface = spec.storage_client_interface(pool)
         if interface is None:
@@ -693,6 +696,40 @@ def _storage_reachable(spec: ClusterSpec) -> Iterator[Problem]:
                           "give it NICs, set storage.client_interface to an RDMA interface, or use lnet tcp")
 
 
+def _client_kinds(spec: ClusterSpec) -> Iterator[Problem]:
+    """A WEKA client's polling cores stay out of every pinned pod's CPUs; GPUDirect Storage needs RDMA NICs."""
+    weka, scale = spec.storage.weka, spec.storage.scale
+    if weka is not None:
+        ids = set(cpu_ids(weka.client_core_ids)) if weka.client_core_ids else None
+        for i, pool in enumerate(spec.node_pools):
+            t = pool.tuning
+            if not t.kubelet_cpu_manager_static:
+                continue
+            reserved = set(cpu_ids(t.kubelet_reserved_cpus))
+            if ids is None:
+                yield Problem(("storage", "weka", "client_core_ids"),
+                              f"pool {pool.name} pins pods to CPUs (kubelet_cpu_manager_static), and WEKA would "
+                              "pick its polling cores among them: name them in client_core_ids, inside "
+                              f"kubelet_reserved_cpus ({t.kubelet_reserved_cpus})")
+            elif not ids <= reserved or len(reserved - ids) < 1:
+                yield Problem(("node_pools", i, "tuning", "kubelet_reserved_cpus"),
+                              f"WEKA's polling cores ({weka.client_core_ids}) must lie in {pool.name}'s "
+                              f"kubelet_reserved_cpus ({t.kubelet_reserved_cpus}), with at least one CPU left for "
+                              "the system: widen kubelet_reserved_cpus or move client_core_ids")
+        if weka.gds and (not spec.fabric.rdma or weka.network != "dpdk"):
+            yield Problem(("storage", "weka", "gds"), "GPUDirect Storage moves data by RDMA from the client's NIC: "
+                                                      "it needs an RDMA fabric and network dpdk; set gds: false")
+    if scale is not None and scale.gds:
+        if not spec.fabric.rdma:
+            yield Problem(("storage", "scale", "gds"), f"GPUDirect Storage needs RDMA (verbsRdma) but the fabric is "
+                                                       f"{spec.fabric.kind}; set gds: false")
+        for i, pool in enumerate(spec.node_pools):
+            if not pool.nics:
+                yield Problem(("node_pools", i, "nics"), f"GPUDirect Storage (storage.scale.gds) reads through "
+                                                         f"each pool's RDMA NICs (verbsPorts); {pool.name} lists "
+                                                         "none")
+
+
 def _tenant_claims_fit(spec: ClusterSpec) -> Iterator[Problem]:
     """A tenant's filesystem claims (its directory, each dataset) count against its own ResourceQuota, which
     would refuse them."""
@@ -701,6 +738,12 @@ def _tenant_claims_fit(spec: ClusterSpec) -> Iterator[Problem]:
             yield Problem(("tenants", i, "storage", "filesystem_gib"),
                           "filesystem_gib is set but there is no parallel filesystem (storage.kind is none)")
             continue
+        # the size a site's cluster declares (Lustre's and BeeGFS's targets here are often stand-ins in small specs)
+        capacity = spec.storage.capacity_tib if spec.storage.client_only else None
+        if t.storage.filesystem_gib and capacity is not None and t.storage.filesystem_gib > capacity * 1024:
+            yield Problem(("tenants", i, "storage", "filesystem_gib"),
+                          f"{t.storage.filesystem_gib} GiB is more than the whole {spec.storage.kind} filesystem "
+                          f"({capacity:g} TiB), so its quota could never bind; lower it")
         claims = spec.filesystem_claims(t)
         gib = sum(c.size_gib for c in claims)
         if gib > t.storage.quota_gib:

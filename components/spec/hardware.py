@@ -379,11 +379,16 @@ KUBELET_EVICTION_HARD_MIB = 100
 
 def cpu_count(cpus: str) -> int:
     """How many CPUs a kubelet CPU list ("0-1,64-65") names."""
-    total = 0
+    return len(cpu_ids(cpus))
+
+
+def cpu_ids(cpus: str) -> list[int]:
+    """The CPUs a kubelet CPU list names, in its order."""
+    out: list[int] = []
     for part in cpus.split(","):
         low, _, high = part.partition("-")
-        total += int(high or low) - int(low) + 1
-    return total
+        out += range(int(low), int(high or low) + 1)
+    return out
 
 
 DEDICATED_TAINT = "gpucluster.io/tenant"

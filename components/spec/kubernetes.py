@@ -405,7 +405,8 @@ class ValidationSpec(SpecModel):
         1024, ge=16, le=1048576,
         description="Data the read check writes first, per storage server, all of it read back by another "
                     "client than the one that wrote it: at least twice a server's memory, so the servers' page "
-                    "cache cannot serve the read. Omitted: 1024 GiB (servers with up to 512 GiB of memory).")
+                    "cache cannot serve the read (a WEKA cluster: per backend listed; Scale: once). Omitted: "
+                    "1024 GiB (servers with up to 512 GiB of memory).")
     dcgm_image: ImageRef = Field("nvcr.io/nvidia/cloud-native/dcgm:3.3.9-1-ubuntu22.04",
                                  description="Image with dcgmi and nv-hostengine. Omitted: NVIDIA's DCGM image.")
     fio_image: ImageRef | None = Field(

@@ -1,22 +1,29 @@
-"""The parallel filesystem: Lustre or BeeGFS servers, their devices and targets, and how clients reach them."""
+"""The parallel filesystem: Lustre or BeeGFS servers, their devices and targets, and how clients reach them; or
+the clients of a WEKA or IBM Storage Scale cluster the site runs apart (its servers are appliances or a cluster
+of their own, so only the GPU hosts' clients are built here)."""
 
 from __future__ import annotations
 
+import re
 import zlib
-from typing import Iterator, Literal, NamedTuple
+from typing import Annotated, Iterator, Literal, NamedTuple
 
-from pydantic import Field
+from pydantic import AfterValidator, Field
 
-from .common import (AbsPath, DevicePath, DnsLabel, HostName, InterfaceName, IpAddress, PackageRepository,
-                     Problem, SpecModel, Version)
-from .hardware import HostKey
+from .common import (AbsPath, DevicePath, DnsLabel, HostName, HostOrIp, InterfaceName, IpAddress,
+                     PackageRepository, Problem, SpecModel, Url, UserName, Version, _grammar)
+from .hardware import CpuList, HostKey, cpu_count, cpu_ids
 
 # Upstream vocabulary for each backend's target roles; Lustre's mgs-mdt is a combined MGS and MDT on one device.
 STORAGE_ROLES: dict[str, tuple[str, ...]] = {
     "lustre": ("mgs", "mdt", "ost", "mgs-mdt"),
     "beegfs": ("mgmtd", "meta", "storage"),
 }
-VERSIONS = {"lustre": ("2.15",), "beegfs": ("7.4", "8")}
+VERSIONS = {"lustre": ("2.15",), "beegfs": ("7.4", "8"), "wekafs": ("4.2", "4.3", "4.4"), "scale": ("5.1", "5.2")}
+DEFAULT_VERSION = {"lustre": "2.15", "beegfs": "7.4", "wekafs": "4.4", "scale": "5.2"}
+STORAGE_API_PASSWORD = "storageApiPassword"     # the stack's secret: the WEKA API user's password
+# Filesystems whose servers another cluster runs: only their clients are built here.
+CLIENT_ONLY = ("wekafs", "scale")
 SLOWEST_HCA_GBPS = 40      # QDR: what a storage server's port is taken to run at when the spec does not say
 # RAID-5 survives one failed disk; rebuilding a large target takes long enough for a second to fail.
 RAID5_MAX_TIB = 8.0
@@ -115,6 +122,142 @@ class Dataset(SpecModel):
     size_gib: int = Field(1024, ge=1, description="Capacity the volume advertises to Kubernetes. Omitted: 1 TiB.")
 
 
+# WEKA's mount options this library does not set itself (docs.weka.io, "Mount filesystems": mount command
+# options; csi-wekafs pkg/wekafs/mountoptions.go knows the same names): a bare flag, or NAME=<integer>.
+WEKA_FLAGS = frozenset({"sync_on_close", "nosync_on_close", "acl", "noatime", "relatime", "strictatime",
+                        "obs_direct", "verbose", "quiet"})
+WEKA_VALUED = frozenset({"readahead_kb", "dentry_max_age_positive", "dentry_max_age_negative",
+                         "connect_timeout_secs", "response_timeout_secs", "qos_max_throughput_mbps",
+                         "qos_preferred_throughput_mbps", "qos_max_ops"})
+# Options a typed field sets, and the field: one source for each, so the mount never carries two answers.
+WEKA_TYPED = {"num_cores": "client_cores", "core": "client_core_ids", "net": "network", "readcache": "cache_mode",
+              "writecache": "cache_mode", "coherent": "cache_mode", "forcedirect": "cache_mode"}
+# Options the mount never takes, and why.
+WEKA_REFUSED = {"ro": "tenants write to their own directory (datasets are read-only through their volumes)",
+                "rw": "it is the default", "container_name": "a host runs one client container, 'client'",
+                "mgmt_ip": "the client reaches the backends on its own interfaces"}
+
+
+MountOption = Annotated[str, AfterValidator(_grammar(re.compile(r"[a-z_]{1,40}(=[A-Za-z0-9]{1,20})?"),
+                                                     "a mount option (NAME or NAME=VALUE)", "readahead_kb=32768",
+                                                     64))]
+KernelPattern = Annotated[str, AfterValidator(_grammar(re.compile(r"[0-9][0-9A-Za-z._*+-]*"),
+                                                       "a kernel release pattern (as uname -r prints, '*' for any)",
+                                                       "5.14.0-427.*", 128))]
+
+
+class SiteCluster(SpecModel):
+    """What the plan knows of a storage cluster the site runs: only what its spec says."""
+
+    capacity_tib: float | None = Field(None, gt=0, le=1_000_000, description="The filesystem's size, which no "
+                                       "tenant directory's quota may exceed. Omitted: unknown; not checked.")
+    read_gb_per_s: float | None = Field(None, gt=0, le=100_000, description="The cluster's sustained read "
+                                        "bandwidth, for the plan and the read check. Omitted: not estimated.")
+
+
+class WekaSettings(SiteCluster):
+    """The clients of a WEKA cluster the site runs: stateless clients, which the mount itself brings up."""
+
+    backends: list[HostOrIp] = Field(min_length=1, max_length=64, description="Backend hosts the client "
+                                     "joins through (any of them answers; list several so one down is not an "
+                                     "outage).")
+    filesystem: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,31}$",
+                                   description="The WEKA filesystem's name. Omitted: storage.fs_name.")
+    install_url: Url | None = Field(
+        None, description="Where a host without the agent fetches WEKA's installer (an air-gapped site names "
+                          "its mirror of it). Omitted: the first backend's own, "
+                          "http://<backend>:14000/dist/v1/install.")
+    client_cores: int = Field(1, ge=1, le=19, description="Cores the client's frontend polls on (mount option "
+                                                          "num_cores): each runs at 100%. Omitted: 1.")
+    client_core_ids: CpuList | None = Field(
+        None, description="The CPUs those cores are (mount option core=, once each); required under the static "
+                          "CPU manager, where they must lie in every pool's kubelet_reserved_cpus so no pod is "
+                          "pinned onto them. Omitted: WEKA picks them.")
+    network: Literal["dpdk", "udp"] = Field(
+        "dpdk", description="dpdk: the client drives the storage NIC itself (net=<the pool's storage "
+                            "interface>); udp: through the kernel's stack (net=udp), slower, no NIC of its own. "
+                            "Omitted: dpdk.")
+    cache_mode: Literal["readcache", "writecache", "coherent", "forcedirect"] | None = Field(
+        None, description="The mount's cache mode (mutually exclusive in WEKA). Omitted: WEKA's default "
+                          "(writecache).")
+    mount_options: list[MountOption] = Field(
+        default_factory=list, max_length=16,
+        description=f"Further mount options: {', '.join(sorted(WEKA_FLAGS))}, or NAME=<integer> for "
+                    f"{', '.join(sorted(WEKA_VALUED))}. Omitted: none.")
+    api_username: UserName | None = Field(
+        None, description="The WEKA user (a cluster admin of the Root organization) that sets the tenants' "
+                          "directory quotas; its password is the stack's secret storageApiPassword. Required with "
+                          "quotas.")
+    gds: bool = Field(False, description="GPUDirect Storage: the client checks nvidia-fs is loaded, so cuFile "
+                                         "reads go from the NICs to the GPUs. Needs an RDMA fabric and dpdk. "
+                                         "Omitted: off.")
+
+    def options(self, interface: str) -> list[str]:
+        """The mount's options, in the order the mount writes them."""
+        cores = [f"core={c}" for c in cpu_ids(self.client_core_ids)] if self.client_core_ids else \
+            [f"num_cores={self.client_cores}"]
+        net = "net=udp" if self.network == "udp" else f"net={interface}"
+        return cores + [net] + ([self.cache_mode] if self.cache_mode else []) + list(self.mount_options)
+
+    def _options(self) -> Iterator[Problem]:
+        for i, option in enumerate(self.mount_options):
+            name, _, value = option.partition("=")
+            if name in WEKA_TYPED:
+                yield Problem(("mount_options", i), f"{option} is set by storage.weka.{WEKA_TYPED[name]}; remove "
+                                                    "it here")
+            elif name in WEKA_REFUSED:
+                yield Problem(("mount_options", i), f"{option} is not passed: {WEKA_REFUSED[name]}; remove it")
+            elif name in WEKA_FLAGS and not value:
+                continue
+            elif name in WEKA_VALUED and value.isdigit() and len(value) <= 12:
+                continue
+            elif name in WEKA_VALUED:
+                yield Problem(("mount_options", i), f"{option}: {name} takes a whole number ({name}=<n>)")
+            else:
+                yield Problem(("mount_options", i), f"{option!r} is not a wekafs mount option this library passes "
+                                                    f"(the client refuses unknown ones); known: "
+                                                    f"{', '.join(sorted(WEKA_FLAGS | WEKA_VALUED))}")
+        if self.client_core_ids is not None and cpu_count(self.client_core_ids) != self.client_cores:
+            yield Problem(("client_core_ids",), f"{self.client_core_ids} names {cpu_count(self.client_core_ids)} "
+                                                f"CPU(s) but client_cores is {self.client_cores}; name one each")
+        if len(set(self.backends)) != len(self.backends):
+            yield Problem(("backends",), "a backend is listed twice; list each once")
+
+    _checks = (_options,)
+
+
+class ScaleAdminNode(SpecModel):
+    """A node of the site's Scale cluster that runs its administration commands (mmaddnode and the rest)."""
+
+    hostname: HostName
+    address: IpAddress = Field(description="Address the program reaches it on over SSH.")
+    host_key: HostKey | None = Field(None, description="Omitted: its identity is not verified.")
+
+
+class ScaleSettings(SiteCluster):
+    """The GPU hosts as client nodes of the site's IBM Storage Scale (GPFS) cluster."""
+
+    cluster_name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$",
+                              description="The Scale cluster's name (mmlscluster), which the CSI driver names.")
+    cluster_id: str = Field(pattern=r"^[0-9]{1,20}$", description="The Scale cluster's ID (mmlscluster).")
+    admin_node: ScaleAdminNode
+    device: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_]{0,63}$",
+                               description="The Scale file system's device name (mmlsfs). Omitted: "
+                                           "storage.fs_name. Its mount point is the file system's own (mmlsfs -T), "
+                                           "which storage.mount_point must name.")
+    supported_kernels: list[KernelPattern] = Field(
+        min_length=1, max_length=64,
+        description="Kernel releases the site's Scale release supports, from IBM's Storage Scale FAQ for it "
+                    "(shell patterns: '5.14.0-427.*'). A host running another kernel stops before any change.")
+    admin_public_key: HostKey | None = Field(
+        None, description="The admin node's root SSH public key, authorized for root on each client, since "
+                          "Scale's commands reach every node over SSH. Omitted: the site's own trust is relied on "
+                          "(mmaddnode then fails naming any host it cannot reach).")
+    gds: bool = Field(False, description="GPUDirect Storage: verbsRdma, verbsGPUDirectStorage and verbsPorts "
+                                         "(each pool's RDMA devices, port 1, as cufile.json lists them) on its "
+                                         "nodes. Needs an RDMA fabric. Omitted: off.")
+
+
 def quota_id(namespace: str) -> int:
     """A tenant's Lustre project ID and group ID (owner of its directory, BeeGFS quota): stable across plans and
     spec order, from its name, above the range distributions hand out to local users and groups."""
@@ -133,9 +276,13 @@ class FilesystemClaim(NamedTuple):
 
 
 class StorageSpec(SpecModel):
-    kind: Literal["none", "lustre", "beegfs"] = Field("none", description="Omitted: no parallel filesystem.")
+    kind: Literal["none", "lustre", "beegfs", "wekafs", "scale"] = Field(
+        "none", description="lustre and beegfs: servers and clients built here; wekafs and scale: clients of the "
+                            "site's WEKA or IBM Storage Scale cluster (weka, scale). Omitted: no parallel "
+                            "filesystem.")
     version: Version | None = Field(
-        None, description="Lustre 2.15, or BeeGFS 7.4 or 8. Omitted: 2.15 for Lustre, 7.4 for BeeGFS.")
+        None, description="Lustre 2.15, BeeGFS 7.4 or 8, WEKA 4.2-4.4, Storage Scale 5.1 or 5.2. Omitted: 2.15 for "
+                          "Lustre, 7.4 for BeeGFS, 4.4 for WEKA, 5.2 for Scale.")
     fs_name: str = Field("gpufs", pattern=r"^[a-z][a-z0-9]{0,7}$",
                          description="Filesystem name, at most 8 characters (Lustre's limit). Omitted: gpufs.")
     mount_point: AbsPath = Field("/mnt/gpufs", description="Where clients mount it. Omitted: /mnt/gpufs.")
@@ -178,6 +325,9 @@ class StorageSpec(SpecModel):
                           "Omitted: no licence, so quotas are refused on BeeGFS 8.")
     auth: bool = Field(True, description="BeeGFS connection authentication (a random secret shared by every "
                                          "node). Omitted: on; BeeGFS 8 refuses to run without it.")
+    weka: WekaSettings | None = Field(None, description="The WEKA cluster's clients. Required with kind wekafs.")
+    scale: ScaleSettings | None = Field(None, description="The Scale cluster's client nodes. Required with kind "
+                                                          "scale.")
 
     def claims(self, tenant_namespace: str, filesystem_gib: int | None,
                group_id: int | None = None) -> list[FilesystemClaim]:
@@ -198,16 +348,46 @@ class StorageSpec(SpecModel):
 
     @property
     def effective_quotas(self) -> bool:
-        return self.quotas if self.quotas is not None else self.kind == "lustre"
+        return self.quotas if self.quotas is not None else self.kind in ("lustre", "wekafs", "scale")
 
     @property
     def effective_version(self) -> str:
-        return self.version or {"lustre": "2.15", "beegfs": "7.4"}.get(self.kind, "")
+        return self.version or DEFAULT_VERSION.get(self.kind, "")
+
+    @property
+    def secret_settings(self) -> tuple[str, ...]:
+        """The stack secrets this filesystem needs: WEKA's API password, which sets its directory quotas."""
+        return (STORAGE_API_PASSWORD,) if self.kind == "wekafs" and self.effective_quotas else ()
+
+    @property
+    def client_only(self) -> bool:
+        return self.kind in CLIENT_ONLY
+
+    @property
+    def remote_name(self) -> str:
+        """The filesystem's name on the site's cluster: WEKA's filesystem or Scale's device, else fs_name."""
+        own = self.weka.filesystem if self.weka else self.scale.device if self.scale else None
+        return own or self.fs_name
+
+    @property
+    def capacity_tib(self) -> float | None:
+        """Its size: the data targets' built here, the spec's word for a site's cluster (None: unknown)."""
+        settings = self.weka or self.scale
+        if self.client_only:
+            return settings.capacity_tib if settings else None
+        data = [t.size_tib for s in self.servers for t in s.targets if t.role in ("ost", "storage")]
+        return sum(data) if data else None
 
     def _roles_match_kind(self) -> Iterator[Problem]:
         if self.kind == "none":
             if self.servers:
                 yield Problem(("servers",), "servers are listed but kind is none; set kind to lustre or beegfs")
+            return
+        if self.client_only:
+            if self.servers:
+                yield Problem(("servers",), f"{self.kind} servers are the site's own cluster, which this library "
+                                            "does not build; remove servers and name the cluster in storage."
+                                            f"{'weka' if self.kind == 'wekafs' else 'scale'}")
             return
         roles = STORAGE_ROLES[self.kind]
         seen: dict[tuple[str, int], str] = {}
@@ -240,7 +420,8 @@ class StorageSpec(SpecModel):
         if self.version is not None and self.version not in VERSIONS[self.kind]:
             yield Problem(("version",), f"{self.kind} {self.version} is not supported; use "
                                         f"{' or '.join(VERSIONS[self.kind])}")
-        if self.server_interface is None:
+        yield from self._client_only_settings()
+        if self.server_interface is None and not self.client_only:
             yield Problem(("server_interface",), "set the servers' storage interface (e.g. ib0)")
         if self.kind == "beegfs" and not self.auth and self.effective_version == "8":
             yield Problem(("auth",), "BeeGFS 8 services refuse to start without connection authentication unless "
@@ -286,6 +467,38 @@ class StorageSpec(SpecModel):
             if s.failover is not None and self.kind == "beegfs":
                 yield Problem(("servers", i, "failover"), "BeeGFS has no failover servers (it mirrors with buddy "
                                                           "groups); remove failover")
+
+    def _client_only_settings(self) -> Iterator[Problem]:
+        """A client kind has its own settings and none of the server kinds'."""
+        own = {"wekafs": "weka", "scale": "scale"}
+        for kind, field in own.items():
+            present = getattr(self, field) is not None
+            if self.kind == kind and not present:
+                yield Problem((field,), f"kind {kind} needs storage.{field}: the cluster its clients join")
+            elif self.kind != kind and present:
+                yield Problem((field,), f"storage.{field} is for kind {kind}, not {self.kind}: remove it")
+        if not self.client_only:
+            return
+        servers_only = {"server_interface": self.server_interface, "lnet": self.lnet,
+                        "client_tunables": self.client_tunables, "license_file": self.license_file,
+                        "read_gb_per_s_per_server": self.read_gb_per_s_per_server,
+                        "failover_mounted_by_ha": self.failover_mounted_by_ha or None}
+        if self.kind == "scale" and self.client_interface is not None:
+            yield Problem(("client_interface",), "Scale nodes reach the cluster on their daemon address (the host's "
+                                                 "name) and, with gds, their RDMA devices: remove client_interface")
+        for name, value in servers_only.items():
+            if value is not None:
+                yield Problem((name,), f"{name} is for the servers this library builds (Lustre, BeeGFS); a "
+                                       f"{self.kind} cluster is the site's own: remove it")
+        if self.weka and self.effective_quotas and self.weka.api_username is None:
+            yield Problem(("weka", "api_username"), "WEKA directory quotas are set through its API: name the "
+                                                     "user (its password is the stack secret storageApiPassword), "
+                                                     "or set storage.quotas: false")
+        for i, d in enumerate(self.datasets):
+            if d.stripe_count != -1 or d.stripe_size_mib != 4:
+                yield Problem(("datasets", i, "stripe_count" if d.stripe_count != -1 else "stripe_size_mib"),
+                              f"{self.kind} places data itself (no per-directory striping): remove stripe_count "
+                              "and stripe_size_mib")
 
     def _places(self) -> Iterator[Problem]:
         """Where the filesystem lands on hosts: one target per device (a second would format the first's), a

@@ -1,5 +1,5 @@
 """ParallelFilesystem: Lustre or BeeGFS servers, the GPU hosts' clients, shared directories and the volumes
-tenants claim, from one spec.
+tenants claim, from one spec; or, for a WEKA or Storage Scale cluster the site runs, the clients alone.
 
 Resources, keyed by host name: `<name>-<server>` per storage server (protected: deleting one needs an explicit
 unprotect, and its delete script only unmounts; replaced only when its targets change, updated in place for
@@ -23,6 +23,7 @@ from ..spec import ClusterSpec
 from ..spec.hardware import Host, NodePool
 from ..ssh import Lib, Script, SshTarget, push
 from ..types import token, with_aliases
+from .clients import render_scale_member, render_scale_node, render_weka_client
 from .kubernetes import render_volumes
 from .layout import ROLE_ORDER, Layout, plan_layout
 from .scripts import (render_beegfs_client, render_beegfs_server, render_directories,
@@ -33,12 +34,13 @@ def filesystem_outputs(spec: ClusterSpec, layout: Layout) -> dict[str, Any]:
     """What the plan shows next to the GPUs the filesystem feeds (reference designs: at least 10 GB/s in all for
     a standard cluster, 100 GB/s for a large one)."""
     data = [t for t in layout.targets if t.role in ("ost", "storage")]
-    sizes = {(s.hostname, t.device): t.size_tib for s in spec.storage.servers for t in s.targets}
+    capacity = spec.storage.capacity_tib
     read = layout.read_gb_per_s
     return {"kind": layout.kind, "version": layout.version, "fs_name": layout.fs_name,
             "mount_point": layout.mount_point, "manager": layout.manager,
             "data_servers": layout.data_servers, "data_targets": len(data),
-            "capacity_tib": round(sum(sizes[(t.server, t.device)] for t in data), 3),
+            "capacity_tib": round(capacity, 3) if capacity is not None else 0 if not spec.storage.client_only
+            else None,
             "read_gb_per_s": read, "gpus": spec.gpus,
             "read_gb_per_s_per_gpu": None if read is None or not spec.gpus else round(read / spec.gpus, 3)}
 
@@ -75,15 +77,17 @@ class ParallelFilesystem(pulumi.ComponentResource):
     def __init__(self, name: str, spec: ClusterSpec, ssh_private_key: pulumi.Input[str],
                  opts: pulumi.ResourceOptions | None = None, host_ready: dict[str, list[pulumi.Resource]] | None = None,
                  namespaces: dict[str, pulumi.Input[str]] | None = None, *, libs: Mapping[str, Lib] | None = None,
-                 client_hosts: Collection[str] | None = None, servers: ServersElsewhere | None = None):
+                 client_hosts: Collection[str] | None = None, servers: ServersElsewhere | None = None,
+                 api_password: pulumi.Input[str] | None = None):
         """`libs`: per GPU host name, the shared parts its node pool's `-scripts` copy put there before
         `host_ready` (GpuNodePool.lib, given `render_client`'s scripts to carry); a client runs its parts
         from there. Omitted: each client holds its whole script. `client_hosts`: the GPU hosts whose clients
         this builds; omitted: every GPU host's. `servers`: set up by another stack, so only clients here;
-        omitted: the servers, directories and volumes are built here."""
+        omitted: the servers, directories and volumes are built here. `api_password`: the WEKA API user's
+        (storage.weka.api_username), a secret, which sets the tenants' directory quotas; needed with them."""
         super().__init__(self.TYPE, name, intent(spec), with_aliases(self.TYPE, opts))
         compose(self, name, spec, ssh_private_key, host_ready=host_ready, namespaces=namespaces, libs=libs,
-                client_hosts=client_hosts, servers=servers)
+                client_hosts=client_hosts, servers=servers, api_password=api_password)
 
 
 def intent(spec: ClusterSpec) -> dict[str, Any]:
@@ -93,18 +97,21 @@ def intent(spec: ClusterSpec) -> dict[str, Any]:
 
 def render_client(spec: ClusterSpec, layout: Layout, pool: NodePool, host: Host) -> Script:
     """A GPU host's filesystem client: one text for every host of its pool but for the host's name."""
-    render = render_beegfs_client if layout.kind == "beegfs" else render_lustre_client
+    if layout.kind == "scale":
+        return render_scale_node(spec, layout, host.hostname)
+    render = {"beegfs": render_beegfs_client, "wekafs": render_weka_client}.get(layout.kind, render_lustre_client)
     return render(spec, layout, host.hostname, spec.storage_client_interface(pool) or "")
 
 
 def compose(filesystem: Any, name: str, spec: ClusterSpec, ssh_private_key: pulumi.Input[str], *,
             host_ready: dict[str, list[pulumi.Resource]] | None,
             namespaces: dict[str, pulumi.Input[str]] | None, libs: Mapping[str, Lib] | None = None,
-            client_hosts: Collection[str] | None = None, servers: ServersElsewhere | None = None) -> None:
+            client_hosts: Collection[str] | None = None, servers: ServersElsewhere | None = None,
+            api_password: pulumi.Input[str] | None = None) -> None:
     """A ParallelFilesystem's children and outputs, under `filesystem`: a ParallelFilesystem, or the component
     provider's (provider.py)."""
     layout = plan_layout(spec)
-    assert layout is not None, "a ParallelFilesystem needs storage.kind lustre or beegfs"
+    assert layout is not None, "a ParallelFilesystem needs a storage.kind other than none"
     filesystem.layout, filesystem.outputs = layout, filesystem_outputs(spec, layout)
     ready = host_ready or {}
     ssh = spec.ssh
@@ -139,14 +146,43 @@ def compose(filesystem: Any, name: str, spec: ClusterSpec, ssh_private_key: pulu
         # The first client also applies the shared directories and quotas, in its own session: a change to
         # them updates that command in place (no remount), a change to the client replaces it. (In a split
         # environment, the first of each stack's: a stack's hosts open to work after it, README: Split stacks.)
-        then = render_directories(spec, layout, host.hostname).create if host is first else None
+        then = render_directories(spec, layout, host.hostname).create \
+            if host is first and not spec.storage.client_only else None
         filesystem.clients[host.hostname] = push(
             f"{name}-{host.hostname}", target, render_client(spec, layout, pool, host), ssh_private_key,
             parent=filesystem, depends_on=done + ready.get(host.hostname, []), stdin=stdin, then=then,
             lib=(libs or {}).get(host.hostname))
+    directories = _join_site_cluster(filesystem, name, spec, layout, clients, ssh_private_key, api_password) \
+        if spec.storage.client_only and first else None
     for manifest in render_volumes(spec, layout) if servers is None else ():
         ns = manifest.obj["metadata"].get("namespace")
-        register(f"{name}-{manifest.role}", manifest.obj, pulumi.ResourceOptions(
-            parent=filesystem, depends_on=[filesystem.clients[first.hostname]] if first else done),
-            namespace=(namespaces or {}).get(ns) if ns else None)
+        after = [directories] if directories else [filesystem.clients[first.hostname]] if first else done
+        register(f"{name}-{manifest.role}", manifest.obj, pulumi.ResourceOptions(parent=filesystem, depends_on=after),
+                 namespace=(namespaces or {}).get(ns) if ns else None)
     filesystem.register_outputs({**intent(spec), **filesystem.outputs})
+
+
+def _join_site_cluster(filesystem: Any, name: str, spec: ClusterSpec, layout: Layout,
+                       clients: list[tuple[NodePool, Host]], ssh_private_key: pulumi.Input[str],
+                       api_password: pulumi.Input[str] | None) -> pulumi.Resource:
+    """The site cluster's side of its clients: on Scale, each host joined through the admin node
+    (`<name>-<host>-member`, after the host's own step; converging, so a change to it (GDS, say) runs it again
+    in place, and only deleting it takes the node out of the cluster), which is then what waits on the host's
+    client; and the shared directories (`<name>-directories`), converging, on the
+    first client (WEKA, with the API password on its input) or the admin node (Scale)."""
+    ssh = spec.ssh
+    first = clients[0][1]
+    scale = spec.storage.scale
+    if scale is not None:
+        admin = SshTarget(scale.admin_node.address, ssh.user, ssh.port, scale.admin_node.host_key, ssh.bastion)
+        for pool, host in clients:
+            filesystem.clients[host.hostname] = push(
+                f"{name}-{host.hostname}-member", admin, render_scale_member(spec, layout, pool, host.hostname),
+                ssh_private_key, parent=filesystem, depends_on=[filesystem.clients[host.hostname]], converge=True)
+        where, stdin, runs_on = admin, None, scale.admin_node.hostname
+    else:
+        where = SshTarget(first.address, first.ssh_user or ssh.user, first.ssh_port or ssh.port, first.host_key,
+                          ssh.bastion)
+        stdin, runs_on = api_password if spec.storage.effective_quotas else None, first.hostname
+    return push(f"{name}-directories", where, render_directories(spec, layout, runs_on), ssh_private_key,
+                parent=filesystem, depends_on=[filesystem.clients[first.hostname]], converge=True, stdin=stdin)

@@ -38,8 +38,8 @@ class Layout:
     mount_point: str
     targets: tuple[Target, ...]
     servers: tuple[StorageServer, ...]
-    manager: str                              # the MGS NIDs (Lustre) or mgmtd address (BeeGFS)
-    client_source: str                        # what a client mounts (Lustre) or its sysMgmtdHost (BeeGFS)
+    manager: str              # the MGS NIDs (Lustre), mgmtd address (BeeGFS), backends (WEKA) or admin node (Scale)
+    client_source: str        # what a client mounts (Lustre, WEKA, Scale's device) or its sysMgmtdHost (BeeGFS)
     node_ids: dict[str, dict[str, int]] = field(default_factory=dict)   # BeeGFS: host -> role -> numeric ID
     project_ids: dict[str, int] = field(default_factory=dict)           # tenant namespace -> quota ID
     read_gb_per_s: float | None = None
@@ -60,6 +60,18 @@ def plan_layout(spec: ClusterSpec) -> Layout | None:
     storage = spec.storage
     if storage.kind == "none":
         return None
+    project_ids = {t.namespace_name: t.storage.group_id or quota_id(t.namespace_name)
+                   for t in spec.tenants if t.storage.filesystem_gib}
+    if storage.client_only:     # the site's cluster: nothing here but what its clients mount
+        weka, scale = storage.weka, storage.scale
+        if weka is not None:
+            manager = ",".join(weka.backends)
+            source, read = f"{manager}/{storage.remote_name}", weka.read_gb_per_s
+        else:
+            assert scale is not None
+            manager, source, read = scale.admin_node.hostname, storage.remote_name, scale.read_gb_per_s
+        return Layout(storage.kind, storage.effective_version, storage.fs_name, storage.mount_point, (), (),
+                      manager, source, {}, project_ids, read)
     servers = {s.hostname: s for s in storage.servers}
     lnet = spec.storage_lnet
     fs = storage.fs_name
@@ -91,7 +103,5 @@ def plan_layout(spec: ClusterSpec) -> Layout | None:
     data_servers = len({t.server for t in targets if t.role in DATA_ROLES})
     per_server = storage.read_gb_per_s_per_server
     return Layout(storage.kind, storage.effective_version, fs, storage.mount_point, tuple(targets),
-                  tuple(storage.servers), manager, source, node_ids,
-                  {t.namespace_name: t.storage.group_id or quota_id(t.namespace_name)
-                   for t in spec.tenants if t.storage.filesystem_gib},
+                  tuple(storage.servers), manager, source, node_ids, project_ids,
                   None if per_server is None else data_servers * per_server)

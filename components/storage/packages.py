@@ -15,6 +15,7 @@ from ..spec.common import PackageRepository
 from .layout import Layout
 
 BEEGFS_SBIN = "/opt/beegfs/sbin"       # where BeeGFS packages put their setup tools and daemons
+SCALE_ROOT = "/usr/lpp/mmfs"           # where Storage Scale's packages put its daemon, commands (bin/) and sources
 KERNEL = "%KERNEL%"                    # replaced on the host by `uname -r`
 OFED_SOURCE = "/usr/src/ofa_kernel/default"     # DOCA-OFED's (MLNX_OFED's) kernel sources, which DKMS builds against
 

@@ -499,6 +499,28 @@ def render_beegfs_client(spec: ClusterSpec, layout: Layout, hostname: str, inter
 
 # --- the shared directories, from one client ------------------------------------------------------------
 
+# WEKA's CLI takes its credentials from WEKA_USERNAME and WEKA_PASSWORD (docs.weka.io, "Manage the system using
+# the WEKA CLI"): the password comes on standard input (the command's secret stdin), never an argument.
+_WEKA_CREDENTIALS = r"""[[ "$0" == gpucluster ]] || fail "this script reads the WEKA API password on standard input: run it as bash -c \"\$(cat SCRIPT)\" gpucluster < SECRET"
+WEKA_PASSWORD=$(cat)
+[[ -n "$WEKA_PASSWORD" ]] || fail "no WEKA API password on standard input (the stack secret storageApiPassword)"
+export WEKA_USERNAME=@USER@ WEKA_PASSWORD
+"""
+# fileset FS NAME PATH: an independent fileset NAME linked at PATH, made and linked only where it is not yet.
+_FILESET = r"""fileset() {
+  local attrs
+  if ! bounded mmlsfileset "$1" "$2" >/dev/null 2>&1; then
+    bounded mmcrfileset "$1" "$2" --inode-space new >/dev/null
+  fi
+  attrs=$(bounded mmlsattr -L "$3" 2>/dev/null || true)
+  if ! grep -qE "^fileset name: +$2\$" <<<"$attrs"; then
+    [[ ! -e "$3" ]] || fail "$3 exists but is not the junction of fileset $2: its data is not handed to a tenant; move it away and run again"
+    bounded mkdir -p "$(dirname "$3")"
+    bounded mmlinkfileset "$1" "$2" -J "$3" >/dev/null
+  fi
+}
+"""
+
 def render_directories(spec: ClusterSpec, layout: Layout, hostname: str) -> Script:
     """Dataset directories with their striping, tenant directories with their quota. Each one is applied only
     when its own settings differ from those recorded on the host, so a change to one tenant touches that
@@ -512,9 +534,14 @@ def render_directories(spec: ClusterSpec, layout: Layout, hostname: str) -> Scri
     # BeeGFS 8's CLI talks to mgmtd's gRPC port, without TLS (see the mgmtd configuration) and with the auth file.
     cli = [f"--mgmtd-addr={layout.manager}:{BEEGFS_GRPC_PORT}", "--tls-disable",
            f"--auth-file={BEEGFS_AUTH}" if spec.storage.auth else "--auth-disable"]
+    weka, scale = layout.kind == "wekafs", layout.kind == "scale"
+    remote = spec.storage.remote_name
     for d in spec.storage.datasets:
         path = spec.storage.dataset_path(d.name)
         count = d.stripe_count if d.stripe_count > 0 else data_targets      # -1: every target
+        if weka or scale:       # the filesystem places data itself (the spec refuses striping)
+            items.append((f"dataset {d.name}", [call("bounded", "mkdir", "-p", path)]))
+            continue
         if lustre:
             stripe = ["lfs", "setstripe", "-c", d.stripe_count, "-S", f"{d.stripe_size_mib}M", path]
         elif layout.version == "8":
@@ -533,9 +560,17 @@ def render_directories(spec: ClusterSpec, layout: Layout, hostname: str) -> Scri
         path = spec.storage.tenant_path(ns)
         # Owned by the tenant's group, which its pods join (supplementalGroups); setgid keeps new files in it. A
         # directory another group owns holds an earlier tenant's data: never handed to a new one.
-        cmds = [call("bounded", "mkdir", "-p", path), call("owned_by_or_new", path, qid),
-                call("bounded", "chgrp", qid, path), call("bounded", "chmod", "2770", path)]
-        if lustre:
+        # On Scale, an independent fileset (its own inode space), whose quota is the tenant's.
+        cmds = [call("fileset", remote, ns, path) if scale else call("bounded", "mkdir", "-p", path),
+                call("owned_by_or_new", path, qid), call("bounded", "chgrp", qid, path),
+                call("bounded", "chmod", "2770", path)]
+        if weka and quotas:       # a directory quota, hard at the tenant's size
+            cmds.append(call("bounded", "weka", "fs", "quota", "set", path, "--hard", f"{gib}GiB"))
+        elif scale and quotas:
+            cmds.append(call("bounded", "mmsetquota", f"{remote}:{ns}", "--block", f"{gib}G:{gib}G"))
+        elif weka or scale:
+            pass
+        elif lustre:
             cmds.append(call("bounded", "lfs", "project", "-p", qid, "-s", path))
             if quotas:
                 cmds.append(call("bounded", "lfs", "setquota", "-p", qid, "-B", f"{gib}G", layout.mount_point))
@@ -547,9 +582,14 @@ def render_directories(spec: ClusterSpec, layout: Layout, hostname: str) -> Scri
         items.append((f"tenant {ns}: group {qid}, {gib} GiB{'' if quotas else ' (no quota)'}", cmds))
     state = f"{STATE_DIR}/{layout.kind}-{layout.fs_name}-dirs"
     # the filesystem's own CLI, which the client step installs: named if it is missing, before any change
-    cli, package = ("lfs", "lustre-client-utils or lustre-client") if lustre else \
-        ("beegfs", "beegfs-tools") if layout.version == "8" else ("beegfs-ctl", "beegfs-utils")
-    parts = [call("need", cli, f"install {package}") + "\n" + fill(r"""need timeout "install coreutils"
+    cli, package = ("lfs", "install lustre-client-utils or lustre-client") if lustre else \
+        ("weka", "the client step installs the WEKA agent") if weka else \
+        ("mmcrfileset", "storage.scale.admin_node runs Scale's commands") if scale else \
+        ("beegfs", "install beegfs-tools") if layout.version == "8" else ("beegfs-ctl", "install beegfs-utils")
+    prelude = {"wekafs": fill(_WEKA_CREDENTIALS, USER=spec.storage.weka.api_username)
+               if weka and quotas and spec.storage.weka else "",
+               "scale": fill('export PATH="@BIN@:$PATH"\n', BIN=f"{packages.SCALE_ROOT}/bin") + _FILESET}.get(layout.kind, "")
+    parts = [prelude + call("need", cli, package) + "\n" + fill(r"""need timeout "install coreutils"
 # bounded COMMAND...: COMMAND, stopped and reported when the filesystem does not answer in time.
 bounded() {
   local rc=0

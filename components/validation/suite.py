@@ -110,8 +110,10 @@ def _storage_check(spec: ClusterSpec) -> Check | None:
                     "resources": {"requests": {"storage": "1Ti"}}}}
     # Each client writes its share, then reads the share its neighbour wrote (direct I/O: no client cache), and
     # the share is sized past the servers' memory (no server cache): what it measures is the disks and fabric.
+    # A site's cluster (WEKA, Scale) counts its backends as its servers; Scale, whose servers are not listed, as one.
     clients, jobs = len(hosts), 4
-    per_job_gib = max(1, -(-v.storage_test_gib_per_server * layout.data_servers // (clients * jobs)))
+    servers = layout.data_servers or (len(spec.storage.weka.backends) if spec.storage.weka else 1)
+    per_job_gib = max(1, -(-v.storage_test_gib_per_server * servers // (clients * jobs)))
     common = f"--bs=4m --numjobs={jobs} --iodepth=16 --ioengine=libaio --direct=1 --size={per_job_gib}g"
     run = fill(_FIO_RUN, CLIENTS=clients, DIR=FIO_MOUNT, COMMON=common, SECONDS=v.storage_test_seconds,
                LIMIT=v.timeout_s, TOTAL_GIB=per_job_gib * jobs * clients)

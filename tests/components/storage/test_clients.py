@@ -1,0 +1,220 @@
+"""Clients of a site's WEKA or Storage Scale cluster: the spec's refusals, the layout, the scripts' vendor syntax
+and the resources the component registers (under Pulumi's mocks)."""
+
+from __future__ import annotations
+
+import copy
+import shutil
+import subprocess
+
+import pulumi
+import pytest
+import yaml
+
+from components.spec import parse_spec
+from components.storage import ParallelFilesystem, plan_layout
+from components.storage.clients import (render_scale_member, render_scale_node, render_weka_client,
+                                        scale_gds_settings)
+from components.storage.filesystem import filesystem_outputs
+from components.storage.scripts import render_directories
+from tests.components.storage.client_specs import SCALE, WEKA, with_storage
+from tests.conftest import problems_of, ssh_key
+
+
+def spec_of(storage, unpinned=False, **settings):
+    """`unpinned`: the pools without the static CPU manager."""
+    data = with_storage(storage, **settings)
+    for pool in data["node_pools"] if unpinned else ():
+        pool.setdefault("tuning", {})["kubelet_cpu_manager_static"] = False
+        pool["tuning"].pop("kubelet_topology_policy", None)
+    return parse_spec(yaml.safe_dump(data))
+
+
+def scripts(spec):
+    layout = plan_layout(spec)
+    for pool, host in spec.hosts():
+        if layout.kind == "wekafs":
+            s = render_weka_client(spec, layout, host.hostname, "ens1f0np0")
+        else:
+            yield f"{host.hostname}-node.sh", render_scale_node(spec, layout, host.hostname).create
+            s = render_scale_member(spec, layout, pool, host.hostname)
+        yield f"{host.hostname}.sh", s.create
+        yield f"{host.hostname}.delete.sh", s.delete
+    yield "directories.sh", render_directories(spec, layout, "gpu-dev-01").create
+
+
+@pytest.mark.parametrize("storage", [WEKA, SCALE], ids=["wekafs", "scale"])
+def test_every_client_script_passes_shellcheck(storage, tmp_path):
+    if shutil.which("shellcheck") is None:
+        pytest.skip("shellcheck is not installed (.ci/run installs it)")
+    paths = []
+    for name, text in scripts(spec_of(storage, gds=True) if storage is SCALE else spec_of(storage)):
+        (tmp_path / name).write_text(text)
+        paths.append(str(tmp_path / name))
+    out = subprocess.run(["shellcheck", "-S", "warning", "-s", "bash", *paths], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout
+
+
+@pytest.mark.parametrize("storage", [WEKA, SCALE], ids=["wekafs", "scale"])
+def test_client_delete_scripts_never_format_or_remove_data(storage):
+    for name, text in scripts(spec_of(storage)):
+        if name.endswith(".delete.sh"):
+            assert not any(w in text for w in ("mkfs", "wipefs", "mmdelfs", "mmdelfileset", "rm -rf")), name
+
+
+def test_the_weka_mount_carries_cores_network_cache_and_options_in_one_place():
+    """docs.weka.io, "Mount filesystems": core=<id> once per core (or num_cores), net=<netdev> or net=udp."""
+    spec = spec_of(WEKA, cache_mode="readcache")
+    layout = plan_layout(spec)
+    assert layout.client_source == "10.10.0.41,10.10.0.42/wfs" and layout.targets == () and layout.servers == ()
+    text = render_weka_client(spec, layout, "gpu-dev-01", "ens1f0np0").create
+    assert ("mount_at 10.10.0.41,10.10.0.42/wfs /mnt/weka wekafs core=1,net=ens1f0np0,readcache,sync_on_close,"
+            "_netdev,x-systemd.requires=weka-agent.service") in text
+    udp = spec_of(WEKA, unpinned=True, network="udp", client_core_ids=None, client_cores=2)
+    assert "wekafs num_cores=2,net=udp,sync_on_close," in render_weka_client(
+        udp, plan_layout(udp), "gpu-dev-01", "ens1f0np0").create
+    assert "http://10.10.0.41:14000/dist/v1/install" in text       # the first backend's installer
+    mirror = spec_of(WEKA, install_url="https://mirror.example.internal/weka/install")
+    assert "https://mirror.example.internal/weka/install" in render_weka_client(
+        mirror, plan_layout(mirror), "gpu-dev-01", "ens1f0np0").create
+
+
+@pytest.mark.parametrize("settings, expected", [
+    ({"mount_options": ["num_cores=4"]}, "storage.weka.mount_options[0]: num_cores=4 is set by "
+                                         "storage.weka.client_cores"),
+    ({"mount_options": ["writecache"]}, "storage.weka.mount_options[0]: writecache is set by storage.weka.cache_mode"),
+    ({"mount_options": ["ro"]}, "storage.weka.mount_options[0]: ro is not passed: tenants write"),
+    ({"mount_options": ["bogus=1"]}, "storage.weka.mount_options[0]: 'bogus=1' is not a wekafs mount option"),
+    ({"mount_options": ["readahead_kb=lots"]}, "readahead_kb takes a whole number"),
+    ({"backends": ["10.10.0.41", "10.10.0.41"]}, "storage.weka.backends: a backend is listed twice"),
+    ({"backends": []}, "storage.weka.backends"),
+    ({"client_cores": 2}, "storage.weka.client_core_ids: 1 names 1 CPU(s) but client_cores is 2"),
+    ({"client_core_ids": None}, "storage.weka.client_core_ids: pool h100 pins pods to CPUs"),
+    ({"client_core_ids": "5"}, "node_pools[0].tuning.kubelet_reserved_cpus: WEKA's polling cores (5) must lie in"),
+    ({"api_username": None}, "storage.weka.api_username: WEKA directory quotas are set through its API"),
+    ({"capacity_tib": 1}, "tenants[1].storage.filesystem_gib: 2048 GiB is more than the whole wekafs filesystem"),
+    ({"gds": True, "network": "udp"}, "storage.weka.gds: GPUDirect Storage moves data by RDMA"),
+])
+def test_weka_bad_input_names_the_field(settings, expected):
+    found = problems_of(with_storage(WEKA, **settings))
+    assert any(expected in p for p in found), found
+
+
+@pytest.mark.parametrize("change, expected", [
+    (lambda s: s.update(server_interface="ib0"), "storage.server_interface: server_interface is for the servers"),
+    (lambda s: s.update(lnet="tcp"), "storage.lnet: lnet is for the servers"),
+    (lambda s: s.update(servers=[{"hostname": "x", "address": "10.0.0.9", "rack": "r01", "targets": [
+        {"role": "ost", "device": "/dev/sdb", "raid_level": "raid6", "size_tib": 1}]}]),
+     "storage.servers: wekafs servers are the site's own cluster"),
+    (lambda s: s.pop("weka"), "storage.weka: kind wekafs needs storage.weka"),
+    (lambda s: s.update(scale=copy.deepcopy(SCALE["scale"])), "storage.scale: storage.scale is for kind scale"),
+    (lambda s: s["datasets"][0].update(stripe_count=4), "storage.datasets[0].stripe_count: wekafs places data"),
+    (lambda s: s.update(version="3.9"), "storage.version: wekafs 3.9 is not supported"),
+])
+def test_server_settings_are_refused_for_a_sites_cluster(change, expected):
+    data = with_storage(WEKA)
+    change(data["storage"])
+    found = problems_of(data)
+    assert any(expected in p for p in found), found
+
+
+@pytest.mark.parametrize("settings, expected", [
+    ({"supported_kernels": ["5.15;rm"]}, "storage.scale.supported_kernels[0]: '5.15;rm' is not a kernel release"),
+    ({"supported_kernels": []}, "storage.scale.supported_kernels"),
+    ({"cluster_id": "abc"}, "storage.scale.cluster_id"),
+    ({"device": "gpfs 0"}, "storage.scale.device"),
+])
+def test_scale_bad_input_names_the_field(settings, expected):
+    found = problems_of(with_storage(SCALE, **settings))
+    assert any(expected in p for p in found), found
+
+
+def test_scale_gds_needs_rdma_nics_and_names_them_in_verbs_ports():
+    spec = spec_of(SCALE, gds=True)
+    pool = spec.node_pools[0]
+    assert scale_gds_settings(pool) == "verbsRdma=enable,verbsGPUDirectStorage=yes,verbsPorts=mlx5_0/1 mlx5_1/1"
+    member = render_scale_member(spec, plan_layout(spec), pool, "gpu-dev-01").create
+    assert "mmchconfig 'verbsRdma=enable,verbsGPUDirectStorage=yes,verbsPorts=mlx5_0/1 mlx5_1/1' -N" in member
+    data = with_storage(SCALE, gds=True)
+    data["fabric"]["kind"] = "ethernet"
+    data["fabric"].pop("roce", None)
+    assert any("storage.scale.gds: GPUDirect Storage needs RDMA" in p for p in problems_of(data))
+
+
+def test_the_scale_node_checks_the_kernel_before_any_change():
+    spec = spec_of(SCALE)
+    text = render_scale_node(spec, plan_layout(spec), "gpu-dev-01").create
+    assert text.index("storage.scale.supported_kernels") < text.index("--- packages")
+    assert text.index("--- packages") < text.index("mmbuildgpl")
+
+
+def test_tenants_get_filesets_with_block_quotas_on_scale_and_directory_quotas_on_weka():
+    weka, scale = spec_of(WEKA), spec_of(SCALE)
+    w = render_directories(weka, plan_layout(weka), "gpu-dev-01").create
+    s = render_directories(scale, plan_layout(scale), "scale-adm-01").create
+    assert "bounded weka fs quota set /mnt/weka/tenants/team-b --hard 2048GiB" in w
+    assert "export WEKA_USERNAME=gpucluster WEKA_PASSWORD" in w and "WEKA_PASSWORD=$(cat)" in w
+    assert "fileset gpfs0 team-b /gpfs/gpfs0/tenants/team-b" in s
+    assert "bounded mmsetquota gpfs0:team-b --block 2048G:2048G" in s
+    assert "mmcrfileset \"$1\" \"$2\" --inode-space new" in s and "mmlinkfileset \"$1\" \"$2\" -J \"$3\"" in s
+    data = with_storage(WEKA, api_username=None)
+    data["storage"]["quotas"] = False
+    unquoted = parse_spec(yaml.safe_dump(data))
+    text = render_directories(unquoted, plan_layout(unquoted), "gpu-dev-01").create
+    assert "WEKA_PASSWORD" not in text and "quota set" not in text
+    assert unquoted.storage.secret_settings == () and weka.storage.secret_settings == ("storageApiPassword",)
+
+
+def test_outputs_show_the_sites_cluster_with_its_capacity_and_bandwidth():
+    spec = spec_of(SCALE)
+    out = filesystem_outputs(spec, plan_layout(spec))
+    assert out["manager"] == "scale-adm-01" and out["capacity_tib"] == 100 and out["read_gb_per_s"] == 40
+    assert out["data_servers"] == 0
+
+
+def test_scale_nodes_join_through_the_admin_node_after_their_own_step(record):
+    spec = spec_of(SCALE)
+    run = record(lambda: ParallelFilesystem("dev-storage", spec, ssh_key()))
+    commands = {r.name: r for r in run.records if r.type == "command:remote:Command"}
+    for host in ("gpu-dev-01", "gpu-dev-02"):
+        member, own = commands[f"dev-storage-{host}-member"], commands[f"dev-storage-{host}"]
+        assert own.urn in member.dependencies
+        assert "10.10.0.51" in str(member.inputs["connection"])
+        assert "mmdelnode" in member.inputs["delete"] and "mmaddnode" in member.inputs["create"]
+    directories = commands["dev-storage-directories"]
+    assert commands["dev-storage-gpu-dev-01-member"].urn in directories.dependencies
+    assert "10.10.0.51" in str(directories.inputs["connection"])
+    volumes = [r for r in run.records if r.type.startswith("kubernetes:core/v1:Persistent")]
+    assert volumes and all(directories.urn in v.dependencies for v in volumes)
+
+
+def test_weka_directories_take_the_api_password_on_their_input_and_converge_in_place(record):
+    spec = spec_of(WEKA)
+
+    def program():
+        ParallelFilesystem("dev-storage", spec, ssh_key(), api_password=pulumi.Output.secret("W3KA-PASS"))
+    run = record(program)
+    commands = {r.name: r for r in run.records if r.type == "command:remote:Command"}
+    directories = commands["dev-storage-directories"]
+    stdin = directories.inputs["stdin"]       # a secret: Pulumi's secret signature wraps the value
+    assert stdin["value"] == "W3KA-PASS" and "4dabf18193072939515e22adb298388d" in stdin
+    assert not directories.inputs.get("triggers")           # converges: a quota change updates it in place
+    assert commands["dev-storage-gpu-dev-01"].urn in directories.dependencies
+    assert "W3KA-PASS" not in directories.inputs["create"]
+    assert "dev-storage-gpu-dev-01-member" not in commands
+
+
+def test_the_roll_brings_a_site_clusters_client_back_after_a_driver_change_and_checks_its_mount():
+    from components.nodes import NodePoolArgs
+    from components.nodes.node_pool import render_pool_preparation
+    for storage, restart in ((WEKA, "timeout 300 weka local restart client"),
+                             (SCALE, "timeout 600 /usr/lpp/mmfs/bin/mmstartup")):
+        spec = spec_of(storage)
+        args = NodePoolArgs.from_spec(spec, spec.node_pools[0])
+        roll = render_pool_preparation(args).roll_for_host(spec.node_pools[0].hosts[0], "a" * 64).create
+        guarded = roll[roll.index('if [[ " ${due[*]} " == *" driver "* ]]; then'):]
+        assert restart in guarded.split("\nfi\n")[0]
+        assert f"findmnt -rn {spec.storage.mount_point}" in roll
+        assert roll.index("is mounted and answers") < roll.index("the health monitors judge this host again")
+    dev = NodePoolArgs.from_spec(parse_spec(yaml.safe_dump(with_storage(WEKA))), spec.node_pools[0])
+    assert dev.filesystem is not None and dev.filesystem.kind == "wekafs"
