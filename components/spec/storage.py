@@ -13,6 +13,7 @@ from pydantic import AfterValidator, Field
 from .common import (AbsPath, DevicePath, DnsLabel, HostName, HostOrIp, InterfaceName, IpAddress,
                      PackageRepository, Problem, SpecModel, Url, UserName, Version, _grammar)
 from .hardware import CpuList, HostKey, cpu_count, cpu_ids
+from .kubernetes import ChartSource
 
 # Upstream vocabulary for each backend's target roles; Lustre's mgs-mdt is a combined MGS and MDT on one device.
 STORAGE_ROLES: dict[str, tuple[str, ...]] = {
@@ -155,6 +156,14 @@ class SiteCluster(SpecModel):
                                         "bandwidth, for the plan and the read check. Omitted: not estimated.")
 
 
+class WekaCsi(ChartSource):
+    """WEKA's CSI plugin (csi.weka.io), which provisions the tenants' directory volumes with hard quotas."""
+
+    enabled: bool = Field(True, description="Omitted: installed, with a StorageClass per tenant with a directory.")
+    chart_version: Literal["2.8.8"] = Field("2.8.8", description="The pinned csi-wekafsplugin chart. Omitted: "
+                                                                 "2.8.8.")
+
+
 class WekaSettings(SiteCluster):
     """The clients of a WEKA cluster the site runs: stateless clients, which the mount itself brings up."""
 
@@ -188,6 +197,8 @@ class WekaSettings(SiteCluster):
         None, description="The WEKA user (a cluster admin of the Root organization) that sets the tenants' "
                           "directory quotas; its password is the stack's secret storageApiPassword. Required with "
                           "quotas.")
+    csi: WekaCsi = Field(default_factory=WekaCsi, description="Omitted: the CSI plugin from WEKA's chart "
+                                                              "repository.")
     gds: bool = Field(False, description="GPUDirect Storage: the client checks nvidia-fs is loaded, so cuFile "
                                          "reads go from the NICs to the GPUs. Needs an RDMA fabric and dpdk. "
                                          "Omitted: off.")
@@ -357,7 +368,9 @@ class StorageSpec(SpecModel):
     @property
     def secret_settings(self) -> tuple[str, ...]:
         """The stack secrets this filesystem needs: WEKA's API password, which sets its directory quotas."""
-        return (STORAGE_API_PASSWORD,) if self.kind == "wekafs" and self.effective_quotas else ()
+        weka = self.weka
+        needed = weka is not None and self.kind == "wekafs" and (self.effective_quotas or weka.csi.enabled)
+        return (STORAGE_API_PASSWORD,) if needed else ()
 
     @property
     def client_only(self) -> bool:
@@ -494,6 +507,10 @@ class StorageSpec(SpecModel):
             yield Problem(("weka", "api_username"), "WEKA directory quotas are set through its API: name the "
                                                      "user (its password is the stack secret storageApiPassword), "
                                                      "or set storage.quotas: false")
+        elif self.weka and self.weka.csi.enabled and self.weka.api_username is None:
+            yield Problem(("weka", "api_username"), "WEKA's CSI plugin logs in to its API: name the user (its "
+                                                     "password is the stack secret storageApiPassword), or set "
+                                                     "storage.weka.csi.enabled: false")
         for i, d in enumerate(self.datasets):
             if d.stripe_count != -1 or d.stripe_size_mib != 4:
                 yield Problem(("datasets", i, "stripe_count" if d.stripe_count != -1 else "stripe_size_mib"),

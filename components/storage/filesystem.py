@@ -16,13 +16,17 @@ from __future__ import annotations
 from typing import Any, ClassVar, Collection, Mapping, NamedTuple
 
 import pulumi
+import pulumi_kubernetes as k8s
 import pulumi_random as random
 
+from ..k8s.helm import release
+from ..k8s.images import through_mirror
 from ..k8s.objects import register
 from ..spec import ClusterSpec
 from ..spec.hardware import Host, NodePool
 from ..ssh import Lib, Script, SshTarget, push
 from ..types import token, with_aliases
+from . import csi
 from .clients import render_scale_member, render_scale_node, render_weka_client
 from .kubernetes import render_volumes
 from .layout import ROLE_ORDER, Layout, plan_layout
@@ -154,6 +158,10 @@ def compose(filesystem: Any, name: str, spec: ClusterSpec, ssh_private_key: pulu
             lib=(libs or {}).get(host.hostname))
     directories = _join_site_cluster(filesystem, name, spec, layout, clients, ssh_private_key, api_password) \
         if spec.storage.client_only and first else None
+    weka = spec.storage.weka
+    if weka is not None and weka.csi.enabled and servers is None:
+        _weka_csi(filesystem, name, spec, layout.project_ids, api_password,
+                          list(filesystem.clients.values()))
     for manifest in render_volumes(spec, layout) if servers is None else ():
         ns = manifest.obj["metadata"].get("namespace")
         after = [directories] if directories else [filesystem.clients[first.hostname]] if first else done
@@ -186,3 +194,23 @@ def _join_site_cluster(filesystem: Any, name: str, spec: ClusterSpec, layout: La
         stdin, runs_on = api_password if spec.storage.effective_quotas else None, first.hostname
     return push(f"{name}-directories", where, render_directories(spec, layout, runs_on), ssh_private_key,
                 parent=filesystem, depends_on=[filesystem.clients[first.hostname]], converge=True, stdin=stdin)
+
+
+def _weka_csi(parent: Any, name: str, spec: ClusterSpec, group_ids: dict[str, int],
+              api_password: pulumi.Input[str] | None, after: list[pulumi.Resource]) -> pulumi.Resource:
+    """`<name>-csi-namespace`, `<name>-csi-api-secret` (the password a Pulumi secret), the `<name>-csi` release
+    (after `after`: the hosts' clients, which its node plugin mounts through) and `<name>-sc-<namespace>` per
+    tenant, with every image through the mirror. Returns the release."""
+    namespace = register(f"{name}-csi-namespace", {"apiVersion": "v1", "kind": "Namespace",
+                                                   "metadata": {"name": csi.NAMESPACE}},
+                         pulumi.ResourceOptions(parent=parent))
+    data: dict[str, pulumi.Input[str]] = {**csi.api_secret_data(spec), "password": pulumi.Output.secret(api_password)}
+    secret = k8s.core.v1.Secret(f"{name}-csi-api-secret", type="Opaque", string_data=data,
+                                metadata={"name": csi.API_SECRET, "namespace": csi.NAMESPACE},
+                                opts=pulumi.ResourceOptions(parent=parent, depends_on=[namespace]))
+    plugin = release(f"{name}-csi", csi.RELEASE, csi.chart(spec), csi.NAMESPACE,
+                     through_mirror(csi.render_values(spec), spec, csi.chart_images(spec)),
+                     pulumi.ResourceOptions(parent=parent, depends_on=[namespace, secret, *after]))
+    for manifest in csi.render_storage_classes(spec, group_ids):
+        register(f"{name}-{manifest.role}", manifest.obj, pulumi.ResourceOptions(parent=parent, depends_on=[plugin]))
+    return plugin

@@ -92,8 +92,12 @@ def _bandwidth(args: StackValidationArgs, report: ReportViolation) -> None:
     for fs in of_type(args.resources, FILESYSTEM):
         per_gpu, total, gpus = (number(fs.props.get(k)) for k in ("read_gb_per_s_per_gpu", "read_gb_per_s", "gpus"))
         if per_gpu is not None and per_gpu < floor:
+            # a site's WEKA or Scale cluster is grown there; this library builds Lustre's and BeeGFS's servers
+            site = {"wekafs": "weka", "scale": "scale"}.get(text(intent(fs).get("kind")) or "")
+            fix = f"grow the site's cluster (or correct storage.{site}.read_gb_per_s)" if site else \
+                "add storage servers (or correct read_gb_per_s_per_server)"
             report(f"{fs.name} reads {shown(total)} GB/s for {shown(gpus)} GPUs, {shown(per_gpu)} GB/s per GPU, below "
-                   f"the target {shown(floor)}; add storage servers (or correct read_gb_per_s_per_server)", fs.urn)
+                   f"the target {shown(floor)}; {fix}", fs.urn)
 
 
 STORAGE_POLICIES = [

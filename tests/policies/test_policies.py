@@ -213,6 +213,10 @@ CASES = [
     ("storage-bandwidth-per-gpu", lambda r: changed(r, "dev-storage", _set(["read_gb_per_s_per_gpu"], 0.1)),
      ["dev-storage reads 20 GB/s for 16 GPUs, 0.1 GB/s per GPU, below the target 0.15; add storage servers (or "
       "correct read_gb_per_s_per_server)"]),
+    ("storage-bandwidth-per-gpu", lambda r: changed(changed(r, "dev-storage", _set(["read_gb_per_s_per_gpu"], 0.1)),
+                                                    "dev-storage", _set(["spec", "kind"], "wekafs")),
+     ["dev-storage reads 20 GB/s for 16 GPUs, 0.1 GB/s per GPU, below the target 0.15; grow the site's cluster (or "
+      "correct storage.weka.read_gb_per_s)"]),
     ("power-rack-budget", lambda r: changed(r, "dev", _set(["racks", "r01", "pdu_capacity_kw"], 25)),
      ["rack r01 draws up to 2 x 10.2 kW (h100 host) + 1 x 1.5 kW (leaf switch) + 1 x 1.5 kW (storage server) = "
       "23.4 kW at peak (GPUs at TDP plus base power, storage servers, switches), over its budget of 25 kW x 80% = "

@@ -79,9 +79,11 @@ member "$node" || { echo "mmgetstate: $node is not a node of the cluster" >&2; e
 echo "mmgetstate::HEADER:version:reserved:reserved:nodeName:nodeNumber:state:quorum:nodesUp:totalNodes:remarks:cnfsState:"
 echo "mmgetstate::0:1:::$node.example.internal:2:$(cat "$C/nodes/$node"):1:2:3:::"
 ''',
-    "mmstartup": RECORD + _MM_STATE + 'member "$node" || exit 1\necho active > "$C/nodes/$node"\n',
-    "mmshutdown": RECORD + _MM_STATE + 'member "$node" || exit 1\necho down > "$C/nodes/$node"\n'
-                                       'rm -f "$C"/mounts/*/"$node"\n',
+    # without -N: this node (a client's own roll), recorded as such
+    "mmstartup": RECORD + _MM_STATE + '[[ -n "$node" ]] || exit 0\nmember "$node" || exit 1\n'
+                                      'echo active > "$C/nodes/$node"\n',
+    "mmshutdown": RECORD + _MM_STATE + '[[ -n "$node" ]] || exit 0\nmember "$node" || exit 1\n'
+                                       'echo down > "$C/nodes/$node"\nrm -f "$C"/mounts/*/"$node"\n',
     "mmmount": RECORD + _MM_STATE + r'''
 [[ "$(cat "$C/nodes/$node" 2>/dev/null)" == active ]] || { echo "mmmount: GPFS is not active on $node" >&2; exit 1; }
 mkdir -p "$C/mounts/$1"; touch "$C/mounts/$1/$node"

@@ -342,3 +342,34 @@ def test_a_roll_restarts_the_weka_client_after_a_driver_change_and_returns_the_n
     assert roll_failure(out.stdout) == "" and "weka local restart client" in host.calls()
     assert "restarted the WEKA client (its NICs' driver changed)" in out.stdout
     ok(run(test_hosts, host, render_weka_client(spec, plan_layout(spec), host.name, "eth0").delete))
+
+
+def test_a_roll_rebuilds_the_scale_layer_for_a_new_kernel_restarts_gpfs_and_waits_for_the_mount(
+        test_hosts, host, scale_root, quick_roll):
+    """A driver change owed on a drained node: the portability layer is built for the running kernel where it
+    is missing, GPFS restarts on the node (mmshutdown, mmstartup without -N: this node), and the node returns to
+    work only with the file system mounted."""
+    scale_installed(host)
+    spec = scale_spec()
+    args, node = weka_pool(spec)
+    ok(test_hosts.ssh(host, as_command(render_preparation(args, node).create, "root")))
+    roll = render_pool_preparation(args).roll_for_host(node, "b" * 64).create
+    host.sh(f"rm -f {STATE_DIR}/scale-modules-* {STATE_DIR}/mounts/_srv_gpfs0 && mkdir -p /srv/gpfs0")
+
+    def rolled():
+        host.sh("mkdir -p /var/lib/gpucluster/owed && touch /var/lib/gpucluster/owed/restart-driver")
+        with host.hardware(PODS=DRAINED):
+            out = test_hosts.roll(host, roll)
+        assert out.returncode == 0, out.stderr
+        return out
+    host.clear_calls()
+    out = rolled()
+    assert [c for c in host.calls() if c.startswith("mm")][:3] == ["mmbuildgpl ", "mmshutdown ", "mmstartup "]
+    assert "/srv/gpfs0 is not mounted 5 s into the roll" in roll_failure(out.stdout)
+    assert "mmmount gpfs0" in host.calls()       # the node mounts it itself where GPFS does not automount
+    host.sh(f"touch {STATE_DIR}/mounts/_srv_gpfs0")
+    host.clear_calls()
+    out = rolled()
+    assert roll_failure(out.stdout) == "" and "/srv/gpfs0 is mounted and answers" in out.stdout
+    assert "mmbuildgpl " not in host.calls()      # built for this kernel already
+    host.sh(f"rm -rf /srv/gpfs0 {STATE_DIR}/mounts/_srv_gpfs0")

@@ -113,7 +113,7 @@ def test_no_image_in_any_plan_escapes_the_mirror(tmp_path, stack, edit):
 
 # Where a stack registers or writes out what it rendered: the only modules that apply the mirror.
 MIRROR_BOUNDARIES = {"k8s/images.py", "k8s/gpu_stack.py", "k8s/slurm/cluster.py", "k8s/tenancy/jobs.py",
-                     "fabric/fabric.py", "validation/suite.py"}
+                     "fabric/fabric.py", "validation/suite.py", "storage/filesystem.py"}
 
 
 def test_renderers_name_images_as_published_and_leave_the_mirror_to_where_the_stack_registers_them():

@@ -157,7 +157,7 @@ def test_tenants_get_filesets_with_block_quotas_on_scale_and_directory_quotas_on
     assert "fileset gpfs0 team-b /gpfs/gpfs0/tenants/team-b" in s
     assert "bounded mmsetquota gpfs0:team-b --block 2048G:2048G" in s
     assert "mmcrfileset \"$1\" \"$2\" --inode-space new" in s and "mmlinkfileset \"$1\" \"$2\" -J \"$3\"" in s
-    data = with_storage(WEKA, api_username=None)
+    data = with_storage(WEKA, api_username=None, csi={"enabled": False})
     data["storage"]["quotas"] = False
     unquoted = parse_spec(yaml.safe_dump(data))
     text = render_directories(unquoted, plan_layout(unquoted), "gpu-dev-01").create
@@ -218,3 +218,80 @@ def test_the_roll_brings_a_site_clusters_client_back_after_a_driver_change_and_c
         assert roll.index("is mounted and answers") < roll.index("the health monitors judge this host again")
     dev = NodePoolArgs.from_spec(parse_spec(yaml.safe_dump(with_storage(WEKA))), spec.node_pools[0])
     assert dev.filesystem is not None and dev.filesystem.kind == "wekafs"
+
+
+# --- WEKA's CSI plugin ------------------------------------------------------------------------------------
+
+# weka/csi-wekafs v2.8.8: the dir/v1 StorageClass parameters the driver reads
+# (examples/dynamic_directory/storageclass-wekafs-dir-api.yaml) and the API secret's keys
+# (examples/common/csi-wekafs-api-secret.yaml).
+DIR_V1_PARAMETERS = {"volumeType", "filesystemName", "ownerUid", "ownerGid", "permissions", "capacityEnforcement"} | {
+    f"csi.storage.k8s.io/{use}-secret-{key}" for use in ("provisioner", "controller-publish", "controller-expand",
+                                                          "node-stage", "node-publish") for key in ("name", "namespace")}
+API_SECRET_KEYS = {"username", "password", "organization", "endpoints", "scheme", "localContainerName",
+                   "autoUpdateEndpoints", "nfsTargetIps", "caCertificate"}
+
+
+def go_parse_int_base0(value: str) -> int:
+    """Go's strconv.ParseInt(value, 0, 32), which the driver reads `permissions` with: a leading 0 is octal."""
+    if value.startswith(("0x", "0X")):
+        return int(value[2:], 16)
+    if value.startswith(("0o", "0O")):
+        return int(value[2:], 8)
+    return int(value, 8) if value.startswith("0") and len(value) > 1 else int(value, 10)
+
+
+def test_each_tenant_gets_a_storage_class_of_directory_volumes_owned_by_its_group_with_a_hard_quota():
+    from components.storage.csi import render_storage_classes
+    spec = spec_of(WEKA)
+    layout = plan_layout(spec)
+    [sc] = render_storage_classes(spec, layout.project_ids)
+    params = sc.obj["parameters"]
+    assert set(params) <= DIR_V1_PARAMETERS and sc.obj["provisioner"] == "csi.weka.io"
+    assert params["capacityEnforcement"] == "HARD" and params["volumeType"] == "dir/v1"
+    assert params["ownerGid"] == str(layout.project_ids["team-b"]) and params["filesystemName"] == "wfs"
+    assert go_parse_int_base0(params["permissions"]) == 0o770       # "2770" would be decimal, 0o5322
+    assert sc.obj["metadata"]["name"] == "wfs-team-b" and sc.obj["reclaimPolicy"] == "Retain"
+
+
+def test_the_csi_api_secret_names_the_backends_and_takes_https_from_weka_4_3():
+    from components.storage.csi import api_secret_data
+    data = api_secret_data(spec_of(WEKA))
+    assert set(data) | {"password"} <= API_SECRET_KEYS
+    assert data["endpoints"] == "10.10.0.41:14000,10.10.0.42:14000" and data["scheme"] == "https"
+    old = with_storage(WEKA)
+    old["storage"]["version"] = "4.2"
+    assert api_secret_data(parse_spec(yaml.safe_dump(old)))["scheme"] == "http"
+
+
+def test_the_csi_chart_pulls_every_image_through_the_mirror():
+    from components.k8s.images import through_mirror
+    from components.storage.csi import chart_images, render_values
+    data = with_storage(WEKA)
+    data["kubernetes"]["image_registry"] = "registry.lab.example.internal/mirror"
+    spec = parse_spec(yaml.safe_dump(data))
+    images = through_mirror(render_values(spec), spec, chart_images(spec))["images"]
+    assert all(v.startswith("registry.lab.example.internal/mirror/") for k, v in images.items() if k != "csidriverTag")
+
+
+def test_the_csi_plugin_comes_after_the_clients_and_its_password_stays_secret(record):
+    spec = spec_of(WEKA)
+
+    def program():
+        ParallelFilesystem("dev-storage", spec, ssh_key(), api_password=pulumi.Output.secret("W3KA-PASS"))
+    run = record(program)
+    by_name = {r.name: r for r in run.records}
+    plugin = by_name["dev-storage-csi"]
+    assert {by_name["dev-storage-gpu-dev-01"].urn, by_name["dev-storage-csi-api-secret"].urn} <= set(
+        plugin.dependencies)
+    assert plugin.urn in by_name["dev-storage-sc-team-b"].dependencies
+    secret = by_name["dev-storage-csi-api-secret"].inputs["stringData"]
+    assert "4dabf18193072939515e22adb298388d" in secret      # the whole map is a secret
+
+
+def test_the_csi_plugin_needs_the_api_user_even_without_quotas():
+    data = with_storage(WEKA, api_username=None)
+    data["storage"]["quotas"] = False
+    assert any("storage.weka.api_username: WEKA's CSI plugin logs in to its API" in p for p in problems_of(data))
+    data["storage"]["weka"]["csi"] = {"enabled": False}
+    assert problems_of(data) == []
