@@ -351,6 +351,10 @@ class StorageSpec(SpecModel):
         return own + [FilesystemClaim(f"{self.fs_name}-{d.name}", self.dataset_path(d.name), d.size_gib, True)
                       for d in self.datasets]
 
+    def storage_class(self, namespace: str) -> str | None:
+        """A tenant's own StorageClass (WEKA's CSI directory volumes), or None where there is none."""
+        return f"{self.fs_name}-{namespace}" if self.weka is not None and self.weka.csi.enabled else None
+
     def tenant_path(self, namespace: str) -> str:
         return f"{self.mount_point}/tenants/{namespace}"
 

@@ -79,10 +79,6 @@ def api_secret_data(spec: ClusterSpec) -> dict[str, str]:
             "endpoints": ",".join(f"{b}:{API_PORT}" for b in weka.backends)}
 
 
-def storage_class_name(spec: ClusterSpec, namespace: str) -> str:
-    return f"{spec.storage.fs_name}-{namespace}"
-
-
 def render_storage_classes(spec: ClusterSpec, group_ids: dict[str, int]) -> list[Manifest]:
     """Per tenant with a filesystem directory: dir/v1 volumes owned by its group and writable by it, each with
     a hard quota at the claim's size. Reclaim Retain: a deleted claim keeps its data
@@ -93,7 +89,7 @@ def render_storage_classes(spec: ClusterSpec, group_ids: dict[str, int]) -> list
                for key, value in (("name", API_SECRET), ("namespace", NAMESPACE))}
     out = []
     for namespace, gid in sorted(group_ids.items()):
-        name = storage_class_name(spec, namespace)
+        name = spec.storage.storage_class(namespace)
         out.append(Manifest(f"sc-{namespace}", {
             "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
             "metadata": {"name": name, "labels": {"gpucluster.io/tenant-namespace": namespace}},

@@ -48,6 +48,10 @@ class TenantArgs(SpecModel):
     nccl: dict[str, dict[str, str]] = Field(
         default_factory=dict, description="NCCL settings per node pool, as ConfigMaps `nccl-<pool>` for jobs' "
                                           "envFrom. Omitted: none.")
+    foreign_storage_classes: list[str] = Field(
+        default_factory=list, description="Other tenants' own StorageClasses, which this tenant's quota allows no "
+                                          "claim from (their volumes belong to those tenants' groups). Omitted: "
+                                          "none.")
 
     @classmethod
     def from_spec(cls, spec: ClusterSpec, tenant: TenantSpec) -> TenantArgs:
@@ -58,7 +62,15 @@ class TenantArgs(SpecModel):
         return cls(tenant=tenant, cluster=tenancy.cluster, quotas=quotas_for(tenant, tenancy.pools),
                    cohort=tenancy.cohort, dns_namespace=tenancy.dns_namespace,
                    monitoring_namespace=tenancy.monitoring_namespace, protect=tenancy.environment != "dev",
-                   nccl={pool: env for pool, env in tenancy.nccl.items() if pool in tenant.gpu_quota})
+                   nccl={pool: env for pool, env in tenancy.nccl.items() if pool in tenant.gpu_quota},
+                   foreign_storage_classes=sorted(c for ns, c in tenancy.storage_classes.items()
+                                                  if ns != tenant.namespace_name))
+
+
+def tenant_storage_classes(spec: ClusterSpec) -> dict[str, str]:
+    """The tenants' own StorageClasses (WEKA's CSI plugin), by namespace."""
+    return {t.namespace_name: c for t in spec.tenants
+            if t.storage.filesystem_gib and (c := spec.storage.storage_class(t.namespace_name))}
 
 
 def tenancy_of(spec: ClusterSpec) -> Tenancy:
@@ -71,7 +83,8 @@ def tenancy_of(spec: ClusterSpec) -> Tenancy:
                    dns_namespace=spec.kubernetes.dns_namespace,
                    monitoring_namespace=monitoring.namespace if monitoring.enabled else None,
                    pools=pools, nccl={pool: pod_env(env) for pool, env in envs.items()},
-                   namespaces_taken=sorted(spec.reserved_namespaces | {t.namespace_name for t in spec.tenants}))
+                   namespaces_taken=sorted(spec.reserved_namespaces | {t.namespace_name for t in spec.tenants}),
+                   storage_classes=tenant_storage_classes(spec))
 
 
 # --- pure rendering ---------------------------------------------------------------------------------
@@ -167,6 +180,8 @@ def render_resource_quota(args: TenantArgs) -> dict[str, Any]:
             "secrets": str(o.secrets), "services.loadbalancers": str(o.load_balancers),
             "services.nodeports": str(o.node_ports), "persistentvolumeclaims": str(s.max_claims),
             "requests.storage": binary(s.quota_gib, "Gi")}
+    # Kubernetes' storage resource quota: claims of a class counted apart, here none allowed from another's.
+    hard.update({f"{c}.storageclass.storage.k8s.io/persistentvolumeclaims": "0" for c in args.foreign_storage_classes})
     return {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": _meta(args, "tenant-quota"),
             "spec": {"hard": hard}}
 

@@ -295,3 +295,16 @@ def test_the_csi_plugin_needs_the_api_user_even_without_quotas():
     assert any("storage.weka.api_username: WEKA's CSI plugin logs in to its API" in p for p in problems_of(data))
     data["storage"]["weka"]["csi"] = {"enabled": False}
     assert problems_of(data) == []
+
+
+def test_no_tenant_may_claim_from_another_tenants_storage_class():
+    from components.k8s.tenancy.tenant import TenantArgs, render_resource_quota, tenancy_of
+    data = with_storage(WEKA)
+    data["tenants"][0]["storage"] = {"quota_gib": 4096, "filesystem_gib": 1024}
+    spec = parse_spec(yaml.safe_dump(data))
+    assert tenancy_of(spec).storage_classes == {"team-a": "wfs-team-a", "team-b": "wfs-team-b"}
+    hard = {t.name: render_resource_quota(TenantArgs.from_spec(spec, t))["spec"]["hard"] for t in spec.tenants}
+    assert hard["team-a"]["wfs-team-b.storageclass.storage.k8s.io/persistentvolumeclaims"] == "0"
+    assert not any("wfs-team-a" in k for k in hard["team-a"])
+    plain = parse_spec(yaml.safe_dump(with_storage(WEKA, csi={"enabled": False})))
+    assert tenancy_of(plain).storage_classes == {}
