@@ -11,6 +11,8 @@ BLOCK_LABEL = "gpucluster.io/block"
 RACK_LABEL = "gpucluster.io/rack"
 # The leaf switch of the host's first rail (the rack, when the spec lists no leaves): Kueue's middle level.
 LEAF_LABEL = "gpucluster.io/leaf"
+# On the nodes of a site's WEKA or Scale cluster's clients: where its CSI node plugin runs (value: the kind).
+FILESYSTEM_CLIENT_LABEL = "gpucluster.io/filesystem-client"
 DEVICE_PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"
 MIG_CONFIG_LABEL = "nvidia.com/mig.config"
 # Taint a node carries until its burn-in passes; operators' daemonsets tolerate it, workloads do not.

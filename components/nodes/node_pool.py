@@ -27,7 +27,7 @@ import pulumi_kubernetes as k8s
 from pulumi_command import local, remote
 from pydantic import Field
 
-from ..k8s.labels import BLOCK_LABEL, BURN_IN_TAINT, LEAF_LABEL, RACK_LABEL, pool_labels
+from ..k8s.labels import BLOCK_LABEL, BURN_IN_TAINT, FILESYSTEM_CLIENT_LABEL, LEAF_LABEL, RACK_LABEL, pool_labels
 from ..spec import ClusterSpec, Host, NodePool
 from ..spec.common import SpecModel
 from ..spec.hardware import SshSettings
@@ -139,6 +139,8 @@ def node_labels(args: NodePoolArgs, host: Host) -> dict[str, str]:
         labels["gpucluster.io/rail-gbps"] = str(min(n.speed_gbps for n in args.pool.nics))
     if host.rack in args.blocks:
         labels[BLOCK_LABEL] = args.blocks[host.rack]
+    if args.filesystem is not None:
+        labels[FILESYSTEM_CLIENT_LABEL] = args.filesystem.kind
     return labels
 
 

@@ -11,7 +11,7 @@ from typing import Annotated, Iterator, Literal, NamedTuple
 from pydantic import AfterValidator, Field
 
 from .common import (AbsPath, DevicePath, DnsLabel, HostName, HostOrIp, InterfaceName, IpAddress,
-                     PackageRepository, Problem, SpecModel, Url, UserName, Version, _grammar)
+                     PackageRepository, Problem, RelPath, SpecModel, Url, UserName, Version, _grammar)
 from .hardware import CpuList, HostKey, cpu_count, cpu_ids
 from .kubernetes import ChartSource
 
@@ -245,6 +245,43 @@ class ScaleAdminNode(SpecModel):
     host_key: HostKey | None = Field(None, description="Omitted: its identity is not verified.")
 
 
+# The Storage Scale CSI release each Scale release is paired with (IBM Storage Scale container native, "Software
+# requirements": 5.1.9.x with CSI 2.10.x, 5.2.3.x with CSI 2.14.x).
+SCALE_CSI_VERSIONS = {"5.1": "v2.10.10", "5.2": "v2.14.3"}
+
+
+class ScaleCsi(SpecModel):
+    """IBM's Storage Scale CSI driver (spectrumscale.csi.ibm.com), run by its operator from a CSIScaleOperator."""
+
+    enabled: bool = Field(False, description="Omitted: no CSI driver (tenants' volumes are the static ones).")
+    version: Literal["v2.10.10", "v2.14.3"] | None = Field(
+        None, description="The CSI release. Omitted: the one paired with storage.version (5.1: v2.10.10, 5.2: "
+                          "v2.14.3).")
+    operator_url: Url | None = Field(
+        None, description="The operator's installer manifest. Omitted: IBM's generated/installer/ibm-spectrum-"
+                          "scale-csi-operator.yaml of the release on GitHub; air-gapped sites give their copy.")
+    operator_path: RelPath | None = Field(None, description="The installer manifest as a file in the project. "
+                                                            "Omitted: fetched from operator_url.")
+    gui_host: HostOrIp | None = Field(None, description="A GUI node of the Scale cluster, whose REST API the "
+                                                        "driver uses. Required when enabled.")
+    gui_port: int = Field(443, ge=1, le=65535, description="Omitted: 443.")
+    gui_username: UserName | None = Field(None, description="The GUI user of the CsiAdmin group; its password is "
+                                                            "the stack secret storageApiPassword. Required when "
+                                                            "enabled.")
+    gui_ca_config_map: DnsLabel | None = Field(
+        None, description="A ConfigMap in the driver's namespace holding the GUI's CA certificate: the driver "
+                          "then verifies it (secureSslMode). Omitted: the GUI's certificate is not verified.")
+
+    def _complete(self) -> Iterator[Problem]:
+        for name in ("gui_host", "gui_username"):
+            if self.enabled and getattr(self, name) is None:
+                yield Problem((name,), f"the CSI driver needs {name}; set it, or enabled: false")
+        if self.operator_url and self.operator_path:
+            yield Problem(("operator_path",), "set operator_url or operator_path, not both")
+
+    _checks = (_complete,)
+
+
 class ScaleSettings(SiteCluster):
     """The GPU hosts as client nodes of the site's IBM Storage Scale (GPFS) cluster."""
 
@@ -264,6 +301,7 @@ class ScaleSettings(SiteCluster):
         None, description="The admin node's root SSH public key, authorized for root on each client, since "
                           "Scale's commands reach every node over SSH. Omitted: the site's own trust is relied on "
                           "(mmaddnode then fails naming any host it cannot reach).")
+    csi: ScaleCsi = Field(default_factory=ScaleCsi, description="Omitted: no CSI driver.")
     gds: bool = Field(False, description="GPUDirect Storage: verbsRdma, verbsGPUDirectStorage and verbsPorts "
                                          "(each pool's RDMA devices, port 1, as cufile.json lists them) on its "
                                          "nodes. Needs an RDMA fabric. Omitted: off.")
@@ -352,8 +390,9 @@ class StorageSpec(SpecModel):
                       for d in self.datasets]
 
     def storage_class(self, namespace: str) -> str | None:
-        """A tenant's own StorageClass (WEKA's CSI directory volumes), or None where there is none."""
-        return f"{self.fs_name}-{namespace}" if self.weka is not None and self.weka.csi.enabled else None
+        """A tenant's own StorageClass (WEKA's directory or Scale's fileset volumes), or None where there is none."""
+        csi = self.weka.csi if self.weka else self.scale.csi if self.scale else None
+        return f"{self.fs_name}-{namespace}" if csi is not None and csi.enabled else None
 
     def tenant_path(self, namespace: str) -> str:
         return f"{self.mount_point}/tenants/{namespace}"
@@ -372,8 +411,9 @@ class StorageSpec(SpecModel):
     @property
     def secret_settings(self) -> tuple[str, ...]:
         """The stack secrets this filesystem needs: WEKA's API password, which sets its directory quotas."""
-        weka = self.weka
-        needed = weka is not None and self.kind == "wekafs" and (self.effective_quotas or weka.csi.enabled)
+        weka, scale = self.weka, self.scale
+        needed = weka is not None and self.kind == "wekafs" and (self.effective_quotas or weka.csi.enabled) or \
+            scale is not None and self.kind == "scale" and scale.csi.enabled
         return (STORAGE_API_PASSWORD,) if needed else ()
 
     @property

@@ -1,5 +1,7 @@
-"""WEKA's CSI plugin (`csi.weka.io`) in Kubernetes: its pinned chart, the API secret it logs in with, and a
-StorageClass per tenant for directory volumes (dir/v1) owned by the tenant's group, with a hard quota each.
+"""The site clusters' CSI drivers in Kubernetes, and a StorageClass per tenant with a directory of its own.
+
+WEKA's plugin (`csi.weka.io`): its pinned chart, the API secret it logs in with, and dir/v1 directory volumes
+owned by the tenant's group, with a hard quota each.
 
 Facts, from weka/csi-wekafs v2.8.8: the chart `csi-wekafsplugin` (repository https://weka.github.io/csi-wekafs)
 and its values (`images.*`, `nodeSelector`, `nodePluginTolerations`, `pluginConfig.allowInsecureHttps`); the
@@ -7,6 +9,15 @@ API secret's keys (examples/common/csi-wekafs-api-secret.yaml: username, passwor
 `<ip>:<port>,...`, scheme; HTTPS is mandatory from WEKA 4.3); the dir/v1 StorageClass parameters
 (examples/dynamic_directory/storageclass-wekafs-dir-api.yaml: volumeType, filesystemName, ownerUid, ownerGid,
 permissions, capacityEnforcement, and the five csi.storage.k8s.io/*-secret-name/-namespace pairs).
+
+Storage Scale's driver (`spectrumscale.csi.ibm.com`), from IBM/ibm-spectrum-scale-csi: the operator's installer
+manifest (generated/installer/ibm-spectrum-scale-csi-operator.yaml of the release, namespace
+ibm-spectrum-scale-csi-driver), its CSIScaleOperator (operator/config/crd/bases: spec.clusters[] of id, secrets,
+secureSslMode, cacert, restApi[] of guiHost and guiPort, primary.primaryFs; the *NodeSelector lists of key and
+value; tolerations), the GUI secret (username, password, labelled product=ibm-spectrum-scale-csi) and fileset
+StorageClasses (driver/csiplugin/connectors: volBackendFs, clusterId, filesetType, uid, gid, permissions). A
+fileset volume's quota is its claim's size where the file system enforces quotas; lightweight volumes
+(volDirBasePath) have none, and are not made here.
 """
 
 from __future__ import annotations
@@ -15,9 +26,10 @@ from typing import Any
 
 from ..k8s.helm import Chart
 from ..k8s.images import ChartImages, chart_from
-from ..k8s.labels import POOL_LABEL, pool_tolerations
+from ..k8s.labels import FILESYSTEM_CLIENT_LABEL, POOL_LABEL, pool_tolerations
 from ..k8s.objects import Manifest
 from ..spec import ClusterSpec
+from ..spec.storage import SCALE_CSI_VERSIONS
 
 NAMESPACE = "csi-wekafs"
 RELEASE = "csi-wekafs"
@@ -61,8 +73,7 @@ def render_values(spec: ClusterSpec) -> dict[str, Any]:
     """The node plugin where the WEKA client runs (the GPU pools' nodes, whatever their taints), the controller
     anywhere; images as the chart pins them (the mirror rewrites them where the stack registers the release)."""
     pools = sorted(p.name for p in spec.node_pools)
-    tolerations = [dict(t) for t in {tuple(sorted(t.items())): t for p in spec.node_pools
-                                     for t in pool_tolerations(p)}.values()]
+    tolerations = _pool_tolerations(spec)
     return {"images": {k.split(".", 1)[1]: v for k, v in WEKA_CSI_IMAGES.items()} | {"csidriverTag": "2.8.8"},
             "node": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
                 "nodeSelectorTerms": [{"matchExpressions": [{"key": POOL_LABEL, "operator": "In",
@@ -80,23 +91,85 @@ def api_secret_data(spec: ClusterSpec) -> dict[str, str]:
 
 
 def render_storage_classes(spec: ClusterSpec, group_ids: dict[str, int]) -> list[Manifest]:
-    """Per tenant with a filesystem directory: dir/v1 volumes owned by its group and writable by it, each with
-    a hard quota at the claim's size. Reclaim Retain: a deleted claim keeps its data
-    for an operator to remove."""
-    weka = spec.storage.weka
-    assert weka is not None
-    secrets = {f"csi.storage.k8s.io/{use}-secret-{key}": value for use in _SECRET_USES
-               for key, value in (("name", API_SECRET), ("namespace", NAMESPACE))}
+    """Per tenant with a filesystem directory: volumes owned by its group and writable by it, each with a quota
+    at the claim's size (WEKA: dir/v1, HARD; Scale: an independent fileset). Reclaim Retain: a deleted claim
+    keeps its data for an operator to remove."""
+    storage = spec.storage
     out = []
     for namespace, gid in sorted(group_ids.items()):
-        name = spec.storage.storage_class(namespace)
+        if storage.weka is not None:
+            secrets = {f"csi.storage.k8s.io/{use}-secret-{key}": value for use in _SECRET_USES
+                       for key, value in (("name", API_SECRET), ("namespace", NAMESPACE))}
+            provisioner, parameters = DRIVER, {
+                "volumeType": "dir/v1", "filesystemName": storage.remote_name, "ownerUid": "0",
+                "ownerGid": str(gid), "permissions": PERMISSIONS, "capacityEnforcement": "HARD", **secrets}
+        else:
+            assert storage.scale is not None
+            provisioner, parameters = SCALE_DRIVER, {
+                "volBackendFs": storage.remote_name, "clusterId": storage.scale.cluster_id,
+                "filesetType": "independent", "uid": "0", "gid": str(gid), "permissions": "770"}
         out.append(Manifest(f"sc-{namespace}", {
             "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
-            "metadata": {"name": name, "labels": {"gpucluster.io/tenant-namespace": namespace}},
-            "provisioner": DRIVER, "reclaimPolicy": "Retain", "volumeBindingMode": "Immediate",
-            "allowVolumeExpansion": True,
-            "parameters": {"volumeType": "dir/v1", "filesystemName": spec.storage.remote_name,
-                           "ownerUid": "0", "ownerGid": str(gid), "permissions": PERMISSIONS,
-                           "capacityEnforcement": "HARD", **secrets}}))
+            "metadata": {"name": storage.storage_class(namespace),
+                         "labels": {"gpucluster.io/tenant-namespace": namespace}},
+            "provisioner": provisioner, "reclaimPolicy": "Retain", "volumeBindingMode": "Immediate",
+            "allowVolumeExpansion": True, "parameters": parameters}))
     return out
 
+
+# --- Storage Scale ----------------------------------------------------------------------------------------
+
+SCALE_NAMESPACE = "ibm-spectrum-scale-csi-driver"
+SCALE_DRIVER = "spectrumscale.csi.ibm.com"
+SCALE_SECRET = "scale-gui"
+SCALE_OPERATOR_CR = "ibm-spectrum-scale-csi"
+
+
+def scale_csi_version(spec: ClusterSpec) -> str:
+    scale = spec.storage.scale
+    assert scale is not None
+    return scale.csi.version or SCALE_CSI_VERSIONS[spec.storage.effective_version]
+
+
+def scale_operator_source(spec: ClusterSpec) -> str:
+    """The operator's installer: the project's file, the site's URL, or the release's on GitHub."""
+    scale = spec.storage.scale
+    assert scale is not None
+    return scale.csi.operator_path or scale.csi.operator_url or (
+        "https://raw.githubusercontent.com/IBM/ibm-spectrum-scale-csi/"
+        f"{scale_csi_version(spec)}/generated/installer/ibm-spectrum-scale-csi-operator.yaml")
+
+
+def scale_gui_secret(spec: ClusterSpec) -> tuple[dict[str, Any], dict[str, str]]:
+    """The GUI secret's metadata (the label the driver finds it by) and its keys but the password."""
+    scale = spec.storage.scale
+    assert scale is not None and scale.csi.gui_username is not None
+    return ({"name": SCALE_SECRET, "namespace": SCALE_NAMESPACE, "labels": {"product": "ibm-spectrum-scale-csi"}},
+            {"username": scale.csi.gui_username})
+
+
+def render_scale_operator(spec: ClusterSpec) -> Manifest:
+    """The driver's sidecars and node plugin on the client nodes only (IBM requires them on Scale nodes), with
+    the GPU pools' taints tolerated."""
+    scale = spec.storage.scale
+    assert scale is not None and scale.csi.gui_host is not None
+    csi = scale.csi
+    on_clients = [{"key": FILESYSTEM_CLIENT_LABEL, "value": "scale"}]
+    cluster: dict[str, Any] = {"id": scale.cluster_id, "secrets": SCALE_SECRET,
+                               "secureSslMode": csi.gui_ca_config_map is not None,
+                               "restApi": [{"guiHost": csi.gui_host, "guiPort": csi.gui_port}],
+                               "primary": {"primaryFs": spec.storage.remote_name}}
+    if csi.gui_ca_config_map:
+        cluster["cacert"] = csi.gui_ca_config_map
+    return Manifest("csi-operator-cr", {
+        "apiVersion": "csi.ibm.com/v1", "kind": "CSIScaleOperator",
+        "metadata": {"name": SCALE_OPERATOR_CR, "namespace": SCALE_NAMESPACE},
+        "spec": {"clusters": [cluster], "tolerations": _pool_tolerations(spec),
+                 **{f"{part}NodeSelector": on_clients
+                    for part in ("plugin", "attacher", "provisioner", "resizer", "snapshotter")}}})
+
+
+def _pool_tolerations(spec: ClusterSpec) -> list[dict[str, Any]]:
+    """Every GPU pool's taints, once each: the node plugin runs on all of them."""
+    return [dict(t) for t in {tuple(sorted(t.items())): t for p in spec.node_pools
+                              for t in pool_tolerations(p)}.values()]

@@ -158,10 +158,11 @@ def compose(filesystem: Any, name: str, spec: ClusterSpec, ssh_private_key: pulu
             lib=(libs or {}).get(host.hostname))
     directories = _join_site_cluster(filesystem, name, spec, layout, clients, ssh_private_key, api_password) \
         if spec.storage.client_only and first else None
-    weka = spec.storage.weka
+    weka, scale = spec.storage.weka, spec.storage.scale
     if weka is not None and weka.csi.enabled and servers is None:
-        _weka_csi(filesystem, name, spec, layout.project_ids, api_password,
-                          list(filesystem.clients.values()))
+        _weka_csi(filesystem, name, spec, layout.project_ids, api_password, list(filesystem.clients.values()))
+    if scale is not None and scale.csi.enabled and servers is None:
+        _scale_csi(filesystem, name, spec, layout.project_ids, api_password, list(filesystem.clients.values()))
     for manifest in render_volumes(spec, layout) if servers is None else ():
         ns = manifest.obj["metadata"].get("namespace")
         after = [directories] if directories else [filesystem.clients[first.hostname]] if first else done
@@ -214,3 +215,24 @@ def _weka_csi(parent: Any, name: str, spec: ClusterSpec, group_ids: dict[str, in
     for manifest in csi.render_storage_classes(spec, group_ids):
         register(f"{name}-{manifest.role}", manifest.obj, pulumi.ResourceOptions(parent=parent, depends_on=[plugin]))
     return plugin
+
+
+def _scale_csi(parent: Any, name: str, spec: ClusterSpec, group_ids: dict[str, int],
+               api_password: pulumi.Input[str] | None, after: list[pulumi.Resource]) -> None:
+    """`<name>-csi-namespace`, the operator (`<name>-csi-operator`, its installer manifest), the GUI secret
+    (`<name>-csi-gui-secret`, the password a Pulumi secret), the CSIScaleOperator (after the nodes joined, whose
+    plugin it runs there) and `<name>-sc-<namespace>` per tenant."""
+    namespace = register(f"{name}-csi-namespace", {"apiVersion": "v1", "kind": "Namespace",
+                                                   "metadata": {"name": csi.SCALE_NAMESPACE}},
+                         pulumi.ResourceOptions(parent=parent))
+    operator = k8s.yaml.v2.ConfigFile(f"{name}-csi-operator", file=csi.scale_operator_source(spec),
+                                      opts=pulumi.ResourceOptions(parent=parent, depends_on=[namespace]))
+    metadata, data = csi.scale_gui_secret(spec)
+    secret = k8s.core.v1.Secret(f"{name}-csi-gui-secret", type="Opaque", metadata=metadata,
+                                string_data={**data, "password": pulumi.Output.secret(api_password)},
+                                opts=pulumi.ResourceOptions(parent=parent, depends_on=[namespace]))
+    cr = csi.render_scale_operator(spec)
+    driver = register(f"{name}-{cr.role}", cr.obj, pulumi.ResourceOptions(
+        parent=parent, depends_on=[operator, secret, *after]))
+    for manifest in csi.render_storage_classes(spec, group_ids):
+        register(f"{name}-{manifest.role}", manifest.obj, pulumi.ResourceOptions(parent=parent, depends_on=[driver]))

@@ -308,3 +308,74 @@ def test_no_tenant_may_claim_from_another_tenants_storage_class():
     assert not any("wfs-team-a" in k for k in hard["team-a"])
     plain = parse_spec(yaml.safe_dump(with_storage(WEKA, csi={"enabled": False})))
     assert tenancy_of(plain).storage_classes == {}
+
+
+# --- Storage Scale's CSI driver ---------------------------------------------------------------------------
+
+# IBM/ibm-spectrum-scale-csi v2.14.3, operator/config/crd/bases/csi.ibm.com_csiscaleoperators.yaml: the spec
+# fields a CSIScaleOperator may have, and those of one of its clusters (id, restApi, secrets and secureSslMode
+# required); driver/csiplugin/controllerserver.go: the StorageClass parameters the driver accepts.
+CR_SPEC_FIELDS = {"affinity", "attacher", "attacherNodeSelector", "clusters", "consistencyGroupPrefix", "csipspname",
+                  "driverRegistrar", "imagePullSecrets", "kubeletRootDirPath", "livenessprobe", "nodeMapping",
+                  "pluginNodeSelector", "provisioner", "provisionerNodeSelector", "resizer", "resizerNodeSelector",
+                  "snapshotter", "snapshotterNodeSelector", "spectrumScale", "tolerations"}
+CR_CLUSTER_FIELDS = {"cacert", "id", "primary", "restApi", "secrets", "secureSslMode"}
+CR_CLUSTER_REQUIRED = {"id", "restApi", "secrets", "secureSslMode"}
+SCALE_SC_PARAMETERS = {"volBackendFs", "volDirBasePath", "uid", "gid", "permissions", "clusterId", "filesetType",
+                       "parentFileset", "inodeLimit", "nodeClass"}
+SCALE_CSI = {"enabled": True, "gui_host": "scale-gui-01.example.internal", "gui_username": "csiadmin"}
+
+
+def test_the_scale_operator_runs_the_driver_on_the_client_nodes_against_the_sites_gui():
+    from components.storage import csi
+    spec = spec_of(SCALE, csi=SCALE_CSI)
+    cr = csi.render_scale_operator(spec).obj
+    assert set(cr["spec"]) <= CR_SPEC_FIELDS
+    [cluster] = cr["spec"]["clusters"]
+    assert CR_CLUSTER_REQUIRED <= set(cluster) <= CR_CLUSTER_FIELDS
+    assert cluster["restApi"] == [{"guiHost": "scale-gui-01.example.internal", "guiPort": 443}]
+    assert cluster["id"] == "4711471147114711" and cluster["primary"] == {"primaryFs": "gpfs0"}
+    assert cluster["secureSslMode"] is False and "cacert" not in cluster
+    assert cr["spec"]["pluginNodeSelector"] == [{"key": "gpucluster.io/filesystem-client", "value": "scale"}]
+    verified = csi.render_scale_operator(spec_of(SCALE, csi={**SCALE_CSI, "gui_ca_config_map": "scale-gui-ca"}))
+    assert verified.obj["spec"]["clusters"][0]["secureSslMode"] is True
+    assert csi.scale_operator_source(spec).endswith("/v2.14.3/generated/installer/ibm-spectrum-scale-csi-operator.yaml")
+    metadata, data = csi.scale_gui_secret(spec)
+    assert metadata["labels"] == {"product": "ibm-spectrum-scale-csi"} and data == {"username": "csiadmin"}
+
+
+def test_scale_tenants_get_independent_fileset_classes_of_their_group():
+    from components.storage.csi import render_storage_classes
+    spec = spec_of(SCALE, csi=SCALE_CSI)
+    [sc] = render_storage_classes(spec, plan_layout(spec).project_ids)
+    assert sc.obj["provisioner"] == "spectrumscale.csi.ibm.com" and set(sc.obj["parameters"]) <= SCALE_SC_PARAMETERS
+    assert sc.obj["parameters"]["filesetType"] == "independent"
+    assert sc.obj["parameters"]["gid"] == str(plan_layout(spec).project_ids["team-b"])
+    assert spec.storage.secret_settings == ("storageApiPassword",)
+    assert spec_of(SCALE).storage.secret_settings == ()
+
+
+def test_the_scale_driver_comes_after_the_nodes_joined_and_labels_them(record):
+    from components.nodes import NodePoolArgs
+    from components.nodes.node_pool import node_labels
+    spec = spec_of(SCALE, csi=SCALE_CSI)
+
+    def program():
+        ParallelFilesystem("dev-storage", spec, ssh_key(), api_password=pulumi.Output.secret("GUI-PASS"))
+    by_name = {r.name: r for r in record(program).records}
+    driver = by_name["dev-storage-csi-operator-cr"]
+    assert {by_name["dev-storage-gpu-dev-01-member"].urn, by_name["dev-storage-csi-operator"].urn,
+            by_name["dev-storage-csi-gui-secret"].urn} <= set(driver.dependencies)
+    assert driver.urn in by_name["dev-storage-sc-team-b"].dependencies
+    pool = spec.node_pools[0]
+    assert node_labels(NodePoolArgs.from_spec(spec, pool), pool.hosts[0])["gpucluster.io/filesystem-client"] == "scale"
+
+
+@pytest.mark.parametrize("settings, expected", [
+    ({"csi": {"enabled": True, "gui_username": "csiadmin"}}, "storage.scale.csi.gui_host: the CSI driver needs"),
+    ({"csi": {**SCALE_CSI, "operator_url": "https://m.example.internal/op.yaml", "operator_path": "op.yaml"}},
+     "storage.scale.csi.operator_path: set operator_url or operator_path, not both"),
+])
+def test_scale_csi_bad_input_names_the_field(settings, expected):
+    found = problems_of(with_storage(SCALE, **settings))
+    assert any(expected in p for p in found), found
