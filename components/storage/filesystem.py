@@ -8,6 +8,9 @@ any other change), created management first, then metadata, then data servers;
 shared directories and quotas, and updates in place when only they change); on BeeGFS with auth, each server
 and client script writes the shared connection secret, which its command passes on standard input (secret).
 Volumes are `<name>-pv-<namespace>-<claim>` and `<name>-pvc-<namespace>-<claim>`.
+A site's cluster (WEKA, Scale): `<name>-<host>` is the client (WEKA) or the node's own preparation (Scale),
+`<name>-<host>-member` the node's join on Scale's admin node, `<name>-directories` the tenants' directories and
+quotas (converging), and with its CSI driver `<name>-csi-*` and a StorageClass `<name>-sc-<namespace>` per tenant.
 In a shard's stack of a split environment (`servers` given) it holds only its hosts' clients.
 """
 
