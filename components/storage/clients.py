@@ -227,6 +227,14 @@ if owed "scale-licence-$node"; then
   paid "scale-licence-$node"
   changed "client licence for $node"
 fi
+# GPFS rebuilds the portability layer itself when it starts on a kernel it has none for (a reboot into a new
+# kernel, which no step of this library sees): mmchconfig's autoBuildGPL, on this node.
+if [[ ! -e @AUTOBUILD@ ]]; then
+  mm mmchconfig autoBuildGPL=yes -N "$node" >/dev/null
+  mkdir -p "$(dirname @AUTOBUILD@)"
+  : > @AUTOBUILD@
+  changed "autoBuildGPL for $node"
+fi
 @GDS@state=$(node_state "$node")
 if [[ "$state" != active ]]; then
   mm mmstartup -N "$node" >/dev/null
@@ -285,6 +293,7 @@ if scale_member "$node"; then
   mm mmdelnode -N "$node" >/dev/null
   changed "removed $node from the cluster"
 fi
+rm -f @AUTOBUILD@
 """
 
 
@@ -301,8 +310,9 @@ def render_scale_member(spec: ClusterSpec, layout: Layout, pool: NodePool, hostn
     """On the admin node: the GPU host joined (added, licensed, started, mounted), or removed on delete."""
     scale = spec.storage.scale
     assert scale is not None
-    values = dict(BIN=f"{packages.SCALE_ROOT}/bin", MM_S=MM_TIMEOUT_S, LOCK=SCALE_LOCK, NODE=hostname, FS=layout.client_source,
-                  WAIT_S=SCALE_WAIT_S, MOUNT=layout.mount_point)
+    values = dict(BIN=f"{packages.SCALE_ROOT}/bin", MM_S=MM_TIMEOUT_S, LOCK=SCALE_LOCK, NODE=hostname,
+                  FS=layout.client_source, WAIT_S=SCALE_WAIT_S, MOUNT=layout.mount_point,
+                  AUTOBUILD=f"/etc/gpucluster/scale-{layout.fs_name}-autobuild/{hostname}")
     conf = f"/etc/gpucluster/scale-{layout.fs_name}-gds/{hostname}"
     gds = fill(_GDS, CONF=conf, WANT=scale_gds_settings(pool), SETTINGS=scale_gds_settings(pool)) if scale.gds \
         else fill(_GDS_OFF, CONF=conf)

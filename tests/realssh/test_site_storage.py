@@ -179,8 +179,8 @@ def test_a_scale_node_joins_and_leaves_through_the_admin_node(test_hosts, host, 
     n = host.name
     host.clear_calls()
     ok(run(test_hosts, host, member.create))
-    assert member_calls(host) == [f"mmaddnode -N {n}", f"mmchlicense client --accept -N {n}", f"mmstartup -N {n}",
-                                  f"mmmount gpfs0 -N {n}"]
+    assert member_calls(host) == [f"mmaddnode -N {n}", f"mmchlicense client --accept -N {n}",
+                                  f"mmchconfig autoBuildGPL=yes -N {n}", f"mmstartup -N {n}", f"mmmount gpfs0 -N {n}"]
     host.clear_calls()
     again = run(test_hosts, host, member.create)
     assert again.stdout.strip().endswith(": 0 change(s)") and member_calls(host) == []
@@ -193,6 +193,7 @@ def test_a_scale_node_joins_and_leaves_through_the_admin_node(test_hosts, host, 
     ok(run(test_hosts, host, member.delete))
     assert member_calls(host) == [f"mmumount gpfs0 -N {n}", f"mmshutdown -N {n}", f"mmdelnode -N {n}"]
     assert not host.exists(f"{STATE_DIR}/scale/nodes/{n}")
+    assert not host.exists(f"/etc/gpucluster/scale-gpfs0-autobuild/{n}")       # a new join sets it again
 
 
 def test_scale_gds_settings_are_set_once_and_left_to_the_next_start_on_a_running_node(test_hosts, host,
