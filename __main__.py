@@ -33,10 +33,11 @@ if given is not None and (problem := directory_password_problem(given)):
 if directory_password is None and spec.kubernetes.slurm.secret_settings:
     raise pulumi.RunError("kubernetes.slurm.login.directory.bind_dn needs its password as the stack's secret "
                           "slurmDirectoryPassword: `pulumi config set --secret slurmDirectoryPassword`")
-# The storage cluster's API user (storage.weka.api_username), where the filesystem needs it.
+# The storage cluster's API user (storage.weka.api_username, storage.scale.csi.gui_username), where one is needed.
 storage_api_password = config.get_secret(STORAGE_API_PASSWORD)
 if storage_api_password is None and spec.storage.secret_settings:
-    raise pulumi.RunError(f"storage.weka.api_username needs its password as the stack's secret {STORAGE_API_PASSWORD}: "
+    raise pulumi.RunError(f"the storage cluster's API user (storage.weka.api_username or storage.scale.csi."
+                          f"gui_username) needs its password as the stack's secret {STORAGE_API_PASSWORD}: "
                           f"`pulumi config set --secret {STORAGE_API_PASSWORD}`")
 cluster = GpuCluster(spec.name, spec, ssh_private_key=config.require_secret("sshPrivateKey"),
                      kubeconfig=kubernetes.get_secret("kubeconfig"), kube_context=kubernetes.get("context"),

@@ -384,13 +384,13 @@ def _directory_password(spec: ClusterSpec, args: GpuKubernetesStackArgs) -> Opti
 
 
 def _no_storage_secrets(spec: ClusterSpec, args: SpecArgs) -> None:
-    """The WEKA API password is not an input of the provider's components yet: refused where the spec needs it,
-    rather than failing on the cluster at apply."""
+    """The storage API user's password is not an input of the provider's components yet: refused where the
+    spec needs it, rather than failing on the cluster at apply."""
     if spec.storage.secret_settings:
-        raise InputPropertyError(_spec_property(args), "WEKA directory quotas need the API user's password, which "
-                                                       "the component provider does not take yet: use the Python "
-                                                       "components (storage_api_password), or storage.quotas: "
-                                                       "false")
+        raise InputPropertyError(_spec_property(args), "the spec's WEKA quotas or CSI driver need the storage API "
+                                                       "user's password, which the component provider does not "
+                                                       "take yet: use the Python components "
+                                                       "(storage_api_password)")
 
 
 def _secret(value: Optional[pulumi.Input[str]]) -> pulumi.Output[Optional[str]]:

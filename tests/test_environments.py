@@ -20,7 +20,7 @@ def test_the_environment_plans_without_errors_and_passes_check(path):
     stack = path.rsplit("/", 1)[-1].removesuffix(".yaml")
     spec = load_spec(ROOT / path)
     run = run_program(ROOT, stack, spec_file=ROOT / path,      # the secrets it needs, as `gpucluster plan` passes them
-                      secrets=spec.kubernetes.slurm.secret_settings + spec.storage.secret_settings)
+                      secrets=spec.secret_settings)
     plan = build_plan(run)
     assert plan.errors == []
     assert {"report.md", "topology.svg", "summary.txt", "resources.json"} <= set(plan.files)

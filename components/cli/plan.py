@@ -58,7 +58,7 @@ def plan_stack(args: argparse.Namespace) -> Planned | int:
         for warning in plain_secrets(args, spec.environment):
             print(f"warning: {warning}", file=sys.stderr)
         result = run_program(root, stack, spec_file=path.resolve() if is_spec_file(args.stack) else None,
-                             secrets=spec.kubernetes.slurm.secret_settings + spec.storage.secret_settings)
+                             secrets=spec.secret_settings)
     except (SpecError, RunError) as e:      # a RunError: the program's own message, as the engine prints it
         return report_bad_input(e)
     yardsticks = report_thresholds(args)

@@ -42,6 +42,12 @@ def pool_tolerations(pool: NodePool) -> list[dict[str, Any]]:
             else {"key": t.key, "operator": "Exists", "effect": t.effect} for t in pool.all_taints]
 
 
+def every_pool_tolerations(spec: ClusterSpec) -> list[dict[str, Any]]:
+    """Every GPU pool's taints tolerated, each once: for pods that run on any of the pools."""
+    return [dict(t) for t in {tuple(sorted(t.items())): t for pool in spec.node_pools
+                              for t in pool_tolerations(pool)}.values()]
+
+
 def system_tolerations(spec: ClusterSpec) -> list[dict[str, Any]]:
     """What node agents (drivers, device plugins, NFD) tolerate: every pool taint, the burn-in gate, the
     quarantine and the reset (a drained node keeps its driver, device plugin and exporters for the burn-in that

@@ -185,6 +185,11 @@ class ClusterSpec(SpecModel):
         return self.fabric.rdma and (kind == "beegfs" or (kind == "lustre" and self.storage_lnet == "o2ib")
                                      or scale_rdma)
 
+    @property
+    def secret_settings(self) -> tuple[str, ...]:
+        """The stack secrets this spec needs beyond the SSH key (Slurm's directory bind, a storage API user)."""
+        return self.kubernetes.slurm.secret_settings + self.storage.secret_settings
+
     def filesystem_claims(self, tenant: Tenant) -> list[FilesystemClaim]:
         return self.storage.claims(tenant.namespace_name, tenant.storage.filesystem_gib, tenant.storage.group_id)
 

@@ -22,7 +22,8 @@ STORAGE_ROLES: dict[str, tuple[str, ...]] = {
 }
 VERSIONS = {"lustre": ("2.15",), "beegfs": ("7.4", "8"), "wekafs": ("4.2", "4.3", "4.4"), "scale": ("5.1", "5.2")}
 DEFAULT_VERSION = {"lustre": "2.15", "beegfs": "7.4", "wekafs": "4.4", "scale": "5.2"}
-STORAGE_API_PASSWORD = "storageApiPassword"     # the stack's secret: the WEKA API user's password
+# The stack's secret: the storage cluster's API user's password (WEKA's api_username, Scale's csi.gui_username).
+STORAGE_API_PASSWORD = "storageApiPassword"
 # Filesystems whose servers another cluster runs: only their clients are built here.
 CLIENT_ONLY = ("wekafs", "scale")
 SLOWEST_HCA_GBPS = 40      # QDR: what a storage server's port is taken to run at when the spec does not say
@@ -410,7 +411,8 @@ class StorageSpec(SpecModel):
 
     @property
     def secret_settings(self) -> tuple[str, ...]:
-        """The stack secrets this filesystem needs: WEKA's API password, which sets its directory quotas."""
+        """The stack secrets this filesystem needs: its API user's password, where WEKA's quotas or a CSI driver
+        log in with it."""
         weka, scale = self.weka, self.scale
         needed = weka is not None and self.kind == "wekafs" and (self.effective_quotas or weka.csi.enabled) or \
             scale is not None and self.kind == "scale" and scale.csi.enabled

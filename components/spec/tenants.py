@@ -213,8 +213,9 @@ class Tenancy(SpecModel):
     namespaces_taken: list[str] = Field(default_factory=list,
                                         description="System namespaces and the platform's own tenants'.")
     storage_classes: dict[str, str] = Field(
-        default_factory=dict, description="Each tenant's own StorageClass (WEKA's directory volumes owned by its "
-                                          "group), by namespace: no other tenant may claim from it. Omitted: none.")
+        default_factory=dict, description="Each tenant's own StorageClass (WEKA's directory or Scale's fileset "
+                                          "volumes owned by its group), by namespace: no other tenant may claim "
+                                          "from it. Omitted: none.")
 
 
 def unique_tenants(tenants: list[Tenant], at: Loc = ("tenants",)) -> Iterator[Problem]:

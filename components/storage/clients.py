@@ -30,7 +30,7 @@ from ..ssh import Script
 from .layout import Layout
 from .packages import Requirement, provide
 from . import packages
-from .scripts import _DEVICES     # mount_at and unmount_at, as the other clients use them
+from .scripts import _DEVICES, bounded_function     # mount_at and unmount_at, as the other clients use them
 
 WEKA_AGENT = "weka-agent"
 WEKA_CONTAINER = "client"       # the stateless client's container, as `weka local ps` lists it
@@ -46,6 +46,10 @@ def weka_install_url(spec: ClusterSpec) -> str:
     assert weka is not None
     return weka.install_url or f"http://{weka.backends[0]}:14000/dist/v1/install"
 
+
+# weka_state: the state `weka local ps` lists for the client container (empty: none, or no answer in 30 s).
+_WEKA_STATE = r"""weka_state() { timeout 30 weka local ps 2>/dev/null | awk -v c=@CONTAINER@ '$1 == c { print $2 }' || true; }
+"""
 
 _WEKA_CLIENT = r"""need findmnt "install util-linux"
 need timeout "install coreutils"
@@ -75,7 +79,7 @@ mount_at @SOURCE@ @MOUNT@ wekafs @OPTIONS@
 weka_client_running() {
   local waited state
   for ((waited = 0; waited < 60; waited += 5)); do
-    state=$(timeout 30 weka local ps 2>/dev/null | awk -v c=@CONTAINER@ '$1 == c { print $2 }') || true
+    state=$(weka_state)
     if [[ "$state" == Running ]]; then return 0; fi
     sleep 5
   done
@@ -98,7 +102,7 @@ def weka_mount_options(spec: ClusterSpec, interface: str) -> str:
 def render_weka_client(spec: ClusterSpec, layout: Layout, hostname: str, interface: str) -> Script:
     weka = spec.storage.weka
     assert weka is not None
-    body = _DEVICES + fill(_WEKA_CLIENT.replace("@GDS@", _NVIDIA_FS if weka.gds else ""),
+    body = _DEVICES + fill(_WEKA_STATE + _WEKA_CLIENT.replace("@GDS@", _NVIDIA_FS if weka.gds else ""),
                            URL=weka_install_url(spec), INSTALL_S=INSTALL_S, AGENT=WEKA_AGENT,
                            SOURCE=layout.client_source, MOUNT=layout.mount_point, CONTAINER=WEKA_CONTAINER,
                            OPTIONS=weka_mount_options(spec, interface))
@@ -130,15 +134,21 @@ done
 (( supported )) || fail "kernel $kernel is not one Storage Scale @VERSION@ supports here (storage.scale.supported_kernels: ${patterns[*]}): boot a listed kernel, or add it once IBM's Storage Scale FAQ lists it for your release"
 @PROVIDE@
 # --- the portability layer, built for this kernel (again after a kernel change: its modules are per kernel) ---
-# (mmbuildgpl installs mmfs26, mmfslinux and tracedev under /lib/modules/<kernel>/extra, where modinfo finds them)
-if ! modinfo -k "$kernel" mmfs26 >/dev/null 2>&1; then
-  rc=0
+scale_layer
+@ADMIN_KEY@"""
+
+# scale_layer: the portability layer for the running kernel, built where it has none (mmbuildgpl installs
+# mmfs26, mmfslinux and tracedev under /lib/modules/<kernel>/extra, where modinfo finds them).
+_SCALE_LAYER = r"""scale_layer() {
+  local kernel rc=0
+  kernel=$(uname -r)
+  if modinfo -k "$kernel" mmfs26 >/dev/null 2>&1; then return 0; fi
   timeout @BUILD_S@ @BIN@/mmbuildgpl >/dev/null || rc=$?
   (( rc == 0 )) || fail "mmbuildgpl failed for kernel $kernel (exit $rc): it needs a compiler and this kernel's headers (kernel-devel or linux-headers-$kernel); run it by hand to see why"
   modinfo -k "$kernel" mmfs26 >/dev/null 2>&1 || fail "mmbuildgpl left no mmfs26 module for kernel $kernel"
   changed "built the Scale portability layer for kernel $kernel"
-fi
-@ADMIN_KEY@"""
+}
+"""
 
 _ADMIN_KEY = r"""# --- the admin node's key, which Scale's commands reach this node with ---
 mkdir -p /root/.ssh
@@ -155,7 +165,7 @@ def render_scale_node(spec: ClusterSpec, layout: Layout, hostname: str) -> Scrip
     """A GPU host made ready to join: a supported kernel, Scale's packages, the portability layer."""
     scale = spec.storage.scale
     assert scale is not None
-    body = fill(_SCALE_NODE.replace("@PROVIDE@", provide(
+    body = fill(_SCALE_LAYER + _SCALE_NODE.replace("@PROVIDE@", provide(
         layout, spec.storage.package_repositories, f"Storage Scale {layout.version}", scale_packages()))
         .replace("@PATTERNS@", " ".join(call(p) for p in scale.supported_kernels))
         .replace("@ADMIN_KEY@", fill(_ADMIN_KEY, KEY=scale.admin_public_key) if scale.admin_public_key else ""),
@@ -169,14 +179,7 @@ _MM = r"""export PATH="@BIN@:$PATH"
 need mmlscluster "this host (storage.scale.admin_node) has no Storage Scale commands in @BIN@; name a node of the cluster"
 need flock "install util-linux"
 need timeout "install coreutils"
-# mm COMMAND...: an administration command, stopped and reported when the cluster does not answer in time.
-mm() {
-  local rc=0
-  timeout @MM_S@ "$@" || rc=$?
-  (( rc != 124 )) || fail "$* did not finish within @MM_S@ s: is the cluster healthy (mmgetstate -a)?"
-  return "$rc"
-}
-# field COMMAND_OUTPUT KIND NAME: the column of field NAME in `-Y` output's HEADER line of KIND.
+@MM_FN@# field COMMAND_OUTPUT KIND NAME: the column of field NAME in `-Y` output's HEADER line of KIND.
 field() {
   awk -F: -v kind="$2" -v name="$3" '$2 == kind && $3 == "HEADER" { for (i = 1; i <= NF; i++) if ($i == name) { print i; exit } }' <<<"$1"
 }
@@ -261,10 +264,10 @@ fi
 # starts on the node; a node already running keeps the old ones until its next start (a reboot or a rollout),
 # since restarting GPFS under running jobs would unmount their filesystem.
 _GDS = r"""conf=@CONF@
-if ! same_file "$conf" @WANT@; then
+if ! same_file "$conf" @SETTINGS@; then
   mm mmchconfig @SETTINGS@ -N "$node" >/dev/null
   mkdir -p "$(dirname "$conf")"
-  printf '%s\n' @WANT@ > "$conf"
+  printf '%s\n' @SETTINGS@ > "$conf"
   changed "GDS settings for $node: @SETTINGS@"
   if [[ "$(node_state "$node")" == active ]]; then note "$node runs GPFS already: the GDS settings apply at its next start (its next rollout)"; fi
 fi
@@ -314,13 +317,16 @@ def render_scale_member(spec: ClusterSpec, layout: Layout, pool: NodePool, hostn
                   FS=layout.client_source, WAIT_S=SCALE_WAIT_S, MOUNT=layout.mount_point,
                   AUTOBUILD=f"/etc/gpucluster/scale-{layout.fs_name}-autobuild/{hostname}")
     conf = f"/etc/gpucluster/scale-{layout.fs_name}-gds/{hostname}"
-    gds = fill(_GDS, CONF=conf, WANT=scale_gds_settings(pool), SETTINGS=scale_gds_settings(pool)) if scale.gds \
+    gds = fill(_GDS, CONF=conf, SETTINGS=scale_gds_settings(pool)) if scale.gds \
         else fill(_GDS_OFF, CONF=conf)
     admin = scale.admin_node.hostname
+    mm = fill(_MM.replace("@MM_FN@", bounded_function(
+        "mm", MM_TIMEOUT_S, "an administration command, stopped and reported when the cluster does not answer in "
+        "time.", "is the cluster healthy (mmgetstate -a)?")), **values)
     create = script(f"Storage Scale {layout.fs_name}: {hostname} joins through {admin}", admin,
-                    fill(_MM, **values) + fill(_JOIN.replace("@GDS@", gds), **values))
+                    mm + fill(_JOIN.replace("@GDS@", gds), **values))
     delete = script(f"Storage Scale {layout.fs_name}: {hostname} leaves the cluster (its data stays)", admin,
-                    fill(_MM, **values) + fill(_LEAVE, **values))
+                    mm + fill(_LEAVE, **values))
     return Script(create, delete)
 
 
@@ -352,10 +358,7 @@ _AFTER_DRIVER = {
     "wekafs": r"""  timeout 300 weka local restart @CONTAINER@ >/dev/null || fail "weka local restart @CONTAINER@ failed or took over 300 s after the driver change (weka local ps)"
   changed "restarted the WEKA client (its NICs' driver changed)"
 """,
-    "scale": r"""  if ! modinfo -k "$(uname -r)" mmfs26 >/dev/null 2>&1; then
-    timeout @BUILD_S@ @BIN@/mmbuildgpl >/dev/null || fail "mmbuildgpl failed for kernel $(uname -r); GPFS cannot start here"
-    changed "built the Scale portability layer for kernel $(uname -r)"
-  fi
+    "scale": r"""  scale_layer
   timeout 600 @BIN@/mmshutdown >/dev/null || fail "mmshutdown failed or took over 600 s on this node"
   timeout 600 @BIN@/mmstartup >/dev/null || fail "mmstartup failed or took over 600 s on this node"
   changed "restarted GPFS (its NICs' driver changed)"
@@ -375,7 +378,7 @@ timeout 30 stat -f @MOUNT@ >/dev/null || fail "@MOUNT@ does not answer (stat -f,
 @CLIENT@note "@MOUNT@ is mounted and answers"
 """
 
-_WEKA_RUNNING = r"""state=$(timeout 30 weka local ps 2>/dev/null | awk -v c=@CONTAINER@ '$1 == c { print $2 }') || true
+_WEKA_RUNNING = _WEKA_STATE + r"""state=$(weka_state)
 [[ "$state" == Running ]] || fail "the WEKA client container @CONTAINER@ is ${state:-absent} after the roll (weka local ps)"
 """
 
@@ -383,10 +386,11 @@ _WEKA_RUNNING = r"""state=$(timeout 30 weka local ps 2>/dev/null | awk -v c=@CON
 def render_roll_check(fs: RolledFilesystem) -> str:
     """The roll's part for a site cluster's client (it runs after the owed restarts, which set `due`)."""
     root = packages.SCALE_ROOT
-    after = fill(_AFTER_DRIVER[fs.kind], CONTAINER=WEKA_CONTAINER, BUILD_S=SCALE_BUILD_S, BIN=f"{root}/bin")
+    after = fill(_AFTER_DRIVER[fs.kind], CONTAINER=WEKA_CONTAINER, BIN=f"{root}/bin")
+    functions = fill(_SCALE_LAYER, BUILD_S=SCALE_BUILD_S, BIN=f"{root}/bin") if fs.kind == "scale" else ""
     # GPFS mounts on start where the file system automounts; where it does not, the node mounts it itself.
     remount = fill('if [[ "$waited" == 0 ]]; then timeout 300 @BIN@/mmmount @DEV@ >/dev/null 2>&1 || true; fi\n  ',
                    BIN=f"{root}/bin", DEV=fs.device) if fs.kind == "scale" else ""
     client = fill(_WEKA_RUNNING, CONTAINER=WEKA_CONTAINER) if fs.kind == "wekafs" else ""
-    return fill(_ROLL_MOUNT.replace("@AFTER_DRIVER@", after).replace("@REMOUNT@", remount)
+    return functions + fill(_ROLL_MOUNT.replace("@AFTER_DRIVER@", after).replace("@REMOUNT@", remount)
                 .replace("@CLIENT@", client), MOUNT=fs.mount_point, WAIT_S=ROLL_MOUNT_S)

@@ -26,7 +26,7 @@ from typing import Any
 
 from ..k8s.helm import Chart
 from ..k8s.images import ChartImages, chart_from
-from ..k8s.labels import FILESYSTEM_CLIENT_LABEL, POOL_LABEL, pool_tolerations
+from ..k8s.labels import FILESYSTEM_CLIENT_LABEL, POOL_LABEL, every_pool_tolerations
 from ..k8s.objects import Manifest
 from ..spec import ClusterSpec
 from ..spec.storage import SCALE_CSI_VERSIONS
@@ -73,7 +73,7 @@ def render_values(spec: ClusterSpec) -> dict[str, Any]:
     """The node plugin where the WEKA client runs (the GPU pools' nodes, whatever their taints), the controller
     anywhere; images as the chart pins them (the mirror rewrites them where the stack registers the release)."""
     pools = sorted(p.name for p in spec.node_pools)
-    tolerations = _pool_tolerations(spec)
+    tolerations = every_pool_tolerations(spec)
     return {"images": {k.split(".", 1)[1]: v for k, v in WEKA_CSI_IMAGES.items()} | {"csidriverTag": "2.8.8"},
             "node": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
                 "nodeSelectorTerms": [{"matchExpressions": [{"key": POOL_LABEL, "operator": "In",
@@ -164,12 +164,6 @@ def render_scale_operator(spec: ClusterSpec) -> Manifest:
     return Manifest("csi-operator-cr", {
         "apiVersion": "csi.ibm.com/v1", "kind": "CSIScaleOperator",
         "metadata": {"name": SCALE_OPERATOR_CR, "namespace": SCALE_NAMESPACE},
-        "spec": {"clusters": [cluster], "tolerations": _pool_tolerations(spec),
+        "spec": {"clusters": [cluster], "tolerations": every_pool_tolerations(spec),
                  **{f"{part}NodeSelector": on_clients
                     for part in ("plugin", "attacher", "provisioner", "resizer", "snapshotter")}}})
-
-
-def _pool_tolerations(spec: ClusterSpec) -> list[dict[str, Any]]:
-    """Every GPU pool's taints, once each: the node plugin runs on all of them."""
-    return [dict(t) for t in {tuple(sorted(t.items())): t for p in spec.node_pools
-                              for t in pool_tolerations(p)}.values()]

@@ -521,6 +521,13 @@ _FILESET = r"""fileset() {
 }
 """
 
+def bounded_function(name: str, limit_s: int, doc: str, hint: str) -> str:
+    """The bash function `name COMMAND...`: COMMAND under `timeout`, whose expiry (exit 124) fails the script
+    saying `hint`; any other exit status is COMMAND's own. `doc` says what it runs."""
+    return (f"# {name} COMMAND...: {doc}\n{name}() {{\n  local rc=0\n  timeout {limit_s} \"$@\" || rc=$?\n"
+            f"  (( rc != 124 )) || fail \"$* did not finish within {limit_s} s: {hint}\"\n  return \"$rc\"\n}}\n")
+
+
 def render_directories(spec: ClusterSpec, layout: Layout, hostname: str) -> Script:
     """Dataset directories with their striping, tenant directories with their quota. Each one is applied only
     when its own settings differ from those recorded on the host, so a change to one tenant touches that
@@ -564,12 +571,10 @@ def render_directories(spec: ClusterSpec, layout: Layout, hostname: str) -> Scri
         cmds = [call("fileset", remote, ns, path) if scale else call("bounded", "mkdir", "-p", path),
                 call("owned_by_or_new", path, qid), call("bounded", "chgrp", qid, path),
                 call("bounded", "chmod", "2770", path)]
-        if weka and quotas:       # a directory quota, hard at the tenant's size
-            cmds.append(call("bounded", "weka", "fs", "quota", "set", path, "--hard", f"{gib}GiB"))
-        elif scale and quotas:
-            cmds.append(call("bounded", "mmsetquota", f"{remote}:{ns}", "--block", f"{gib}G:{gib}G"))
-        elif weka or scale:
-            pass
+        if weka or scale:
+            if quotas:      # WEKA: a directory quota, hard at the tenant's size; Scale: the fileset's block quota
+                cmds.append(call("bounded", "weka", "fs", "quota", "set", path, "--hard", f"{gib}GiB") if weka else
+                            call("bounded", "mmsetquota", f"{remote}:{ns}", "--block", f"{gib}G:{gib}G"))
         elif lustre:
             cmds.append(call("bounded", "lfs", "project", "-p", qid, "-s", path))
             if quotas:
@@ -586,18 +591,14 @@ def render_directories(spec: ClusterSpec, layout: Layout, hostname: str) -> Scri
         ("weka", "the client step installs the WEKA agent") if weka else \
         ("mmcrfileset", "storage.scale.admin_node runs Scale's commands") if scale else \
         ("beegfs", "install beegfs-tools") if layout.version == "8" else ("beegfs-ctl", "install beegfs-utils")
-    prelude = {"wekafs": fill(_WEKA_CREDENTIALS, USER=spec.storage.weka.api_username)
-               if weka and quotas and spec.storage.weka else "",
-               "scale": fill('export PATH="@BIN@:$PATH"\n', BIN=f"{packages.SCALE_ROOT}/bin") + _FILESET}.get(layout.kind, "")
+    # WEKA's CLI logs in with the API user's password (its quotas need it); Scale's commands and fileset helper
+    prelude = ""
+    if weka and quotas and spec.storage.weka:
+        prelude = fill(_WEKA_CREDENTIALS, USER=spec.storage.weka.api_username)
+    elif scale:
+        prelude = fill('export PATH="@BIN@:$PATH"\n', BIN=f"{packages.SCALE_ROOT}/bin") + _FILESET
     parts = [prelude + call("need", cli, package) + "\n" + fill(r"""need timeout "install coreutils"
-# bounded COMMAND...: COMMAND, stopped and reported when the filesystem does not answer in time.
-bounded() {
-  local rc=0
-  timeout @LIMIT@ "$@" || rc=$?
-  (( rc != 124 )) || fail "$* did not finish within @LIMIT@ s: is every server of the filesystem up? (lfs df, beegfs-check-servers)"
-  return "$rc"
-}
-# owned_by_or_new DIR GROUP: DIR is new (root's, as mkdir left it) or already GROUP's.
+@BOUNDED@# owned_by_or_new DIR GROUP: DIR is new (root's, as mkdir left it) or already GROUP's.
 owned_by_or_new() {
   local owner
   owner=$(stat -c %g "$1")
@@ -605,7 +606,10 @@ owned_by_or_new() {
 }
 findmnt -rn @MOUNT@ >/dev/null || fail "@MOUNT@ is not mounted (the client step mounts it)"
 mkdir -p @STATE_DIR@
-touch @STATE@""", MOUNT=layout.mount_point, STATE=state, STATE_DIR=STATE_DIR, LIMIT=DIRECTORY_TIMEOUT_S)]
+touch @STATE@""".replace("@BOUNDED@", bounded_function(
+        "bounded", DIRECTORY_TIMEOUT_S, "COMMAND, stopped and reported when the filesystem does not answer in time.",
+        "is every server of the filesystem up? (lfs df, beegfs-check-servers)")),
+        MOUNT=layout.mount_point, STATE=state, STATE_DIR=STATE_DIR)]
     for key, cmds in items:
         parts.append(f"if ! grep -qxF {shlex.quote(key)} {shlex.quote(state)}; then\n"
                      + "".join(f"  {c}\n" for c in cmds) + f"  {call('changed', key)}\nfi")

@@ -14,7 +14,7 @@ from typing import Any, Iterable, Literal
 from ..fabric.checks import CHECKS_NAMESPACE, nccl_floor_gb_per_s, render_link_check, render_nccl_job
 from ..bash import fill
 from ..k8s.images import through_mirror
-from ..k8s.labels import pool_tolerations
+from ..k8s.labels import every_pool_tolerations, pool_tolerations
 from ..spec import ClusterSpec, NodePool
 from ..storage.layout import plan_layout
 from ..yamltext import to_yaml_all
@@ -118,8 +118,7 @@ def _storage_check(spec: ClusterSpec) -> Check | None:
     run = fill(_FIO_RUN, CLIENTS=clients, DIR=FIO_MOUNT, COMMON=common, SECONDS=v.storage_test_seconds,
                LIMIT=v.timeout_s, TOTAL_GIB=per_job_gib * jobs * clients)
     fio = ["/bin/sh", "-c", run]
-    tolerations = [t for pool in spec.node_pools for t in pool_tolerations(pool)]
-    pod = {"tolerations": [dict(t) for t in {tuple(sorted(t.items())): t for t in tolerations}.values()],
+    pod = {"tolerations": every_pool_tolerations(spec),
            "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
                "labelSelector": {"matchLabels": {SUITE_LABEL: "storage-read"}}, "topologyKey": HOSTNAME}]}},
            "containers": [{"name": "fio", "image": v.fio_image, "command": fio, "env": [

@@ -68,7 +68,7 @@ class TenantArgs(SpecModel):
 
 
 def tenant_storage_classes(spec: ClusterSpec) -> dict[str, str]:
-    """The tenants' own StorageClasses (WEKA's CSI plugin), by namespace."""
+    """The tenants' own StorageClasses (a site cluster's CSI driver), by namespace."""
     return {t.namespace_name: c for t in spec.tenants
             if t.storage.filesystem_gib and (c := spec.storage.storage_class(t.namespace_name))}
 

@@ -4,8 +4,6 @@ and the resources the component registers (under Pulumi's mocks)."""
 from __future__ import annotations
 
 import copy
-import shutil
-import subprocess
 
 import pulumi
 import pytest
@@ -18,6 +16,7 @@ from components.storage.clients import (render_scale_member, render_scale_node, 
 from components.storage.filesystem import filesystem_outputs
 from components.storage.scripts import render_directories
 from tests.components.storage.client_specs import SCALE, WEKA, with_storage
+from tests.components.storage.test_filesystem import shellcheck_findings
 from tests.conftest import problems_of, ssh_key
 
 
@@ -45,14 +44,8 @@ def scripts(spec):
 
 @pytest.mark.parametrize("storage", [WEKA, SCALE], ids=["wekafs", "scale"])
 def test_every_client_script_passes_shellcheck(storage, tmp_path):
-    if shutil.which("shellcheck") is None:
-        pytest.skip("shellcheck is not installed (.ci/run installs it)")
-    paths = []
-    for name, text in scripts(spec_of(storage, gds=True) if storage is SCALE else spec_of(storage)):
-        (tmp_path / name).write_text(text)
-        paths.append(str(tmp_path / name))
-    out = subprocess.run(["shellcheck", "-S", "warning", "-s", "bash", *paths], capture_output=True, text=True)
-    assert out.returncode == 0, out.stdout
+    spec = spec_of(storage, gds=True) if storage is SCALE else spec_of(storage)
+    assert shellcheck_findings(scripts(spec), tmp_path) == ""
 
 
 @pytest.mark.parametrize("storage", [WEKA, SCALE], ids=["wekafs", "scale"])
@@ -145,7 +138,9 @@ def test_the_scale_node_checks_the_kernel_before_any_change():
     spec = spec_of(SCALE)
     text = render_scale_node(spec, plan_layout(spec), "gpu-dev-01").create
     assert text.index("storage.scale.supported_kernels") < text.index("--- packages")
-    assert text.index("--- packages") < text.index("mmbuildgpl")
+    # the layer is built (scale_layer, which runs mmbuildgpl) only after the packages are there
+    assert "mmbuildgpl" in text[:text.index("scale_layer() {") + 400]
+    assert text.index("--- packages") < text.index("\nscale_layer\n")
 
 
 def test_tenants_get_filesets_with_block_quotas_on_scale_and_directory_quotas_on_weka():

@@ -38,17 +38,21 @@ def all_scripts(spec):
     yield "directories.sh", render_directories(spec, layout, "gpu-01").create
 
 
-@pytest.mark.parametrize("data", [_DEV, PROD], ids=["beegfs", "lustre"])
-def test_every_storage_script_passes_shellcheck(data, tmp_path):
+def shellcheck_findings(named_scripts, tmp_path) -> str:
+    """shellcheck's warnings (and worse) on every (file name, text) given, written under `tmp_path`."""
     if shutil.which("shellcheck") is None:
         pytest.skip("shellcheck is not installed (.ci/run installs it)")
-    spec = parse_spec(yaml.safe_dump(data))
     paths = []
-    for name, text in all_scripts(spec):
+    for name, text in named_scripts:
         (tmp_path / name).write_text(text)
         paths.append(str(tmp_path / name))
     out = subprocess.run(["shellcheck", "-S", "warning", "-s", "bash", *paths], capture_output=True, text=True)
-    assert out.returncode == 0, out.stdout
+    return out.stdout if out.returncode else ""
+
+
+@pytest.mark.parametrize("data", [_DEV, PROD], ids=["beegfs", "lustre"])
+def test_every_storage_script_passes_shellcheck(data, tmp_path):
+    assert shellcheck_findings(all_scripts(parse_spec(yaml.safe_dump(data))), tmp_path) == ""
 
 
 def test_delete_scripts_never_format_or_wipe():
