@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import ipaddress
+import zlib
 from typing import Iterator, Literal, NamedTuple
 
 from pydantic import Field
 
-from .common import Check, DnsLabel, Loc, Problem, SpecModel, duplicates, valid
-from .fabric import FabricSpec
+from .common import Check, DnsLabel, Loc, Problem, SpecModel, duplicates, fmt_loc, valid
+from .fabric import FabricSpec, pkey_problem
 from .hardware import Host, NodePool, Rack, Site, SshSettings, cpu_ids
 from .kubernetes import KubernetesSpec, ValidationSpec
 from .slurm import slurm_problems
@@ -122,6 +123,22 @@ class ClusterSpec(SpecModel):
     @property
     def gpus(self) -> int:
         return sum(p.gpus for p in self.node_pools)
+
+    @property
+    def isolated_pools(self) -> dict[str, str]:
+        """Pool -> tenant, for each dedicated pool the fabric isolates (its own InfiniBand partition)."""
+        ib = self.fabric.infiniband
+        if ib is None or not ib.isolate_dedicated_pools or self.fabric.kind != "infiniband":
+            return {}
+        return {p.name: p.dedicated_to for p in self.node_pools if p.dedicated_to is not None and p.nics}
+
+    @property
+    def tenant_pkeys(self) -> dict[str, int]:
+        """Tenant -> its partition key, for the tenants that own an isolated pool: the spec's, else derived from
+        the name (CRC-32 into 0x4000-0x6fff), so adding or removing a tenant moves no other tenant's key."""
+        owners = set(self.isolated_pools.values())
+        return {t.name: t.infiniband_pkey if t.infiniband_pkey is not None
+                else 0x4000 + zlib.crc32(t.name.encode()) % 0x3000 for t in self.tenants if t.name in owners}
 
     @property
     def kueue_pools(self) -> list[NodePool]:
@@ -437,6 +454,53 @@ def _infiniband(spec: ClusterSpec) -> Iterator[Problem]:
         yield from duplicates([(("fabric", "infiniband", "partitions", i, "name"), p.name)
                                 for i, p in enumerate(ib.partitions)], "partition name",
                                "each partition needs its own name")
+
+
+def _fabric_isolation(spec: ClusterSpec) -> Iterator[Problem]:
+    """Each isolated tenant's partition key is valid and its own; an isolated pool has a fabric to isolate on,
+    and its filesystem traffic does not cross the rail ports whose index 0 becomes the tenant's partition."""
+    ib = spec.fabric.infiniband
+    on = ib is not None and ib.isolate_dedicated_pools
+    pkeys = spec.tenant_pkeys
+    taken = {p.pkey: ("fabric", "infiniband", "partitions", i, "pkey") for i, p in enumerate(ib.partitions)} \
+        if ib is not None else {}
+    for i, t in enumerate(spec.tenants):
+        loc: Loc = ("tenants", i, "infiniband_pkey")
+        if t.infiniband_pkey is not None and ib is None:
+            yield Problem(loc, f"tenant {t.name!r} has an infiniband_pkey but the fabric is {spec.fabric.kind}, not "
+                               "infiniband; remove it")
+            continue
+        pkey = t.infiniband_pkey if t.infiniband_pkey is not None else pkeys.get(t.name)
+        if pkey is None:
+            continue
+        if (problem := pkey_problem(pkey)) is not None:
+            yield Problem(loc, problem)
+        elif pkey in taken:
+            how = f"{pkey:#06x}" if t.infiniband_pkey is not None else f"derived key {pkey:#06x}"
+            yield Problem(loc, f"tenant {t.name!r}'s partition key ({how}) is already used at {fmt_loc(taken[pkey])};"
+                               " each partition needs its own pkey: set tenants[].infiniband_pkey to a free one")
+        else:
+            taken[pkey] = loc
+    if not on:
+        return
+    if spec.shards:
+        yield Problem(("fabric", "infiniband", "isolate_dedicated_pools"),
+                      "isolating dedicated pools needs every port GUID in one stack, but the spec is split into "
+                      "shards; turn it off or drop shards")
+    for p, pool in enumerate(spec.node_pools):
+        if pool.dedicated_to is None:
+            continue
+        if not pool.nics:
+            yield Problem(("node_pools", p, "dedicated_to"),
+                          f"node pool {pool.name!r} is dedicated to {pool.dedicated_to!r} but has no InfiniBand NICs "
+                          "(nics) to isolate it on; list its NICs, or set isolate_dedicated_pools: false")
+        interface = spec.storage_client_interface(pool)
+        if pool.nics and spec.storage.kind != "none" and interface in {n.interface for n in pool.nics}:
+            yield Problem(("storage", "client_interface"),
+                          f"node pool {pool.name!r} (dedicated to {pool.dedicated_to!r}) reaches the filesystem over "
+                          f"its rail port {interface}, whose P_Key index 0 (IPoIB, LNet) becomes the tenant's "
+                          "partition, which the storage servers are not in; set storage.client_interface to a "
+                          "NIC outside the rails, or isolate_dedicated_pools: false")
 
 
 def _switches(spec: ClusterSpec) -> Iterator[Problem]:
@@ -786,7 +850,7 @@ def _shards(spec: ClusterSpec) -> Iterator[Problem]:
 
 
 _RULES: tuple[Check, ...] = (_unique_names, _racks_exist, _tenants, _tenant_namespaces_free, _dedicated_pools, _tenant_quotas_fit,
-                             _tenant_cpu_memory_fit, _infiniband, _switches, _leaves_reach_spines,
+                             _tenant_cpu_memory_fit, _infiniband, _fabric_isolation, _switches, _leaves_reach_spines,
                              _control_plane_apart, _rail_subnets, _nccl_floor_reachable, _nccl_hosts_fit, _cabling,
                              _kubernetes, slurm_problems, _rack_power, _storage_reachable, _tenant_claims_fit, _shards)
 ClusterSpec._checks = _RULES

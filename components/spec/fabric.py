@@ -77,10 +77,20 @@ class RoceSettings(SpecModel):
         return {**self.dscp_map, self.dscp: self.priority, self.cnp_dscp: self.cnp_priority}
 
 
+def pkey_problem(value: int) -> str | None:
+    """Why `value` cannot be a partition key: 0x0000 is invalid, 0x7fff the default partition's (IBTA 10.9.1),
+    and the top bit is the per-port membership flag, not part of the key."""
+    if 0x0001 <= value <= 0x7FFE:
+        return None
+    hint = (f"; drop the full-membership bit 0x8000 (use {value & 0x7FFF:#06x}), membership is set per port"
+            if 0x8001 <= value <= 0xFFFE else "")
+    return f"partition key {value:#06x} is outside 0x0001-0x7ffe (0x7fff is the default partition){hint}"
+
+
 class Partition(SpecModel):
-    """An IPoIB network: every host gets a `<if>.<pkey>` interface on it. Every port is a full member of every
-    partition, so partitions separate IP traffic only; RDMA and NCCL traffic stay on the default partition and
-    are not isolated between tenants by this."""
+    """An IPoIB network: every host gets a `<if>.<pkey>` interface on it. Every shared port is a full member, so
+    these separate IP traffic only; tenants are isolated on the fabric by `isolate_dedicated_pools`, where a
+    dedicated pool's ports are limited members of these."""
 
     name: DnsLabel
     pkey: int = Field(description="Partition key, 0x0001-0x7ffe (0x7fff is the default partition).")
@@ -88,11 +98,8 @@ class Partition(SpecModel):
     @field_validator("pkey")
     @classmethod
     def _pkey_in_range(cls, value: int) -> int:
-        if not 0x0001 <= value <= 0x7FFE:
-            hint = (f"; drop the full-membership bit 0x8000 (use {value & 0x7FFF:#06x}), membership is set per port"
-                    if 0x8001 <= value <= 0xFFFE else "")
-            raise ValueError(f"partition key {value:#06x} is outside 0x0001-0x7ffe (0x7fff is the default "
-                             f"partition){hint}")
+        if (problem := pkey_problem(value)) is not None:
+            raise ValueError(problem)
         return value
 
 
@@ -102,6 +109,13 @@ class InfinibandSettings(SpecModel):
     partitions: list[Partition] = Field(
         default_factory=list, description="IPoIB networks besides the default partition's (IP separation only, "
                                           "not RDMA isolation). Omitted: only the default partition.")
+    isolate_dedicated_pools: bool = Field(
+        False, description="Give each tenant that owns a dedicated pool its own partition (tenants[].infiniband_pkey), "
+                           "at P_Key index 0 of the pool's rail ports, which are only limited members of every "
+                           "other partition: the tenant's hosts reach each other, the storage servers, the subnet "
+                           "managers and the shared pools' hosts, never another tenant's dedicated hosts. Omitted: "
+                           "no, every port shares the default partition (the prod policy flags a dedicated pool "
+                           "left so).")
     take_over_existing_sm: bool = Field(
         False, description="Start OpenSM even when another subnet manager (UFM, a switch's SM) is master of the "
                            "fabric. Omitted: no, the subnet managers' hosts refuse to take over and say which "

@@ -142,6 +142,12 @@ class Tenant(SpecModel):
         default_factory=list, description="Other namespaces that may reach the tenant's pods. Omitted: none.")
     allow_egress_cidrs: list[Cidr] = Field(
         default_factory=list, description="Networks outside the cluster pods may reach. Omitted: none.")
+    infiniband_pkey: int | None = Field(
+        None, description="The partition key of the tenant's own InfiniBand partition, used where it owns a "
+                          "dedicated pool and fabric.infiniband.isolate_dedicated_pools is on (0x0001-0x7ffe; kept "
+                          "while isolation is off). Omitted: "
+                          "derived from the tenant's name in 0x4000-0x6fff, stable as tenants come and go, and "
+                          "shown in the plan.")
 
     @property
     def namespace_name(self) -> str:

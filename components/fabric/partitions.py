@@ -1,0 +1,160 @@
+"""Tenants isolated on InfiniBand: a partition per tenant that owns a dedicated pool (`isolate_dedicated_pools`).
+
+A partition key is the fabric's only fence (IBTA 10.9.1): two ports talk only where they share a P_Key and one
+of them at least is a full member. So a tenant's rail ports are full members of its own partition, at P_Key
+index 0 (`indx0`), the index NCCL, IPoIB and verbs use unless told otherwise, and only limited members of the
+default partition and the spec's IPoIB networks, where the storage servers, the subnet managers and the shared
+pools' hosts are full members: those they reach, another tenant's dedicated hosts never.
+
+The port GUIDs come from the hosts: each fabric step prints `port-guid DEVICE GUID` per rail (read from the
+device, never typed into the spec), and `FabricPartitions` renders them into partitions.conf on every subnet
+manager host, which OpenSM re-reads on a hangup (a heavy sweep, no restart, no election), then checks from the
+master that each tenant port holds its partition at index 0.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, ClassVar, Mapping
+
+import pulumi
+
+from ..bash import fill, script
+from ..spec import ClusterSpec
+from ..ssh import Script, SshTarget, push
+from ..types import token, with_aliases
+from .host import OPENSM_LOG, OPENSM_UNIT, PARTITIONS_CONF, RESWEEP, render_partitions
+
+PORT_GUID = re.compile(r"^\S+: port-guid (?P<device>\S+) (?P<guid>0x[0-9a-f]{16})$", re.M)
+VERIFY_S = 60       # how long the master's sweep may take to program the tenants' ports
+
+
+def port_guids(stdout: str | None) -> dict[str, str]:
+    """Device -> port GUID, from a fabric step's output (its `port-guid` lines)."""
+    return {m["device"]: m["guid"] for m in PORT_GUID.finditer(stdout or "")}
+
+
+def memberships(spec: ClusterSpec) -> dict[str, dict[int, str]]:
+    """Group (a node pool, or `storage`) -> P_Key -> full or limited: what render_partitions gives each group's
+    ports, as a table the reach report and the tests read."""
+    ib = spec.fabric.infiniband
+    shared = [0x7FFF, *(p.pkey for p in ib.partitions)] if ib is not None else [0x7FFF]
+    isolated, pkeys = spec.isolated_pools, spec.tenant_pkeys
+    out: dict[str, dict[int, str]] = {}
+    for pool in spec.node_pools:
+        tenant = isolated.get(pool.name)
+        out[pool.name] = {k: "limited" if tenant else "full" for k in shared}
+        if tenant:
+            out[pool.name][pkeys[tenant]] = "full"
+    if spec.storage.servers:
+        out["storage"] = {k: "full" for k in shared}
+    return out
+
+
+def fabric_reach(spec: ClusterSpec) -> dict[str, Any]:
+    """Who can reach whom on the fabric, per group and per host: two ports reach each other where they share
+    a partition and one at least is a full member. Registered and reported, and checked against OpenSM's path
+    records in the tests."""
+    table = memberships(spec)
+
+    def meet(a: str, b: str) -> bool:
+        return any(k in table[b] and "full" in (m, table[b][k]) for k, m in table[a].items())
+
+    groups = {g: sorted(o for o in table if meet(g, o)) for g in table}
+    host_group = {h.hostname: p.name for p, h in spec.hosts()} | {s.hostname: "storage" for s in spec.storage.servers}
+    by_group: dict[str, list[str]] = {}
+    for host, group in host_group.items():
+        by_group.setdefault(group, []).append(host)
+    isolated = spec.isolated_pools
+    return {
+        "isolated": bool(isolated),
+        "partitions": {t: f"{k:#06x}" for t, k in sorted(spec.tenant_pkeys.items())},
+        "groups": {g: {"tenant": isolated.get(g), "reaches": reached,
+                       "cut_off_from": sorted(o for o in table if o not in reached)} for g, reached in groups.items()},
+        "hosts": {h: {"group": g, "reaches": sorted(x for o in groups[g] for x in by_group[o] if x != h)}
+                  for h, g in sorted(host_group.items())},
+    }
+
+
+# On a subnet manager's host: the tenants' partitions.conf, re-read on a hangup where it changed, then (on the
+# master) each tenant port read back over the fabric. A port the master cannot read (a tool missing, the SA not
+# answering in time) is noted, never a verdict; a port holding the wrong key at index 0 fails the step.
+_STEP = r'''
+need systemctl "this host does not run systemd"
+[[ -e @UNIT@ ]] || fail "no subnet manager here yet: its fabric step (gpucluster-opensm) runs first"
+put_file @PARTITIONS@ 0644 "$(cat @DOC@)" resweep-gpucluster-opensm
+resweep
+if [[ "$(opensm_state @LOG@)" != MASTER ]]; then
+  note "not the master subnet manager: the master checks the tenants' ports"
+elif ! command -v smpquery >/dev/null 2>&1; then
+  note "smpquery is missing (infiniband-diags): the tenants' ports are not checked"
+else
+  unread=0 wrong=() ports=$(cat @PORTS@)
+  while read -r host device guid want; do
+    [[ -n "$host" ]] || continue
+    got="" waited=0
+    while (( waited < @VERIFY_S@ )); do
+      if lid=$(timeout 10 smpquery portinfo -G "$guid" 2>/dev/null | sed -n 's/^Lid:\.*//p') && [[ -n "$lid" ]] &&
+         got=$(timeout 10 smpquery pkeys "$lid" 2>/dev/null | sed -n 's/^ *0: *\(0x[0-9a-f]*\).*/\1/p') &&
+         [[ "$got" == "$want" ]]; then
+        break
+      fi
+      sleep 2; waited=$((waited + 2))
+    done
+    if [[ -z "$got" ]]; then unread=$((unread + 1))
+    elif [[ "$got" != "$want" ]]; then wrong+=("$host $device ($guid) has $got at P_Key index 0, not $want")
+    fi
+  done <<<"$ports"
+  if (( ${#wrong[@]} )); then
+    fail "tenant ports without their partition at index 0 (another SM master? see @LOG@): ${wrong[*]}"
+  fi
+  if (( unread )); then note "$unread tenant port(s) could not be read from here: not checked"; fi
+fi
+'''
+
+
+def render_partition_step(spec: ClusterSpec, hostname: str, guids: Mapping[str, Mapping[str, str]]) -> Script:
+    """The partitions step of one subnet manager's host, for the port GUIDs read so far."""
+    pkeys, isolated = spec.tenant_pkeys, spec.isolated_pools
+    ports = [" ".join((h.hostname, n.device, guids[h.hostname][n.device], f"{pkeys[isolated[p.name]] | 0x8000:#06x}"))
+             for p, h in spec.hosts() if p.name in isolated
+             for n in sorted(p.nics, key=lambda n: n.rail) if n.device in guids.get(h.hostname, {})]
+    body = fill(_STEP, {"DOC": render_partitions(spec, guids), "PORTS": "\n".join(ports)},
+                UNIT=OPENSM_UNIT, PARTITIONS=PARTITIONS_CONF, LOG=OPENSM_LOG, VERIFY_S=VERIFY_S)
+    return Script(script(f"Tenant partitions on {hostname}: {len(ports)} isolated port(s)", hostname,
+                         RESWEEP + body),
+                  script(f"Tenant partitions leave {hostname}", hostname,
+                         'note "partitions.conf stays as it is until the fabric step writes the shared one"\n'))
+
+
+class FabricPartitions(pulumi.ComponentResource):
+    """The tenants' partitions on every subnet manager: `<name>-<sm host>`, after every host whose ports are
+    read. Standalone, give it the fabric steps (each prints its rails' port GUIDs) and the SM hosts' targets."""
+
+    TYPE: ClassVar[str] = token("FabricPartitions")
+
+    steps: dict[str, pulumi.Resource]
+    """The partitions step of each subnet manager host, by hostname: a host opens to tenants after them."""
+
+    def __init__(self, name: str, spec: ClusterSpec, targets: Mapping[str, SshTarget],
+                 reported: Mapping[str, pulumi.Output[str]], ssh_private_key: pulumi.Input[str], *,
+                 depends_on: list[pulumi.Resource], opts: pulumi.ResourceOptions | None = None):
+        """`targets`: each subnet manager host's SSH target. `reported`: each isolated host's fabric step output
+        (its `port-guid` lines). `depends_on`: the steps that wrote the subnet managers' own files."""
+        super().__init__(self.TYPE, name, {"reach": fabric_reach(spec)}, with_aliases(self.TYPE, opts))
+        hosts = sorted(reported)
+        read = pulumi.Output.all(*[reported[h] for h in hosts]).apply(
+            lambda outs: {h: port_guids(o) for h, o in zip(hosts, outs)})
+        self.steps = {}
+        for sm in spec.fabric.subnet_managers:
+            step = read.apply(lambda g, sm=sm: render_partition_step(spec, sm, g))
+            self.steps[sm] = push(f"{name}-{sm}", targets[sm], Script(step.apply(lambda s: s.create),
+                                                                      step_delete(spec, sm)),
+                                  ssh_private_key, parent=self, converge=True, depends_on=depends_on)
+        self.register_outputs({"reach": fabric_reach(spec)})
+
+
+def step_delete(spec: ClusterSpec, hostname: str) -> str:
+    delete = render_partition_step(spec, hostname, {}).delete
+    assert delete is not None
+    return delete

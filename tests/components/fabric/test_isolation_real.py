@@ -1,0 +1,125 @@
+"""Tenants isolated on InfiniBand, against the real OpenSM over a simulated fabric of the example stack's hosts
+(two rails each), its storage servers and its subnet manager: the generated partitions.conf, with port GUIDs read
+from the ports, is what OpenSM takes; it programs each isolated tenant's partition at P_Key index 0 of its ports,
+and the subnet administrator's path records (what a job's connection setup asks for) reach exactly what the
+plan's reach report says, also after a pool changes hands."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+import yaml
+
+from components.fabric.host import render_opensm_conf, render_partitions, sm_priority
+from components.fabric.partitions import fabric_reach
+from components.spec import ClusterSpec, load_spec, parse_spec
+from tests.conftest import ROOT
+from tests.components.fabric.ibsim import FULL, missing, on, opensm, path_between, pkey_table, port_guid, simulated, wait
+
+pytestmark = pytest.mark.skipif(missing() is not None, reason=missing() or "")
+SPEC = load_spec(ROOT / "examples" / "isolated-tenants.yaml")
+RAILS = ("mlx5_0", "mlx5_1")
+HOSTS = [h.hostname for _, h in SPEC.hosts()]
+STORAGE = [s.hostname for s in SPEC.storage.servers[:2]]
+NODES = [f"{h}/{d}" for h in HOSTS for d in RAILS] + STORAGE
+SM = f"{SPEC.fabric.infiniband.subnet_managers[0]}/mlx5_0"
+
+
+@pytest.fixture(scope="module")
+def fabric(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    with simulated(tmp_path_factory.mktemp("ibsim"), NODES) as work:
+        yield work
+
+
+def guids() -> dict[str, dict[str, str]]:
+    """Host -> device -> port GUID, as the hosts' fabric steps report them."""
+    return {h: {d: port_guid(f"{h}/{d}") for d in RAILS} for h in HOSTS}
+
+
+def started(work: Path, spec: ClusterSpec):
+    sm = opensm(work, SM, render_opensm_conf(spec, sm_priority(spec, SM.split("/")[0])),
+                render_partitions(spec, guids()))
+    assert wait(lambda: "SUBNET UP" in _log(work), 60), _log(work)
+    return sm
+
+
+def _log(work: Path) -> str:
+    log = work / SM.replace("/", "_") / "opensm.log"
+    return log.read_text() if log.exists() else ""
+
+
+def _owner(spec: ClusterSpec, host: str) -> str | None:
+    return next((spec.isolated_pools.get(p.name) for p, h in spec.hosts() if h.hostname == host), None)
+
+
+def test_each_isolated_tenants_partition_sits_at_index_0_of_its_ports_and_the_others_are_limited(fabric):
+    sm = started(fabric, SPEC)
+    try:
+        assert "Partition configuration in error" not in _log(fabric)
+        pkeys = SPEC.tenant_pkeys
+        for node in NODES:
+            host = node.split("/")[0]
+            table = wait(lambda: pkey_table(node, SM))
+            owner = _owner(SPEC, host)
+            if owner is None:            # shared hosts and storage: full members of the shared partitions only
+                assert table[:2] == [0x7FFF | FULL, 0x0A01 | FULL] and len(table) == 2, (node, table)
+            else:
+                assert table[0] == pkeys[owner] | FULL, (node, [hex(k) for k in table])
+                assert sorted(table[1:]) == [0x0A01, 0x7FFF], (node, [hex(k) for k in table])   # limited
+        # what a job's connection setup gets from the subnet administrator is what the plan reports
+        reach = fabric_reach(SPEC)
+        for src in NODES:
+            for dst in NODES:
+                if src.split("/")[0] != dst.split("/")[0] and src.endswith(("mlx5_0", *STORAGE)) \
+                        and dst.endswith(("mlx5_0", *STORAGE)):
+                    assert path_between(src, dst) == _reaches(reach, src, dst), (src, dst)
+    finally:
+        sm.terminate()
+        sm.wait(timeout=10)
+
+
+def _reaches(reach: dict, src: str, dst: str) -> bool:
+    a, b = src.split("/")[0], dst.split("/")[0]
+    return b in reach["hosts"][a]["reaches"]
+
+
+def _variant(change) -> ClusterSpec:
+    data = yaml.safe_load((ROOT / "examples" / "isolated-tenants.yaml").read_text())
+    change(data)
+    return parse_spec(yaml.safe_dump(data))
+
+
+def _hand_b_to_team_a(data: dict) -> None:
+    pools = {p["name"]: p for p in data["node_pools"]}
+    pools["h100-b"]["dedicated_to"] = "team-a"
+    tenants = {t["name"]: t for t in data["tenants"]}
+    tenants["team-a"]["gpu_quota"]["h100-b"] = tenants["team-b"]["gpu_quota"].pop("h100-b")
+
+
+def test_a_pool_handed_to_another_tenant_takes_its_partition_at_index_0_on_a_hangup(fabric):
+    """Day 2: the pool's ports take their new tenant's key at index 0 in the master's next sweep, with no
+    restart; the old tenant's partition is gone from them, and the report's reach is the fabric's again.
+    Turning isolation off puts every port back as a full member of the shared partitions."""
+    sm = started(fabric, SPEC)
+    try:
+        moved = _variant(_hand_b_to_team_a)
+        b_node, a_node = f"{HOSTS[6]}/mlx5_0", f"{HOSTS[4]}/mlx5_0"
+        assert not path_between(a_node, b_node)
+        (fabric / SM.replace("/", "_") / "partitions.conf").write_text(render_partitions(moved, guids()) + "\n")
+        sm.send_signal(signal.SIGHUP)
+        team_a = moved.tenant_pkeys["team-a"] | FULL
+        assert wait(lambda: pkey_table(b_node, SM)[0] == team_a, 60), [hex(k) for k in pkey_table(b_node, SM)]
+        assert SPEC.tenant_pkeys["team-b"] not in {k & 0x7FFF for k in pkey_table(b_node, SM)}
+        assert path_between(a_node, b_node) and fabric_reach(moved)["groups"]["h100-a"]["cut_off_from"] == []
+        assert sm.poll() is None and "Entering" not in _log(fabric).split("SUBNET UP")[-1]     # no election
+
+        flat = _variant(lambda d: d["fabric"]["infiniband"].update(isolate_dedicated_pools=False))
+        (fabric / SM.replace("/", "_") / "partitions.conf").write_text(render_partitions(flat, guids()) + "\n")
+        sm.send_signal(signal.SIGHUP)
+        assert wait(lambda: pkey_table(b_node, SM) == [0x7FFF | FULL, 0x0A01 | FULL], 60), pkey_table(b_node, SM)
+    finally:
+        sm.terminate()
+        sm.wait(timeout=10)
