@@ -9,6 +9,7 @@ import pulumi
 
 from .fabric import Fabric
 from .fabric.fabric import fabric_hosts, host_script
+from .fabric.partitions import FabricPartitions
 from .k8s.gpu_stack import GpuKubernetesStack
 from .k8s.tenancy.tenant import Tenant, TenantArgs, tenancy_of
 from .nodes import GpuNodePool, NodePoolArgs
@@ -38,6 +39,8 @@ class GpuCluster(pulumi.ComponentResource):
 
     node_pools: dict[str, GpuNodePool]
     """Node pool components by pool name."""
+    partitions: FabricPartitions | None
+    """The isolated tenants' InfiniBand partitions on the subnet managers, where the spec isolates a pool."""
     fabric: Fabric | None
     """Host and switch fabric settings, topology figures, NCCL settings and the after-apply checks; None in a
     shard's stack."""
@@ -106,8 +109,16 @@ def compose(cluster: Any, name: str, spec: ClusterSpec, ssh_private_key: pulumi.
     # wait for: its stack's hosts open to work after it too.
     first = next((h.hostname for _, h in spec.hosts() if h.hostname in here), None)
 
+    # An isolated pool's host opens to work once its tenant's partition is on its ports: after each subnet
+    # manager's partitions step, which needs every isolated host's port GUIDs (so it comes after the pools).
+    isolated = [h for h in spec.isolated_hosts if h in here]
+    fenced: dict[str, asyncio.Future[pulumi.Resource]] = {
+        sm: asyncio.get_event_loop().create_future() for sm in (sms if isolated else ())}
+
     def opened_after(host: str) -> list[asyncio.Future[pulumi.Resource]]:
-        return [mounted[host]] if part is None or layout is None or host == first else [mounted[host], mounted[first]]
+        fence = list(fenced.values()) if host in isolated else []
+        return fence + ([mounted[host]] if part is None or layout is None or host == first
+                        else [mounted[host], mounted[first]])
 
     cluster.node_pools = {}
     for p in sorted(pools, key=lambda p: not any(h.hostname in sms for h in p.hosts)):
@@ -122,6 +133,16 @@ def compose(cluster: Any, name: str, spec: ClusterSpec, ssh_private_key: pulumi.
         cluster.node_pools[p.name] = pool
     cluster.node_pools = {p.name: cluster.node_pools[p.name] for p in pools}
     ready = {h: [r] for pool in cluster.node_pools.values() for h, r in pool.prepared.items()}
+    cluster.partitions = None
+    try:
+        if isolated:
+            cluster.partitions = FabricPartitions(
+                f"{name}-partitions", spec, {h.hostname: h.target for h in fabric_hosts(spec)},
+                {h: ready[h][0].stdout for h in isolated}, ssh_private_key, opts=child,
+                depends_on=[*after, *(ready[h][0] for h in isolated)])
+    finally:     # resolved even when it fails to build, so no registration waits forever
+        for sm, future in fenced.items():
+            future.set_result(cluster.partitions.steps[sm] if cluster.partitions else ready[isolated[0]][0])
     # Storage servers set up their filesystem once their fabric settings (RoCE QoS, a subnet manager) are in.
     if cluster.fabric is not None:
         ready.update({h: [r] for h, r in cluster.fabric.host_commands.items() if h not in ready})

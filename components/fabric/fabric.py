@@ -23,6 +23,7 @@ from ..types import token, with_aliases
 from .checks import render_link_check, render_nccl_batch, render_nccl_job
 from .host import render_fabric_host
 from .nccl import nccl_envs
+from .partitions import FabricPartitions
 from .switches import render_switch, switch_mtu_bytes
 
 
@@ -126,6 +127,8 @@ class Fabric(pulumi.ComponentResource):
     """The commands this component pushed the host scripts with, by hostname."""
     subnet_managers: list[pulumi.Resource]
     """The commands that start subnet managers here (other hosts' settings wait for them)."""
+    partitions: FabricPartitions | None
+    """The isolated tenants' partitions, where this component pushes their hosts' steps itself (gpu_hosts)."""
 
     def __init__(self, name: str, spec: ClusterSpec, ssh_private_key: pulumi.Input[str],
                  opts: pulumi.ResourceOptions | None = None, *, gpu_hosts: bool = True):
@@ -162,6 +165,15 @@ def compose(fabric: Any, name: str, spec: ClusterSpec, ssh_private_key: pulumi.I
         if hostname in sms:
             fabric.subnet_managers.append(resource)
         fabric.host_commands[hostname] = resource
+    # Standalone, the hosts' own steps report their port GUIDs here; in a GpuCluster, their pools' preparations.
+    fabric.partitions = None
+    isolated = [h for h in spec.isolated_hosts if h in fabric.host_commands]
+    if isolated:
+        fabric.partitions = FabricPartitions(
+            f"{name}-partitions", spec, {h.hostname: h.target for h in fabric_hosts(spec)},
+            {h: fabric.host_commands[h].stdout for h in isolated}, ssh_private_key,
+            opts=pulumi.ResourceOptions(parent=fabric),
+            depends_on=[*fabric.subnet_managers, *(fabric.host_commands[h] for h in isolated)])
     if spec.fabric.kind == "rocev2":
         for switch in spec.fabric.switches:
             if switch.managed:

@@ -154,6 +154,13 @@ ib_nic() {
   fi
   set_mtu "$if" @IPOIB_MTU@
 }
+# port_guid DEVICE: the port's GUID as ibstat reads it from the device, reported for the partitions step
+port_guid() {
+  local guid
+  guid=$(ibstat "$1" 1 | sed -n 's/^[[:space:]]*Port GUID: *//p')
+  [[ "$guid" =~ ^0x[0-9a-f]{16}$ ]] || fail "$1: ibstat shows no port GUID (${guid:-none})"
+  note "port-guid $1 $guid"
+}
 # ipoib_child PARENT PKEY: the partition's IPoIB interface, named <parent>.<pkey> as the kernel does
 ipoib_child() {
   local child="$1.${2#0x}"
@@ -417,9 +424,10 @@ def sm_priority(spec: ClusterSpec, hostname: str) -> int | None:
 
 
 def render_apply(spec: ClusterSpec, hostname: str, nics: list[Nic], nccl: dict[str, str],
-                 storage_interfaces: Sequence[str] = ()) -> str:
+                 storage_interfaces: Sequence[str] = (), *, isolated: bool = False) -> str:
     """`storage_interfaces`: RoCE NICs of the filesystem's RDMA traffic besides the rails (their RDMA device
-    is read on the host), which get the same lossless class."""
+    is read on the host), which get the same lossless class. `isolated`: a host of an isolated pool, which
+    reports its rails' port GUIDs for its tenant's partition (partitions.py)."""
     fabric = spec.fabric
     nics = sorted(nics, key=lambda n: n.rail)
     roce = fabric.effective_roce
@@ -449,6 +457,7 @@ def render_apply(spec: ClusterSpec, hostname: str, nics: list[Nic], nccl: dict[s
         ib = fabric.infiniband
         pkeys = [p.pkey | 0x8000 for p in (ib.partitions if ib else [])]
         body = "".join(call("ib_nic", n.device, n.interface, n.speed_gbps) + "\n"
+                       + (call("port_guid", n.device) + "\n" if isolated else "")
                        + "".join(call("ipoib_child", n.interface, f"{k:#06x}") + "\n" for k in pkeys) for n in nics)
         gid = ""
     parts.append("\n# --- every tool and NIC first: nothing changes unless all of them are there --------\n"
@@ -490,7 +499,8 @@ def render_fabric_host(spec: ClusterSpec, hostname: str, nics: list[Nic], nccl: 
     # the host; any other name is rendered in here, quoted.
     name = HOST_MARK if shlex.quote(hostname) == hostname else hostname
     push = RUN_FABRIC + fill(_PUSH.replace("@SM@", sm).replace("@HOST_MARK@", HOST_MARK),
-                             {"APPLY_DOC": render_apply(spec, name, nics, nccl, storage_interfaces).rstrip("\n"),
+                             {"APPLY_DOC": render_apply(spec, name, nics, nccl, storage_interfaces,
+                                                        isolated=hostname in spec.isolated_hosts).rstrip("\n"),
                               "UNIT_DOC": _apply_unit()},
                              APPLY=APPLY, UNIT=APPLY_UNIT, MODE="in-place" if in_place else "all")
     create = script(f"Fabric of {hostname}: {spec.fabric.kind}"

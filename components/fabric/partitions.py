@@ -135,6 +135,8 @@ class FabricPartitions(pulumi.ComponentResource):
 
     steps: dict[str, pulumi.Resource]
     """The partitions step of each subnet manager host, by hostname: a host opens to tenants after them."""
+    preview: str
+    """partitions.conf with `<host:device>` where each port GUID goes (the offline plan's fabric/partitions.conf)."""
 
     def __init__(self, name: str, spec: ClusterSpec, targets: Mapping[str, SshTarget],
                  reported: Mapping[str, pulumi.Output[str]], ssh_private_key: pulumi.Input[str], *,
@@ -142,6 +144,8 @@ class FabricPartitions(pulumi.ComponentResource):
         """`targets`: each subnet manager host's SSH target. `reported`: each isolated host's fabric step output
         (its `port-guid` lines). `depends_on`: the steps that wrote the subnet managers' own files."""
         super().__init__(self.TYPE, name, {"reach": fabric_reach(spec)}, with_aliases(self.TYPE, opts))
+        self.preview = render_partitions(spec, {h: {n.device: f"<{h}:{n.device}>" for n in spec.pools[p].nics}
+                                                for h, p in _pool_of(spec).items() if h in reported})
         hosts = sorted(reported)
         read = pulumi.Output.all(*[reported[h] for h in hosts]).apply(
             lambda outs: {h: port_guids(o) for h, o in zip(hosts, outs)})
@@ -151,7 +155,11 @@ class FabricPartitions(pulumi.ComponentResource):
             self.steps[sm] = push(f"{name}-{sm}", targets[sm], Script(step.apply(lambda s: s.create),
                                                                       step_delete(spec, sm)),
                                   ssh_private_key, parent=self, converge=True, depends_on=depends_on)
-        self.register_outputs({"reach": fabric_reach(spec)})
+        self.register_outputs({"reach": fabric_reach(spec), "preview": self.preview})
+
+
+def _pool_of(spec: ClusterSpec) -> dict[str, str]:
+    return {h.hostname: p.name for p, h in spec.hosts()}
 
 
 def step_delete(spec: ClusterSpec, hostname: str) -> str:

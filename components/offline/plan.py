@@ -13,6 +13,7 @@ from pulumi.runtime import rpc as _rpc
 
 from ..cluster import GpuCluster
 from ..fabric import Fabric
+from ..fabric.partitions import FabricPartitions
 from ..fabric.nccl import nccl_envs
 from ..k8s.tenancy.jobs import render_example_batch_jobs, render_example_jobs
 from ..k8s.rails import rdma_resource
@@ -106,7 +107,7 @@ def _script_files(r: Record, names: dict[str, str]) -> dict[str, str]:
         suffix = "" if step == "create" else f".{step}"
         text = {SECRET: "# [secret]: this script embeds a secret and is not shown offline\n",
                 COMPUTED: "# <computed>: this script is built from a value known only after apply (a generated "
-                         "secret) and is not shown offline\n"}.get(script, script)
+                         "secret, or what another step reads on its host) and is not shown offline\n"}.get(script, script)
         out[f"scripts/{host}/{_SAFE.sub('_', r.name)}{suffix}.sh"] = text if text.endswith("\n") else text + "\n"
     return out
 
@@ -161,6 +162,8 @@ def build_plan(run: ProgramRun, thresholds: Thresholds = Thresholds()) -> Plan:
             files[path] = text
         elif r.type in (REMOTE_COMMAND, LOCAL_COMMAND):
             files.update(_script_files(r, names))
+        elif r.type == FabricPartitions.TYPE:
+            files["fabric/partitions.conf"] = run.component_outputs.get(r.urn, {}).get("preview", "") + "\n"
         elif r.type == Fabric.TYPE:
             checks = run.component_outputs.get(r.urn, {}).get("checks") or {}
             files.update({f"checks/{_SAFE.sub('_', n)}": text for n, text in checks.items()})

@@ -18,6 +18,7 @@ from ..k8s.labels import QUARANTINE_TAINT
 from ..k8s.health.quarantine import RULE
 from ..k8s.slurm.node_check import DRAIN_PREFIX, NO_VERDICT
 from ..spec.xids import XidAction
+from ..fabric.partitions import fabric_reach
 from ..nodes.host_prep import DRIVER_INSTALL_MODEL_S
 from ..nodes.rollout import rollout_batches, rollout_model
 from ..spec import ClusterSpec, NodePool
@@ -172,6 +173,7 @@ def render_report(spec: ClusterSpec, thresholds: Thresholds = Thresholds(),
                          "yes" if topology.rail_optimized else "no", len(topology.links),
                          f"{topology.bisection_gbps:g}",
                          f"{max(over):g}:1 (limit {thresholds.max_oversubscription:g}:1)" if over else "no uplinks"]])
+    lines += ["", *_reach_lines(spec)]
     h = spec.kubernetes.health
     lines += ["", "## GPU health", ""]
     listed = lambda xids: ", ".join(map(str, xids)) or "none"  # noqa: E731
@@ -196,6 +198,26 @@ def render_report(spec: ClusterSpec, thresholds: Thresholds = Thresholds(),
         if policies.rows:
             lines += _md_table(["policy", "level", "resource", "finding"], policies.rows)
     return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def _reach_lines(spec: ClusterSpec) -> list[str]:
+    """Who reaches whom on the data-plane fabric, per pool: what a tenant's privileged pod could send RDMA to."""
+    if not spec.fabric.rdma:
+        return []
+    reach = fabric_reach(spec)
+    if not reach["isolated"]:
+        dedicated = [p.name for p in spec.node_pools if p.dedicated_to]
+        shared = "every port shares the default partition" if spec.fabric.kind == "infiniband" \
+            else "the rails carry no tenant VLANs"
+        return [f"Fabric reach: {shared}, so every host reaches every other"
+                + (f"; dedicated pool(s) {', '.join(dedicated)} are not isolated on the fabric" if dedicated else "")
+                + "."]
+    return ["Fabric reach per pool (a tenant's partition at P_Key index 0 of its pool's rail ports; limited members "
+            "of every other partition):", "",
+            *_md_table(["pool", "tenant", "partition", "reaches", "cut off from"],
+                       [[g, r["tenant"] or "shared", reach["partitions"].get(r["tenant"], "shared"),
+                         ", ".join(r["reaches"]), ", ".join(r["cut_off_from"]) or "-"]
+                        for g, r in reach["groups"].items()])]
 
 
 def _nvml_line(spec: ClusterSpec) -> str:

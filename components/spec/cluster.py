@@ -133,6 +133,12 @@ class ClusterSpec(SpecModel):
         return {p.name: p.dedicated_to for p in self.node_pools if p.dedicated_to is not None and p.nics}
 
     @property
+    def isolated_hosts(self) -> dict[str, str]:
+        """Host -> tenant, for the hosts of isolated pools."""
+        isolated = self.isolated_pools
+        return {h.hostname: isolated[p.name] for p, h in self.hosts() if p.name in isolated}
+
+    @property
     def tenant_pkeys(self) -> dict[str, int]:
         """Tenant -> its partition key, for the tenants that own an isolated pool: the spec's, else derived from
         the name (CRC-32 into 0x4000-0x6fff), so adding or removing a tenant moves no other tenant's key."""
