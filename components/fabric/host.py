@@ -154,13 +154,6 @@ ib_nic() {
   fi
   set_mtu "$if" @IPOIB_MTU@
 }
-# port_guid DEVICE: the port's GUID as ibstat reads it from the device, reported for the partitions step
-port_guid() {
-  local guid
-  guid=$(ibstat "$1" 1 | sed -n 's/^[[:space:]]*Port GUID: *//p')
-  [[ "$guid" =~ ^0x[0-9a-f]{16}$ ]] || fail "$1: ibstat shows no port GUID (${guid:-none})"
-  note "port-guid $1 $guid"
-}
 # ipoib_child PARENT PKEY: the partition's IPoIB interface, named <parent>.<pkey> as the kernel does
 ipoib_child() {
   local child="$1.${2#0x}"
@@ -172,6 +165,17 @@ ipoib_child() {
   ip link set dev "$child" up
 }
 PORT_WAIT_S=$(( WAIT_S > @PUSH_WAIT@ ? WAIT_S : @PUSH_WAIT@ ))
+'''
+
+# port_guid DEVICE: the port's GUID as ibstat reads it from the device, reported for the partitions step (an
+# isolated pool's hosts only)
+_PORT_GUID = r'''
+port_guid() {
+  local guid
+  guid=$(ibstat "$1" 1 | sed -n 's/^[[:space:]]*Port GUID: *//p')
+  [[ "$guid" =~ ^0x[0-9a-f]{16}$ ]] || fail "$1: ibstat shows no port GUID (${guid:-none})"
+  note "port-guid $1 $guid"
+}
 '''
 
 _NCCL = r'''
@@ -453,7 +457,8 @@ def render_apply(spec: ClusterSpec, hostname: str, nics: list[Nic], nccl: dict[s
             "".join(f'dev=$({call("rdma_dev", i)})\nroce_nic "$dev" {call(i)}\n' for i in storage)
         gid = fill(_GID.replace("@DEVICES@", call(*(n.device for n in nics)))) if nics else ""
     else:
-        parts.append(fill(_IB, IPOIB_MTU=fabric.effective_mtu_bytes - 4, PUSH_WAIT=PUSH_WAIT_S))
+        parts.append(fill(_IB, IPOIB_MTU=fabric.effective_mtu_bytes - 4, PUSH_WAIT=PUSH_WAIT_S)
+                     + (_PORT_GUID if isolated else ""))
         ib = fabric.infiniband
         pkeys = [p.pkey | 0x8000 for p in (ib.partitions if ib else [])]
         body = "".join(call("ib_nic", n.device, n.interface, n.speed_gbps) + "\n"
