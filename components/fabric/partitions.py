@@ -76,20 +76,14 @@ def fabric_reach(spec: ClusterSpec) -> dict[str, Any]:
     }
 
 
-# On a subnet manager's host: the tenants' partitions.conf, re-read on a hangup where it changed, then (on the
-# master) each tenant port read back over the fabric. A port the master cannot read (a tool missing, the SA not
-# answering in time) is noted, never a verdict; a port holding the wrong key at index 0 fails the step.
-_STEP = r'''
-need systemctl "this host does not run systemd"
-[[ -e @UNIT@ ]] || fail "no subnet manager here yet: its fabric step (gpucluster-opensm) runs first"
-put_file @PARTITIONS@ 0644 "$(cat @DOC@)" resweep-gpucluster-opensm
-resweep
-if [[ "$(opensm_state @LOG@)" != MASTER ]]; then
-  note "not the master subnet manager: the master checks the tenants' ports"
-elif ! command -v smpquery >/dev/null 2>&1; then
-  note "smpquery is missing (infiniband-diags): the tenants' ports are not checked"
-else
-  unread=0 wrong=() ports=$(cat @PORTS@)
+# check_tenant_ports: each line of stdin "HOST DEVICE GUID PKEY" (PKEY with the full-member bit), read back
+# over the fabric from here (smpquery: the port's LID by GUID, then its P_Key table's index 0), retried while the
+# master's sweep programs them. A port that cannot be read (the SA not answering in time) is counted and noted,
+# never a verdict; a port holding another key at index 0 fails. Parses infiniband-diags' own output, checked
+# against the real smpquery over ibsim (tests/components/fabric/test_isolation_real.py).
+CHECK_TENANT_PORTS = r'''
+check_tenant_ports() {
+  local host device guid want got lid waited unread=0 wrong=()
   while read -r host device guid want; do
     [[ -n "$host" ]] || continue
     got="" waited=0
@@ -104,11 +98,27 @@ else
     if [[ -z "$got" ]]; then unread=$((unread + 1))
     elif [[ "$got" != "$want" ]]; then wrong+=("$host $device ($guid) has $got at P_Key index 0, not $want")
     fi
-  done <<<"$ports"
+  done
   if (( ${#wrong[@]} )); then
-    fail "tenant ports without their partition at index 0 (another SM master? see @LOG@): ${wrong[*]}"
+    fail "tenant ports without their partition at P_Key index 0 (is another subnet manager master?): ${wrong[*]}"
   fi
   if (( unread )); then note "$unread tenant port(s) could not be read from here: not checked"; fi
+}
+'''.replace("@VERIFY_S@", str(VERIFY_S))
+
+# On a subnet manager's host: the tenants' partitions.conf, re-read on a hangup where it changed, then each
+# tenant port read back from the master (a standby programs nothing).
+_STEP = r'''
+need systemctl "this host does not run systemd"
+[[ -e @UNIT@ ]] || fail "no subnet manager here yet: its fabric step (gpucluster-opensm) runs first"
+put_file @PARTITIONS@ 0644 "$(cat @DOC@)" resweep-gpucluster-opensm
+resweep
+if [[ "$(opensm_state @LOG@)" != MASTER ]]; then
+  note "not the master subnet manager: the master checks the tenants' ports"
+elif ! command -v smpquery >/dev/null 2>&1; then
+  note "smpquery is missing (infiniband-diags): the tenants' ports are not checked"
+else
+  check_tenant_ports <<<"$(cat @PORTS@)"
 fi
 '''
 
@@ -120,9 +130,9 @@ def render_partition_step(spec: ClusterSpec, hostname: str, guids: Mapping[str, 
              for p, h in spec.hosts() if p.name in isolated
              for n in sorted(p.nics, key=lambda n: n.rail) if n.device in guids.get(h.hostname, {})]
     body = fill(_STEP, {"DOC": render_partitions(spec, guids), "PORTS": "\n".join(ports)},
-                UNIT=OPENSM_UNIT, PARTITIONS=PARTITIONS_CONF, LOG=OPENSM_LOG, VERIFY_S=VERIFY_S)
+                UNIT=OPENSM_UNIT, PARTITIONS=PARTITIONS_CONF, LOG=OPENSM_LOG)
     return Script(script(f"Tenant partitions on {hostname}: {len(ports)} isolated port(s)", hostname,
-                         RESWEEP + body),
+                         RESWEEP + CHECK_TENANT_PORTS + body),
                   script(f"Tenant partitions leave {hostname}", hostname,
                          'note "partitions.conf stays as it is until the fabric step writes the shared one"\n'))
 

@@ -6,7 +6,10 @@ plan's reach report says, also after a pool changes hands."""
 
 from __future__ import annotations
 
+import os
+import re
 import signal
+import subprocess
 from pathlib import Path
 from typing import Iterator
 
@@ -14,10 +17,11 @@ import pytest
 import yaml
 
 from components.fabric.host import render_opensm_conf, render_partitions, sm_priority
-from components.fabric.partitions import fabric_reach
+from components.bash import script
+from components.fabric.partitions import CHECK_TENANT_PORTS, VERIFY_S, fabric_reach, render_partition_step
 from components.spec import ClusterSpec, load_spec, parse_spec
 from tests.conftest import ROOT
-from tests.components.fabric.ibsim import FULL, missing, on, opensm, path_between, pkey_table, port_guid, simulated, wait
+from tests.components.fabric.ibsim import FULL, UMAD2SIM, missing, on, opensm, path_between, pkey_table, port_guid, simulated, wait
 
 pytestmark = pytest.mark.skipif(missing() is not None, reason=missing() or "")
 SPEC = load_spec(ROOT / "examples" / "isolated-tenants.yaml")
@@ -69,6 +73,15 @@ def test_each_isolated_tenants_partition_sits_at_index_0_of_its_ports_and_the_ot
             else:
                 assert table[0] == pkeys[owner] | FULL, (node, [hex(k) for k in table])
                 assert sorted(table[1:]) == [0x0A01, 0x7FFF], (node, [hex(k) for k in table])   # limited
+        # the step's own check, run on the master's host with the real smpquery: every tenant port as it must be
+        ports = _ports(SPEC, guids())
+        done = _check(ports)
+        assert done.returncode == 0 and "error" not in done.stderr and "not checked" not in done.stdout, \
+            done.stdout + done.stderr
+        swapped = ports.replace(f"{pkeys['team-a'] | FULL:#06x}", f"{pkeys['team-b'] | FULL:#06x}", 1)
+        bad = _check(swapped)
+        assert bad.returncode == 1 and f"has {pkeys['team-a'] | FULL:#06x} at P_Key index 0, not " \
+            f"{pkeys['team-b'] | FULL:#06x}" in bad.stderr, bad.stdout + bad.stderr
         # what a job's connection setup gets from the subnet administrator is what the plan reports
         reach = fabric_reach(SPEC)
         for src in NODES:
@@ -79,6 +92,20 @@ def test_each_isolated_tenants_partition_sits_at_index_0_of_its_ports_and_the_ot
     finally:
         sm.terminate()
         sm.wait(timeout=10)
+
+
+def _ports(spec: ClusterSpec, found: dict[str, dict[str, str]]) -> str:
+    """The step's list of tenant ports (HOST DEVICE GUID PKEY), as render_partition_step writes it."""
+    step = render_partition_step(spec, SM.split("/")[0], found).create
+    return "\n".join(line for line in step.splitlines() if re.fullmatch(r"\S+ mlx5_\d+ 0x[0-9a-f]{16} 0x[0-9a-f]{4}", line))
+
+
+def _check(ports: str):
+    """check_tenant_ports on the master's HCA, with a short retry budget (the sweep is done)."""
+    text = script("check", "sm", CHECK_TENANT_PORTS.replace(f"waited < {VERIFY_S}", "waited < 4")
+                  + "check_tenant_ports\n")
+    env = {**os.environ, "SIM_HOST": SM, "LD_PRELOAD": str(UMAD2SIM)}
+    return subprocess.run(["bash", "-c", text], input=ports, env=env, capture_output=True, text=True, timeout=300)
 
 
 def _reaches(reach: dict, src: str, dst: str) -> bool:
