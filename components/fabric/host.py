@@ -173,7 +173,8 @@ _PORT_GUID = r'''
 port_guid() {
   local guid
   guid=$(ibstat "$1" 1 | sed -n 's/^[[:space:]]*Port GUID: *//p')
-  [[ "$guid" =~ ^0x[0-9a-f]{16}$ ]] || fail "$1: ibstat shows no port GUID (${guid:-none})"
+  [[ "$guid" =~ ^0x[0-9a-f]{16}$ && "$guid" != 0x0000000000000000 ]] ||
+    fail "$1: ibstat shows no port GUID (${guid:-none}): is mlx5_ib loaded and the firmware's GUID set?"
   note "port-guid $1 $guid"
 }
 '''
