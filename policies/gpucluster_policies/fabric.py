@@ -7,14 +7,16 @@ of them, including objects written by other components or programs.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 from pulumi_policy import EnforcementLevel, ReportViolation, StackValidationArgs, StackValidationPolicy
 
-from .common import (CONFIG_MAP, FABRIC, NODE_POOL, containers, dig, guarded, items, mapping, name_of, namespace_of,
-                     number, of_type, pod_specs, schema, settings, shown, strings, text)
+from .common import (CONFIG_MAP, FABRIC, NODE_POOL, PARTITIONS, TENANT_LABEL, containers, dig, environment, guarded,
+                     intent, items, labels, mapping, name_of, namespace_of, number, of_type, pod_specs, schema,
+                     settings, shown, strings, tenant_namespaces, text)
 
 
 def _ends(fabric: Any) -> Iterator[tuple[str, Mapping[str, Any]]]:
@@ -195,6 +197,94 @@ def _oversubscription(max_default: float, advice: str):
     return validate, config_schema
 
 
+_ISOLATED_SCHEMA = schema(requiredEnvironments={
+    "type": "array", "items": {"type": "string"}, "default": ["prod"],
+    "description": "Environments whose dedicated pools must be isolated on the fabric."})
+
+
+def _isolated(resources) -> tuple[dict[str, str], dict[str, int]]:
+    """(pool -> tenant it is cut off for, tenant -> partition key), as the partitions components registered."""
+    pools: dict[str, str] = {}
+    pkeys: dict[str, int] = {}
+    for part in of_type(resources, PARTITIONS):
+        reach = mapping(part.props.get("reach"))
+        pools.update({str(g): t for g, r in mapping(reach.get("groups")).items() if (t := text(mapping(r).get("tenant")))})
+        pkeys.update({str(t): int(k, 16) for t, k in mapping(reach.get("partitions")).items()
+                      if isinstance(k, str) and re.fullmatch(r"0x[0-9a-fA-F]{1,4}", k)})
+    return pools, pkeys
+
+
+def _dedicated_pool_isolated(args: StackValidationArgs, report: ReportViolation) -> None:
+    """A dedicated pool's RDMA ports in the shared partition reach every other tenant's hosts: a privileged pod on
+    the tenant's own host can send RDMA traffic to anyone's."""
+    env = environment(args.resources)
+    if env not in settings(args, _ISOLATED_SCHEMA)["requiredEnvironments"]:
+        return
+    kinds = {text(dig(f.props, "spec", "kind")) for f in of_type(args.resources, FABRIC)}
+    if not kinds & {"infiniband", "rocev2"}:
+        return
+    cut, _ = _isolated(args.resources)
+    for r in of_type(args.resources, NODE_POOL):
+        pool = mapping(intent(r).get("pool"))
+        owner, name = text(pool.get("dedicated_to")), text(pool.get("name"))
+        if owner and list(items(pool.get("nics"))) and cut.get(name) != owner:
+            fix = ("set fabric.infiniband.isolate_dedicated_pools: true" if "infiniband" in kinds
+                   else "RoCE has no per-tenant VLANs here yet; keep the pool shared or accept it in this policy's "
+                        "requiredEnvironments")
+            report(f"node pool {name} is dedicated to tenant {owner} in {env} but its RDMA ports share the fabric "
+                   f"with every other tenant's hosts; {fix}", r.urn)
+
+
+_PKEY_IN_NAME = re.compile(r"\.([0-9a-fA-F]{4})\b")        # an IPoIB child: <parent>.<pkey>, as the kernel names it
+
+
+def _named_pkeys(value: Any) -> set[int]:
+    """The partition keys a network object's settings name: ib-sriov-cni's `pkey`, an IPoIB child as master."""
+    found: set[int] = set()
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return {int(m, 16) & 0x7FFF for m in _PKEY_IN_NAME.findall(value)}
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            if k == "pkey" and isinstance(v, str) and re.fullmatch(r"0x[0-9a-fA-F]{1,4}", v):
+                found.add(int(v, 16) & 0x7FFF)
+            elif k == "master" and isinstance(v, str):
+                found |= {int(m, 16) & 0x7FFF for m in _PKEY_IN_NAME.findall(v)}
+            else:
+                found |= _named_pkeys(v)
+    elif isinstance(value, list):
+        for v in value:
+            found |= _named_pkeys(v)
+    return found
+
+
+def _no_foreign_partition(args: StackValidationArgs, report: ReportViolation) -> None:
+    """A tenant's network attachment or NCCL settings for another tenant's partition would put its pods in it."""
+    cut, pkeys = _isolated(args.resources)
+    if not pkeys:
+        return
+    owner_of = {k: t for t, k in pkeys.items()}
+    tenant_of = {ns: text(labels(r.props).get(TENANT_LABEL)) for ns, r in tenant_namespaces(args.resources).items()}
+    for r in args.resources:
+        kind = r.resource_type
+        if kind.endswith(":NetworkAttachmentDefinition") or kind.endswith(":IPoIBNetwork"):
+            spec = mapping(r.props.get("spec"))
+            ns = text(spec.get("networkNamespace")) or namespace_of(r.props)
+            for key in sorted(_named_pkeys(dict(spec)) & set(owner_of)):
+                if tenant_of.get(ns) != owner_of[key]:
+                    report(f"{kind.rsplit(':', 1)[1]} {name_of(r.props) or r.name} puts namespace {ns or 'default'}'s "
+                           f"pods in tenant {owner_of[key]}'s partition {key:#06x}; create it in "
+                           f"{owner_of[key]}'s namespace only", r.urn)
+        elif kind == CONFIG_MAP:
+            name, ns = name_of(r.props), namespace_of(r.props)
+            pool = name[len("nccl-"):] if name and name.startswith("nccl-") else None
+            if pool in cut and ns in tenant_of and tenant_of[ns] != cut[pool]:
+                report(f"ConfigMap {ns}/{name} gives tenant {tenant_of[ns]} the NCCL settings of pool {pool}, whose "
+                       f"P_Key index 0 is tenant {cut[pool]}'s partition; remove it", r.urn)
+
+
 _OVER, _OVER_SCHEMA = _oversubscription(2.0, "add uplinks or spread the hosts for")
 _BLOCKING, _BLOCKING_SCHEMA = _oversubscription(1.0, "a non-blocking fabric (add uplinks) gives collectives")
 
@@ -219,6 +309,15 @@ FABRIC_POLICIES = [
         name="fabric-nccl-workload-settings",
         description="Checks that no workload sets an NCCL variable the fabric sets to another value.",
         enforcement_level=EnforcementLevel.MANDATORY, validate=guarded(_workload_nccl)),
+    StackValidationPolicy(
+        name="fabric-dedicated-pool-isolated",
+        description="Checks that a pool dedicated to a tenant has its own partition on the RDMA fabric in prod.",
+        enforcement_level=EnforcementLevel.MANDATORY, validate=guarded(_dedicated_pool_isolated),
+        config_schema=_ISOLATED_SCHEMA),
+    StackValidationPolicy(
+        name="fabric-no-foreign-partition",
+        description="Checks that no network attachment or NCCL settings give a tenant another tenant's partition.",
+        enforcement_level=EnforcementLevel.MANDATORY, validate=guarded(_no_foreign_partition)),
     StackValidationPolicy(
         name="fabric-leaf-oversubscription",
         description="Checks that leaves serving training pools are oversubscribed at most 2:1.",

@@ -10,9 +10,12 @@ import json
 import re
 
 import pytest
+import yaml
 from pulumi_policy import EnforcementLevel
 
 from components.offline.policy import LEVELS
+from components.offline.runner import run_program
+from tests.conftest import ROOT
 from tests.policies.conftest import BY_NAME, POLICIES, _set, changed, findings, violations, with_resource, without
 
 JOB = "kubernetes:batch/v1:Job"
@@ -49,7 +52,8 @@ def test_every_policy_has_a_mutation_test():
     tested = {case[0] for case in CASES} | {"ssh-host-key-pinned", "k8s-job-templates-gpu-limits",
                                              "fabric-nccl-workload-settings",
                                              "fabric-leaf-nonblocking", "storage-servers-protected",
-                                             "tenancy-prod-network-bounds", "k8s-images-from-mirror"}
+                                             "tenancy-prod-network-bounds", "k8s-images-from-mirror",
+                                             "fabric-dedicated-pool-isolated", "fabric-no-foreign-partition"}
     assert tested == set(BY_NAME)
 
 
@@ -617,3 +621,53 @@ def test_a_users_own_command_that_can_wipe_a_storage_server_is_reported_wherever
     harmless = {**command, "delete": "systemctl restart chronyd"}
     assert findings(with_resource(dev_run, "command:remote:Command", "cleanup-ost", harmless),
                     "storage-servers-protected") == []
+
+
+# --- tenants isolated on the fabric (issue 58) ------------------------------------------------------------------
+
+ISOLATED = ROOT / "examples" / "isolated-tenants.yaml"
+IPOIB = "kubernetes:mellanox.com/v1alpha1:IPoIBNetwork"
+NAD = "kubernetes:k8s.cni.cncf.io/v1:NetworkAttachmentDefinition"
+
+
+@pytest.fixture(scope="module")
+def isolated_run():
+    return run_program(ROOT, "isolated-tenants", spec_file=ISOLATED)
+
+
+@pytest.mark.parametrize("name", sorted(set(BY_NAME) - {"ssh-host-key-pinned"}))
+def test_the_isolated_example_complies(name, isolated_run):
+    assert findings(isolated_run, name) == []
+
+
+def test_a_dedicated_pool_left_in_the_shared_partition_is_a_finding_in_prod_only(tmp_path):
+    data = yaml.safe_load(ISOLATED.read_text())
+    data["fabric"]["infiniband"]["isolate_dedicated_pools"] = False
+    (tmp_path / "flat.yaml").write_text(yaml.safe_dump(data))
+    run = run_program(ROOT, "isolated-tenants", spec_file=tmp_path / "flat.yaml")
+    assert findings(run, "fabric-dedicated-pool-isolated") == [
+        f"node pool {p} is dedicated to tenant {t} in prod but its RDMA ports share the fabric with every other "
+        "tenant's hosts; set fabric.infiniband.isolate_dedicated_pools: true" for p, t in
+        (("h100-a", "team-a"), ("h100-b", "team-b"))]
+    data["environment"] = "staging"
+    (tmp_path / "flat.yaml").write_text(yaml.safe_dump(data))
+    assert findings(run_program(ROOT, "isolated-tenants", spec_file=tmp_path / "flat.yaml"),
+                    "fabric-dedicated-pool-isolated") == []
+
+
+def test_another_tenants_partition_in_a_network_or_nccl_settings_is_a_finding(isolated_run):
+    run = with_resource(isolated_run, IPOIB, "b-on-a", {"metadata": {"name": "b-on-a"}, "spec": {
+        "networkNamespace": "team-b", "master": "ibp0s0.8b01", "ipam": "{}"}})
+    run = with_resource(run, NAD, "sriov-a", {"metadata": {"name": "sriov-a", "namespace": "team-c"}, "spec": {
+        "config": json.dumps({"cniVersion": "0.3.1", "type": "ib-sriov", "pkey": "0x8b01"})}})
+    run = with_resource(run, NAD, "own", {"metadata": {"name": "own", "namespace": "team-a"}, "spec": {
+        "config": json.dumps({"type": "ib-sriov", "pkey": "0x0b01"})}})                  # its own: fine
+    run = with_resource(run, "kubernetes:core/v1:ConfigMap", "nccl-h100-a", {
+        "metadata": {"name": "nccl-h100-a", "namespace": "team-b"}, "data": {"NCCL_IB_PKEY": "0"}})
+    assert findings(run, "fabric-no-foreign-partition") == [
+        "IPoIBNetwork b-on-a puts namespace team-b's pods in tenant team-a's partition 0x0b01; create it in "
+        "team-a's namespace only",
+        "NetworkAttachmentDefinition sriov-a puts namespace team-c's pods in tenant team-a's partition 0x0b01; "
+        "create it in team-a's namespace only",
+        "ConfigMap team-b/nccl-h100-a gives tenant team-b the NCCL settings of pool h100-a, whose P_Key index 0 is "
+        "tenant team-a's partition; remove it"]
