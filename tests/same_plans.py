@@ -20,7 +20,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 SPECS = ["stacks/dev.yaml", "stacks/staging.yaml", "stacks/prod.yaml", "examples/large.yaml",
-         "examples/reference-64gpu.yaml", "examples/dev-l40s.yaml"]
+         "examples/reference-64gpu.yaml", "examples/dev-l40s.yaml", "examples/isolated-tenants.yaml"]
 MIRROR = "registry.lab.example.internal/mirror"
 
 
