@@ -66,7 +66,8 @@ TOOLS = Path(os.environ.get("GPUCLUSTER_E2E_TOOLS", ROOT / ".e2e")) / "bin"
 ENGINE = ("pulumi", "pulumi-language-python", "pulumi-language-python-exec", "pulumi-resource-kubernetes")
 REQUIRED = os.environ.get("GPUCLUSTER_ENGINE_E2E") == "1"
 # The stacks applied on their own machines: all three in `make engine-e2e`; CI's hour holds dev's alone (.ci/run).
-STACKS = os.environ.get("GPUCLUSTER_ENGINE_STACKS", "dev,staging,prod").split(",")
+STACKS = os.environ.get("GPUCLUSTER_ENGINE_STACKS", "dev,staging,prod,isolated").split(",")
+SOURCES = {"isolated": ROOT / "examples" / "isolated-tenants.yaml"}      # stacks whose spec is an example
 # Charts that cannot be had here, each stood in for by a chart of its name carrying the upstream CRDs it installs.
 STAND_IN_CHARTS = {
     "gpu_operator": ("gpu-operator", "NVIDIA's gpu-operator module is not served", ["nvidia.com_*.yaml"]),
@@ -126,6 +127,10 @@ def site_hosts(spec: dict[str, Any], work: Path) -> TestHosts:
             for p in spec["node_pools"] for h in p["hosts"]}
     if storage.get("server_interface"):
         nics.update((s["hostname"], (("mlx5_0", storage["server_interface"], *layer),)) for s in storage["servers"])
+    client = storage.get("client_interface")
+    if client and layer:                # a storage HCA beside the rails
+        nics = {h: (*n, ("mlx5_8", client, *layer)) if client not in {i for _, i, *_ in n} else n
+                for h, n in nics.items()}
     (work / "hosts").mkdir(parents=True)
     return TestHosts(work / "hosts", [m.get("hostname") or m["name"] for m in _machines(spec)], nics)
 
@@ -736,7 +741,7 @@ def applied(w: World, stack: str, work: Path,
     if stack not in STACKS:
         pytest.skip(f"GPUCLUSTER_ENGINE_STACKS={','.join(STACKS)} (CI's time holds dev alone): "
                     f"make engine-e2e applies {stack}")
-    spec = yaml.safe_load((ROOT / "stacks" / f"{stack}.yaml").read_text())
+    spec = yaml.safe_load(SOURCES.get(stack, ROOT / "stacks" / f"{stack}.yaml").read_text())
     loops: list[str] = []
     hosts = site_hosts(spec, work)
     try:
@@ -788,6 +793,32 @@ def test_staging_on_eight_rails_two_leaves_and_beegfs_8_applies_then_leaves_noth
         quotas = sorted(re.search(r"--space=(\d+)GiB", c).group(1) for h in gpu_hosts
                         for c in hosts.hosts[h].calls() if c.startswith("beegfs quota set-limits"))
         assert quotas == sorted(str(t["storage"]["filesystem_gib"]) for t in spec["tenants"])
+        w.engine("preview", "--expect-no-changes")
+        _destroy(w, plan)
+
+
+def test_isolated_tenants_get_their_partitions_from_the_guids_their_hosts_reported(world, tmp_path):
+    """The isolated example's machines (prod's, as a shared and two dedicated pools): each dedicated host's
+    preparation reports its rails' port GUIDs (the real ibstat over the device tree), the engine hands those
+    outputs to the partitions step on both subnet managers, which writes them into partitions.conf (limited in
+    the shared partitions, full in the tenant's at index 0) and has OpenSM re-read it; a second preview has
+    nothing to do."""
+    w = world
+    with applied(w, "isolated", tmp_path / "site") as (spec, hosts, plan):
+        pkeys = plan.spec.tenant_pkeys
+        isolated = plan.spec.isolated_hosts
+        guid = {h: {d: "0x" + hosts.hosts[h].sysfs(f"/sys/class/infiniband/{d}/ports/1/gids/0").read_text().strip()
+                    .split(":", 4)[4].replace(":", "") for d in (f"mlx5_{r}" for r in range(8))} for h in isolated}
+        for sm in spec["fabric"]["infiniband"]["subnet_managers"]:
+            text = hosts.hosts[sm].read("/etc/opensm/partitions.conf")
+            for host, tenant in isolated.items():
+                for g in guid[host].values():
+                    assert f"  {g}=limited" in text and f"  {g}=full" in text, (sm, host)
+                assert f"tenant-{tenant}={pkeys[tenant]:#06x}, indx0, ipoib" in text, sm
+            assert "0x" + hosts.hosts["gpu-prod-03"].sysfs("/sys/class/infiniband/mlx5_0/ports/1/gids/0") \
+                .read_text().strip().split(":", 4)[4].replace(":", "") not in text          # shared: ALL=full
+        for host in isolated:
+            assert "NCCL_IB_PKEY=0" in hosts.hosts[host].read(NCCL_CONF), host
         w.engine("preview", "--expect-no-changes")
         _destroy(w, plan)
 

@@ -12,12 +12,15 @@ from typing import Any
 import pytest
 import yaml
 
+from components.fabric import Fabric
 from components.fabric.host import render_fabric_host, render_partitions
 from components.fabric.fabric import fabric_hosts
 from components.fabric.nccl import nccl_envs
 from components.fabric.partitions import fabric_reach, port_guids, render_partition_step
+from components.offline.plan import build_plan
+from components.offline.runner import run_program
 from components.spec import ClusterSpec, parse_spec
-from tests.conftest import ROOT, problems_of
+from tests.conftest import ROOT, problems_of, ssh_key
 
 EXAMPLE = ROOT / "examples" / "isolated-tenants.yaml"
 
@@ -195,8 +198,6 @@ def test_the_reach_report_cuts_tenants_off_from_each_other_only():
 
 @pytest.fixture(scope="module")
 def plan():
-    from components.offline.plan import build_plan
-    from components.offline.runner import run_program
     return build_plan(run_program(ROOT, "isolated-tenants", spec_file=EXAMPLE))
 
 
@@ -219,3 +220,14 @@ def test_the_partitions_steps_follow_every_isolated_preparation_and_nodes_open_a
     assert component["outputs"]["reach"]["groups"]["h100-a"]["cut_off_from"] == ["h100-b"]
     assert "<gpu-prod-05:mlx5_0>=full" in plan.files["fabric/partitions.conf"]
     assert "| h100-a | team-a | 0x0b01 | h100, h100-a, storage | h100-b |" in plan.files["report.md"]
+
+
+def test_a_standalone_fabric_takes_the_guids_from_its_own_host_steps(record):
+    spec = spec_of(data())
+    made = {}
+    run = record(lambda: made.setdefault("f", Fabric("f", spec, ssh_key())))
+    by_name = {r.urn.rsplit("::", 1)[1]: r for r in run.records}
+    assert by_name["f-partitions"].parent == by_name["f"].urn
+    step = by_name["f-partitions-gpu-prod-01"]
+    assert set(step.property_dependencies["create"]) == {by_name[f"f-gpu-prod-0{i}"].urn for i in (5, 6, 7, 8)}
+    assert made["f"].partitions is not None and set(made["f"].partitions.steps) == {"gpu-prod-01", "gpu-prod-02"}
