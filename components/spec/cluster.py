@@ -493,9 +493,16 @@ def _fabric_isolation(spec: ClusterSpec) -> Iterator[Problem]:
         yield Problem(("fabric", "infiniband", "isolate_dedicated_pools"),
                       "isolating dedicated pools needs every port GUID in one stack, but the spec is split into "
                       "shards; turn it off or drop shards")
+    sms = set(spec.fabric.subnet_managers)
     for p, pool in enumerate(spec.node_pools):
         if pool.dedicated_to is None:
             continue
+        for sm in sorted(sms & {h.hostname for h in pool.hosts}):
+            yield Problem(("fabric", "infiniband", "subnet_managers", spec.fabric.subnet_managers.index(sm)),
+                          f"subnet manager {sm} is a host of node pool {pool.name!r}, which is dedicated to "
+                          f"{pool.dedicated_to!r} and isolated: its port would be a limited member of the default "
+                          "partition, which every port needs the subnet manager to be a full member of; run it on a "
+                          "shared pool's host or a storage server")
         if not pool.nics:
             yield Problem(("node_pools", p, "dedicated_to"),
                           f"node pool {pool.name!r} is dedicated to {pool.dedicated_to!r} but has no InfiniBand NICs "

@@ -93,6 +93,13 @@ def test_a_dedicated_pool_without_nics_or_with_storage_on_its_rails_is_refused()
                "its rail port ibp0s0" in p for p in problems_of(d)), problems_of(d)
 
 
+def test_a_subnet_manager_on_an_isolated_host_is_refused():
+    d = data()
+    d["fabric"]["infiniband"]["subnet_managers"] = ["gpu-prod-01", "gpu-prod-07"]
+    assert any("fabric.infiniband.subnet_managers[1]: subnet manager gpu-prod-07 is a host of node pool 'h100-b'"
+               in p for p in problems_of(d)), problems_of(d)
+
+
 def test_a_pkey_on_an_ethernet_fabric_and_isolation_with_shards_are_refused():
     dev = yaml.safe_load((ROOT / "stacks" / "dev.yaml").read_text())
     dev["tenants"][0]["infiniband_pkey"] = 0x0B01
