@@ -19,7 +19,7 @@ from typing import Any, ClassVar, Mapping
 
 import pulumi
 
-from ..bash import fill, script
+from ..bash import call, fill, script
 from ..spec import ClusterSpec
 from ..ssh import Script, SshTarget, push
 from ..types import token, with_aliases
@@ -51,28 +51,27 @@ def memberships(spec: ClusterSpec) -> dict[str, dict[int, str]]:
     return out
 
 
+def host_groups(spec: ClusterSpec) -> dict[str, str]:
+    """Host -> its group in the reach report: its node pool, or `storage`."""
+    return {h.hostname: p.name for p, h in spec.hosts()} | {s.hostname: "storage" for s in spec.storage.servers}
+
+
 def fabric_reach(spec: ClusterSpec) -> dict[str, Any]:
-    """Who can reach whom on the fabric, per group and per host: two ports reach each other where they share
-    a partition and one at least is a full member. Registered and reported, and checked against OpenSM's path
-    records in the tests."""
+    """Who can reach whom on the fabric, per group (a pool's hosts share their ports' memberships): two ports
+    reach each other where they share a partition and one at least is a full member. Registered and reported,
+    and checked against OpenSM's path records in the tests."""
     table = memberships(spec)
 
     def meet(a: str, b: str) -> bool:
         return any(k in table[b] and "full" in (m, table[b][k]) for k, m in table[a].items())
 
-    groups = {g: sorted(o for o in table if meet(g, o)) for g in table}
-    host_group = {h.hostname: p.name for p, h in spec.hosts()} | {s.hostname: "storage" for s in spec.storage.servers}
-    by_group: dict[str, list[str]] = {}
-    for host, group in host_group.items():
-        by_group.setdefault(group, []).append(host)
     isolated = spec.isolated_pools
+    groups = {g: sorted(o for o in table if meet(g, o)) for g in table}
     return {
         "isolated": bool(isolated),
         "partitions": {t: f"{k:#06x}" for t, k in sorted(spec.tenant_pkeys.items())},
         "groups": {g: {"tenant": isolated.get(g), "reaches": reached,
                        "cut_off_from": sorted(o for o in table if o not in reached)} for g, reached in groups.items()},
-        "hosts": {h: {"group": g, "reaches": sorted(x for o in groups[g] for x in by_group[o] if x != h)}
-                  for h, g in sorted(host_group.items())},
     }
 
 
@@ -126,11 +125,15 @@ fi
 def render_partition_step(spec: ClusterSpec, hostname: str, guids: Mapping[str, Mapping[str, str]]) -> Script:
     """The partitions step of one subnet manager's host, for the port GUIDs read so far."""
     pkeys, isolated = spec.tenant_pkeys, spec.isolated_pools
-    ports = [" ".join((h.hostname, n.device, guids[h.hostname][n.device], f"{pkeys[isolated[p.name]] | 0x8000:#06x}"))
-             for p, h in spec.hosts() if p.name in isolated
-             for n in sorted(p.nics, key=lambda n: n.rail) if n.device in guids.get(h.hostname, {})]
-    body = fill(_STEP, {"DOC": render_partitions(spec, guids), "PORTS": "\n".join(ports)},
-                UNIT=OPENSM_UNIT, PARTITIONS=PARTITIONS_CONF, LOG=OPENSM_LOG)
+    rails = [(h.hostname, n.device, pkeys[isolated[p.name]] | 0x8000) for p, h in spec.hosts() if p.name in isolated
+             for n in sorted(p.nics, key=lambda n: n.rail)]
+    ports = [f"{h} {d} {guids[h][d]} {k:#06x}" for h, d, k in rails if d in guids.get(h, {})]
+    missing = [f"{h} {d}" for h, d, _ in rails if d not in guids.get(h, {})]
+    # A port left out would stay a full member of the shared partitions: no file is written without every one.
+    body = call("fail", f"no port GUID reported for {', '.join(missing)}: their fabric step prints `port-guid` "
+                        "lines (see its output); the tenants' partitions are not changed") + "\n" if missing else \
+        fill(_STEP, {"DOC": render_partitions(spec, guids), "PORTS": "\n".join(ports)},
+             UNIT=OPENSM_UNIT, PARTITIONS=PARTITIONS_CONF, LOG=OPENSM_LOG)
     return Script(script(f"Tenant partitions on {hostname}: {len(ports)} isolated port(s)", hostname,
                          RESWEEP + CHECK_TENANT_PORTS + body),
                   script(f"Tenant partitions leave {hostname}", hostname,
@@ -154,25 +157,15 @@ class FabricPartitions(pulumi.ComponentResource):
         """`targets`: each subnet manager host's SSH target. `reported`: each isolated host's fabric step output
         (its `port-guid` lines). `depends_on`: the steps that wrote the subnet managers' own files."""
         super().__init__(self.TYPE, name, {"reach": fabric_reach(spec)}, with_aliases(self.TYPE, opts))
-        self.preview = render_partitions(spec, {h: {n.device: f"<{h}:{n.device}>" for n in spec.pools[p].nics}
-                                                for h, p in _pool_of(spec).items() if h in reported})
+        self.preview = render_partitions(spec, {h.hostname: {n.device: f"<{h.hostname}:{n.device}>" for n in p.nics}
+                                                for p, h in spec.hosts() if h.hostname in reported})
         hosts = sorted(reported)
         read = pulumi.Output.all(*[reported[h] for h in hosts]).apply(
             lambda outs: {h: port_guids(o) for h, o in zip(hosts, outs)})
         self.steps = {}
         for sm in spec.fabric.subnet_managers:
             step = read.apply(lambda g, sm=sm: render_partition_step(spec, sm, g))
-            self.steps[sm] = push(f"{name}-{sm}", targets[sm], Script(step.apply(lambda s: s.create),
-                                                                      step_delete(spec, sm)),
+            delete = render_partition_step(spec, sm, {}).delete
+            self.steps[sm] = push(f"{name}-{sm}", targets[sm], Script(step.apply(lambda s: s.create), delete),
                                   ssh_private_key, parent=self, converge=True, depends_on=depends_on)
         self.register_outputs({"reach": fabric_reach(spec), "preview": self.preview})
-
-
-def _pool_of(spec: ClusterSpec) -> dict[str, str]:
-    return {h.hostname: p.name for p, h in spec.hosts()}
-
-
-def step_delete(spec: ClusterSpec, hostname: str) -> str:
-    delete = render_partition_step(spec, hostname, {}).delete
-    assert delete is not None
-    return delete

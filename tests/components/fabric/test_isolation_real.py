@@ -18,7 +18,7 @@ import yaml
 
 from components.fabric.host import render_opensm_conf, render_partitions, sm_priority
 from components.bash import script
-from components.fabric.partitions import CHECK_TENANT_PORTS, VERIFY_S, fabric_reach, render_partition_step
+from components.fabric.partitions import CHECK_TENANT_PORTS, VERIFY_S, fabric_reach, host_groups, render_partition_step
 from components.spec import ClusterSpec, load_spec, parse_spec
 from tests.conftest import ROOT
 from tests.components.fabric.ibsim import FULL, UMAD2SIM, missing, on, opensm, path_between, pkey_table, port_guid, simulated, wait
@@ -109,8 +109,8 @@ def _check(ports: str):
 
 
 def _reaches(reach: dict, src: str, dst: str) -> bool:
-    a, b = src.split("/")[0], dst.split("/")[0]
-    return b in reach["hosts"][a]["reaches"]
+    group = host_groups(SPEC)
+    return group[dst.split("/")[0]] in reach["groups"][group[src.split("/")[0]]]["reaches"]
 
 
 def _variant(change) -> ClusterSpec:
