@@ -132,10 +132,9 @@ def render_partition_step(spec: ClusterSpec, hostname: str, guids: Mapping[str, 
     # A port left out would stay a full member of the shared partitions: no file is written without every one.
     body = call("fail", f"no port GUID reported for {', '.join(missing)}: their fabric step prints `port-guid` "
                         "lines (see its output); the tenants' partitions are not changed") + "\n" if missing else \
-        fill(_STEP, {"DOC": render_partitions(spec, guids), "PORTS": "\n".join(ports)},
-             UNIT=OPENSM_UNIT, PARTITIONS=PARTITIONS_CONF, LOG=OPENSM_LOG)
-    return Script(script(f"Tenant partitions on {hostname}: {len(ports)} isolated port(s)", hostname,
-                         RESWEEP + CHECK_TENANT_PORTS + body),
+        RESWEEP + CHECK_TENANT_PORTS + fill(_STEP, {"DOC": render_partitions(spec, guids), "PORTS": "\n".join(ports)},
+                                            UNIT=OPENSM_UNIT, PARTITIONS=PARTITIONS_CONF, LOG=OPENSM_LOG)
+    return Script(script(f"Tenant partitions on {hostname}: {len(ports)} isolated port(s)", hostname, body),
                   script(f"Tenant partitions leave {hostname}", hostname,
                          'note "partitions.conf stays as it is until the fabric step writes the shared one"\n'))
 

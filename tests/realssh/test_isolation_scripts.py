@@ -6,15 +6,13 @@ by the real OpenSM in tests/components/fabric/test_isolation_real.py."""
 from __future__ import annotations
 
 import pytest
-import yaml
 
 from components.fabric.fabric import fabric_hosts
 from components.fabric.host import render_fabric_host
 from components.fabric.nccl import NCCL_CONF
 from components.fabric.partitions import port_guids
-from components.spec import parse_spec
 from components.ssh import as_command
-from tests.conftest import ROOT
+from tests.components.fabric.isolated_specs import isolated_example
 
 from .hosts import TestHosts, unavailable
 
@@ -23,11 +21,7 @@ RAILS = (("mlx5_0", "ibp0s0"), ("mlx5_1", "ibp1s0"))
 
 def two_rail_spec():
     """The isolated example with two rails per host, as the test host has."""
-    data = yaml.safe_load((ROOT / "examples" / "isolated-tenants.yaml").read_text())
-    for pool in data["node_pools"]:
-        pool["nics"] = pool["nics"][:len(RAILS)]
-    data["fabric"]["switches"] = [s for s in data["fabric"]["switches"] if s.get("rails", [0])[0] < len(RAILS)]
-    return parse_spec(yaml.safe_dump(data))
+    return isolated_example(len(RAILS))
 
 
 @pytest.fixture(scope="module")

@@ -14,18 +14,23 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
-import yaml
 
 from components.fabric.host import render_opensm_conf, render_partitions, sm_priority
 from components.bash import script
 from components.fabric.partitions import CHECK_TENANT_PORTS, VERIFY_S, fabric_reach, host_groups, render_partition_step
-from components.spec import ClusterSpec, load_spec, parse_spec
-from tests.conftest import ROOT
+from components.spec import ClusterSpec
+from tests.components.fabric.isolated_specs import isolated_example
 from tests.components.fabric.ibsim import FULL, UMAD2SIM, missing, on, opensm, path_between, pkey_table, port_guid, simulated, wait
 
 pytestmark = pytest.mark.skipif(missing() is not None, reason=missing() or "")
-SPEC = load_spec(ROOT / "examples" / "isolated-tenants.yaml")
 RAILS = ("mlx5_0", "mlx5_1")
+
+
+def _variant(change=lambda d: None) -> ClusterSpec:
+    return isolated_example(len(RAILS), change)
+
+
+SPEC = _variant()
 HOSTS = [h.hostname for _, h in SPEC.hosts()]
 STORAGE = [s.hostname for s in SPEC.storage.servers[:2]]
 NODES = [f"{h}/{d}" for h in HOSTS for d in RAILS] + STORAGE
@@ -111,12 +116,6 @@ def _check(ports: str):
 def _reaches(reach: dict, src: str, dst: str) -> bool:
     group = host_groups(SPEC)
     return group[dst.split("/")[0]] in reach["groups"][group[src.split("/")[0]]]["reaches"]
-
-
-def _variant(change) -> ClusterSpec:
-    data = yaml.safe_load((ROOT / "examples" / "isolated-tenants.yaml").read_text())
-    change(data)
-    return parse_spec(yaml.safe_dump(data))
 
 
 def _hand_b_to_team_a(data: dict) -> None:
