@@ -6,11 +6,8 @@ detection the host script runs reads what sminfo and smpquery really print."""
 
 from __future__ import annotations
 
-import os
-import shutil
 import signal
 import subprocess
-import time
 from pathlib import Path
 from typing import Iterator
 
@@ -20,47 +17,19 @@ from components.bash import fill
 from components.fabric.host import (OPENSM_UP, PARTITIONS_CONF, SM_MASTER, render_opensm_conf, render_partitions,
                                     sm_priority)
 from components.spec import load_spec
+from tests.components.fabric.ibsim import FULL, missing, on, opensm, pkey_table, port_guid, simulated, wait
 from tests.conftest import ROOT
 
-UMAD2SIM = Path("/usr/lib/x86_64-linux-gnu/umad2sim/libumad2sim.so")
-TOOLS = ("opensm", "ibsim", "sminfo", "smpquery")
-FULL = 0x8000                       # the membership bit of a P_Key (IBTA 10.9.1): set, a full member
-
-
-def _missing() -> str | None:
-    lacking = [t for t in TOOLS if shutil.which(t) is None] + ([] if UMAD2SIM.exists() else [str(UMAD2SIM)])
-    return f"missing {', '.join(lacking)} (.ci/run installs opensm, ibsim-utils and infiniband-diags)" \
-        if lacking else None
-
-
-pytestmark = pytest.mark.skipif(_missing() is not None, reason=_missing() or "")
+pytestmark = pytest.mark.skipif(missing() is not None, reason=missing() or "")
 SPEC = load_spec(ROOT / "stacks" / "prod.yaml")
 HOSTS = [h.hostname for p in SPEC.node_pools for h in p.hosts]
-
-
-def on(host: str, *cmd: str, timeout_s: float = 30) -> subprocess.CompletedProcess[str]:
-    """`cmd` as it runs on `host`'s HCA of the simulated fabric."""
-    env = {**os.environ, "SIM_HOST": host, "LD_PRELOAD": str(UMAD2SIM)}
-    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout_s)
 
 
 @pytest.fixture(scope="module")
 def fabric(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """One leaf with prod's GPU hosts (an HCA each, named as the host: its node description)."""
-    work = tmp_path_factory.mktemp("ibsim")
-    net = [f'Switch\t{len(HOSTS) + 1} "leaf0"', *(f'[{i}]\t"{h}"[1]' for i, h in enumerate(HOSTS, 1)), ""]
-    for i, h in enumerate(HOSTS, 1):
-        net += [f'Hca\t1 "{h}"', f'[1]\t"leaf0"[{i}]', ""]
-    (work / "net").write_text("\n".join(net))
-    sim = subprocess.Popen(["ibsim", "-n", "-s", str(work / "net")], stdout=open(work / "ibsim.log", "w"),
-                           stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
-    time.sleep(1)
-    try:
-        assert sim.poll() is None, (work / "ibsim.log").read_text()
+    with simulated(tmp_path_factory.mktemp("ibsim"), HOSTS) as work:
         yield work
-    finally:
-        sim.terminate()
-        sim.wait(timeout=10)
 
 
 def _sm_master(host: str) -> subprocess.CompletedProcess[str]:
@@ -71,18 +40,9 @@ def _sm_master(host: str) -> subprocess.CompletedProcess[str]:
 def _opensm(fabric: Path, host: str, partitions: str | None = None) -> subprocess.Popen[str]:
     """OpenSM on `host` as its unit starts it, with the files the host script writes for it (paths moved under
     the test's folder); `partitions`: another partitions.conf than the spec's."""
-    d = fabric / host
-    d.mkdir(exist_ok=True)
-    (d / "partitions.conf").write_text((partitions or render_partitions(SPEC)) + "\n")
     priority = sm_priority(SPEC, host)
     assert priority is not None
-    conf = render_opensm_conf(SPEC, priority).replace(PARTITIONS_CONF, str(d / "partitions.conf"))
-    (d / "opensm.conf").write_text(conf.replace("/var/log/opensm.log", str(d / "opensm.log")) + "\n")
-    env = {**os.environ, "SIM_HOST": host, "LD_PRELOAD": str(UMAD2SIM), "OSM_TMP_DIR": str(d),
-           "OSM_CACHE_DIR": str(d)}
-    return subprocess.Popen(["opensm", "--config", str(d / "opensm.conf")], env=env,
-                            stdout=open(d / "out.log", "w"), stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                            start_new_session=True, text=True)
+    return opensm(fabric, host, render_opensm_conf(SPEC, priority), partitions or render_partitions(SPEC))
 
 
 def _up(fabric: Path, host: str, since: int = 0) -> subprocess.CompletedProcess[str]:
@@ -95,18 +55,8 @@ def _up(fabric: Path, host: str, since: int = 0) -> subprocess.CompletedProcess[
 
 def _master_is(host: str) -> bool:
     """`host`'s OpenSM is the fabric's master within a minute."""
-    return bool(_wait(lambda: (r := _sm_master(HOSTS[-1])).returncode == 0 and r.stdout.split(" ", 1)[1].strip()
+    return bool(wait(lambda: (r := _sm_master(HOSTS[-1])).returncode == 0 and r.stdout.split(" ", 1)[1].strip()
                       == host, 60))
-
-
-def _wait(probe, timeout_s: float = 30):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = probe()
-        if value:
-            return value
-        time.sleep(0.5)
-    return probe()
 
 
 def test_a_fabric_without_a_subnet_manager_has_no_master_to_respect(fabric):
@@ -127,7 +77,7 @@ def test_prods_subnet_managers_take_the_fabric_primary_first_with_every_port_in_
         for sm in sms:
             assert sm.poll() is None, "an OpenSM exited: it refused its files"
         # the state each last entered, as the step reads it (a standby's reload waits for no sweep)
-        assert _state(fabric, primary) == "MASTER" and _wait(lambda: _state(fabric, standby) == "STANDBY")
+        assert _state(fabric, primary) == "MASTER" and wait(lambda: _state(fabric, standby) == "STANDBY")
         # a partitions.conf it cannot parse does not stop OpenSM: it says so and runs the default partition alone
         for sm in (primary, standby):           # the script's check: master or standby, partitions taken
             up = _up(fabric, sm)
@@ -147,19 +97,7 @@ def test_prods_subnet_managers_take_the_fabric_primary_first_with_every_port_in_
 
 def _pkeys(host: str) -> set[int]:
     """The P_Keys the subnet manager programmed into `host`'s port (its P_Key table, read over the fabric)."""
-    done = on(host, "smpquery", "portinfo", "-G", _guid(host), timeout_s=30)
-    port = done.stdout
-    assert "Lid:" in port, done.stdout + done.stderr
-    lid = next(line.split(".")[-1] for line in port.splitlines() if line.startswith("Lid:"))
-    table = on(HOSTS[-1], "smpquery", "pkeys", lid).stdout
-    return {int(k, 16) for line in table.splitlines() if ":" in line and line.strip()[0].isdigit()
-            for k in line.split(":", 1)[1].split()} - {0}
-
-
-def _guid(host: str) -> str:
-    """The port GUID of `host`'s HCA, as its own umad view reports it."""
-    out = on(host, "smpquery", "-D", "nodeinfo", "0").stdout
-    return next(line.split(".")[-1] for line in out.splitlines() if line.startswith("PortGuid:"))
+    return set(pkey_table(host, HOSTS[-1])) - {0}
 
 
 def test_every_option_of_the_generated_opensm_conf_is_one_opensm_has(tmp_path):
@@ -209,11 +147,11 @@ def test_a_partition_change_reaches_the_ports_on_a_hangup_without_a_restart(fabr
         before = _pkeys(member)
         since = log.stat().st_size
         (fabric / primary / "partitions.conf").write_text(
-            render_partitions(SPEC) + f"\nteam-x=0x0b01 : {_guid(member)}=full ;\n")
+            render_partitions(SPEC) + f"\nteam-x=0x0b01 : {port_guid(member)}=full ;\n")
         sm.send_signal(signal.SIGHUP)
         up = _up(fabric, primary, since)
         assert up.returncode == 0 and up.stdout == "", up.stdout + up.stderr
-        assert _wait(lambda: _pkeys(member) == before | {0x0B01 | FULL}), _pkeys(member)
+        assert wait(lambda: _pkeys(member) == before | {0x0B01 | FULL}), _pkeys(member)
         assert 0x0B01 | FULL not in _pkeys(other)
         assert sm.poll() is None and "Entering" not in log.read_text()[since:]      # the same OpenSM, no election
         since = log.stat().st_size
