@@ -20,3 +20,11 @@ def isolated_example(rails: int = 8, change: Callable[[dict[str, Any]], None] = 
     data["fabric"]["switches"] = [s for s in data["fabric"]["switches"] if s.get("rails", [0])[0] < rails]
     change(data)
     return parse_spec(yaml.safe_dump(data))
+
+
+def hand_b_to_team_a(data: dict[str, Any]) -> None:
+    """Day 2: team-b's dedicated pool handed to team-a, with its quota."""
+    pools = {p["name"]: p for p in data["node_pools"]}
+    pools["h100-b"]["dedicated_to"] = "team-a"
+    tenants = {t["name"]: t for t in data["tenants"]}
+    tenants["team-a"]["gpu_quota"]["h100-b"] = tenants["team-b"]["gpu_quota"].pop("h100-b")

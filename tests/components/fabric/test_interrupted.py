@@ -14,7 +14,10 @@ import subprocess
 
 import pytest
 
+from components.fabric.fabric import fabric_hosts
 from components.fabric.host import OPENSM_CONF, OPENSM_LOG, OPENSM_UNIT, PARTITIONS_CONF, render_fabric_host
+from components.fabric.partitions import render_partition_step
+from tests.components.fabric.isolated_specs import hand_b_to_team_a, isolated_example
 from components.fabric.switches import render_switch
 from tests.components.fabric.test_host_and_component import spec_for
 from tests.components.fabric.test_switches import spec_with
@@ -117,11 +120,14 @@ def sm_section(spec, where) -> str:
     """The primary subnet manager host's script, its OpenSM section alone, with its files under `where`."""
     text = render_fabric_host(spec, "gpu-dev-01", spec.node_pools[0].nics, {}).create
     head, rest = text.split("# --- subnet manager", 1)
-    text = head + "# --- subnet manager" + rest.split("# --- the settings", 1)[0] + "finish\n"
+    return relocated(head + "# --- subnet manager" + rest.split("# --- the settings", 1)[0] + "finish\n", where)
+
+
+def relocated(text: str, where) -> str:
+    """A subnet manager host's script with its files under `where`."""
     for path, name in ((OPENSM_CONF, "opensm.conf"), (PARTITIONS_CONF, "partitions.conf"),
                        (OPENSM_UNIT, "gpucluster-opensm.service"), ("/var/lib/gpucluster/owed", "owed"),
                        (OPENSM_LOG, "opensm.log")):
-        assert path in text
         text = text.replace(path, f"{where}/etc/{name}" if name not in ("owed", "opensm.log") else f"{where}/{name}")
     return text
 
@@ -151,6 +157,37 @@ def test_opensm_killed_anywhere_runs_the_partitions_on_disk(dev_data, tmp_path):
         assert runs_the_disk(), f"step {k}: OpenSM runs older files than those on disk"
         assert not (tmp_path / "owed").exists() or not any((tmp_path / "owed").iterdir()), k
     for target, other in ((scripts[1], scripts[0]), (scripts[0], scripts[1])):
+        cut_everywhere(run, target, lambda other=other: ok(run(other)), check)
+
+
+def test_the_partitions_step_killed_anywhere_leaves_opensm_on_the_file_on_disk(tmp_path):
+    """Issue 58: the tenants' partitions step, from one GUID set to another (a pool handed to the other tenant)
+    and back, cut at every line: OpenSM is hung up on whenever a cut left it on older partitions."""
+    for tool, text in SM_DOUBLES.items():
+        (tmp_path / tool).write_text(text)
+        (tmp_path / tool).chmod(0o755)
+    (tmp_path / "etc").mkdir()
+    spec = isolated_example()
+    host = next(h for h in fabric_hosts(spec) if h.hostname == "gpu-prod-01")
+    sm = render_fabric_host(spec, host.hostname, host.nics, host.nccl).create
+    head, rest = sm.split("# --- subnet manager", 1)
+    setup = relocated(head + "# --- subnet manager" + rest.split("# --- the settings", 1)[0] + "finish\n", tmp_path)
+    guids = {h.hostname: {n.device: f"0x{i:04x}{n.rail:012x}" for n in p.nics} for i, (p, h) in enumerate(spec.hosts())}
+    moved = isolated_example(change=hand_b_to_team_a)
+    steps = [relocated(render_partition_step(s, "gpu-prod-01", guids).create, tmp_path) for s in (spec, moved)]
+
+    def run(text):
+        return subprocess.run(["bash", "-c", text], capture_output=True, text=True,
+                              env={"PATH": f"{tmp_path}:/usr/bin:/bin", "SM_STATE": str(tmp_path)})
+
+    ok(run(setup))
+
+    def check(k):
+        running = (tmp_path / "running.partitions").read_text()
+        assert running == (tmp_path / "etc" / "partitions.conf").read_text(), f"step {k}: OpenSM runs older partitions"
+        assert "tenant-team-a" in running, k
+        assert not (tmp_path / "owed").exists() or not any((tmp_path / "owed").iterdir()), k
+    for target, other in ((steps[1], steps[0]), (steps[0], steps[1])):
         cut_everywhere(run, target, lambda other=other: ok(run(other)), check)
 
 

@@ -19,7 +19,7 @@ from components.fabric.host import render_opensm_conf, render_partitions, sm_pri
 from components.bash import script
 from components.fabric.partitions import CHECK_TENANT_PORTS, VERIFY_S, fabric_reach, host_groups, render_partition_step
 from components.spec import ClusterSpec
-from tests.components.fabric.isolated_specs import isolated_example
+from tests.components.fabric.isolated_specs import hand_b_to_team_a, isolated_example
 from tests.components.fabric.ibsim import FULL, UMAD2SIM, missing, on, opensm, path_between, pkey_table, port_guid, simulated, wait
 
 pytestmark = pytest.mark.skipif(missing() is not None, reason=missing() or "")
@@ -118,20 +118,13 @@ def _reaches(reach: dict, src: str, dst: str) -> bool:
     return group[dst.split("/")[0]] in reach["groups"][group[src.split("/")[0]]]["reaches"]
 
 
-def _hand_b_to_team_a(data: dict) -> None:
-    pools = {p["name"]: p for p in data["node_pools"]}
-    pools["h100-b"]["dedicated_to"] = "team-a"
-    tenants = {t["name"]: t for t in data["tenants"]}
-    tenants["team-a"]["gpu_quota"]["h100-b"] = tenants["team-b"]["gpu_quota"].pop("h100-b")
-
-
 def test_a_pool_handed_to_another_tenant_takes_its_partition_at_index_0_on_a_hangup(fabric):
     """Day 2: the pool's ports take their new tenant's key at index 0 in the master's next sweep, with no
     restart; the old tenant's partition is gone from them, and the report's reach is the fabric's again.
     Turning isolation off puts every port back as a full member of the shared partitions."""
     sm = started(fabric, SPEC)
     try:
-        moved = _variant(_hand_b_to_team_a)
+        moved = _variant(hand_b_to_team_a)
         b_node, a_node = f"{HOSTS[6]}/mlx5_0", f"{HOSTS[4]}/mlx5_0"
         assert not path_between(a_node, b_node)
         (fabric / SM.replace("/", "_") / "partitions.conf").write_text(render_partitions(moved, guids()) + "\n")
