@@ -12,7 +12,7 @@ from tests.conftest import ROOT
 
 ENVIRONMENTS = ["stacks/dev.yaml", "stacks/staging.yaml", "stacks/prod.yaml", "examples/reference-64gpu.yaml",
                 "examples/large.yaml", "examples/dev-l40s.yaml", "examples/starter-wekafs.yaml",
-                "examples/scale-client.yaml"]
+                "examples/scale-client.yaml", "examples/isolated-tenants.yaml"]
 
 
 @pytest.mark.parametrize("path", ENVIRONMENTS)

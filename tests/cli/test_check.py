@@ -55,7 +55,7 @@ def test_the_dev_stack_passes_with_its_advisory_findings_shown(tmp_path):
     data = report(tmp_path)
     assert data["config"].endswith("policies/config/dev.json") and data["levels"]["ssh-host-key-pinned"] == "advisory"
     assert {v["level"] for v in data["violations"]} == {"advisory"}
-    assert "Policies: 42 checked on stack dev (config policies/config/dev.json): 0 mandatory and 3 advisory" \
+    assert "Policies: 44 checked on stack dev (config policies/config/dev.json): 0 mandatory and 3 advisory" \
         in out.stdout
     assert "ssh-host-key-pinned (advisory): Checks that every SSH connection (and bastion) pins the host key." \
         in out.stdout
@@ -130,7 +130,7 @@ def test_the_headline_counts_the_policies_that_ran_not_the_disabled_ones(tmp_pat
     config.write_text(json.dumps({"power-rack-budget": "disabled", "ssh-host-key-pinned": "disabled"}))
     out = gpucluster("check", str(BROKEN / "prod-rack-power.yaml"), "--out", str(tmp_path / "a"),
                      "--policy-config", str(config))
-    assert "Policies: 40 checked on stack prod-rack-power" in out.stdout and report(tmp_path / "a")["policies"] == 40
+    assert "Policies: 42 checked on stack prod-rack-power" in out.stdout and report(tmp_path / "a")["policies"] == 42
     assert out.returncode == 0 and report(tmp_path / "a")["violations"] == []
 
 
