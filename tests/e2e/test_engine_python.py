@@ -804,7 +804,10 @@ def test_isolated_tenants_get_their_partitions_from_the_guids_their_hosts_report
     the shared partitions, full in the tenant's at index 0) and has OpenSM re-read it; a second preview has
     nothing to do."""
     w = world
-    with applied(w, "isolated", tmp_path / "site") as (spec, hosts, plan):
+    software = yaml.safe_load(SOURCES["isolated"].read_text())["node_pools"][0]["software"]
+    mirror = None if "isolated" not in STACKS else driver_repo(
+        tmp_path / "mirror", [software["driver_version"]], [f"{software['doca_ofed_version']}-0.1.8"])
+    with applied(w, "isolated", tmp_path / "site", mirror) as (spec, hosts, plan):
         pkeys = plan.spec.tenant_pkeys
         isolated = plan.spec.isolated_hosts
         guid = {h: {d: "0x" + hosts.hosts[h].sysfs(f"/sys/class/infiniband/{d}/ports/1/gids/0").read_text().strip()
