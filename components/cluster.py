@@ -112,11 +112,10 @@ def compose(cluster: Any, name: str, spec: ClusterSpec, ssh_private_key: pulumi.
     # An isolated pool's host opens to work once its tenant's partition is on its ports: after each subnet
     # manager's partitions step, which needs every isolated host's port GUIDs (so it comes after the pools).
     isolated = [h for h in spec.isolated_hosts if h in here]
-    fenced: dict[str, asyncio.Future[pulumi.Resource]] = {
-        sm: asyncio.get_event_loop().create_future() for sm in (sms if isolated else ())}
+    fenced: asyncio.Future[pulumi.Resource] | None = asyncio.get_event_loop().create_future() if isolated else None
 
     def opened_after(host: str) -> list[asyncio.Future[pulumi.Resource]]:
-        fence = list(fenced.values()) if host in isolated else []
+        fence = [fenced] if fenced is not None and host in isolated else []
         return fence + ([mounted[host]] if part is None or layout is None or host == first
                         else [mounted[host], mounted[first]])
 
@@ -139,10 +138,11 @@ def compose(cluster: Any, name: str, spec: ClusterSpec, ssh_private_key: pulumi.
             cluster.partitions = FabricPartitions(
                 f"{name}-partitions", spec, {h.hostname: h.target for h in fabric_hosts(spec)},
                 {h: ready[h][0].stdout for h in isolated}, ssh_private_key, opts=child,
-                depends_on=[*after, *(ready[h][0] for h in isolated)])
+                depends_on=[*after, *(ready[h][0] for h in isolated)],
+                kube=next(iter(cluster.node_pools.values())).kube)
     finally:     # resolved even when it fails to build, so no registration waits forever
-        for sm, future in fenced.items():
-            future.set_result(cluster.partitions.steps[sm] if cluster.partitions else ready[isolated[0]][0])
+        if fenced is not None:
+            fenced.set_result(cluster.partitions.opened[-1] if cluster.partitions else ready[isolated[0]][0])
     # Storage servers set up their filesystem once their fabric settings (RoCE QoS, a subnet manager) are in.
     if cluster.fabric is not None:
         ready.update({h: [r] for h, r in cluster.fabric.host_commands.items() if h not in ready})

@@ -209,6 +209,8 @@ class GpuNodePool(pulumi.ComponentResource):
     """Each host's preparation (with its fabric settings), by hostname: what needs a prepared host waits on."""
     subnet_managers: list[pulumi.Resource]
     """The preparations of the pool's subnet-manager hosts (other pools' hosts wait for them)."""
+    kube: Kube
+    """How its kubectl steps reach the stack's cluster (the fabric's partitions handover uses the same)."""
     lib: Lib
     """The shared script parts each host's `-scripts` copy puts there before its preparation."""
 
@@ -255,7 +257,7 @@ def compose(component: Any, name: str, args: NodePoolArgs, ssh_private_key: pulu
     # kubectl acts only on the cluster the Kubernetes provider reaches: its kube-system namespace's uid, read
     # through the provider on every apply, is what each kubectl step checks before it acts.
     cluster = k8s.core.v1.Namespace.get(f"{name}-cluster", "kube-system", opts=pulumi.ResourceOptions(parent=component))
-    kube = Kube(kubeconfig, kube_context, cluster.metadata.apply(lambda m: (m.uid if m else None) or ""))
+    kube = component.kube = Kube(kubeconfig, kube_context, cluster.metadata.apply(lambda m: (m.uid if m else None) or ""))
     hosts = sorted(pool.hosts, key=lambda h: h.hostname not in subnet_managers)
     # The pool's shared parts, as its first host's scripts hold them and, where that one runs a subnet manager
     # (whose fabric part is its own), its first other host's: every other host's are the same text (a part
@@ -270,7 +272,7 @@ def compose(component: Any, name: str, args: NodePoolArgs, ssh_private_key: pulu
         retire = render_retirement(pool, host, args.system_namespaces)
         retire_scripts[host.hostname] = retire.retire
         # First created, last deleted: a host that leaves the spec loses its Node after everything else.
-        deregister = _kubectl(component, kube, f"{key}-deregister", None, retire.deregister, [])
+        deregister = kubectl_step(component, kube, f"{key}-deregister", None, retire.deregister, [])
         shipped = ship(f"{key}-scripts", target, lib, ssh_private_key, parent=component, depends_on=[deregister])
         leave = push(f"{key}-leave", target, retire.membership, ssh_private_key, parent=component,
                      converge=True, depends_on=[shipped], lib=lib)
@@ -317,9 +319,9 @@ def compose(component: Any, name: str, args: NodePoolArgs, ssh_private_key: pulu
         uncordons += given
         # Last created, first deleted: a host that leaves the spec is drained before anything is undone.
         for h, given_back in zip(batch, given):
-            _kubectl(component, kube, f"{name}-{h.hostname}-retire", None, retire_scripts[h.hostname], [given_back])
+            kubectl_step(component, kube, f"{name}-{h.hostname}-retire", None, retire_scripts[h.hostname], [given_back])
     # Runs again whenever a host's uncordon did: what the rollout left undone fails the apply, by name.
-    _kubectl(component, kube, f"{name}-rollout", render_rollout_report(pool), None, uncordons,
+    kubectl_step(component, kube, f"{name}-rollout", render_rollout_report(pool), None, uncordons,
              {"GPUCLUSTER_ROUND": pulumi.Output.all(*[u.stdout for u in uncordons]).apply(
                  lambda out: hashlib.sha256("\0".join(o or "" for o in out).encode()).hexdigest())})
     component.register_outputs({**intent(args), "burn_in": component.burn_in, "gpus": pool.gpus,
@@ -343,15 +345,15 @@ def _roll(component: Any, kube: Kube, key: str, args: NodePoolArgs, host: Host, 
     env = {"GPUCLUSTER_OWED": prepare.stdout.apply(owed_restarts), "GPUCLUSTER_ROLL": prepared}
     scripts = render_rollout(args.pool, host, slurm=args.slurm)
     pending = live.metadata.apply(lambda m: annotation(m, PENDING_ANNOTATION))
-    drain = _kubectl(component, kube, f"{key}-drain", scripts.drain, None, [patch, *after],
+    drain = kubectl_step(component, kube, f"{key}-drain", scripts.drain, None, [patch, *after],
                      {**env, "GPUCLUSTER_PENDING": pending}, previous_output=True, lib=lib)
     roll = push(f"{key}-roll", args.target(host), pool_prep.roll_for_host(host, prepared), ssh_private_key,
                 parent=component, converge=True, depends_on=[drain], stdin=drain.stdout.apply(drain_outcome), lib=lib)
-    return _kubectl(component, kube, f"{key}-uncordon", scripts.uncordon, None, [roll],
+    return kubectl_step(component, kube, f"{key}-uncordon", scripts.uncordon, None, [roll],
                     {**env, "GPUCLUSTER_ROLL_FAILED": roll.stdout.apply(roll_failure)}, lib=lib)
 
 
-def _kubectl(component: Any, kube: Kube, name: str, create: str | None, delete: str | None,
+def kubectl_step(component: Any, kube: Kube, name: str, create: str | None, delete: str | None,
              deps: Sequence[pulumi.Resource], env: Mapping[str, pulumi.Input[str]] | None = None, *,
              previous_output: bool = False, lib: Lib | None = None) -> local.Command:
     """A step run by bash where pulumi runs, with kubectl reaching the cluster as the pool was told. A

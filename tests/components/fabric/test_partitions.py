@@ -16,7 +16,7 @@ from components.fabric import Fabric
 from components.fabric.host import render_fabric_host, render_partitions
 from components.fabric.fabric import fabric_hosts
 from components.fabric.nccl import nccl_envs
-from components.fabric.partitions import fabric_reach, port_guids, render_partition_step
+from components.fabric.partitions import fabric_reach, port_guids, render_handover, render_partition_step
 from components.offline.plan import build_plan
 from components.offline.runner import run_program
 from components.spec import ClusterSpec, parse_spec
@@ -185,10 +185,10 @@ def test_the_step_writes_the_file_resweeps_and_checks_each_tenant_port_from_the_
 
 
 @pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck not installed")
-def test_the_partitions_step_passes_shellcheck(tmp_path):
+def test_the_partitions_steps_pass_shellcheck(tmp_path):
     spec = spec_of(data())
     step = render_partition_step(spec, "gpu-prod-01", guids(spec))
-    for i, text in enumerate((step.create, step.delete)):
+    for i, text in enumerate((step.create, step.delete, *render_handover(spec))):
         (tmp_path / f"{i}.sh").write_text(text)
         done = subprocess.run(["shellcheck", "-S", "warning", "-s", "bash", str(tmp_path / f"{i}.sh")],
                               capture_output=True, text=True)
@@ -213,20 +213,27 @@ def plan():
 
 def test_the_partitions_steps_follow_every_isolated_preparation_and_nodes_open_after_them(plan):
     by_name = {r["urn"].rsplit("::", 1)[1]: r for r in plan.document["resources"]}
-    steps = {n: r for n, r in by_name.items() if n.startswith("prod-isolated-partitions-")}
+    def deps(r):
+        return {d.rsplit("::", 1)[1] for d in [*r["dependsOn"], *r.get("propertyDependencies", {}).get("create", [])]}
+
+    steps = {n: r for n, r in by_name.items() if n.startswith("prod-isolated-partitions-gpu-")}
     assert set(steps) == {"prod-isolated-partitions-gpu-prod-01", "prod-isolated-partitions-gpu-prod-02"}
     component = by_name["prod-isolated-partitions"]
+    handover, reopen = by_name["prod-isolated-partitions-handover"], by_name["prod-isolated-partitions-reopen"]
+    # every isolated host's preparation (its GUIDs) and the SMs' own, then the drain, the steps, the reopen
+    assert {f"prod-isolated-h100-{p}-gpu-prod-0{i}-prepare" for p, i in (("a", 5), ("a", 6), ("b", 7), ("b", 8))} \
+        | {"prod-isolated-h100-gpu-prod-01-prepare", "prod-isolated-h100-gpu-prod-02-prepare"} <= deps(handover)
     for step in steps.values():
-        assert step["parent"] == component["urn"]
-        deps = {d.rsplit("::", 1)[1] for d in [*step["dependsOn"], *step["propertyDependencies"]["create"]]}
+        assert step["parent"] == component["urn"] and "prod-isolated-partitions-handover" in deps(step)
         assert {f"prod-isolated-h100-{p}-gpu-prod-0{i}-prepare" for p, i in
-                (("a", 5), ("a", 6), ("b", 7), ("b", 8))} <= deps
-        assert {"prod-isolated-h100-gpu-prod-01-prepare", "prod-isolated-h100-gpu-prod-02-prepare"} <= deps   # the SMs
-    opened = {n: {d.rsplit("::", 1)[1] for d in r["dependsOn"]} for n, r in by_name.items()
-              if r["type"] == "kubernetes:core/v1:NodePatch"}
+                (("a", 5), ("a", 6), ("b", 7), ("b", 8))} <= deps(step)
+    assert set(steps) <= deps(reopen)
+    opened = {n: deps(r) for n, r in by_name.items() if r["type"] == "kubernetes:core/v1:NodePatch"}
     isolated = [n for n in opened if n.startswith(("prod-isolated-h100-a-", "prod-isolated-h100-b-"))]
-    assert isolated and all(set(steps) <= opened[n] for n in isolated)
-    assert not any(set(steps) & deps for n, deps in opened.items() if n not in isolated)
+    assert isolated and all("prod-isolated-partitions-reopen" in opened[n] for n in isolated)
+    assert not any("prod-isolated-partitions-reopen" in d for n, d in opened.items() if n not in isolated)
+    assert "gpu-prod-07 team-b 3600" in handover["inputs"]["environment"]["GPUCLUSTER_PARTITIONS"]
+    assert "gpu-prod-03 shared 3600" in handover["inputs"]["environment"]["GPUCLUSTER_PARTITIONS"]
     assert component["outputs"]["reach"]["groups"]["h100-a"]["cut_off_from"] == ["h100-b"]
     assert "<gpu-prod-05:mlx5_0>=full" in plan.files["fabric/partitions.conf"]
     assert "| h100-a | team-a | 0x0b01 | h100, h100-a, storage | h100-b |" in plan.files["report.md"]

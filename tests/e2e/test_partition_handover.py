@@ -1,0 +1,70 @@
+"""Issue 58, day 2: the kubectl steps around a partition change, as pulumi runs them, against the real apiserver
+and controllers with a tenant's job on a KWOK node: the handover drains a node whose ports move to another
+partition (a disruption budget that blocks it fails the step, the node left cordoned, so the subnet managers'
+steps after it never run), and the reopen marks the node with its partition and gives it back."""
+
+from __future__ import annotations
+
+import shlex
+
+import pytest
+
+from components.fabric.partitions import HANDOVER_MARK, PARTITION_MARK, render_handover
+
+from .conftest import Cluster
+from .test_rollout import blocking_budget, busy, node, restore, run_step  # noqa: F401  (busy: a fixture)
+
+pytestmark = pytest.mark.e2e
+
+
+def run(c: Cluster, script: str, home, owners: str):
+    """A handover or reopen step with GPUCLUSTER_PARTITIONS (`HOST OWNER DRAIN_TIMEOUT_S` lines)."""
+    return run_step(c, f"export GPUCLUSTER_PARTITIONS={shlex.quote(owners)}\n{script}", home)
+
+
+def marks(c: Cluster, host: str) -> dict[str, str]:
+    meta = node(c, host)["metadata"].get("annotations") or {}
+    return {k: v for k, v in meta.items() if k in (PARTITION_MARK, HANDOVER_MARK)}
+
+
+@pytest.mark.one_stack
+def test_a_node_handed_to_a_tenant_is_drained_before_and_reopened_after_its_partition_changes(busy):
+    c, pool, host, job, home = busy
+    drain, reopen = render_handover(c.spec)
+    try:
+        out = run(c, drain, home, f"{host.hostname} team-x 60\nno-such-host team-x 60")
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert f"changed: drained {host.hostname}: its ports move from shared's partition to team-x's" in out.stdout
+        n = node(c, host.hostname)
+        assert n["spec"].get("unschedulable") is True and marks(c, host.hostname) == {HANDOVER_MARK: "shared->team-x"}
+        assert not [p for p in c.pods(job) if p["spec"].get("nodeName") == host.hostname
+                    and not p["metadata"].get("deletionTimestamp")], "the tenant's pod is still on the node"
+
+        out = run(c, reopen, home, f"{host.hostname} team-x 60")
+        assert out.returncode == 0 and f"changed: reopened {host.hostname}" in out.stdout, out.stdout + out.stderr
+        assert not node(c, host.hostname)["spec"].get("unschedulable")
+        assert marks(c, host.hostname) == {PARTITION_MARK: "team-x"}
+        # the same owners again: nothing to drain, nothing to reopen
+        again = run(c, drain, home, f"{host.hostname} team-x 60")
+        assert again.returncode == 0 and again.stdout.endswith(": 0 change(s)\n"), again.stdout
+        assert not node(c, host.hostname)["spec"].get("unschedulable")
+    finally:
+        c.cp.kubectl("annotate", "node", host.hostname, f"{PARTITION_MARK}-", f"{HANDOVER_MARK}-")
+        restore(c, host.hostname)
+
+
+@pytest.mark.one_stack
+def test_a_handover_a_disruption_budget_blocks_fails_with_the_node_cordoned(busy):
+    c, pool, host, job, home = busy
+    drain, _ = render_handover(c.spec)
+    try:
+        with blocking_budget(c, job, "keep-one"):
+            out = run(c, drain, home, f"{host.hostname} team-x 5")
+        assert out.returncode == 1, out.stdout + out.stderr
+        assert f"node {host.hostname} did not drain within 5s before its ports move from shared's partition to " \
+            "team-x's" in out.stderr and "(it stays cordoned; its partition is unchanged)" in out.stderr, out.stderr
+        assert node(c, host.hostname)["spec"].get("unschedulable") is True
+        assert marks(c, host.hostname) == {HANDOVER_MARK: "shared->team-x"}
+    finally:
+        c.cp.kubectl("annotate", "node", host.hostname, f"{PARTITION_MARK}-", f"{HANDOVER_MARK}-")
+        restore(c, host.hostname)
