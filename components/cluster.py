@@ -13,6 +13,8 @@ from .fabric.partitions import FabricPartitions
 from .k8s.gpu_stack import GpuKubernetesStack
 from .k8s.tenancy.tenant import Tenant, TenantArgs, tenancy_of
 from .nodes import GpuNodePool, NodePoolArgs
+from .nodes.handover import owners, render_handover
+from .nodes.node_pool import kubectl_step
 from .spec import ClusterSpec
 from .spec.cluster import PLATFORM
 from .spec.tenants import Tenancy
@@ -133,16 +135,21 @@ def compose(cluster: Any, name: str, spec: ClusterSpec, ssh_private_key: pulumi.
     cluster.node_pools = {p.name: cluster.node_pools[p.name] for p in pools}
     ready = {h: [r] for pool in cluster.node_pools.values() for h, r in pool.prepared.items()}
     cluster.partitions = None
+    reopened: pulumi.Resource | None = None
     try:
-        if isolated:
+        if isolated:    # the Nodes whose ports change partition drained first, given back after
+            kube, env = next(iter(cluster.node_pools.values())).kube, {"GPUCLUSTER_PARTITIONS": owners(spec)}
+            drain, reopen = render_handover(spec)
+            handover = kubectl_step(cluster, kube, f"{name}-partitions-handover", drain, None,
+                                    [*after, *(ready[h][0] for h in isolated)], env)
             cluster.partitions = FabricPartitions(
                 f"{name}-partitions", spec, {h.hostname: h.target for h in fabric_hosts(spec)},
-                {h: ready[h][0].stdout for h in isolated}, ssh_private_key, opts=child,
-                depends_on=[*after, *(ready[h][0] for h in isolated)],
-                kube=next(iter(cluster.node_pools.values())).kube)
+                {h: ready[h][0].stdout for h in isolated}, ssh_private_key, opts=child, depends_on=[handover])
+            reopened = kubectl_step(cluster, kube, f"{name}-partitions-reopen", reopen, None,
+                                    list(cluster.partitions.steps.values()), env)
     finally:     # resolved even when it fails to build, so no registration waits forever
         if fenced is not None:
-            fenced.set_result(cluster.partitions.opened[-1] if cluster.partitions else ready[isolated[0]][0])
+            fenced.set_result(reopened or ready[isolated[0]][0])
     # Storage servers set up their filesystem once their fabric settings (RoCE QoS, a subnet manager) are in.
     if cluster.fabric is not None:
         ready.update({h: [r] for h, r in cluster.fabric.host_commands.items() if h not in ready})

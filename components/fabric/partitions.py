@@ -21,8 +21,6 @@ import pulumi
 
 from ..bash import call, fill, script
 from ..spec import ClusterSpec
-from ..nodes.node_pool import Kube, kubectl_step
-from ..nodes.rollout import KUBECTL
 from ..ssh import Script, SshTarget, push
 from ..types import token, with_aliases
 from .host import OPENSM_LOG, OPENSM_UNIT, PARTITIONS_CONF, RESWEEP, render_partitions
@@ -141,75 +139,6 @@ def render_partition_step(spec: ClusterSpec, hostname: str, guids: Mapping[str, 
                          'note "partitions.conf stays as it is until the fabric step writes the shared one"\n'))
 
 
-PARTITION_MARK = "gpucluster.io/partition"           # on a Node: whose partition its ports are in (or shared)
-HANDOVER_MARK = "gpucluster.io/partition-handover"  # on a Node the handover cordoned: from->to, until reopened
-
-# Before the partitions change, where pulumi runs (kubectl): each Node whose ports move to another partition
-# (GPUCLUSTER_PARTITIONS: "HOST OWNER DRAIN_TIMEOUT_S" per RDMA host; OWNER a tenant or `shared`; a Node without
-# the mark was shared) is cordoned, marked and drained, so no job runs on it when its P_Key index 0 changes. A
-# drain that does not finish fails the step: nothing changes on the fabric, and the Node stays cordoned.
-_HANDOVER = r'''
-while read -r host owner timeout; do
-  [[ -n "$host" ]] || continue
-  found="$("${kc[@]}" get node "$host" --ignore-not-found -o 'jsonpath={.metadata.name}|{.metadata.annotations.@PARTITION_JSON@}' 2>&1)" \
-    || fail "kubectl cannot read node $host: $found"
-  [[ -n "$found" ]] || continue                      # not registered yet: nothing runs there
-  now=${found#*|}
-  now=${now:-shared}
-  if [[ "$now" == "$owner" ]]; then continue; fi
-  "${kc[@]}" annotate node "$host" --overwrite "@HANDOVER@=$now->$owner" >/dev/null
-  "${kc[@]}" cordon "$host" >/dev/null
-  if ! out="$("${kc[@]}" drain "$host" --ignore-daemonsets --delete-emptydir-data --timeout="${timeout}s" 2>&1)"; then
-    fail "node $host did not drain within ${timeout}s before its ports move from $now's partition to $owner's: $(printf '%s\n' "$out" | tail -n 2 | tr '\n' ' ')(it stays cordoned; its partition is unchanged)"
-  fi
-  changed "drained $host: its ports move from $now's partition to $owner's"
-done <<<"${GPUCLUSTER_PARTITIONS:-}"
-'''
-
-# After every subnet manager's partitions step: each Node is marked with its ports' partition, and one the
-# handover cordoned is opened again.
-_REOPEN = r'''
-while read -r host owner _; do
-  [[ -n "$host" ]] || continue
-  found="$("${kc[@]}" get node "$host" --ignore-not-found -o 'jsonpath={.metadata.name}|{.metadata.annotations.@HANDOVER_JSON@}' 2>&1)" \
-    || fail "kubectl cannot read node $host: $found"
-  [[ -n "$found" ]] || continue
-  "${kc[@]}" annotate node "$host" --overwrite "@PARTITION@=$owner" >/dev/null
-  if [[ -n "${found#*|}" ]]; then
-    "${kc[@]}" uncordon "$host" >/dev/null
-    "${kc[@]}" annotate node "$host" "@HANDOVER@-" >/dev/null
-    changed "reopened $host: its ports are in $owner's partition"
-  fi
-done <<<"${GPUCLUSTER_PARTITIONS:-}"
-'''
-
-
-def owners(spec: ClusterSpec) -> str:
-    """GPUCLUSTER_PARTITIONS: per host of an RDMA pool, its partition's owner (tenant or `shared`) and drain bound."""
-    isolated = spec.isolated_pools
-    return "\n".join(f"{h.hostname} {isolated.get(p.name, 'shared')} {p.rollout.drain_timeout_s}"
-                     for p, h in spec.hosts() if p.nics)
-
-
-def _json_key(key: str) -> str:
-    return key.replace(".", "\\.")          # a jsonpath key with dots, escaped
-
-
-def render_handover(spec: ClusterSpec) -> tuple[str, str]:
-    """The kubectl steps around a partition change: (drain before, reopen after)."""
-    marks = {"PARTITION_JSON": _json_key(PARTITION_MARK), "HANDOVER_JSON": _json_key(HANDOVER_MARK),
-             "PARTITION": PARTITION_MARK, "HANDOVER": HANDOVER_MARK}
-
-    def filled(text: str) -> str:
-        for k, v in marks.items():
-            text = text.replace(f"@{k}@", v)
-        return text
-    return (script("Drain the nodes whose ports change partition (run by pulumi with kubectl)", spec.name,
-                   KUBECTL + filled(_HANDOVER)),
-            script("Mark and reopen the nodes after their partition changed (run by pulumi with kubectl)", spec.name,
-                   KUBECTL + filled(_REOPEN)))
-
-
 class FabricPartitions(pulumi.ComponentResource):
     """The tenants' partitions on every subnet manager: `<name>-<sm host>`, after every host whose ports are
     read. Standalone, give it the fabric steps (each prints its rails' port GUIDs) and the SM hosts' targets."""
@@ -218,19 +147,15 @@ class FabricPartitions(pulumi.ComponentResource):
 
     steps: dict[str, pulumi.Resource]
     """The partitions step of each subnet manager host, by hostname: a host opens to tenants after them."""
-    opened: list[pulumi.Resource]
-    """What a Node of an isolated pool opens to work after: the reopen step (or, without Kubernetes, the steps)."""
     preview: str
     """partitions.conf with `<host:device>` where each port GUID goes (the offline plan's fabric/partitions.conf)."""
 
     def __init__(self, name: str, spec: ClusterSpec, targets: Mapping[str, SshTarget],
                  reported: Mapping[str, pulumi.Output[str]], ssh_private_key: pulumi.Input[str], *,
-                 depends_on: list[pulumi.Resource], kube: Kube | None = None,
-                 opts: pulumi.ResourceOptions | None = None):
+                 depends_on: list[pulumi.Resource], opts: pulumi.ResourceOptions | None = None):
         """`targets`: each subnet manager host's SSH target. `reported`: each isolated host's fabric step output
-        (its `port-guid` lines). `depends_on`: the steps that wrote the subnet managers' own files. `kube`: how
-        kubectl reaches the cluster, to drain a Node before its ports change partition (`<name>-handover`) and
-        reopen it after (`<name>-reopen`). Omitted: no Kubernetes, nothing drained."""
+        (its `port-guid` lines). `depends_on`: the steps that wrote the subnet managers' own files, and in a
+        GpuCluster the drain of the Nodes whose ports change partition (nodes/handover.py)."""
         super().__init__(self.TYPE, name, {"reach": fabric_reach(spec)}, with_aliases(self.TYPE, opts))
         self.preview = render_partitions(spec, {h.hostname: {n.device: f"<{h.hostname}:{n.device}>" for n in p.nics}
                                                 for p, h in spec.hosts() if h.hostname in reported})
@@ -238,15 +163,9 @@ class FabricPartitions(pulumi.ComponentResource):
         read = pulumi.Output.all(*[reported[h] for h in hosts]).apply(
             lambda outs: {h: port_guids(o) for h, o in zip(hosts, outs)})
         self.steps = {}
-        drain, reopen = render_handover(spec)
-        env = {"GPUCLUSTER_PARTITIONS": owners(spec)}
-        if kube is not None:
-            depends_on = [kubectl_step(self, kube, f"{name}-handover", drain, None, depends_on, env)]
         for sm in spec.fabric.subnet_managers:
             step = read.apply(lambda g, sm=sm: render_partition_step(spec, sm, g))
             delete = render_partition_step(spec, sm, {}).delete
             self.steps[sm] = push(f"{name}-{sm}", targets[sm], Script(step.apply(lambda s: s.create), delete),
                                   ssh_private_key, parent=self, converge=True, depends_on=depends_on)
-        self.opened = list(self.steps.values()) if kube is None else \
-            [kubectl_step(self, kube, f"{name}-reopen", reopen, None, list(self.steps.values()), env)]
         self.register_outputs({"reach": fabric_reach(spec), "preview": self.preview})

@@ -9,7 +9,7 @@ import shlex
 
 import pytest
 
-from components.fabric.partitions import HANDOVER_MARK, PARTITION_MARK, render_handover
+from components.nodes.handover import HANDOVER_MARK, PARTITION_MARK, render_handover
 
 from .conftest import Cluster
 from .test_rollout import blocking_budget, busy, node, restore, run_step  # noqa: F401  (busy: a fixture)

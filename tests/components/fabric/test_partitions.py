@@ -16,7 +16,8 @@ from components.fabric import Fabric
 from components.fabric.host import render_fabric_host, render_partitions
 from components.fabric.fabric import fabric_hosts
 from components.fabric.nccl import nccl_envs
-from components.fabric.partitions import fabric_reach, port_guids, render_handover, render_partition_step
+from components.fabric.partitions import fabric_reach, port_guids, render_partition_step
+from components.nodes.handover import render_handover
 from components.offline.plan import build_plan
 from components.offline.runner import run_program
 from components.spec import ClusterSpec, parse_spec

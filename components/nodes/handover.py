@@ -1,0 +1,77 @@
+"""Day 2 of tenants isolated on InfiniBand (fabric/partitions.py): a Node whose ports move to another partition
+is drained before the subnet managers' steps change its P_Key index 0, and given back after, so no job runs on
+it across the change. Run by pulumi with kubectl, like the rollout's steps."""
+
+from __future__ import annotations
+
+from ..bash import script
+from ..spec import ClusterSpec
+from .rollout import KUBECTL
+
+PARTITION_MARK = "gpucluster.io/partition"           # on a Node: whose partition its ports are in (or shared)
+HANDOVER_MARK = "gpucluster.io/partition-handover"  # on a Node the handover cordoned: from->to, until reopened
+
+# Before the partitions change, where pulumi runs (kubectl): each Node whose ports move to another partition
+# (GPUCLUSTER_PARTITIONS: "HOST OWNER DRAIN_TIMEOUT_S" per RDMA host; OWNER a tenant or `shared`; a Node without
+# the mark was shared) is cordoned, marked and drained, so no job runs on it when its P_Key index 0 changes. A
+# drain that does not finish fails the step: nothing changes on the fabric, and the Node stays cordoned.
+_HANDOVER = r'''
+while read -r host owner timeout; do
+  [[ -n "$host" ]] || continue
+  found="$("${kc[@]}" get node "$host" --ignore-not-found -o 'jsonpath={.metadata.name}|{.metadata.annotations.@PARTITION_JSON@}' 2>&1)" \
+    || fail "kubectl cannot read node $host: $found"
+  [[ -n "$found" ]] || continue                      # not registered yet: nothing runs there
+  now=${found#*|}
+  now=${now:-shared}
+  if [[ "$now" == "$owner" ]]; then continue; fi
+  "${kc[@]}" annotate node "$host" --overwrite "@HANDOVER@=$now->$owner" >/dev/null
+  "${kc[@]}" cordon "$host" >/dev/null
+  if ! out="$("${kc[@]}" drain "$host" --ignore-daemonsets --delete-emptydir-data --timeout="${timeout}s" 2>&1)"; then
+    fail "node $host did not drain within ${timeout}s before its ports move from $now's partition to $owner's: $(printf '%s\n' "$out" | tail -n 2 | tr '\n' ' ')(it stays cordoned; its partition is unchanged)"
+  fi
+  changed "drained $host: its ports move from $now's partition to $owner's"
+done <<<"${GPUCLUSTER_PARTITIONS:-}"
+'''
+
+# After every subnet manager's partitions step: each Node is marked with its ports' partition, and one the
+# handover cordoned is opened again.
+_REOPEN = r'''
+while read -r host owner _; do
+  [[ -n "$host" ]] || continue
+  found="$("${kc[@]}" get node "$host" --ignore-not-found -o 'jsonpath={.metadata.name}|{.metadata.annotations.@HANDOVER_JSON@}' 2>&1)" \
+    || fail "kubectl cannot read node $host: $found"
+  [[ -n "$found" ]] || continue
+  "${kc[@]}" annotate node "$host" --overwrite "@PARTITION@=$owner" >/dev/null
+  if [[ -n "${found#*|}" ]]; then
+    "${kc[@]}" uncordon "$host" >/dev/null
+    "${kc[@]}" annotate node "$host" "@HANDOVER@-" >/dev/null
+    changed "reopened $host: its ports are in $owner's partition"
+  fi
+done <<<"${GPUCLUSTER_PARTITIONS:-}"
+'''
+
+
+def owners(spec: ClusterSpec) -> str:
+    """GPUCLUSTER_PARTITIONS: per host of an RDMA pool, its partition's owner (tenant or `shared`) and drain bound."""
+    isolated = spec.isolated_pools
+    return "\n".join(f"{h.hostname} {isolated.get(p.name, 'shared')} {p.rollout.drain_timeout_s}"
+                     for p, h in spec.hosts() if p.nics)
+
+
+def _json_key(key: str) -> str:
+    return key.replace(".", "\\.")          # a jsonpath key with dots, escaped
+
+
+def render_handover(spec: ClusterSpec) -> tuple[str, str]:
+    """The kubectl steps around a partition change: (drain before, reopen after)."""
+    marks = {"PARTITION_JSON": _json_key(PARTITION_MARK), "HANDOVER_JSON": _json_key(HANDOVER_MARK),
+             "PARTITION": PARTITION_MARK, "HANDOVER": HANDOVER_MARK}
+
+    def filled(text: str) -> str:
+        for k, v in marks.items():
+            text = text.replace(f"@{k}@", v)
+        return text
+    return (script("Drain the nodes whose ports change partition (run by pulumi with kubectl)", spec.name,
+                   KUBECTL + filled(_HANDOVER)),
+            script("Mark and reopen the nodes after their partition changed (run by pulumi with kubectl)", spec.name,
+                   KUBECTL + filled(_REOPEN)))
