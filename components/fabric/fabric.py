@@ -154,7 +154,8 @@ def compose(fabric: Any, name: str, spec: ClusterSpec, ssh_private_key: pulumi.I
     sms = set(spec.fabric.subnet_managers)
     pooled = {h.hostname for _, h in spec.hosts()}
     fabric.host_scripts, fabric.host_commands, fabric.subnet_managers = {}, {}, []
-    for host in fabric_hosts(spec):
+    hosts = fabric_hosts(spec)
+    for host in hosts:
         hostname = host.hostname
         prepared_here = hostname in pooled and not gpu_hosts     # by its pool, which pays restart-fabric
         fabric.host_scripts[hostname] = host_script(spec, host, in_place=prepared_here)
@@ -170,7 +171,7 @@ def compose(fabric: Any, name: str, spec: ClusterSpec, ssh_private_key: pulumi.I
     isolated = [h for h in spec.isolated_hosts if h in fabric.host_commands]
     if isolated:
         fabric.partitions = FabricPartitions(
-            f"{name}-partitions", spec, {h.hostname: h.target for h in fabric_hosts(spec)},
+            f"{name}-partitions", spec, {h.hostname: h.target for h in hosts},
             {h: fabric.host_commands[h].stdout for h in isolated}, ssh_private_key,
             opts=pulumi.ResourceOptions(parent=fabric),
             depends_on=[*fabric.subnet_managers, *(fabric.host_commands[h] for h in isolated)])

@@ -136,8 +136,13 @@ def render_partition_step(spec: ClusterSpec, hostname: str, guids: Mapping[str, 
         RESWEEP + CHECK_TENANT_PORTS + fill(_STEP, {"DOC": render_partitions(spec, guids), "PORTS": "\n".join(ports)},
                                             UNIT=OPENSM_UNIT, PARTITIONS=PARTITIONS_CONF, LOG=OPENSM_LOG)
     return Script(script(f"Tenant partitions on {hostname}: {len(ports)} isolated port(s)", hostname, body),
-                  script(f"Tenant partitions leave {hostname}", hostname,
-                         'note "partitions.conf stays as it is until the fabric step writes the shared one"\n'))
+                  _leave(hostname))
+
+
+def _leave(hostname: str) -> str:
+    """The step's delete: the file stays until the subnet manager's own fabric step writes the shared one."""
+    return script(f"Tenant partitions leave {hostname}", hostname,
+                  'note "partitions.conf stays as it is until the fabric step writes the shared one"\n')
 
 
 class FabricPartitions(pulumi.ComponentResource):
@@ -157,7 +162,8 @@ class FabricPartitions(pulumi.ComponentResource):
         """`targets`: each subnet manager host's SSH target. `reported`: each isolated host's fabric step output
         (its `port-guid` lines). `depends_on`: the steps that wrote the subnet managers' own files, and in a
         GpuCluster the drain of the Nodes whose ports change partition (nodes/handover.py)."""
-        super().__init__(self.TYPE, name, {"reach": fabric_reach(spec)}, with_aliases(self.TYPE, opts))
+        reach = fabric_reach(spec)
+        super().__init__(self.TYPE, name, {"reach": reach}, with_aliases(self.TYPE, opts))
         self.preview = render_partitions(spec, {h.hostname: {n.device: f"<{h.hostname}:{n.device}>" for n in p.nics}
                                                 for p, h in spec.hosts() if h.hostname in reported})
         hosts = sorted(reported)
@@ -166,7 +172,6 @@ class FabricPartitions(pulumi.ComponentResource):
         self.steps = {}
         for sm in spec.fabric.subnet_managers:
             step = read.apply(lambda g, sm=sm: render_partition_step(spec, sm, g))
-            delete = render_partition_step(spec, sm, {}).delete
-            self.steps[sm] = push(f"{name}-{sm}", targets[sm], Script(step.apply(lambda s: s.create), delete),
+            self.steps[sm] = push(f"{name}-{sm}", targets[sm], Script(step.apply(lambda s: s.create), _leave(sm)),
                                   ssh_private_key, parent=self, converge=True, depends_on=depends_on)
-        self.register_outputs({"reach": fabric_reach(spec), "preview": self.preview})
+        self.register_outputs({"reach": reach, "preview": self.preview})

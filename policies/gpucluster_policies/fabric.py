@@ -202,6 +202,9 @@ _ISOLATED_SCHEMA = schema(requiredEnvironments={
     "description": "Environments whose dedicated pools must be isolated on the fabric."})
 
 
+_PKEY = re.compile(r"0x[0-9a-fA-F]{1,4}")                 # a partition key as written: 0x and up to 4 hex digits
+
+
 def _isolated(resources) -> tuple[dict[str, str], dict[str, int]]:
     """(pool -> tenant it is cut off for, tenant -> partition key), as the partitions components registered."""
     pools: dict[str, str] = {}
@@ -210,7 +213,7 @@ def _isolated(resources) -> tuple[dict[str, str], dict[str, int]]:
         reach = mapping(part.props.get("reach"))
         pools.update({str(g): t for g, r in mapping(reach.get("groups")).items() if (t := text(mapping(r).get("tenant")))})
         pkeys.update({str(t): int(k, 16) for t, k in mapping(reach.get("partitions")).items()
-                      if isinstance(k, str) and re.fullmatch(r"0x[0-9a-fA-F]{1,4}", k)})
+                      if isinstance(k, str) and _PKEY.fullmatch(k)})
     return pools, pkeys
 
 
@@ -248,7 +251,7 @@ def _named_pkeys(value: Any) -> set[int]:
             return {int(m, 16) & 0x7FFF for m in _PKEY_IN_NAME.findall(value)}
     if isinstance(value, Mapping):
         for k, v in value.items():
-            if k == "pkey" and isinstance(v, str) and re.fullmatch(r"0x[0-9a-fA-F]{1,4}", v):
+            if k == "pkey" and isinstance(v, str) and _PKEY.fullmatch(v):
                 found.add(int(v, 16) & 0x7FFF)
             elif k == "master" and isinstance(v, str):
                 found |= {int(m, 16) & 0x7FFF for m in _PKEY_IN_NAME.findall(v)}

@@ -810,16 +810,14 @@ def test_isolated_tenants_get_their_partitions_from_the_guids_their_hosts_report
     with applied(w, "isolated", tmp_path / "site", mirror) as (spec, hosts, plan):
         pkeys = plan.spec.tenant_pkeys
         isolated = plan.spec.isolated_hosts
-        guid = {h: {d: "0x" + hosts.hosts[h].sysfs(f"/sys/class/infiniband/{d}/ports/1/gids/0").read_text().strip()
-                    .split(":", 4)[4].replace(":", "") for d in (f"mlx5_{r}" for r in range(8))} for h in isolated}
+        guid = {h: {d: hosts.hosts[h].port_guid(d) for d in (f"mlx5_{r}" for r in range(8))} for h in isolated}
         for sm in spec["fabric"]["infiniband"]["subnet_managers"]:
             text = hosts.hosts[sm].read("/etc/opensm/partitions.conf")
             for host, tenant in isolated.items():
                 for g in guid[host].values():
                     assert f"  {g}=limited" in text and f"  {g}=full" in text, (sm, host)
                 assert f"tenant-{tenant}={pkeys[tenant]:#06x}, indx0, ipoib" in text, sm
-            assert "0x" + hosts.hosts["gpu-prod-03"].sysfs("/sys/class/infiniband/mlx5_0/ports/1/gids/0") \
-                .read_text().strip().split(":", 4)[4].replace(":", "") not in text          # shared: ALL=full
+            assert hosts.hosts["gpu-prod-03"].port_guid("mlx5_0") not in text          # shared: ALL=full
         for host in isolated:
             assert "NCCL_IB_PKEY=0" in hosts.hosts[host].read(NCCL_CONF), host
         w.engine("preview", "--expect-no-changes")

@@ -124,6 +124,11 @@ class TestHost:
         finally:
             self.set_hardware()
 
+    def port_guid(self, device: str) -> str:
+        """The port GUID of `device` as its fake tree holds it (gids/0's low 64 bits), as ibstat prints it."""
+        gid = self.sysfs(f"/sys/class/infiniband/{device}/ports/1/gids/0").read_text().strip()
+        return "0x" + gid.split(":", 4)[4].replace(":", "")
+
     def sysfs(self, path: str) -> Path:
         """Where a /sys/class, /sys/kernel or /sys/devices/system/cpu path of this host's fake tree lives."""
         top = next(t for t in FAKE_SYSFS if path.startswith(f"/sys/{t}/"))
