@@ -779,7 +779,8 @@ def _storage_reachable(spec: ClusterSpec) -> Iterator[Problem]:
 
 
 def _client_kinds(spec: ClusterSpec) -> Iterator[Problem]:
-    """A WEKA client's polling cores stay out of every pinned pod's CPUs; GPUDirect Storage needs RDMA NICs."""
+    """A WEKA client's polling cores stay out of every pinned pod's CPUs; GPUDirect Storage needs RDMA NICs; a
+    mirror reaches the Scale operator's own image only through a file the program can rewrite."""
     weka, scale = spec.storage.weka, spec.storage.scale
     if weka is not None:
         ids = set(cpu_ids(weka.client_core_ids)) if weka.client_core_ids else None
@@ -801,6 +802,13 @@ def _client_kinds(spec: ClusterSpec) -> Iterator[Problem]:
         if weka.gds and (not spec.fabric.rdma or weka.network != "dpdk"):
             yield Problem(("storage", "weka", "gds"), "GPUDirect Storage moves data by RDMA from the client's NIC: "
                                                       "it needs an RDMA fabric and network dpdk; set gds: false")
+    if scale is not None and scale.csi.enabled and spec.kubernetes.image_registry and not scale.csi.operator_path:
+        source = scale.csi.operator_url or "IBM's release on GitHub"
+        yield Problem(("storage", "scale", "csi", "operator_path"),
+                      f"images come through the mirror {spec.kubernetes.image_registry}, but the operator's "
+                      f"installer from {source} would be applied as it is, its operator image pulled from IBM's "
+                      "registry: download the installer into the project and set operator_path to it (its images "
+                      "are then rewritten through the mirror)")
     if scale is not None and scale.gds:
         if not spec.fabric.rdma:
             yield Problem(("storage", "scale", "gds"), f"GPUDirect Storage needs RDMA (verbsRdma) but the fabric is "

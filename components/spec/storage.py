@@ -261,8 +261,10 @@ class ScaleCsi(SpecModel):
     operator_url: Url | None = Field(
         None, description="The operator's installer manifest. Omitted: IBM's generated/installer/ibm-spectrum-"
                           "scale-csi-operator.yaml of the release on GitHub; air-gapped sites give their copy.")
-    operator_path: RelPath | None = Field(None, description="The installer manifest as a file in the project. "
-                                                            "Omitted: fetched from operator_url.")
+    operator_path: RelPath | None = Field(
+        None, description="The installer manifest as a file in the project, read when the program runs (its images "
+                          "through kubernetes.image_registry). Omitted: fetched from operator_url; required with a "
+                          "mirror.")
     gui_host: HostOrIp | None = Field(None, description="A GUI node of the Scale cluster, whose REST API the "
                                                         "driver uses. Required when enabled.")
     gui_port: int = Field(443, ge=1, le=65535, description="Omitted: 443.")

@@ -22,10 +22,13 @@ fileset volume's quota is its claim's size where the file system enforces quotas
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
+import yaml
+
 from ..k8s.helm import Chart
-from ..k8s.images import ChartImages, chart_from
+from ..k8s.images import ChartImages, chart_from, mirrored
 from ..k8s.labels import FILESYSTEM_CLIENT_LABEL, POOL_LABEL, every_pool_tolerations
 from ..k8s.objects import Manifest
 from ..spec import ClusterSpec
@@ -123,6 +126,42 @@ SCALE_NAMESPACE = "ibm-spectrum-scale-csi-driver"
 SCALE_DRIVER = "spectrumscale.csi.ibm.com"
 SCALE_SECRET = "scale-gui"
 SCALE_OPERATOR_CR = "ibm-spectrum-scale-csi"
+# The images the operator runs for each pinned release, by the CSIScaleOperator field that sets each. A field
+# set in the CR wins over the operator's CSI_*_IMAGE environment and over its compiled default
+# (operator/controllers/syncer/csi_syncer.go getSidecarImage, csi_node.go getImage), so a mirror names each one
+# there. Sources: the release's generated/installer/ibm-spectrum-scale-csi-operator.yaml (CSI_DRIVER_IMAGE;
+# v2.14.3 lists every sidecar there too) and operator/controllers/config/constants.go (v2.10.10's sidecars).
+
+
+def _sig(name: str, digest: str) -> str:
+    return f"registry.k8s.io/sig-storage/{name}@sha256:{digest}"
+
+
+SCALE_CSI_IMAGES = {
+    "v2.10.10": {
+        "spectrumScale": "quay.io/ibm-spectrum-scale/ibm-spectrum-scale-csi-driver@sha256:"
+                         "fd707136a9c59b9bfc264b15f3df0248b5770e0da3ea3016b668d04ecaac39d5",
+        "driverRegistrar": _sig("csi-node-driver-registrar",
+                               "f6717ce72a2615c7fbc746b4068f788e78579c54c43b8716e5ce650d97af2df1"),
+        "livenessprobe": _sig("livenessprobe", "4dc0b87ccd69f9865b89234d8555d3a614ab0a16ed94a3016ffd27f8106132ce"),
+        "attacher": _sig("csi-attacher", "4eb73137b66381b7b5dfd4d21d460f4b4095347ab6ed4626e0199c29d8d021af"),
+        "provisioner": _sig("csi-provisioner", "d078dc174323407e8cc6f0f9abd4efaac5db27838f1564d0253d5e3233e3f17f"),
+        "snapshotter": _sig("csi-snapshotter", "becc53e25b96573f61f7469923a92fb3e9d3a3781732159954ce0d9da07233a2"),
+        "resizer": _sig("csi-resizer", "2e2b44393539d744a55b9370b346e8ebd95a77573064f3f9a8caf18c22f4d0d0"),
+    },
+    "v2.14.3": {
+        "spectrumScale": "quay.io/ibm-spectrum-scale/ibm-spectrum-scale-csi-driver@sha256:"
+                         "47b29442f42f9eea44cee07d7ea78df67325953e66eecb69faeb6b4f9913fc6e",
+        "driverRegistrar": _sig("csi-node-driver-registrar",
+                               "d7138bcc3aa5f267403d45ad4292c95397e421ea17a0035888850f424c7de25d"),
+        "livenessprobe": _sig("livenessprobe", "2c5f9dc4ea5ac5509d93c664ae7982d4ecdec40ca7b0638c24e5b16243b8360f"),
+        "attacher": _sig("csi-attacher", "69888dba58159c8bc0d7c092b9fb97900c9ca8710d088b0b7ea7bd9052df86f6"),
+        "provisioner": _sig("csi-provisioner", "d5e46da8aff7d73d6f00c761dae94472bcda6e78f4f17b3802dc89d44de0111b"),
+        "snapshotter": _sig("csi-snapshotter", "5f4bb469fec51147ce157329dab598c758da1b018bad6dad26f0ff469326d769"),
+        "resizer": _sig("csi-resizer", "8ddd178ba5d08973f1607f9b84619b58320948de494b31c9d7cd5375b316d6d4"),
+    },
+}
+_IMAGE_ENV = re.compile(r"^CSI_[A-Z_]+_IMAGE$")     # the operator's own image settings (its Deployment's env)
 
 
 def scale_csi_version(spec: ClusterSpec) -> str:
@@ -161,9 +200,38 @@ def render_scale_operator(spec: ClusterSpec) -> Manifest:
                                "primary": {"primaryFs": spec.storage.remote_name}}
     if csi.gui_ca_config_map:
         cluster["cacert"] = csi.gui_ca_config_map
+    # Through a mirror, every image the operator starts is named (the release's own, rewritten); without one,
+    # the operator's defaults stand.
+    images = {field: mirrored(ref, spec) for field, ref in SCALE_CSI_IMAGES[scale_csi_version(spec)].items()} \
+        if spec.kubernetes.image_registry else {}
     return Manifest("csi-operator-cr", {
         "apiVersion": "csi.ibm.com/v1", "kind": "CSIScaleOperator",
         "metadata": {"name": SCALE_OPERATOR_CR, "namespace": SCALE_NAMESPACE},
-        "spec": {"clusters": [cluster], "tolerations": every_pool_tolerations(spec),
+        "spec": {"clusters": [cluster], "tolerations": every_pool_tolerations(spec), **images,
                  **{f"{part}NodeSelector": on_clients
                     for part in ("plugin", "attacher", "provisioner", "resizer", "snapshotter")}}})
+
+
+def scale_operator_objects(spec: ClusterSpec, text: str) -> list[dict[str, Any]]:
+    """The operator's installer (storage.scale.csi.operator_path) as its objects, the operator's image and the
+    images it is told to run (CSI_*_IMAGE) through the spec's mirror. Raises ValueError saying what is wrong
+    with the file."""
+    try:
+        objects = [o for o in yaml.safe_load_all(text) if o is not None]
+    except yaml.YAMLError as e:
+        raise ValueError(f"is not YAML ({str(e).splitlines()[0]})") from None
+    if not all(isinstance(o, dict) and isinstance(o.get("kind"), str) for o in objects):
+        raise ValueError("holds a document that is not a Kubernetes object (no kind)")
+    operators = [o for o in objects if o["kind"] == "Deployment"]
+    if not operators:
+        raise ValueError("has no Deployment, so it is not the operator's installer "
+                         "(generated/installer/ibm-spectrum-scale-csi-operator.yaml of the release)")
+    for deployment in operators:
+        pod = deployment.get("spec", {}).get("template", {}).get("spec", {})
+        for container in [*pod.get("initContainers", []), *pod.get("containers", [])]:
+            if isinstance(container.get("image"), str):
+                container["image"] = mirrored(container["image"], spec)
+            for env in container.get("env", []):
+                if _IMAGE_ENV.match(str(env.get("name", ""))) and isinstance(env.get("value"), str):
+                    env["value"] = mirrored(env["value"], spec)
+    return objects

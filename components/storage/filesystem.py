@@ -16,6 +16,7 @@ In a shard's stack of a split environment (`servers` given) it holds only its ho
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, ClassVar, Collection, Mapping, NamedTuple
 
 import pulumi
@@ -228,8 +229,8 @@ def _scale_csi(parent: Any, name: str, spec: ClusterSpec, group_ids: dict[str, i
     namespace = register(f"{name}-csi-namespace", {"apiVersion": "v1", "kind": "Namespace",
                                                    "metadata": {"name": csi.SCALE_NAMESPACE}},
                          pulumi.ResourceOptions(parent=parent))
-    operator = k8s.yaml.v2.ConfigFile(f"{name}-csi-operator", file=csi.scale_operator_source(spec),
-                                      opts=pulumi.ResourceOptions(parent=parent, depends_on=[namespace]))
+    operator = _scale_operator(f"{name}-csi-operator", spec, pulumi.ResourceOptions(parent=parent,
+                                                                                     depends_on=[namespace]))
     metadata, data = csi.scale_gui_secret(spec)
     secret = k8s.core.v1.Secret(f"{name}-csi-gui-secret", type="Opaque", metadata=metadata,
                                 string_data={**data, "password": pulumi.Output.secret(api_password)},
@@ -239,3 +240,25 @@ def _scale_csi(parent: Any, name: str, spec: ClusterSpec, group_ids: dict[str, i
         parent=parent, depends_on=[operator, secret, *after]))
     for manifest in csi.render_storage_classes(spec, group_ids):
         register(f"{name}-{manifest.role}", manifest.obj, pulumi.ResourceOptions(parent=parent, depends_on=[driver]))
+
+
+def _scale_operator(name: str, spec: ClusterSpec, opts: pulumi.ResourceOptions) -> pulumi.Resource:
+    """The operator's installer: from a URL as it is; from a file in the project read here, so the plan shows
+    every object and a mirror reaches the operator's images. Aliased, so a stack that applied the same file as a
+    ConfigFile keeps its objects (its CRD going would take the driver's CR with it)."""
+    csi_settings = spec.storage.scale.csi if spec.storage.scale else None
+    assert csi_settings is not None
+    if not csi_settings.operator_path:
+        return k8s.yaml.v2.ConfigFile(name, file=csi.scale_operator_source(spec), opts=opts)
+    field = "storage.scale.csi.operator_path"
+    try:
+        objects = csi.scale_operator_objects(spec, Path(csi_settings.operator_path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as e:
+        raise pulumi.RunError(f"{field}: cannot read {csi_settings.operator_path} ({e.__class__.__name__}: "
+                              f"{getattr(e, 'strerror', None) or e}); put the operator's installer there, or "
+                              "point operator_path at it") from None
+    except ValueError as e:
+        raise pulumi.RunError(f"{field}: {csi_settings.operator_path} {e}; download the release's installer "
+                              "again") from None
+    return k8s.yaml.v2.ConfigGroup(name, objs=objects, opts=pulumi.ResourceOptions.merge(
+        opts, pulumi.ResourceOptions(aliases=[pulumi.Alias(type_="kubernetes:yaml/v2:ConfigFile")])))

@@ -374,3 +374,127 @@ def test_the_scale_driver_comes_after_the_nodes_joined_and_labels_them(record):
 def test_scale_csi_bad_input_names_the_field(settings, expected):
     found = problems_of(with_storage(SCALE, **settings))
     assert any(expected in p for p in found), found
+
+
+# --- Storage Scale's CSI images through the site's mirror ---------------------------------------------------
+
+MIRROR = "registry.lab.example.internal/mirror"
+# Shaped as IBM's generated/installer/ibm-spectrum-scale-csi-operator.yaml is (a CRD, RBAC, the operator's
+# Deployment whose env names the images it starts), written here with made-up references.
+INSTALLER = """\
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: csiscaleoperators.csi.ibm.com}
+---
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: ibm-spectrum-scale-csi-operator, namespace: ibm-spectrum-scale-csi-driver}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: ibm-spectrum-scale-csi-operator, namespace: ibm-spectrum-scale-csi-driver}
+spec:
+  template:
+    spec:
+      containers:
+      - name: operator
+        image: quay.io/ibm-spectrum-scale/ibm-spectrum-scale-csi-operator@sha256:0123
+        env:
+        - {name: METRICS_BIND_ADDRESS, value: "8383"}
+        - name: WATCH_NAMESPACE
+          valueFrom: {fieldRef: {fieldPath: metadata.namespace}}
+        - {name: CSI_DRIVER_IMAGE, value: "quay.io/ibm-spectrum-scale/ibm-spectrum-scale-csi-driver@sha256:4567"}
+        - {name: CSI_ATTACHER_IMAGE, value: "registry.k8s.io/sig-storage/csi-attacher@sha256:89ab"}
+"""
+
+
+def mirrored_scale(**csi_settings):
+    data = with_storage(SCALE, csi={**SCALE_CSI, **csi_settings})
+    data["kubernetes"]["image_registry"] = MIRROR
+    return parse_spec(yaml.safe_dump(data))
+
+
+@pytest.mark.parametrize("version", ["v2.10.10", "v2.14.3"])
+def test_through_a_mirror_the_scale_cr_names_every_image_of_its_release_in_the_mirror(version):
+    from components.k8s.images import mirrored
+    from components.storage import csi
+    spec = mirrored_scale(operator_path="vendor/op.yaml", version=version)
+    cr = csi.render_scale_operator(spec).obj["spec"]
+    fields = {"spectrumScale", "driverRegistrar", "livenessprobe", "attacher", "provisioner", "snapshotter", "resizer"}
+    assert fields <= CR_SPEC_FIELDS and {f: cr[f] for f in fields} == {
+        f: mirrored(ref, spec) for f, ref in csi.SCALE_CSI_IMAGES[version].items()}
+    assert all(cr[f].startswith(f"{MIRROR}/") and "@sha256:" in cr[f] for f in fields)   # pinned as IBM pins them
+    assert not fields & set(csi.render_scale_operator(spec_of(SCALE, csi=SCALE_CSI)).obj["spec"])
+
+
+def test_the_scale_installer_comes_through_the_mirror_with_the_images_it_starts():
+    from components.k8s.images import mirrored
+    from components.storage import csi
+    spec = mirrored_scale(operator_path="vendor/op.yaml")
+    objects = csi.scale_operator_objects(spec, INSTALLER)
+    assert [o["kind"] for o in objects] == ["CustomResourceDefinition", "ServiceAccount", "Deployment"]
+    [operator] = objects[2]["spec"]["template"]["spec"]["containers"]
+    assert operator["image"] == mirrored("quay.io/ibm-spectrum-scale/ibm-spectrum-scale-csi-operator@sha256:0123", spec)
+    env = {e["name"]: e.get("value") for e in operator["env"]}
+    assert env["CSI_DRIVER_IMAGE"] == mirrored("quay.io/ibm-spectrum-scale/ibm-spectrum-scale-csi-driver@sha256:4567",
+                                               spec)
+    assert env["CSI_ATTACHER_IMAGE"] == mirrored("registry.k8s.io/sig-storage/csi-attacher@sha256:89ab", spec)
+    assert all(v.startswith(f"{MIRROR}/") for k, v in env.items() if k.endswith("_IMAGE"))
+    assert env["METRICS_BIND_ADDRESS"] == "8383" and env["WATCH_NAMESPACE"] is None
+    assert csi.scale_operator_objects(spec_of(SCALE, csi=SCALE_CSI), INSTALLER) == list(yaml.safe_load_all(INSTALLER))
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("kind: [unclosed", "is not YAML"),
+    ("- a list\n", "holds a document that is not a Kubernetes object"),
+    ("apiVersion: v1\nkind: ServiceAccount\nmetadata: {name: x}\n", "has no Deployment"),
+])
+def test_a_file_that_is_not_the_scale_installer_is_refused_saying_why(text, expected):
+    from components.storage import csi
+    with pytest.raises(ValueError, match=expected):
+        csi.scale_operator_objects(mirrored_scale(operator_path="vendor/op.yaml"), text)
+
+
+def test_a_mirror_needs_the_scale_installer_as_a_file_the_program_rewrites():
+    data = with_storage(SCALE, csi=dict(SCALE_CSI))
+    data["kubernetes"]["image_registry"] = MIRROR
+    found = problems_of(data)
+    assert any("storage.scale.csi.operator_path: images come through the mirror" in p and
+               "set operator_path" in p for p in found), found
+    data["storage"]["scale"]["csi"]["operator_url"] = "https://m.lab.example.internal/op.yaml"
+    assert any("installer from https://m.lab.example.internal/op.yaml" in p for p in problems_of(data))
+    data["storage"]["scale"]["csi"] = {**SCALE_CSI, "operator_path": "vendor/op.yaml"}
+    assert not any("operator_path" in p for p in problems_of(data))
+
+
+def test_an_installer_file_is_applied_as_its_objects_and_keeps_a_configfiles_objects(record, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "vendor").mkdir()
+    (tmp_path / "vendor" / "op.yaml").write_text(INSTALLER)
+    spec = mirrored_scale(operator_path="vendor/op.yaml")
+
+    def program():
+        ParallelFilesystem("dev-storage", spec, ssh_key(), api_password=pulumi.Output.secret("GUI-PASS"))
+    [group] = [r for r in record(program).records if r.name == "dev-storage-csi-operator"]
+    assert group.type == "kubernetes:yaml/v2:ConfigGroup"
+    images = [c["image"] for o in group.inputs["objs"] if o["kind"] == "Deployment"
+              for c in o["spec"]["template"]["spec"]["containers"]]
+    assert len(images) == 1 and images[0].startswith(f"{MIRROR}/") and images[0].endswith("-operator@sha256:0123")
+    assert any(a.get("spec", {}).get("type") == "kubernetes:yaml/v2:ConfigFile" for a in group.options["aliases"])
+
+
+@pytest.mark.parametrize("content, expected", [
+    (None, "storage.scale.csi.operator_path: cannot read vendor/op.yaml (FileNotFoundError"),
+    ("apiVersion: v1\nkind: ConfigMap\n", "storage.scale.csi.operator_path: vendor/op.yaml has no Deployment"),
+])
+def test_an_unreadable_installer_file_fails_the_run_naming_the_field(record, tmp_path, monkeypatch, content, expected):
+    monkeypatch.chdir(tmp_path)
+    if content is not None:
+        (tmp_path / "vendor").mkdir()
+        (tmp_path / "vendor" / "op.yaml").write_text(content)
+    spec = mirrored_scale(operator_path="vendor/op.yaml")
+
+    def program():
+        ParallelFilesystem("dev-storage", spec, ssh_key(), api_password=pulumi.Output.secret("GUI-PASS"))
+    with pytest.raises(Exception, match=expected.replace("(", r"\(")):
+        record(program)
