@@ -257,13 +257,22 @@ def _vendored_missing(spec: ClusterSpec, project_dir: Path | None) -> Iterator[t
             yield (("kubernetes", name, "chart_path"),
                    f"{path} has no Chart.yaml in the project ({project_dir}): vendor the chart there "
                    "(helm pull --untar) or set chart_repository")
-    for loc, settings, upstream in ((("mpi_operator",), k.mpi_operator, "kubeflow.org_mpijobs.yaml"),
-                                    (("health", "quarantine"), k.health.quarantine, "crds.yaml")):
-        crd = settings.crd_path
-        if crd is not None and not (project_dir / crd).is_file():
-            yield (("kubernetes", *loc, "crd_path"),
-                   f"{crd} is not a file in the project ({project_dir}): vendor the release's {upstream} there or "
-                   "set crd_url")
+    weka, scale = spec.storage.weka, spec.storage.scale
+    if weka is not None and weka.csi.chart_path and not (project_dir / weka.csi.chart_path / "Chart.yaml").is_file():
+        yield (("storage", "weka", "csi", "chart_path"),
+               f"{weka.csi.chart_path} has no Chart.yaml in the project ({project_dir}): vendor the chart there "
+               "(helm pull --untar) or set chart_repository")
+    files = [(("kubernetes", "mpi_operator", "crd_path"), k.mpi_operator.crd_path,
+              "vendor the release's kubeflow.org_mpijobs.yaml there or set crd_url"),
+             (("kubernetes", "health", "quarantine", "crd_path"), k.health.quarantine.crd_path,
+              "vendor the release's crds.yaml there or set crd_url")]
+    if scale is not None:
+        files.append((("storage", "scale", "csi", "operator_path"), scale.csi.operator_path,
+                      "download the release's generated/installer/ibm-spectrum-scale-csi-operator.yaml there" +
+                      ("" if k.image_registry else " or set operator_url")))
+    for loc, path, fix in files:
+        if path is not None and not (project_dir / path).is_file():
+            yield loc, f"{path} is not a file in the project ({project_dir}): {fix}"
 
 
 def project_of(path: Path) -> Path | None:

@@ -421,6 +421,12 @@ class StorageSpec(SpecModel):
         return (STORAGE_API_PASSWORD,) if needed else ()
 
     @property
+    def gds(self) -> bool:
+        """GPUDirect Storage asked for the site cluster's clients (storage.weka.gds or storage.scale.gds)."""
+        return bool(self.kind == "wekafs" and self.weka and self.weka.gds or
+                    self.kind == "scale" and self.scale and self.scale.gds)
+
+    @property
     def client_only(self) -> bool:
         return self.kind in CLIENT_ONLY
 

@@ -14,6 +14,10 @@ Vendor syntax, with its sources:
   SSH; the node must have Scale installed, and its portability layer built for the running kernel, before it
   joins. `mmlscluster -Y` and `mmgetstate -Y` print a HEADER line naming their fields (parsed by name, as IBM's
   own install toolkit does).
+- GPUDirect Storage (NVIDIA's GDS configuration guide, "GPUDirect Storage Parameters"; cuFile compatibility mode):
+  cuFile reads /etc/cufile.json, whose `properties.rdma_dev_addr_list` lists the IPv4 address of each interface
+  it may use for RDMA; a WekaFS or GPFS mount with none listed falls back to the POSIX path (no GDS). IBM
+  ("Configuring GPUDirect Storage for IBM Storage Scale"): verbsPorts must agree with that list.
 """
 
 from __future__ import annotations
@@ -88,9 +92,77 @@ weka_client_running() {
 weka_client_running
 """
 
-_NVIDIA_FS = r"""# GPUDirect Storage reads through nvidia-fs, which the GPU driver stack loads (GPU Operator: gds.enabled).
-[[ -d /sys/module/nvidia_fs ]] || fail "GPUDirect Storage (storage.weka.gds) needs the nvidia-fs module, which is not loaded: enable GDS in the GPU driver stack, or set gds: false"
+# GPUDirect Storage reads through nvidia-fs. A driver the GPU Operator manages brings it (gds.enabled, set by the
+# stack) once the node has joined, after this step; a host driver must have it already (NVIDIA's nvidia-fs).
+_NVIDIA_FS = r"""[[ -d /sys/module/nvidia_fs ]] || fail "GPUDirect Storage (@FIELD@) needs the nvidia-fs module, which is not loaded: install NVIDIA's nvidia-fs (nvidia-gds) beside the host's driver, or set gds: false"
 """
+
+
+def render_gds(spec: ClusterSpec, interfaces: list[str], field: str) -> str:
+    """With a host driver, nvidia-fs checked first; then cufile.json."""
+    check = "" if spec.kubernetes.gpu_operator.driver_managed else fill(_NVIDIA_FS, FIELD=field)
+    return check + render_cufile(interfaces, field)
+
+
+CUFILE = "/etc/cufile.json"
+CUFILE_RECORD = "/etc/gpucluster/cufile.json.sha256"     # what this library last wrote there
+CUFILE_KEPT = "/etc/cufile.json.before-gpucluster"       # the file it found there first
+# cufile.json for GDS on this host: the address of each interface it reads through, as the host has it now. A file
+# this library did not write (the GDS package's own, a site's) is kept aside first, never lost.
+_CUFILE = r"""# --- GPUDirect Storage: cufile.json lists each RDMA interface's IPv4 address (none listed: no GDS) ---
+addrs=""
+devices=(@INTERFACES@)
+for dev in "${devices[@]}"; do
+  addr=$(timeout 10 ip -4 -o addr show dev "$dev" scope global 2>/dev/null | awk '{ split($4, a, "/"); print a[1]; exit }' || true)
+  [[ -n "$addr" ]] || fail "GPUDirect Storage (@FIELD@) lists each RDMA interface's IPv4 address in @CUFILE@, and $dev has none: give $dev its address, or set gds: false"
+  addrs+="${addrs:+, }\"$addr\""
+done
+want=$(printf '{\n  "properties": {\n    "rdma_dev_addr_list": [%s]\n  }\n}' "$addrs")
+sum=$(printf '%s\n' "$want" | sha256sum | cut -d' ' -f1)
+mkdir -p "$(dirname @RECORD@)"
+# every file is written beside its place and moved there whole, so a cut run leaves no half file
+new=@CUFILE@.gpucluster-new
+if [[ ! -f @CUFILE@ ]] || [[ "$(cat @CUFILE@)" != "$want" ]]; then
+  if [[ -f @CUFILE@ ]] && [[ "$(sha256sum < @CUFILE@ | cut -d' ' -f1)" != "$(cat @RECORD@ 2>/dev/null)" ]] &&
+     ! cmp -s @CUFILE@ @KEPT@; then
+    keep=@KEPT@
+    if [[ -e "$keep" ]]; then keep="$keep.$(date +%Y%m%d%H%M%S)"; fi
+    cp -p @CUFILE@ "$new"
+    mv -f "$new" "$keep"
+    note "kept the @CUFILE@ found here as $keep"
+  fi
+  printf '%s\n' "$want" > "$new"
+  chmod 644 "$new"
+  mv -f "$new" @CUFILE@
+  changed "@CUFILE@ lists $addrs for GPUDirect Storage"
+fi
+[[ "$(cat @RECORD@ 2>/dev/null)" == "$sum" ]] || printf '%s\n' "$sum" > @RECORD@
+"""
+# GDS off (or never on): a cufile.json this library wrote goes, the one it found first comes back; one edited
+# since is left alone.
+_CUFILE_OFF = r"""if [[ -f @RECORD@ ]]; then
+  if [[ -f @CUFILE@ ]] && [[ "$(sha256sum < @CUFILE@ | cut -d' ' -f1)" == "$(cat @RECORD@)" ]]; then
+    if [[ -f @KEPT@ ]]; then
+      mv -f @KEPT@ @CUFILE@
+      changed "GPUDirect Storage is off: @CUFILE@ is the one found here before"
+    else
+      rm -f @CUFILE@
+      changed "GPUDirect Storage is off: removed the @CUFILE@ it had"
+    fi
+  elif [[ -f @CUFILE@ ]]; then
+    note "@CUFILE@ was edited since it was written for GPUDirect Storage: left as it is"
+  fi
+  rm -f @RECORD@
+fi
+"""
+
+
+def render_cufile(interfaces: list[str] | None, field: str) -> str:
+    """The host's cufile.json for GDS through `interfaces` (None: GDS off, and undone where it was on)."""
+    paths = dict(CUFILE=CUFILE, RECORD=CUFILE_RECORD, KEPT=CUFILE_KEPT)
+    if interfaces is None:
+        return fill(_CUFILE_OFF, **paths)
+    return fill(_CUFILE.replace("@INTERFACES@", call(*interfaces)), FIELD=field, **paths)
 
 
 def weka_mount_options(spec: ClusterSpec, interface: str) -> str:
@@ -102,7 +174,8 @@ def weka_mount_options(spec: ClusterSpec, interface: str) -> str:
 def render_weka_client(spec: ClusterSpec, layout: Layout, hostname: str, interface: str) -> Script:
     weka = spec.storage.weka
     assert weka is not None
-    body = _DEVICES + fill(_WEKA_STATE + _WEKA_CLIENT.replace("@GDS@", _NVIDIA_FS if weka.gds else ""),
+    gds = render_gds(spec, [interface], "storage.weka.gds") if weka.gds else render_cufile(None, "")
+    body = _DEVICES + fill(_WEKA_STATE + _WEKA_CLIENT.replace("@GDS@", gds),
                            URL=weka_install_url(spec), INSTALL_S=INSTALL_S, AGENT=WEKA_AGENT,
                            SOURCE=layout.client_source, MOUNT=layout.mount_point, CONTAINER=WEKA_CONTAINER,
                            OPTIONS=weka_mount_options(spec, interface))
@@ -161,16 +234,19 @@ fi
 """
 
 
-def render_scale_node(spec: ClusterSpec, layout: Layout, hostname: str) -> Script:
-    """A GPU host made ready to join: a supported kernel, Scale's packages, the portability layer."""
+def render_scale_node(spec: ClusterSpec, layout: Layout, pool: NodePool, hostname: str) -> Script:
+    """A GPU host made ready to join: a supported kernel, Scale's packages, the portability layer, and with GDS
+    the cufile.json that agrees with its verbsPorts."""
     scale = spec.storage.scale
     assert scale is not None
+    cufile = render_gds(spec, [n.interface for n in sorted(pool.nics, key=lambda n: n.rail)], "storage.scale.gds") \
+        if scale.gds else render_cufile(None, "")
     body = fill(_SCALE_LAYER + _SCALE_NODE.replace("@PROVIDE@", provide(
         layout, spec.storage.package_repositories, f"Storage Scale {layout.version}", scale_packages()))
         .replace("@PATTERNS@", " ".join(call(p) for p in scale.supported_kernels))
         .replace("@ADMIN_KEY@", fill(_ADMIN_KEY, KEY=scale.admin_public_key) if scale.admin_public_key else ""),
         VERSION=layout.version, BUILD_S=SCALE_BUILD_S,
-        BIN=f"{packages.SCALE_ROOT}/bin")
+        BIN=f"{packages.SCALE_ROOT}/bin") + cufile
     create = script(f"Storage Scale {layout.fs_name}: client node {hostname}", hostname, body, shared=True)
     return Script(create)
 

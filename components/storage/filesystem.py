@@ -106,7 +106,7 @@ def intent(spec: ClusterSpec) -> dict[str, Any]:
 def render_client(spec: ClusterSpec, layout: Layout, pool: NodePool, host: Host) -> Script:
     """A GPU host's filesystem client: one text for every host of its pool but for the host's name."""
     if layout.kind == "scale":
-        return render_scale_node(spec, layout, host.hostname)
+        return render_scale_node(spec, layout, pool, host.hostname)
     render = {"beegfs": render_beegfs_client, "wekafs": render_weka_client}.get(layout.kind, render_lustre_client)
     return render(spec, layout, host.hostname, spec.storage_client_interface(pool) or "")
 

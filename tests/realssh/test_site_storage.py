@@ -14,6 +14,7 @@ against the vendors' documented syntax:
 from __future__ import annotations
 
 import re
+import shlex
 
 import pytest
 import yaml
@@ -140,7 +141,7 @@ def test_a_scale_node_on_a_kernel_its_release_does_not_support_stops_before_any_
     scale_installed(host)
     spec = scale_spec(kernels=("1.2.3-*",))
     host.clear_calls()
-    out = run(test_hosts, host, render_scale_node(spec, plan_layout(spec), host.name).create)
+    out = run(test_hosts, host, render_scale_node(spec, plan_layout(spec), spec.node_pools[0], host.name).create)
     assert out.returncode == 1
     assert (f"kernel {KERNEL} is not one Storage Scale 5.2 supports here (storage.scale.supported_kernels: "
             "1.2.3-*)") in out.stderr, out.stderr
@@ -152,7 +153,7 @@ def test_a_scale_node_builds_its_portability_layer_once_per_kernel(test_hosts, h
     host.sh(f"rm -f {STATE_DIR}/scale-modules-*")
     key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIIjPvsb1auu+FHfwP0boHL4g7PTUuBh+Kb48FXfnr632"
     spec = scale_spec(admin_public_key=key)
-    node = render_scale_node(spec, plan_layout(spec), host.name).create
+    node = render_scale_node(spec, plan_layout(spec), spec.node_pools[0], host.name).create
     host.clear_calls()
     ok(run(test_hosts, host, node))
     assert "mmbuildgpl " in host.calls()
@@ -267,7 +268,7 @@ def test_a_scale_node_joining_killed_anywhere_converges_on_the_next_run(test_hos
     place: the member command converges)."""
     scale_installed(host)
     spec, gds = scale_spec(), scale_spec(gds=True)
-    node = render_scale_node(spec, plan_layout(spec), host.name)
+    node = render_scale_node(spec, plan_layout(spec), spec.node_pools[0], host.name)
     pool = spec.node_pools[0]
     plain_member = render_scale_member(spec, plan_layout(spec), pool, host.name)
     gds_member = render_scale_member(gds, plan_layout(gds), pool, host.name)
@@ -294,6 +295,135 @@ def test_a_scale_node_joining_killed_anywhere_converges_on_the_next_run(test_hos
     ok(run(test_hosts, host, gds_member.delete))
     nothing_built()
 
+
+
+# --- GPUDirect Storage's cufile.json ----------------------------------------------------------------------
+
+CUFILE_FOUND = '{\n  // the GDS package\'s own file, comments and all\n  "logging": {"level": "ERROR"}\n}\n'
+RAIL_ADDRESSES = {"ens1f0np0": "10.40.0.13", "ens2f0np0": "10.41.0.13"}
+
+
+@pytest.fixture
+def addressed(host):
+    """The host's data-plane interfaces with their IPv4 addresses, as the site gives them (and the GDS package's
+    own cufile.json in place); afterwards as they were."""
+    for dev, addr in RAIL_ADDRESSES.items():
+        host.sh(f"ip addr flush dev {dev} && ip addr add {addr}/24 dev {dev}")
+    host.sh(f"rm -f {clients.CUFILE_RECORD} {clients.CUFILE_KEPT}*")
+    host.put(clients.CUFILE, CUFILE_FOUND)
+    host.sh("mkdir -p /sys/module/nvidia_fs")       # the test host's own /sys: nvidia-fs loaded with its driver
+    yield RAIL_ADDRESSES
+    host.sh("rmdir /sys/module/nvidia_fs")
+    for dev in RAIL_ADDRESSES:
+        host.sh(f"ip addr flush dev {dev}")
+    host.sh(f"rm -f {clients.CUFILE} {clients.CUFILE_RECORD} {clients.CUFILE_KEPT}*")
+
+
+def dated_copies(host):
+    """Files kept aside after the first (a cufile.json edited since this library wrote it)."""
+    kept = host.upper(clients.CUFILE_KEPT)
+    return sorted(kept.parent.glob(kept.name + ".*"))
+
+
+def cufile_addresses(host):
+    import json
+    return json.loads(host.read(clients.CUFILE))["properties"]["rdma_dev_addr_list"]
+
+
+def test_a_scale_gds_node_lists_its_verbs_ports_addresses_in_cufile_and_gives_the_old_file_back_when_off(
+        test_hosts, host, scale_root, addressed):
+    scale_installed(host)
+    gds, plain = scale_spec(gds=True), scale_spec()
+    pool = gds.node_pools[0]
+    node = render_scale_node(gds, plan_layout(gds), pool, host.name).create
+    ok(run(test_hosts, host, node))
+    # rail order, as verbsPorts names the devices (mlx5_0/1 mlx5_1/1 are ens1f0np0 and ens2f0np0)
+    assert clients.scale_verbs_ports(pool) == "mlx5_0/1 mlx5_1/1"
+    assert cufile_addresses(host) == ["10.40.0.13", "10.41.0.13"]
+    assert host.read(clients.CUFILE_KEPT) == CUFILE_FOUND           # the package's file, kept
+    again = run(test_hosts, host, node)
+    assert again.stdout.strip().endswith(": 0 change(s)"), again.stdout
+    host.sh("ip addr flush dev ens2f0np0 && ip addr add 10.41.0.99/24 dev ens2f0np0")   # the site renumbers
+    ok(run(test_hosts, host, node))
+    assert cufile_addresses(host) == ["10.40.0.13", "10.41.0.99"]
+    assert not dated_copies(host) and host.read(clients.CUFILE_KEPT) == CUFILE_FOUND
+    off = run(test_hosts, host, render_scale_node(plain, plan_layout(plain), pool, host.name).create)
+    ok(off)
+    assert host.read(clients.CUFILE) == CUFILE_FOUND and not host.exists(clients.CUFILE_RECORD)
+    assert "GPUDirect Storage is off" in off.stdout
+
+
+def test_a_cufile_edited_by_hand_is_kept_aside_and_never_overwritten_unseen(test_hosts, host, scale_root,
+                                                                            addressed):
+    scale_installed(host)
+    gds, plain = scale_spec(gds=True), scale_spec()
+    pool = gds.node_pools[0]
+    ok(run(test_hosts, host, render_scale_node(gds, plan_layout(gds), pool, host.name).create))
+    host.put(clients.CUFILE, '{"properties": {"rdma_dev_addr_list": ["10.40.0.13"], "use_poll_mode": true}}\n')
+    out = run(test_hosts, host, render_scale_node(gds, plan_layout(gds), pool, host.name).create)
+    ok(out)
+    kept = dated_copies(host)
+    assert len(kept) == 1 and "use_poll_mode" in kept[0].read_text(), out.stdout
+    host.put(clients.CUFILE, '{"properties": {"use_poll_mode": true}}\n')       # edited again, then GDS off
+    off = run(test_hosts, host, render_scale_node(plain, plan_layout(plain), pool, host.name).create)
+    ok(off)
+    assert "use_poll_mode" in host.read(clients.CUFILE) and "edited since" in off.stdout
+
+
+def test_gds_through_an_interface_without_an_address_fails_naming_it(test_hosts, host, scale_root, addressed):
+    scale_installed(host)
+    host.sh("ip addr flush dev ens2f0np0")
+    gds = scale_spec(gds=True)
+    out = run(test_hosts, host, render_scale_node(gds, plan_layout(gds), gds.node_pools[0], host.name).create)
+    assert out.returncode == 1
+    assert ("GPUDirect Storage (storage.scale.gds) lists each RDMA interface's IPv4 address in /etc/cufile.json, "
+            "and ens2f0np0 has none") in out.stderr, out.stderr
+    assert host.read(clients.CUFILE) == CUFILE_FOUND                 # nothing changed
+
+
+def test_a_weka_gds_client_lists_its_interfaces_address(test_hosts, host, addressed):
+    fresh_weka(host)
+    spec = weka_spec(gds=True, network="dpdk")
+    try:
+        ok(run(test_hosts, host, render_weka_client(spec, plan_layout(spec), host.name, "ens1f0np0").create))
+        assert cufile_addresses(host) == ["10.40.0.13"]
+    finally:
+        ok(run(test_hosts, host, weka_client(host).delete))
+
+
+def test_gds_with_the_hosts_driver_and_no_nvidia_fs_stops_before_cufile(test_hosts, host, scale_root, addressed):
+    scale_installed(host)
+    host.sh("rmdir /sys/module/nvidia_fs && mkdir -p /sys/module/nvidia_fs.off")
+    try:
+        gds = scale_spec(gds=True)
+        out = run(test_hosts, host, render_scale_node(gds, plan_layout(gds), gds.node_pools[0], host.name).create)
+    finally:
+        host.sh("rmdir /sys/module/nvidia_fs.off && mkdir -p /sys/module/nvidia_fs")
+    assert out.returncode == 1
+    assert "GPUDirect Storage (storage.scale.gds) needs the nvidia-fs module" in out.stderr, out.stderr
+    assert host.read(clients.CUFILE) == CUFILE_FOUND
+
+
+def test_cufile_killed_anywhere_converges_on_the_next_run(test_hosts, host, scale_root, addressed):
+    """The node's step from GDS off to on (the file found there kept aside), and back (that file given back)."""
+    scale_installed(host)
+    gds, plain = scale_spec(gds=True), scale_spec()
+    pool = gds.node_pools[0]
+    on = render_scale_node(gds, plan_layout(gds), pool, host.name)
+    off = render_scale_node(plain, plan_layout(plain), pool, host.name)
+    reset = type(on)("#!/usr/bin/env bash\nset -euo pipefail\n" + f"rm -f {clients.CUFILE_RECORD} "
+                     f"{clients.CUFILE_KEPT}*\nprintf %s {shlex.quote(CUFILE_FOUND)} > {clients.CUFILE}\n")
+
+    def listed(k):
+        assert cufile_addresses(host) == ["10.40.0.13", "10.41.0.13"], f"step {k}"
+        assert host.read(clients.CUFILE_KEPT) == CUFILE_FOUND, f"step {k}"
+        assert not dated_copies(host), f"step {k}"
+
+    def given_back(k):
+        assert host.read(clients.CUFILE) == CUFILE_FOUND, f"step {k}"
+        assert not host.exists(clients.CUFILE_RECORD), f"step {k}"
+    each_cut(test_hosts, host, reset, on, listed)
+    each_cut(test_hosts, host, on, off, given_back)
 
 # --- the rollout's roll -----------------------------------------------------------------------------------
 

@@ -65,6 +65,8 @@ def render_gpu_operator_values(spec: ClusterSpec) -> dict[str, Any]:
     }
     if g.driver_managed and spec.node_pools:
         values["driver"]["upgradePolicy"] = render_driver_upgrade_policy(spec)
+    if g.driver_managed and spec.storage.gds:     # nvidia-fs, which GDS reads through, beside the driver it runs
+        values["gds"] = {"enabled": True}
     if monitoring.enabled:
         values["dcgmExporter"]["config"] = {"name": DCGM_METRICS_CONFIG, "create": True,
                                             "data": render_dcgm_metrics_csv()}

@@ -38,17 +38,34 @@ def scripts(spec):
         if layout.kind == "wekafs":
             s = render_weka_client(spec, layout, host.hostname, "ens1f0np0")
         else:
-            yield f"{host.hostname}-node.sh", render_scale_node(spec, layout, host.hostname).create
+            yield f"{host.hostname}-node.sh", render_scale_node(spec, layout, pool, host.hostname).create
             s = render_scale_member(spec, layout, pool, host.hostname)
         yield f"{host.hostname}.sh", s.create
         yield f"{host.hostname}.delete.sh", s.delete
     yield "directories.sh", render_directories(spec, layout, "gpu-dev-01").create
 
 
-@pytest.mark.parametrize("storage", [WEKA, SCALE], ids=["wekafs", "scale"])
-def test_every_client_script_passes_shellcheck(storage, tmp_path):
-    spec = spec_of(storage, gds=True) if storage is SCALE else spec_of(storage)
-    assert shellcheck_findings(scripts(spec), tmp_path) == ""
+@pytest.mark.parametrize("storage, settings", [(WEKA, {}), (WEKA, {"gds": True, "network": "dpdk"}), (SCALE, {}),
+                                               (SCALE, {"gds": True})],
+                         ids=["wekafs", "wekafs-gds", "scale", "scale-gds"])
+def test_every_client_script_passes_shellcheck(storage, settings, tmp_path):
+    assert shellcheck_findings(scripts(spec_of(storage, **settings)), tmp_path) == ""
+
+
+def test_gds_lists_the_interfaces_verbsports_names_in_cufile_and_undoes_it_when_off():
+    from components.storage.clients import CUFILE_RECORD
+    gds, plain = spec_of(SCALE, gds=True), spec_of(SCALE)
+    pool = gds.node_pools[0]
+    on = render_scale_node(gds, plan_layout(gds), pool, "gpu-dev-01").create
+    interfaces = [n.interface for n in sorted(pool.nics, key=lambda n: n.rail)]
+    assert f"devices=({' '.join(interfaces)})" in on
+    assert scale_gds_settings(pool).endswith("verbsPorts=" + " ".join(
+        f"{n.device}/1" for n in sorted(pool.nics, key=lambda n: n.rail)))
+    off = render_scale_node(plain, plan_layout(plain), pool, "gpu-dev-01").create
+    assert "rdma_dev_addr_list" not in off and f"if [[ -f {CUFILE_RECORD} ]]" in off
+    weka = spec_of(WEKA, gds=True, network="dpdk")
+    text = render_weka_client(weka, plan_layout(weka), "gpu-dev-01", "ens1f0np0").create
+    assert "devices=(ens1f0np0)" in text and text.index("nvidia_fs") < text.index("rdma_dev_addr_list")
 
 
 @pytest.mark.parametrize("storage", [WEKA, SCALE], ids=["wekafs", "scale"])
@@ -139,7 +156,7 @@ def test_scale_gds_needs_rdma_nics_and_names_them_in_verbs_ports():
 
 def test_the_scale_node_checks_the_kernel_before_any_change():
     spec = spec_of(SCALE)
-    text = render_scale_node(spec, plan_layout(spec), "gpu-dev-01").create
+    text = render_scale_node(spec, plan_layout(spec), spec.node_pools[0], "gpu-dev-01").create
     assert text.index("storage.scale.supported_kernels") < text.index("--- packages")
     # the layer is built (scale_layer, which runs mmbuildgpl) only after the packages are there
     assert "mmbuildgpl" in text[:text.index("scale_layer() {") + 400]
@@ -506,3 +523,54 @@ def test_an_unreadable_installer_file_fails_the_run_naming_the_field(record, tmp
         ParallelFilesystem("dev-storage", spec, ssh_key(), api_password=pulumi.Output.secret("GUI-PASS"))
     with pytest.raises(Exception, match=expected.replace("(", r"\(")):
         record(program)
+
+
+def test_with_an_operator_driver_gds_comes_from_the_operator_and_the_host_step_does_not_wait_for_it():
+    from components.k8s.platform.gpu_operator import render_gpu_operator_values
+    host_driver = spec_of(SCALE, gds=True)
+    assert "nvidia_fs" in render_scale_node(host_driver, plan_layout(host_driver), host_driver.node_pools[0],
+                                            "gpu-dev-01").create
+    assert "gds" not in render_gpu_operator_values(host_driver)
+    data = with_storage(SCALE, gds=True)
+    data["kubernetes"]["gpu_operator"] = {"driver_managed": True}
+    for pool in data["node_pools"]:             # both need a host driver
+        pool["burn_in"] = {"enabled": False}
+        pool.setdefault("tuning", {})["persistence"] = False
+    managed = parse_spec(yaml.safe_dump(data))
+    text = render_scale_node(managed, plan_layout(managed), managed.node_pools[0], "gpu-dev-01").create
+    assert "nvidia_fs" not in text and "rdma_dev_addr_list" in text
+    assert render_gpu_operator_values(managed)["gds"] == {"enabled": True}
+    assert "gds" not in render_gpu_operator_values(spec_of(SCALE))
+
+
+def test_vendored_storage_files_missing_from_the_project_are_refused_with_their_lines(tmp_path):
+    from components.spec import SpecError, load_spec
+    (tmp_path / "Pulumi.yaml").write_text("name: gpucluster\nruntime: python\n")
+    (tmp_path / "stacks").mkdir()
+    scale = with_storage(SCALE, csi={**SCALE_CSI, "operator_path": "vendor/scale/op.yaml"})
+    scale["kubernetes"]["image_registry"] = MIRROR
+    weka = with_storage(WEKA, csi={"enabled": True, "chart_path": "vendor/csi-wekafsplugin"})
+    for name, data, expected in (
+            ("scale", scale, "storage.scale.csi.operator_path: vendor/scale/op.yaml is not a file in the project"),
+            ("weka", weka, "storage.weka.csi.chart_path: vendor/csi-wekafsplugin has no Chart.yaml in the project")):
+        spec_file = tmp_path / "stacks" / f"{name}.yaml"
+        spec_file.write_text(yaml.safe_dump(data, sort_keys=False))
+        with pytest.raises(SpecError) as e:
+            load_spec(spec_file)
+        [problem] = e.value.problems
+        assert problem.startswith(f"{spec_file}:") and expected in problem, problem
+    scale_problem = str(load_problem(tmp_path / "stacks" / "scale.yaml"))
+    assert "download the release's generated/installer/" in scale_problem and "or set operator_url" not in \
+        scale_problem       # a mirror takes only a file
+    (tmp_path / "vendor" / "scale").mkdir(parents=True)
+    (tmp_path / "vendor" / "scale" / "op.yaml").write_text(INSTALLER)
+    assert load_spec(tmp_path / "stacks" / "scale.yaml").storage.scale.csi.operator_path == "vendor/scale/op.yaml"
+
+
+def load_problem(path):
+    from components.spec import SpecError, load_spec
+    try:
+        load_spec(path)
+    except SpecError as e:
+        return e
+    return None
