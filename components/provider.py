@@ -74,9 +74,22 @@ class ClusterAccessArgs(HostsArgs):
     """Context of that kubeconfig. Omitted: its current context."""
 
 
-class GpuClusterArgs(ClusterAccessArgs, GpuKubernetesStackArgs):
+class StorageSecretArgs(SpecArgs):
+    """A cluster spec, and the secret its site storage cluster's API user needs."""
+
+    storage_api_password: NotRequired[pulumi.Input[str]]
+    """Password of the storage cluster's API user (storage.weka.api_username, storage.scale.csi.gui_username),
+    which WEKA's quotas and the CSI drivers log in with; a secret. Omitted: none, which a spec with such a user
+    refuses."""
+
+
+class ParallelFilesystemArgs(HostsArgs, StorageSecretArgs):
+    """A cluster spec with a parallel filesystem, the key that reaches its hosts, and its storage secret."""
+
+
+class GpuClusterArgs(ClusterAccessArgs, GpuKubernetesStackArgs, StorageSecretArgs):
     """The inputs of a GpuCluster: its spec (a file or the text), how to reach the hosts and the cluster, and
-    the secrets of its Kubernetes stack."""
+    the secrets of its Kubernetes stack and its storage cluster."""
 
 
 class GpuNodePoolArgs(ClusterAccessArgs):
@@ -131,10 +144,11 @@ class GpuCluster(pulumi.ComponentResource):
         spec = spec_of(args)          # before anything registers: a bad spec leaves nothing half-made
         ssh_key = _required(args, "ssh_private_key")
         password = _directory_password(spec, args)
-        _no_storage_secrets(spec, args)
+        api_password = _storage_api_password(spec, args)
         super().__init__(cluster.GpuCluster.TYPE, name, cluster.intent(spec), opts)
         cluster.compose(self, name, spec, ssh_key, kubeconfig=args.get("kubeconfig"),
-                        kube_context=args.get("kube_context"), slurm_directory_password=password)
+                        kube_context=args.get("kube_context"), slurm_directory_password=password,
+                        storage_api_password=api_password)
         self.gpus = pulumi.Output.from_input(spec.gpus)
         self.flavors = pulumi.Output.from_input(self.kubernetes.flavors)
         self.rdma_resource = pulumi.Output.from_input(self.kubernetes.rdma_resource)
@@ -212,16 +226,16 @@ class ParallelFilesystem(pulumi.ComponentResource):
     auth: pulumi.Output[Optional[str]]
     """BeeGFS's connection secret, for clients set up elsewhere; a secret. Absent on Lustre or without auth."""
 
-    def __init__(self, name: str, args: HostsArgs, opts: Optional[pulumi.ResourceOptions] = None):
+    def __init__(self, name: str, args: ParallelFilesystemArgs, opts: Optional[pulumi.ResourceOptions] = None):
         spec = spec_of(args)
         ssh_key = _required(args, "ssh_private_key")
         if spec.storage.kind == "none":
             raise InputPropertyError(_spec_property(args), "the spec's storage.kind is none: give a spec with a "
                                                            "parallel filesystem (storage.kind)")
-        _no_storage_secrets(spec, args)
+        api_password = _storage_api_password(spec, args)
         super().__init__(filesystem.ParallelFilesystem.TYPE, name, filesystem.intent(spec),
                          with_aliases(filesystem.ParallelFilesystem.TYPE, opts))
-        filesystem.compose(self, name, spec, ssh_key, host_ready=None, namespaces=None)
+        filesystem.compose(self, name, spec, ssh_key, host_ready=None, namespaces=None, api_password=api_password)
         self.summary = pulumi.Output.from_input(self.outputs)
         self.claims = pulumi.Output.from_input(claims_of(spec))
         self.auth = _secret(self.auth)
@@ -285,7 +299,8 @@ class Tenant(pulumi.ComponentResource):
 _TEXT_INPUTS: dict[str, tuple[str, Callable[[str], Optional[str]] | None]] = {
     "spec_file": ("specFile", None), "spec_yaml": ("specYaml", None), "kube_context": ("kubeContext", None),
     "pool": ("pool", None), "ssh_private_key": ("sshPrivateKey", None), "kubeconfig": ("kubeconfig", None),
-    "slurm_directory_password": ("slurmDirectoryPassword", directory_password_problem)}
+    "slurm_directory_password": ("slurmDirectoryPassword", directory_password_problem),
+    "storage_api_password": ("storageApiPassword", None)}
 
 
 def _text_inputs(args: SpecArgs) -> None:
@@ -383,14 +398,16 @@ def _directory_password(spec: ClusterSpec, args: GpuKubernetesStackArgs) -> Opti
     return password             # its text checked by spec_of (_TEXT_INPUTS)
 
 
-def _no_storage_secrets(spec: ClusterSpec, args: SpecArgs) -> None:
-    """The storage API user's password is not an input of the provider's components yet: refused where the
-    spec needs it, rather than failing on the cluster at apply."""
-    if spec.storage.secret_settings:
-        raise InputPropertyError(_spec_property(args), "the spec's WEKA quotas or CSI driver need the storage API "
-                                                       "user's password, which the component provider does not "
-                                                       "take yet: use the Python components "
-                                                       "(storage_api_password)")
+def _storage_api_password(spec: ClusterSpec, args: StorageSecretArgs) -> Optional[pulumi.Input[str]]:
+    """The storage API user's password, refused as an input error where the spec needs one and it is not
+    given, rather than failing on the cluster at apply."""
+    password = args.get("storage_api_password")
+    if password is None and spec.storage.secret_settings:
+        raise InputPropertyError("storageApiPassword", "the spec's WEKA quotas or CSI driver log in as the storage "
+                                                       "cluster's API user (storage.weka.api_username or storage."
+                                                       "scale.csi.gui_username): give its password as "
+                                                       "storageApiPassword")
+    return password
 
 
 def _secret(value: Optional[pulumi.Input[str]]) -> pulumi.Output[Optional[str]]:
@@ -399,16 +416,17 @@ def _secret(value: Optional[pulumi.Input[str]]) -> pulumi.Output[Optional[str]]:
 
 # Inputs and outputs the schema flags secret, by component: SDKs then wrap them as secrets on both sides.
 SECRETS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
-    "GpuCluster": (frozenset({"sshPrivateKey", "kubeconfig", "slurmDirectoryPassword"}),
+    "GpuCluster": (frozenset({"sshPrivateKey", "kubeconfig", "slurmDirectoryPassword", "storageApiPassword"}),
                    frozenset({"filesystemAuth"})),
     "GpuKubernetesStack": (frozenset({"slurmDirectoryPassword"}), frozenset()),
     "GpuNodePool": (frozenset({"sshPrivateKey", "kubeconfig"}), frozenset()),
     "Fabric": (frozenset({"sshPrivateKey"}), frozenset()),
-    "ParallelFilesystem": (frozenset({"sshPrivateKey"}), frozenset({"auth"})),
+    "ParallelFilesystem": (frozenset({"sshPrivateKey", "storageApiPassword"}), frozenset({"auth"})),
 }
 COMPONENTS: list[type[pulumi.ComponentResource]] = [GpuCluster, GpuNodePool, Fabric, ParallelFilesystem,
                                                     GpuKubernetesStack, Tenant]
-ARGS = [SpecArgs, GpuKubernetesStackArgs, HostsArgs, ClusterAccessArgs, GpuClusterArgs, GpuNodePoolArgs, TenantArgs]
+ARGS = [SpecArgs, GpuKubernetesStackArgs, HostsArgs, ClusterAccessArgs, StorageSecretArgs, ParallelFilesystemArgs,
+        GpuClusterArgs, GpuNodePoolArgs, TenantArgs]
 
 
 class GpuClusterProvider(ComponentProvider):

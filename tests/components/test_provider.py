@@ -377,6 +377,21 @@ def test_a_slurm_directory_account_needs_its_password_which_stays_a_secret(provi
     assert "bind-pw-9" not in json.dumps(redact([r.inputs for r in monitor.recorder.records]))
 
 
+@pytest.mark.parametrize("component", ["GpuCluster", "ParallelFilesystem"])
+def test_a_storage_api_user_needs_its_password_which_stays_a_secret(provider, dev_data, component):
+    from tests.components.storage.client_specs import WEKA, with_storage
+    data = with_storage(WEKA, dev_data)
+    inputs = {"specYaml": yaml.safe_dump(data), "sshPrivateKey": rpc.wrap_rpc_secret(KEY)}
+    error, monitor = _refused(provider, inputs, component)
+    assert _property_errors(error).startswith("storageApiPassword: ") and monitor.recorder.records == []
+    response, monitor = _constructed(provider, component, "dev", {
+        **inputs, "storageApiPassword": rpc.wrap_rpc_secret("W3KA-API-pw-7")})
+    secret = next(r for r in monitor.recorder.records if r.name.endswith("-csi-api-secret"))
+    assert rpc.is_rpc_secret(secret.inputs["stringData"])
+    quotas = next(r for r in monitor.recorder.records if r.name.endswith("-directories"))
+    assert rpc.is_rpc_secret(quotas.inputs["stdin"])
+    assert "W3KA-API-pw-7" not in json.dumps(redact([r.inputs for r in monitor.recorder.records]))
+
 def _tenancy_problems(tenant: dict[str, Any]) -> list[str]:
     """What the tenants project says of this tenant on the dev platform (its own check, its own words)."""
     return [p.message for p in tenancy_problems(tenancy_of(load_spec(ROOT / "stacks" / "dev.yaml")),
@@ -563,7 +578,7 @@ def test_any_value_in_any_input_is_registered_or_refused_naming_an_input_never_a
     prop = data.draw(st.sampled_from(properties), label="property")
     value = data.draw(_WIRE, label="value")
     inputs = {**_BASE[component], prop: value}
-    for secret in ("sshPrivateKey", "kubeconfig", "slurmDirectoryPassword"):
+    for secret in ("sshPrivateKey", "kubeconfig", "slurmDirectoryPassword", "storageApiPassword"):
         if isinstance(inputs.get(secret), str):
             inputs[secret] = rpc.wrap_rpc_secret(inputs[secret])
     started = time.monotonic()

@@ -52,6 +52,7 @@ export class ParallelFilesystem extends pulumi.ComponentResource {
             resourceInputs["specFile"] = args?.specFile;
             resourceInputs["specYaml"] = args?.specYaml;
             resourceInputs["sshPrivateKey"] = args?.sshPrivateKey ? pulumi.secret(args.sshPrivateKey) : undefined;
+            resourceInputs["storageApiPassword"] = args?.storageApiPassword ? pulumi.secret(args.storageApiPassword) : undefined;
             resourceInputs["auth"] = undefined /*out*/;
             resourceInputs["claims"] = undefined /*out*/;
             resourceInputs["summary"] = undefined /*out*/;
@@ -83,4 +84,8 @@ export interface ParallelFilesystemArgs {
      * Private key (OpenSSH or PEM) for SSH to the hosts, switches and storage servers; a secret.
      */
     sshPrivateKey: pulumi.Input<string>;
+    /**
+     * Password of the storage cluster's API user (storage.weka.api_username, storage.scale.csi.gui_username), which WEKA's quotas and the CSI drivers log in with; a secret. Omitted: none, which a spec with such a user refuses.
+     */
+    storageApiPassword?: pulumi.Input<string | undefined>;
 }
