@@ -82,8 +82,9 @@ _CONTAINER_LISTS = frozenset({"containers", "initContainers", "ephemeralContaine
 
 
 def _through(node: Any, image: Callable[[str], str], key: str = "") -> Any:
-    """A copy of `node` with each image it names rewritten: a container's `image`, and the `repository` of an
-    image setting (a chart's `image: {repository, tag}`, or an operator's `{image, repository, version}`)."""
+    """A copy of `node` with each image it names rewritten: a container's `image`, the value of a container's
+    environment variable named `*_IMAGE` (how operators are told the images they start), and the `repository`
+    of an image setting (a chart's `image: {repository, tag}`, or an operator's `{image, repository, version}`)."""
     if isinstance(node, list):
         return [_through(v, image, key) for v in node]
     if not isinstance(node, dict):
@@ -91,6 +92,9 @@ def _through(node: Any, image: Callable[[str], str], key: str = "") -> Any:
     out = {k: _through(v, image, k) for k, v in node.items()}
     if key in _CONTAINER_LISTS and isinstance(out.get("image"), str):
         out["image"] = image(out["image"])
+    if key in _CONTAINER_LISTS and isinstance(out.get("env"), list):
+        out["env"] = [{**e, "value": image(e["value"])} if isinstance(e, dict) and str(e.get("name", "")).endswith(
+            "_IMAGE") and isinstance(e.get("value"), str) and e["value"] else e for e in out["env"]]
     if isinstance(out.get("repository"), str) and (key == "image" or isinstance(out.get("image"), str)):
         out["repository"] = image(out["repository"])
     return out

@@ -35,6 +35,7 @@ HONESTY = ("Offline plan: what the program registers under Pulumi's mock runtime
            "Values known only after a real apply show as <computed>; secrets show as [secret].")
 HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
 REMOTE_COMMAND = "command:remote:Command"
+CONFIG_GROUP = "kubernetes:yaml/v2:ConfigGroup"
 LOCAL_COMMAND = "command:local:Command"
 LOCAL_SCRIPTS = "_local"      # where pulumi runs; no host is named so (a hostname has no underscore)
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
@@ -147,17 +148,25 @@ def build_plan(run: ProgramRun, thresholds: Thresholds = Thresholds()) -> Plan:
     for r, entry in zip(run.records, entries):
         if r.type.startswith("kubernetes:") and not r.type.startswith("pulumi:providers") \
                 and "apiVersion" in r.inputs and "kind" in r.inputs:
-            path = _manifest_path(entry["inputs"])
+            objects = [entry["inputs"]]
+        elif r.type == CONFIG_GROUP:        # objects the program read itself (an operator's installer)
+            objects = [o for o in entry["inputs"].get("objs") or [] if isinstance(o, dict) and "kind" in o]
+        else:
+            objects = []
+        for obj in objects:
+            path = _manifest_path(obj)
             if path in owners:
                 errors.append(f"{r.name} and {owners[path]} both manage the Kubernetes object {path}; "
                               "one would overwrite the other")
             owners[path] = r.name
-            files[path] = to_yaml(_k8s_document(entry["inputs"]))
-            size = len(json.dumps(entry["inputs"], ensure_ascii=False).encode())
+            files[path] = to_yaml(_k8s_document(obj))
+            size = len(json.dumps(obj, ensure_ascii=False).encode())
             if size > MAX_OBJECT_BYTES:
                 errors.append(f"{path} is {size:,} bytes; the API server refuses objects over {MAX_OBJECT_BYTES:,} "
                               "(a ConfigMap's limit): split it or make the spec that produces it smaller")
-        elif r.type == HELM_RELEASE:
+        if objects:
+            continue
+        if r.type == HELM_RELEASE:
             path, text = _release_files(r)
             files[path] = text
         elif r.type in (REMOTE_COMMAND, LOCAL_COMMAND):

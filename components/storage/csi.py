@@ -22,13 +22,12 @@ fileset volume's quota is its claim's size where the file system enforces quotas
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import yaml
 
 from ..k8s.helm import Chart
-from ..k8s.images import ChartImages, chart_from, mirrored
+from ..k8s.images import ChartImages, chart_from
 from ..k8s.labels import FILESYSTEM_CLIENT_LABEL, POOL_LABEL, every_pool_tolerations
 from ..k8s.objects import Manifest
 from ..spec import ClusterSpec
@@ -129,7 +128,7 @@ SCALE_OPERATOR_CR = "ibm-spectrum-scale-csi"
 # The images the operator runs for each pinned release, by the CSIScaleOperator field that sets each. A field
 # set in the CR wins over the operator's CSI_*_IMAGE environment and over its compiled default
 # (operator/controllers/syncer/csi_syncer.go getSidecarImage, csi_node.go getImage), so a mirror names each one
-# there. Sources: the release's generated/installer/ibm-spectrum-scale-csi-operator.yaml (CSI_DRIVER_IMAGE;
+# there (scale_image_settings). Sources: the release's generated/installer/ibm-spectrum-scale-csi-operator.yaml (CSI_DRIVER_IMAGE;
 # v2.14.3 lists every sidecar there too) and operator/controllers/config/constants.go (v2.10.10's sidecars).
 
 
@@ -161,7 +160,6 @@ SCALE_CSI_IMAGES = {
         "resizer": _sig("csi-resizer", "8ddd178ba5d08973f1607f9b84619b58320948de494b31c9d7cd5375b316d6d4"),
     },
 }
-_IMAGE_ENV = re.compile(r"^CSI_[A-Z_]+_IMAGE$")     # the operator's own image settings (its Deployment's env)
 
 
 def scale_csi_version(spec: ClusterSpec) -> str:
@@ -200,38 +198,31 @@ def render_scale_operator(spec: ClusterSpec) -> Manifest:
                                "primary": {"primaryFs": spec.storage.remote_name}}
     if csi.gui_ca_config_map:
         cluster["cacert"] = csi.gui_ca_config_map
-    # Through a mirror, every image the operator starts is named (the release's own, rewritten); without one,
-    # the operator's defaults stand.
-    images = {field: mirrored(ref, spec) for field, ref in SCALE_CSI_IMAGES[scale_csi_version(spec)].items()} \
-        if spec.kubernetes.image_registry else {}
     return Manifest("csi-operator-cr", {
         "apiVersion": "csi.ibm.com/v1", "kind": "CSIScaleOperator",
         "metadata": {"name": SCALE_OPERATOR_CR, "namespace": SCALE_NAMESPACE},
-        "spec": {"clusters": [cluster], "tolerations": every_pool_tolerations(spec), **images,
+        "spec": {"clusters": [cluster], "tolerations": every_pool_tolerations(spec),
                  **{f"{part}NodeSelector": on_clients
                     for part in ("plugin", "attacher", "provisioner", "resizer", "snapshotter")}}})
 
 
-def scale_operator_objects(spec: ClusterSpec, text: str) -> list[dict[str, Any]]:
-    """The operator's installer (storage.scale.csi.operator_path) as its objects, the operator's image and the
-    images it is told to run (CSI_*_IMAGE) through the spec's mirror. Raises ValueError saying what is wrong
-    with the file."""
+def scale_image_settings(spec: ClusterSpec) -> ChartImages:
+    """The CR's image fields, each the release's own image: what a mirror sets (the operator's defaults stand
+    without one)."""
+    return ChartImages(references={f"spec.{field}": ref
+                                   for field, ref in SCALE_CSI_IMAGES[scale_csi_version(spec)].items()})
+
+
+def scale_operator_objects(text: str) -> list[dict[str, Any]]:
+    """The operator's installer (storage.scale.csi.operator_path) as its objects. Raises ValueError saying what
+    is wrong with the file."""
     try:
         objects = [o for o in yaml.safe_load_all(text) if o is not None]
     except yaml.YAMLError as e:
         raise ValueError(f"is not YAML ({str(e).splitlines()[0]})") from None
     if not all(isinstance(o, dict) and isinstance(o.get("kind"), str) for o in objects):
         raise ValueError("holds a document that is not a Kubernetes object (no kind)")
-    operators = [o for o in objects if o["kind"] == "Deployment"]
-    if not operators:
+    if not any(o["kind"] == "Deployment" for o in objects):
         raise ValueError("has no Deployment, so it is not the operator's installer "
                          "(generated/installer/ibm-spectrum-scale-csi-operator.yaml of the release)")
-    for deployment in operators:
-        pod = deployment.get("spec", {}).get("template", {}).get("spec", {})
-        for container in [*pod.get("initContainers", []), *pod.get("containers", [])]:
-            if isinstance(container.get("image"), str):
-                container["image"] = mirrored(container["image"], spec)
-            for env in container.get("env", []):
-                if _IMAGE_ENV.match(str(env.get("name", ""))) and isinstance(env.get("value"), str):
-                    env["value"] = mirrored(env["value"], spec)
     return objects

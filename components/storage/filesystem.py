@@ -236,7 +236,8 @@ def _scale_csi(parent: Any, name: str, spec: ClusterSpec, group_ids: dict[str, i
                                 string_data={**data, "password": pulumi.Output.secret(api_password)},
                                 opts=pulumi.ResourceOptions(parent=parent, depends_on=[namespace]))
     cr = csi.render_scale_operator(spec)
-    driver = register(f"{name}-{cr.role}", cr.obj, pulumi.ResourceOptions(
+    driver = register(f"{name}-{cr.role}", through_mirror(cr.obj, spec, csi.scale_image_settings(spec)),
+                      pulumi.ResourceOptions(
         parent=parent, depends_on=[operator, secret, *after]))
     for manifest in csi.render_storage_classes(spec, group_ids):
         register(f"{name}-{manifest.role}", manifest.obj, pulumi.ResourceOptions(parent=parent, depends_on=[driver]))
@@ -252,7 +253,7 @@ def _scale_operator(name: str, spec: ClusterSpec, opts: pulumi.ResourceOptions) 
         return k8s.yaml.v2.ConfigFile(name, file=csi.scale_operator_source(spec), opts=opts)
     field = "storage.scale.csi.operator_path"
     try:
-        objects = csi.scale_operator_objects(spec, Path(csi_settings.operator_path).read_text(encoding="utf-8"))
+        objects = csi.scale_operator_objects(Path(csi_settings.operator_path).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as e:
         raise pulumi.RunError(f"{field}: cannot read {csi_settings.operator_path} ({e.__class__.__name__}: "
                               f"{getattr(e, 'strerror', None) or e}); put the operator's installer there, or "
@@ -260,5 +261,5 @@ def _scale_operator(name: str, spec: ClusterSpec, opts: pulumi.ResourceOptions) 
     except ValueError as e:
         raise pulumi.RunError(f"{field}: {csi_settings.operator_path} {e}; download the release's installer "
                               "again") from None
-    return k8s.yaml.v2.ConfigGroup(name, objs=objects, opts=pulumi.ResourceOptions.merge(
+    return k8s.yaml.v2.ConfigGroup(name, objs=through_mirror(objects, spec), opts=pulumi.ResourceOptions.merge(
         opts, pulumi.ResourceOptions(aliases=[pulumi.Alias(type_="kubernetes:yaml/v2:ConfigFile")])))

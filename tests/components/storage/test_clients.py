@@ -354,8 +354,7 @@ def test_the_scale_operator_runs_the_driver_on_the_client_nodes_against_the_site
 
 def test_every_scale_cr_passes_the_crd(shared_dir, tmp_path):
     """Schema only, unknown fields refused (the real apiserver of `make e2e` takes the plan's CR too)."""
-    from components.storage import csi
-    crs = [csi.render_scale_operator(spec).obj for spec in (
+    crs = [mirrored_cr(spec) for spec in (
         spec_of(SCALE, csi=SCALE_CSI), spec_of(SCALE, csi={**SCALE_CSI, "gui_ca_config_map": "scale-gui-ca"}),
         mirrored_scale(operator_path="vendor/op.yaml", version="v2.10.10"), mirrored_scale(operator_path="op.yaml"))]
     (tmp_path / "crs.yaml").write_text(yaml.safe_dump_all(crs))
@@ -433,6 +432,13 @@ spec:
 """
 
 
+def mirrored_cr(spec):
+    """The CR as the stack registers it (through the spec's mirror, if any)."""
+    from components.k8s.images import through_mirror
+    from components.storage import csi
+    return through_mirror(csi.render_scale_operator(spec).obj, spec, csi.scale_image_settings(spec))
+
+
 def mirrored_scale(**csi_settings):
     data = with_storage(SCALE, csi={**SCALE_CSI, **csi_settings})
     data["kubernetes"]["image_registry"] = MIRROR
@@ -444,19 +450,19 @@ def test_through_a_mirror_the_scale_cr_names_every_image_of_its_release_in_the_m
     from components.k8s.images import mirrored
     from components.storage import csi
     spec = mirrored_scale(operator_path="vendor/op.yaml", version=version)
-    cr = csi.render_scale_operator(spec).obj["spec"]
+    cr = mirrored_cr(spec)["spec"]
     fields = {"spectrumScale", "driverRegistrar", "livenessprobe", "attacher", "provisioner", "snapshotter", "resizer"}
     assert {f: cr[f] for f in fields} == {
         f: mirrored(ref, spec) for f, ref in csi.SCALE_CSI_IMAGES[version].items()}
     assert all(cr[f].startswith(f"{MIRROR}/") and "@sha256:" in cr[f] for f in fields)   # pinned as IBM pins them
-    assert not fields & set(csi.render_scale_operator(spec_of(SCALE, csi=SCALE_CSI)).obj["spec"])
+    assert not fields & set(mirrored_cr(spec_of(SCALE, csi=SCALE_CSI))["spec"])      # no mirror: IBM's defaults
 
 
 def test_the_scale_installer_comes_through_the_mirror_with_the_images_it_starts():
-    from components.k8s.images import mirrored
+    from components.k8s.images import mirrored, through_mirror
     from components.storage import csi
     spec = mirrored_scale(operator_path="vendor/op.yaml")
-    objects = csi.scale_operator_objects(spec, INSTALLER)
+    objects = through_mirror(csi.scale_operator_objects(INSTALLER), spec)
     assert [o["kind"] for o in objects] == ["CustomResourceDefinition", "ServiceAccount", "Deployment"]
     [operator] = objects[2]["spec"]["template"]["spec"]["containers"]
     assert operator["image"] == mirrored("quay.io/ibm-spectrum-scale/ibm-spectrum-scale-csi-operator@sha256:0123", spec)
@@ -466,7 +472,8 @@ def test_the_scale_installer_comes_through_the_mirror_with_the_images_it_starts(
     assert env["CSI_ATTACHER_IMAGE"] == mirrored("registry.k8s.io/sig-storage/csi-attacher@sha256:89ab", spec)
     assert all(v.startswith(f"{MIRROR}/") for k, v in env.items() if k.endswith("_IMAGE"))
     assert env["METRICS_BIND_ADDRESS"] == "8383" and env["WATCH_NAMESPACE"] is None
-    assert csi.scale_operator_objects(spec_of(SCALE, csi=SCALE_CSI), INSTALLER) == list(yaml.safe_load_all(INSTALLER))
+    assert through_mirror(csi.scale_operator_objects(INSTALLER), spec_of(SCALE, csi=SCALE_CSI)) == \
+        list(yaml.safe_load_all(INSTALLER))
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -477,7 +484,7 @@ def test_the_scale_installer_comes_through_the_mirror_with_the_images_it_starts(
 def test_a_file_that_is_not_the_scale_installer_is_refused_saying_why(text, expected):
     from components.storage import csi
     with pytest.raises(ValueError, match=expected):
-        csi.scale_operator_objects(mirrored_scale(operator_path="vendor/op.yaml"), text)
+        csi.scale_operator_objects(text)
 
 
 def test_a_mirror_needs_the_scale_installer_as_a_file_the_program_rewrites():
@@ -506,6 +513,23 @@ def test_an_installer_file_is_applied_as_its_objects_and_keeps_a_configfiles_obj
               for c in o["spec"]["template"]["spec"]["containers"]]
     assert len(images) == 1 and images[0].startswith(f"{MIRROR}/") and images[0].endswith("-operator@sha256:0123")
     assert any(a.get("spec", {}).get("type") == "kubernetes:yaml/v2:ConfigFile" for a in group.options["aliases"])
+
+
+def test_the_plan_shows_each_object_of_the_installer_as_a_manifest(record, tmp_path, monkeypatch):
+    from components.offline.plan import build_plan
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "op.yaml").write_text(INSTALLER)
+    spec = mirrored_scale(operator_path="op.yaml")
+
+    def program():
+        ParallelFilesystem("dev-storage", spec, ssh_key(), api_password=pulumi.Output.secret("GUI-PASS"))
+    files = build_plan(record(program)).files
+    deployment = yaml.safe_load(files["manifests/ibm-spectrum-scale-csi-driver/deployment-ibm-spectrum-scale-csi-"
+                                      "operator.yaml"])
+    assert deployment["spec"]["template"]["spec"]["containers"][0]["image"].startswith(f"{MIRROR}/")
+    assert "manifests/_cluster/customresourcedefinition-csiscaleoperators.csi.ibm.com.yaml" in files
+    cr = yaml.safe_load(files["manifests/ibm-spectrum-scale-csi-driver/csiscaleoperator-ibm-spectrum-scale-csi.yaml"])
+    assert cr["spec"]["attacher"].startswith(f"{MIRROR}/")
 
 
 @pytest.mark.parametrize("content, expected", [
