@@ -10,6 +10,7 @@ import pulumi
 from .fabric import Fabric
 from .fabric.fabric import fabric_hosts, host_script
 from .fabric.partitions import FabricPartitions
+from .fabric.vlans import FabricVlans
 from .k8s.gpu_stack import GpuKubernetesStack
 from .k8s.tenancy.tenant import Tenant, TenantArgs, tenancy_of
 from .nodes import GpuNodePool, NodePoolArgs
@@ -43,6 +44,8 @@ class GpuCluster(pulumi.ComponentResource):
     """Node pool components by pool name."""
     partitions: FabricPartitions | None
     """The isolated tenants' InfiniBand partitions on the subnet managers, where the spec isolates a pool."""
+    vlans: FabricVlans | None
+    """The isolated tenants' RoCE VLANs on the managed switches, where the spec isolates a pool."""
     fabric: Fabric | None
     """Host and switch fabric settings, topology figures, NCCL settings and the after-apply checks; None in a
     shard's stack."""
@@ -111,8 +114,9 @@ def compose(cluster: Any, name: str, spec: ClusterSpec, ssh_private_key: pulumi.
     # wait for: its stack's hosts open to work after it too.
     first = next((h.hostname for _, h in spec.hosts() if h.hostname in here), None)
 
-    # An isolated pool's host opens to work once its tenant's partition is on its ports: after each subnet
-    # manager's partitions step, which needs every isolated host's port GUIDs (so it comes after the pools).
+    # An isolated pool's host opens to work once its tenant's partition or VLAN is on its ports: after each
+    # subnet manager's partitions step, which needs every isolated host's port GUIDs (so it comes after the
+    # pools), or each leaf's VLAN step.
     isolated = [h for h in spec.isolated_hosts if h in here]
     fenced: asyncio.Future[pulumi.Resource] | None = asyncio.get_event_loop().create_future() if isolated else None
 
@@ -134,19 +138,26 @@ def compose(cluster: Any, name: str, spec: ClusterSpec, ssh_private_key: pulumi.
         cluster.node_pools[p.name] = pool
     cluster.node_pools = {p.name: cluster.node_pools[p.name] for p in pools}
     ready = {h: [r] for pool in cluster.node_pools.values() for h, r in pool.prepared.items()}
-    cluster.partitions = None
+    cluster.partitions = cluster.vlans = None
     reopened: pulumi.Resource | None = None
     try:
-        if isolated:    # the Nodes whose ports change partition drained first, given back after
+        if isolated:    # the Nodes whose ports change partition or VLAN drained first, given back after
             kube, env = next(iter(cluster.node_pools.values())).kube, {"GPUCLUSTER_PARTITIONS": owners(spec)}
             drain, reopen = render_handover(spec)
-            handover = kubectl_step(cluster, kube, f"{name}-partitions-handover", drain, None,
+            role = "partitions" if spec.partitioned_pools else "vlans"
+            handover = kubectl_step(cluster, kube, f"{name}-{role}-handover", drain, None,
                                     [*after, *(ready[h][0] for h in isolated)], env)
-            cluster.partitions = FabricPartitions(
-                f"{name}-partitions", spec, {h.hostname: h.target for h in fabric_hosts(spec)},
-                {h: ready[h][0].stdout for h in isolated}, ssh_private_key, opts=child, depends_on=[handover])
-            reopened = kubectl_step(cluster, kube, f"{name}-partitions-reopen", reopen, None,
-                                    list(cluster.partitions.steps.values()), env)
+            if spec.partitioned_pools:
+                cluster.partitions = FabricPartitions(
+                    f"{name}-partitions", spec, {h.hostname: h.target for h in fabric_hosts(spec)},
+                    {h: ready[h][0].stdout for h in isolated}, ssh_private_key, opts=child, depends_on=[handover])
+                steps = list(cluster.partitions.steps.values())
+            else:
+                switches = list(cluster.fabric.switch_commands.values()) if cluster.fabric is not None else []
+                cluster.vlans = FabricVlans(f"{name}-vlans", spec, ssh_private_key, opts=child,
+                                            depends_on=[handover, *switches])
+                steps = [handover, *cluster.vlans.steps.values()]
+            reopened = kubectl_step(cluster, kube, f"{name}-{role}-reopen", reopen, None, steps, env)
     finally:     # resolved even when it fails to build, so no registration waits forever
         if fenced is not None:
             fenced.set_result(reopened or ready[isolated[0]][0])

@@ -48,7 +48,7 @@ SWITCH_CLIS = {
 set -eu
 db=$SWITCH_STATE.d/running
 case $2 in
-  keys) ls "$db" | grep '^PORT|' || true ;;
+  keys) (cd "$db" && compgen -G "$3") || true ;;
   hget) cat "$db/$3/$4" 2>/dev/null || echo ;;
   hset) mkdir -p "$db/$3"; printf '%s' "$5" > "$db/$3/$4" ;;
 esac
@@ -67,6 +67,24 @@ case "$1 $2" in
   "ecn -profile") put "WRED_PROFILE|$3" green_min_threshold "$5"; put "WRED_PROFILE|$3" green_max_threshold "$7"
                   put "WRED_PROFILE|$3" green_drop_probability "$9" ;;
   "pfcwd start") put "PFC_WD|$5" action "$4" ;;
+  # config vlan (sonic-utilities config/vlan.py): add refuses an existing VLAN; member add refuses a VLAN that
+  # does not exist, a port already in it, and a second untagged VLAN on a port; member del one not in it.
+  "vlan add") [[ ! -e "$db/VLAN|Vlan$3" ]] || { echo "Error: Vlan$3 already exists" >&2; exit 2; }
+              put "VLAN|Vlan$3" vlanid "$3" ;;
+  "vlan member")
+    untagged=0; args=()
+    for a in "${@:4}"; do if [[ $a == -u || $a == --untagged ]]; then untagged=1; else args+=("$a"); fi; done
+    vid=${args[0]}; port=${args[1]}; key="VLAN_MEMBER|Vlan$vid|$port"
+    case $3 in
+      add) [[ -e "$db/VLAN|Vlan$vid" ]] || { echo "Error: Vlan$vid does not exist" >&2; exit 2; }
+           [[ ! -e "$db/$key" ]] || { echo "Error: $port is already a member of Vlan$vid" >&2; exit 2; }
+           if (( untagged )) && grep -qx untagged "$db"/VLAN_MEMBER\|*\|"$port"/tagging_mode 2>/dev/null; then
+             echo "Error: $port is already untagged member!" >&2; exit 2
+           fi
+           put "$key" tagging_mode "$( ((untagged)) && echo untagged || echo tagged)" ;;
+      del) [[ -e "$db/$key" ]] || { echo "Error: $port is not a member of Vlan$vid" >&2; exit 2; }
+           rm -rf "${db:?}/$key" ;;
+    esac ;;
   "save -y") rm -rf "$SWITCH_STATE.d/saved"; cp -r "$db" "$SWITCH_STATE.d/saved" ;;
   *) echo "config double: $*" >&2; exit 2 ;;
 esac

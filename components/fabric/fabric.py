@@ -24,6 +24,7 @@ from .checks import render_link_check, render_nccl_batch, render_nccl_job
 from .host import render_fabric_host
 from .nccl import nccl_envs
 from .partitions import FabricPartitions
+from .vlans import FabricVlans
 from .switches import render_switch, switch_mtu_bytes
 
 
@@ -129,6 +130,10 @@ class Fabric(pulumi.ComponentResource):
     """The commands that start subnet managers here (other hosts' settings wait for them)."""
     partitions: FabricPartitions | None
     """The isolated tenants' partitions, where this component pushes their hosts' steps itself (gpu_hosts)."""
+    switch_commands: dict[str, pulumi.Resource]
+    """The commands that push the managed switches' settings, by switch name."""
+    vlans: FabricVlans | None
+    """The isolated tenants' RoCE VLANs, where this component pushes the hosts' steps itself (gpu_hosts)."""
 
     def __init__(self, name: str, spec: ClusterSpec, ssh_private_key: pulumi.Input[str],
                  opts: pulumi.ResourceOptions | None = None, *, gpu_hosts: bool = True):
@@ -168,18 +173,26 @@ def compose(fabric: Any, name: str, spec: ClusterSpec, ssh_private_key: pulumi.I
         fabric.host_commands[hostname] = resource
     # Standalone, the hosts' own steps report their port GUIDs here; in a GpuCluster, their pools' preparations.
     fabric.partitions = None
-    isolated = [h for h in spec.isolated_hosts if h in fabric.host_commands]
+    isolated = [h for h in spec.partitioned_hosts if h in fabric.host_commands]
     if isolated:
         fabric.partitions = FabricPartitions(
             f"{name}-partitions", spec, {h.hostname: h.target for h in hosts},
             {h: fabric.host_commands[h].stdout for h in isolated}, ssh_private_key,
             opts=pulumi.ResourceOptions(parent=fabric),
             depends_on=[*fabric.subnet_managers, *(fabric.host_commands[h] for h in isolated)])
+    fabric.switch_commands = {}
     if spec.fabric.kind == "rocev2":
         for switch in spec.fabric.switches:
             if switch.managed:
                 target = SshTarget(switch.address, switch.ssh_user, 22, switch.host_key, spec.ssh.bastion)
-                push(f"{name}-{switch.name}", target, render_switch(switch, spec.fabric), ssh_private_key,
-                     parent=fabric)
+                fabric.switch_commands[switch.name] = push(
+                    f"{name}-{switch.name}", target, render_switch(switch, spec.fabric), ssh_private_key,
+                    parent=fabric)
+    # Standalone, the tenants' VLANs follow the switches' own settings (one NVUE or EOS session at a time); in a
+    # GpuCluster, they also wait for the drain of the Nodes whose ports move (nodes/handover.py).
+    fabric.vlans = None
+    if gpu_hosts and spec.vlan_pools:
+        fabric.vlans = FabricVlans(f"{name}-vlans", spec, ssh_private_key, opts=pulumi.ResourceOptions(parent=fabric),
+                                   depends_on=list(fabric.switch_commands.values()))
     fabric.register_outputs({**intent(spec), "topology": fabric.topology, "data_plane": fabric.data_plane,
                              "nccl_env": fabric.nccl_env, "checks": fabric.checks})

@@ -387,7 +387,7 @@ def render_partitions(spec: ClusterSpec, guids: Mapping[str, Mapping[str, str]] 
     ib = spec.fabric.infiniband
     assert ib is not None
     flags = f"mtu={IB_MTU_CODES[spec.fabric.effective_mtu_bytes]}, rate={IB_RATE_CODES[ipoib_group_rate_gbps(spec)]}"
-    isolated = spec.isolated_pools if guids is not None else {}
+    isolated = spec.partitioned_pools if guids is not None else {}
     ports: dict[str, list[str]] = {}          # tenant -> its isolated pools' port GUIDs
     for pool in spec.node_pools:
         if pool.name in isolated:
@@ -492,7 +492,7 @@ def render_fabric_host(spec: ClusterSpec, hostname: str, nics: list[Nic], nccl: 
                 "[Install]\nWantedBy=multi-user.target")
         # Where tenants are isolated, the partitions step owns the file (it has the hosts' port GUIDs): this only
         # starts a subnet manager that has none with the shared partitions.
-        put = '[[ -e @PARTITIONS@ ]] || ' if spec.isolated_pools else ''
+        put = '[[ -e @PARTITIONS@ ]] || ' if spec.partitioned_pools else ''
         sm = fill(_OPENSM.replace("@PUT_PARTITIONS@",
                                   put + 'put_file @PARTITIONS@ 0644 "$(cat @PARTITIONS_DOC@)" resweep-gpucluster-opensm'),
                   {"CONF_DOC": render_opensm_conf(spec, priority), "PARTITIONS_DOC": render_partitions(spec),
@@ -506,7 +506,7 @@ def render_fabric_host(spec: ClusterSpec, hostname: str, nics: list[Nic], nccl: 
     name = HOST_MARK if shlex.quote(hostname) == hostname else hostname
     push = RUN_FABRIC + fill(_PUSH.replace("@SM@", sm).replace("@HOST_MARK@", HOST_MARK),
                              {"APPLY_DOC": render_apply(spec, name, nics, nccl, storage_interfaces,
-                                                        isolated=hostname in spec.isolated_hosts).rstrip("\n"),
+                                                        isolated=hostname in spec.partitioned_hosts).rstrip("\n"),
                               "UNIT_DOC": _apply_unit()},
                              APPLY=APPLY, UNIT=APPLY_UNIT, MODE="in-place" if in_place else "all")
     create = script(f"Fabric of {hostname}: {spec.fabric.kind}"

@@ -39,7 +39,7 @@ def _pool_env(spec: ClusterSpec, pool: NodePool, rail_optimized: bool) -> dict[s
         env["NCCL_NET_GDR_LEVEL"] = "PHB" if fabric.effective_gpudirect else "LOC"
         if rail_optimized:
             env["NCCL_CROSS_NIC"] = "0"                  # rail leaves: traffic stays on its rail
-        if pool.name in spec.isolated_pools:
+        if pool.name in spec.partitioned_pools:
             env["NCCL_IB_PKEY"] = "0"                    # the tenant's partition sits at index 0 (partitions.py)
     control = pool.control_interface or fabric.control_interface
     if control:

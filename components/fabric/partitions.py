@@ -24,6 +24,7 @@ from ..spec import ClusterSpec
 from ..ssh import Script, SshTarget, push
 from ..types import token, with_aliases
 from .host import OPENSM_LOG, OPENSM_UNIT, PARTITIONS_CONF, RESWEEP, render_partitions
+from .vlans import vlan_reach
 
 PORT_GUID = re.compile(r"^\S+: port-guid (?P<device>\S+) (?P<guid>0x[0-9a-f]{16})$", re.M)
 VERIFY_S = 60       # how long the master's sweep may take to program the tenants' ports, all of them
@@ -39,7 +40,7 @@ def memberships(spec: ClusterSpec) -> dict[str, dict[int, str]]:
     ports, as a table the reach report and the tests read."""
     ib = spec.fabric.infiniband
     shared = [0x7FFF, *(p.pkey for p in ib.partitions)] if ib is not None else [0x7FFF]
-    isolated, pkeys = spec.isolated_pools, spec.tenant_pkeys
+    isolated, pkeys = spec.partitioned_pools, spec.tenant_pkeys
     out: dict[str, dict[int, str]] = {}
     for pool in spec.node_pools:
         tenant = isolated.get(pool.name)
@@ -57,19 +58,23 @@ def host_groups(spec: ClusterSpec) -> dict[str, str]:
 
 
 def fabric_reach(spec: ClusterSpec) -> dict[str, Any]:
-    """Who can reach whom on the fabric, per group (a pool's hosts share their ports' memberships): two ports
-    reach each other where they share a partition and one at least is a full member. Registered and reported,
-    and checked against OpenSM's path records in the tests."""
+    """Who can reach whom on the fabric, per group (a pool's hosts share their ports' memberships): on
+    InfiniBand, two ports reach each other where they share a partition and one at least is a full member
+    (checked against OpenSM's path records in the tests); on RoCE, where they share a VLAN. Registered and
+    reported."""
+    if spec.vlan_pools:
+        return vlan_reach(spec)
     table = memberships(spec)
 
     def meet(a: str, b: str) -> bool:
         return any(k in table[b] and "full" in (m, table[b][k]) for k, m in table[a].items())
 
-    isolated = spec.isolated_pools
+    isolated = spec.partitioned_pools
     groups = {g: sorted(o for o in table if meet(g, o)) for g in table}
     return {
         "isolated": bool(isolated),
         "partitions": {t: f"{k:#06x}" for t, k in sorted(spec.tenant_pkeys.items())},
+        "fences": {t: f"P_Key {k:#06x}" for t, k in sorted(spec.tenant_pkeys.items())},
         "groups": {g: {"tenant": isolated.get(g), "reaches": reached,
                        "cut_off_from": sorted(o for o in table if o not in reached)} for g, reached in groups.items()},
     }
@@ -125,7 +130,7 @@ fi
 
 def render_partition_step(spec: ClusterSpec, hostname: str, guids: Mapping[str, Mapping[str, str]]) -> Script:
     """The partitions step of one subnet manager's host, for the port GUIDs read so far."""
-    pkeys, isolated = spec.tenant_pkeys, spec.isolated_pools
+    pkeys, isolated = spec.tenant_pkeys, spec.partitioned_pools
     rails = [(h.hostname, n.device, pkeys[isolated[p.name]] | 0x8000) for p, h in spec.hosts() if p.name in isolated
              for n in sorted(p.nics, key=lambda n: n.rail)]
     ports = [f"{h} {d} {guids[h][d]} {k:#06x}" for h, d, k in rails if d in guids.get(h, {})]

@@ -11,11 +11,14 @@ is: removing lossless settings under live RDMA traffic would do more harm than k
 from __future__ import annotations
 
 import shlex
-from typing import ClassVar, Protocol
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from ..bash import call, fill, script
 from ..spec.fabric import FabricSpec, RoceSettings, Switch
 from ..ssh import Script
+
+if TYPE_CHECKING:
+    from .vlans import SwitchVlans
 
 
 class SwitchBackend(Protocol):
@@ -26,6 +29,10 @@ class SwitchBackend(Protocol):
 
     def body(self, switch: Switch, roce: RoceSettings, mtu_bytes: int, ports: list[str]) -> str:
         """The script body (after the shared prelude) that brings the switch to the wanted state."""
+        ...
+
+    def vlan_body(self, vlans: SwitchVlans) -> str:
+        """The script body that puts each host port in its VLAN and carries the tenants' VLANs (fabric/vlans.py)."""
         ...
 
 
@@ -49,6 +56,7 @@ class Cumulus:
     jumbo_mtu_bytes: ClassVar[int] = 9216
     ROCE_TC = 3          # the lossless traffic class NVUE's RoCE mode sets up
     CNP_TC = 6
+    BRIDGE = "br_default"    # NVUE's default VLAN-aware bridge
 
     def port_name(self, number: int) -> str:
         return f"swp{number}"
@@ -77,6 +85,20 @@ class Cumulus:
         return out
 
     def body(self, switch: Switch, roce: RoceSettings, mtu_bytes: int, ports: list[str]) -> str:
+        return self._applied(self.commands(roce, mtu_bytes, ports),
+                             f"applied lossless RoCE: priority {roce.priority}, DSCP {roce.dscp}, MTU {mtu_bytes}")
+
+    def vlan_body(self, vlans: SwitchVlans) -> str:
+        """The VLANs in the bridge (which its ports carry unless the site restricted them), each host port an
+        access port of its VLAN."""
+        out = [f"nv set bridge domain {self.BRIDGE} vlan {','.join(map(str, vlans.vlans))}"]
+        out += [f"nv set interface {shlex.quote(port)} bridge domain {self.BRIDGE} access {vlan}"
+                for port, vlan in vlans.access.items()]
+        return self._applied(out, f"tenant VLANs {','.join(map(str, vlans.vlans))}")
+
+    @staticmethod
+    def _applied(commands: list[str], what: str) -> str:
+        """`commands` staged, then applied where they change something, and saved while owed."""
         return fill(r'''
 need nv "this switch does not run NVUE (Cumulus Linux 5.x)"
 @COMMANDS@
@@ -88,8 +110,7 @@ if [[ -n "$pending" && "$pending" != "{}" ]]; then
   changed @WHAT@
 fi
 if owed save-config; then nv config save >/dev/null; paid save-config; fi
-'''.replace("@COMMANDS@", "\n".join(self.commands(roce, mtu_bytes, ports))),
-                    WHAT=f"applied lossless RoCE: priority {roce.priority}, DSCP {roce.dscp}, MTU {mtu_bytes}")
+'''.replace("@COMMANDS@", "\n".join(commands)), WHAT=what)
 
 
 class Sonic:
@@ -169,6 +190,60 @@ if owed save-config; then config save -y >/dev/null; paid save-config; note "sav
                     WRED=f"{ecn.min_threshold_kb * 1000},{ecn.max_threshold_kb * 1000},{ecn.probability_percent}")
 
 
+    def vlan_body(self, vlans: SwitchVlans) -> str:
+        """Each VLAN created, each host port an untagged member of its VLAN alone, each trunk port a tagged member
+        of the tenants' VLANs (SONiC ports carry only the VLANs they are members of). Checked against the PORT
+        table first, and against CONFIG_DB before each change, as `config vlan` refuses a member twice."""
+        access = "\n".join(call("access", port, vlan) for port, vlan in vlans.access.items())
+        tagged = "\n".join(call("tagged", port, vlan) for port in vlans.trunks for vlan in vlans.tagged)
+        return fill(r'''
+need config "this switch does not run SONiC"
+need sonic-db-cli "this switch does not run SONiC"
+mapfile -t table < <(sonic-db-cli CONFIG_DB keys 'PORT|*' | sed 's/^PORT|//' | sort -V)
+for port in @PORTS@; do
+  [[ " ${table[*]} " == *" $port "* ]] || fail "port $port is not in this switch's PORT table (${table[*]:0:4} ...): correct port_names"
+done
+saving() { owe save-config; "$@"; }
+vlan_up() {
+  if [[ -z "$(sonic-db-cli CONFIG_DB hget "VLAN|Vlan$1" vlanid)" ]]; then
+    saving config vlan add "$1"
+    changed "VLAN $1"
+  fi
+}
+# untagged_of PORT: the VLAN PORT is an untagged member of (none: empty)
+untagged_of() {
+  local key
+  while read -r key; do
+    [[ -n "$key" ]] || continue
+    if [[ "$(sonic-db-cli CONFIG_DB hget "$key" tagging_mode)" == untagged ]]; then
+      key=${key#VLAN_MEMBER|Vlan}
+      printf '%s\n' "${key%%|*}"
+    fi
+  done < <(sonic-db-cli CONFIG_DB keys "VLAN_MEMBER|*|$1")
+}
+access() {
+  local now
+  now=$(untagged_of "$1")
+  if [[ "$now" != "$2" ]]; then
+    if [[ -n "$now" ]]; then saving config vlan member del "$now" "$1"; fi
+    saving config vlan member add -u "$2" "$1"
+    changed "$1: VLAN $2 (was ${now:-none})"
+  fi
+}
+tagged() {
+  if [[ -z "$(sonic-db-cli CONFIG_DB hget "VLAN_MEMBER|Vlan$2|$1" tagging_mode)" ]]; then
+    saving config vlan member add "$2" "$1"
+    changed "$1: carries VLAN $2 tagged"
+  fi
+}
+for vlan in @VLANS@; do vlan_up "$vlan"; done
+@ACCESS@
+@TAGGED@
+if owed save-config; then config save -y >/dev/null; paid save-config; note "saved to /etc/sonic/config_db.json"; fi
+'''.replace("@ACCESS@", access).replace("@TAGGED@", tagged)
+            .replace("@PORTS@", call(*vlans.access, *vlans.trunks)).replace("@VLANS@", call(*vlans.vlans)))
+
+
 class Eos:
     """Arista EOS through a configuration session (diffed first, committed only when it changes something).
 
@@ -200,24 +275,38 @@ class Eos:
         return "\n".join(lines)
 
     def body(self, switch: Switch, roce: RoceSettings, mtu_bytes: int, ports: list[str]) -> str:
+        return self._committed("gpucluster-roce", self.config(roce, mtu_bytes, ports),
+                               f"committed lossless RoCE: priority {roce.priority}, DSCP {roce.dscp}, MTU {mtu_bytes}")
+
+    def vlan_body(self, vlans: SwitchVlans) -> str:
+        """The VLANs created (trunks carry every VLAN unless the site restricted them), each host port an
+        access port of its VLAN."""
+        lines = [f"vlan {v}" for v in vlans.vlans]
+        for port, vlan in vlans.access.items():
+            lines += [f"interface {port}", "   switchport mode access", f"   switchport access vlan {vlan}"]
+        return self._committed("gpucluster-vlans", "\n".join(lines),
+                               f"committed tenant VLANs {','.join(map(str, vlans.vlans))}")
+
+    @staticmethod
+    def _committed(session: str, config: str, what: str) -> str:
+        """`config` diffed in a configuration session, committed where it changes something, saved while owed."""
         return fill(r'''
 need FastCli "log in to EOS as an account whose shell is bash (username NAME shell /bin/bash)"
 config=$(cat @CONFIG_DOC@)
-diffs=$(FastCli -p 15 -c "configure session gpucluster-roce
+diffs=$(FastCli -p 15 -c "configure session @SESSION@
 $config
 show session-config diffs
 abort")
 if grep -Eq '^[+-][^+-]' <<<"$diffs"; then
   printf '%s\n' "$diffs"
   owe save-config
-  FastCli -p 15 -c "configure session gpucluster-roce
+  FastCli -p 15 -c "configure session @SESSION@
 $config
 commit" >/dev/null
   changed @WHAT@
 fi
 if owed save-config; then FastCli -p 15 -c "copy running-config startup-config" >/dev/null; paid save-config; fi
-''', {"CONFIG_DOC": self.config(roce, mtu_bytes, ports)},
-                    WHAT=f"committed lossless RoCE: priority {roce.priority}, DSCP {roce.dscp}, MTU {mtu_bytes}")
+'''.replace("@SESSION@", session), {"CONFIG_DOC": config}, WHAT=what)
 
 
 BACKENDS: dict[str, SwitchBackend] = {b.vendor: b for b in (Cumulus(), Sonic(), Eos())}

@@ -1,6 +1,7 @@
-"""Day 2 of tenants isolated on InfiniBand (fabric/partitions.py): a Node whose ports move to another partition
-is drained before the subnet managers' steps change its P_Key index 0, and given back after, so no job runs on
-it across the change. Run by pulumi with kubectl, like the rollout's steps."""
+"""Day 2 of tenants isolated on the fabric: a Node whose ports move to another partition (InfiniBand,
+fabric/partitions.py: the subnet managers change its P_Key index 0) or VLAN (RoCE, fabric/vlans.py: the leaves
+move its ports) is drained before the fabric steps and given back after, so no job runs on it across the
+change. Run by pulumi with kubectl, like the rollout's steps."""
 
 from __future__ import annotations
 
@@ -8,13 +9,13 @@ from ..bash import script
 from ..spec import ClusterSpec
 from .rollout import KUBECTL
 
-PARTITION_MARK = "gpucluster.io/partition"           # on a Node: whose partition its ports are in (or shared)
+PARTITION_MARK = "gpucluster.io/partition"           # on a Node: whose partition or VLAN its ports are in (or shared)
 HANDOVER_MARK = "gpucluster.io/partition-handover"  # on a Node the handover cordoned: from->to, until reopened
 
-# Before the partitions change, where pulumi runs (kubectl): each Node whose ports move to another partition
+# Before the partitions or VLANs change, where pulumi runs (kubectl): each Node whose ports move to another one
 # (GPUCLUSTER_PARTITIONS: "HOST OWNER DRAIN_TIMEOUT_S" per RDMA host; OWNER a tenant or `shared`; a Node without
-# the mark was shared) is cordoned, marked and drained, so no job runs on it when its P_Key index 0 changes. A
-# drain that does not finish fails the step: nothing changes on the fabric, and the Node stays cordoned.
+# the mark was shared) is cordoned, marked and drained, so no job runs on it when its ports change. A drain that
+# does not finish fails the step: nothing changes on the fabric, and the Node stays cordoned.
 _HANDOVER = r'''
 while read -r host owner timeout; do
   [[ -n "$host" ]] || continue
@@ -27,14 +28,14 @@ while read -r host owner timeout; do
   "${kc[@]}" annotate node "$host" --overwrite "@HANDOVER@=$now->$owner" >/dev/null
   "${kc[@]}" cordon "$host" >/dev/null
   if ! out="$("${kc[@]}" drain "$host" --ignore-daemonsets --delete-emptydir-data --timeout="${timeout}s" 2>&1)"; then
-    fail "node $host did not drain within ${timeout}s before its ports move from $now's partition to $owner's: $(printf '%s\n' "$out" | tail -n 2 | tr '\n' ' ')(it stays cordoned; its partition is unchanged)"
+    fail "node $host did not drain within ${timeout}s before its ports move from $now's @FENCE@ to $owner's: $(printf '%s\n' "$out" | tail -n 2 | tr '\n' ' ')(it stays cordoned; its @FENCE@ is unchanged)"
   fi
-  changed "drained $host: its ports move from $now's partition to $owner's"
+  changed "drained $host: its ports move from $now's @FENCE@ to $owner's"
 done <<<"${GPUCLUSTER_PARTITIONS:-}"
 '''
 
-# After every subnet manager's partitions step: each Node is marked with its ports' partition, and one the
-# handover cordoned is opened again.
+# After every subnet manager's partitions step or switch's VLAN step: each Node is marked with its ports' owner,
+# and one the handover cordoned is opened again.
 _REOPEN = r'''
 while read -r host owner _; do
   [[ -n "$host" ]] || continue
@@ -45,7 +46,7 @@ while read -r host owner _; do
   if [[ -n "${found#*|}" ]]; then
     "${kc[@]}" uncordon "$host" >/dev/null
     "${kc[@]}" annotate node "$host" "@HANDOVER@-" >/dev/null
-    changed "reopened $host: its ports are in $owner's partition"
+    changed "reopened $host: its ports are in $owner's @FENCE@"
   fi
 done <<<"${GPUCLUSTER_PARTITIONS:-}"
 '''
@@ -63,15 +64,16 @@ def _json_key(key: str) -> str:
 
 
 def render_handover(spec: ClusterSpec) -> tuple[str, str]:
-    """The kubectl steps around a partition change: (drain before, reopen after)."""
+    """The kubectl steps around a partition or VLAN change: (drain before, reopen after)."""
+    fence = "partition" if spec.partitioned_pools else "VLAN"
     marks = {"PARTITION_JSON": _json_key(PARTITION_MARK), "HANDOVER_JSON": _json_key(HANDOVER_MARK),
-             "PARTITION": PARTITION_MARK, "HANDOVER": HANDOVER_MARK}
+             "PARTITION": PARTITION_MARK, "HANDOVER": HANDOVER_MARK, "FENCE": fence}
 
     def filled(text: str) -> str:
         for k, v in marks.items():
             text = text.replace(f"@{k}@", v)
         return text
-    return (script("Drain the nodes whose ports change partition (run by pulumi with kubectl)", spec.name,
+    return (script(f"Drain the nodes whose ports change {fence} (run by pulumi with kubectl)", spec.name,
                    KUBECTL + filled(_HANDOVER)),
-            script("Mark and reopen the nodes after their partition changed (run by pulumi with kubectl)", spec.name,
+            script(f"Mark and reopen the nodes after their {fence} changed (run by pulumi with kubectl)", spec.name,
                    KUBECTL + filled(_REOPEN)))

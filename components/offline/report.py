@@ -212,10 +212,12 @@ def _reach_lines(spec: ClusterSpec) -> list[str]:
         return [f"Fabric reach: {shared}, so every host reaches every other"
                 + (f"; dedicated pool(s) {', '.join(dedicated)} are not isolated on the fabric" if dedicated else "")
                 + "."]
-    return ["Fabric reach per pool (a tenant's partition at P_Key index 0 of its pool's rail ports; limited members "
-            "of every other partition):", "",
-            *_md_table(["pool", "tenant", "partition", "reaches", "cut off from"],
-                       [[g, r["tenant"] or "shared", reach["partitions"].get(r["tenant"], "shared"),
+    how = ("a tenant's partition at P_Key index 0 of its pool's rail ports; limited members of every other "
+           "partition") if spec.fabric.kind == "infiniband" else \
+        "a tenant's VLAN on its pool's leaf ports; the other cabled ports in the shared VLAN"
+    return [f"Fabric reach per pool ({how}):", "",
+            *_md_table(["pool", "tenant", "fence", "reaches", "cut off from"],
+                       [[g, r["tenant"] or "shared", reach["fences"].get(r["tenant"], "shared"),
                          ", ".join(r["reaches"]), ", ".join(r["cut_off_from"]) or "-"]
                         for g, r in reach["groups"].items()])]
 

@@ -126,9 +126,23 @@ class ClusterSpec(SpecModel):
 
     @property
     def isolated_pools(self) -> dict[str, str]:
-        """Pool -> tenant, for each dedicated pool the fabric isolates (its own InfiniBand partition)."""
+        """Pool -> tenant, for each dedicated pool the fabric isolates: its tenant's own InfiniBand partition
+        (partitioned_pools) or RoCE VLAN (vlan_pools)."""
+        return self.partitioned_pools or self.vlan_pools
+
+    @property
+    def partitioned_pools(self) -> dict[str, str]:
+        """Pool -> tenant, for each dedicated pool in its tenant's own InfiniBand partition."""
         ib = self.fabric.infiniband
         if ib is None or not ib.isolate_dedicated_pools or self.fabric.kind != "infiniband":
+            return {}
+        return {p.name: p.dedicated_to for p in self.node_pools if p.dedicated_to is not None and p.nics}
+
+    @property
+    def vlan_pools(self) -> dict[str, str]:
+        """Pool -> tenant, for each dedicated pool whose RoCE leaf ports are in its tenant's own VLAN."""
+        roce = self.fabric.roce
+        if roce is None or not roce.isolate_dedicated_pools or self.fabric.kind != "rocev2":
             return {}
         return {p.name: p.dedicated_to for p in self.node_pools if p.dedicated_to is not None and p.nics}
 
@@ -139,10 +153,27 @@ class ClusterSpec(SpecModel):
         return {h.hostname: isolated[p.name] for p, h in self.hosts() if p.name in isolated}
 
     @property
+    def partitioned_hosts(self) -> dict[str, str]:
+        """Host -> tenant, for the hosts whose ports are in their tenant's InfiniBand partition."""
+        return self.isolated_hosts if self.partitioned_pools else {}
+
+    @property
+    def tenant_vlans(self) -> dict[str, int]:
+        """Tenant -> its RoCE VLAN, for the tenants that own an isolated pool: the spec's, else derived from the
+        name (CRC-32 into tenant_vlan_first-tenant_vlan_last), so adding or removing a tenant moves no other's."""
+        roce, owners = self.fabric.roce, set(self.vlan_pools.values())
+        if roce is None:
+            return {}
+        span = roce.tenant_vlan_last - roce.tenant_vlan_first + 1
+        return {t.name: t.roce_vlan if t.roce_vlan is not None
+                else roce.tenant_vlan_first + zlib.crc32(t.name.encode()) % span
+                for t in self.tenants if t.name in owners}
+
+    @property
     def tenant_pkeys(self) -> dict[str, int]:
         """Tenant -> its partition key, for the tenants that own an isolated pool: the spec's, else derived from
         the name (CRC-32 into 0x4000-0x6fff), so adding or removing a tenant moves no other tenant's key."""
-        owners = set(self.isolated_pools.values())
+        owners = set(self.partitioned_pools.values())
         return {t.name: t.infiniband_pkey if t.infiniband_pkey is not None
                 else 0x4000 + zlib.crc32(t.name.encode()) % 0x3000 for t in self.tenants if t.name in owners}
 
@@ -516,6 +547,69 @@ def _fabric_isolation(spec: ClusterSpec) -> Iterator[Problem]:
                           "NIC outside the rails, or isolate_dedicated_pools: false")
 
 
+def _roce_isolation(spec: ClusterSpec) -> Iterator[Problem]:
+    """Each isolated tenant's VLAN is valid and its own; an isolated pool's ports are on leaves this library
+    configures, and its filesystem traffic does not cross the rail ports that move into the tenant's VLAN."""
+    roce = spec.fabric.roce
+    vlans = spec.tenant_vlans
+    taken: dict[int, Loc] = {}
+    if roce is not None:
+        taken = {roce.shared_vlan: ("fabric", "roce", "shared_vlan"),
+                 **{v: ("fabric", "roce", "site_vlans", i) for i, v in enumerate(roce.site_vlans)}}
+    for i, t in enumerate(spec.tenants):
+        loc: Loc = ("tenants", i, "roce_vlan")
+        if t.roce_vlan is not None and spec.fabric.kind != "rocev2":
+            yield Problem(loc, f"tenant {t.name!r} has a roce_vlan but the fabric is {spec.fabric.kind}, not rocev2; "
+                               "remove it")
+            continue
+        vlan = vlans.get(t.name)
+        if vlan is None:
+            continue
+        if vlan in taken:
+            how = f"VLAN {vlan}" if t.roce_vlan is not None else f"derived VLAN {vlan}"
+            yield Problem(loc, f"tenant {t.name!r}'s {how} is already used at {fmt_loc(taken[vlan])}; each tenant "
+                               "needs a VLAN of its own: set tenants[].roce_vlan to a free one")
+        else:
+            taken[vlan] = loc
+    if not spec.vlan_pools:
+        return
+    at = ("fabric", "roce", "isolate_dedicated_pools")
+    if spec.shards:
+        yield Problem(at, "isolating dedicated pools sets every leaf port from one stack, but the spec is split into "
+                          "shards; turn it off or drop shards")
+    managed = {s.name for s in spec.fabric.switches if s.vendor in SWITCH_VENDORS}
+    for i, s in enumerate(spec.fabric.switches):
+        if s.vendor == "sonic" and not s.port_names:
+            yield Problem(("fabric", "switches", i, "port_names"),
+                          f"SONiC switch {s.name} names its ports by lanes (Ethernet0, Ethernet8 ...), and each "
+                          "isolated host's port must be put in its tenant's VLAN by name: list port_names, the "
+                          "PORT table's names in port order")
+    links = plan_topology(spec)[0].links
+    for p, pool in enumerate(spec.node_pools):
+        if pool.name not in spec.vlan_pools:
+            if pool.dedicated_to is not None and not pool.nics:
+                yield Problem(("node_pools", p, "dedicated_to"),
+                              f"node pool {pool.name!r} is dedicated to {pool.dedicated_to!r} but has no RoCE NICs "
+                              "(nics) to isolate it on; list its NICs, or set isolate_dedicated_pools: false")
+            continue
+        hosts = {h.hostname for h in pool.hosts}
+        cabled = {(link.host, link.rail) for link in links if link.host in hosts and link.leaf in managed}
+        loose = sorted({f"{h.hostname} rail {n.rail}" for h in pool.hosts for n in pool.nics} -
+                       {f"{h} rail {r}" for h, r in cabled})
+        if loose:
+            yield Problem(at, f"node pool {pool.name!r} (dedicated to {pool.dedicated_to!r}) has ports on no leaf "
+                              f"this library configures ({', '.join(loose[:3])}{' ...' if len(loose) > 3 else ''}), "
+                              "so nothing would fence them: list their leaves in fabric.switches (cumulus, sonic or "
+                              "eos), or set isolate_dedicated_pools: false")
+        interface = spec.storage_client_interface(pool)
+        if spec.storage.kind != "none" and interface in {n.interface for n in pool.nics}:
+            yield Problem(("storage", "client_interface"),
+                          f"node pool {pool.name!r} (dedicated to {pool.dedicated_to!r}) reaches the filesystem over "
+                          f"its rail port {interface}, which moves into the tenant's VLAN, where the storage servers "
+                          "are not; set storage.client_interface to a NIC outside the rails, or "
+                          "isolate_dedicated_pools: false")
+
+
 def _switches(spec: ClusterSpec) -> Iterator[Problem]:
     fabric = spec.fabric
     switches = {s.name: s for s in fabric.switches}
@@ -871,7 +965,7 @@ def _shards(spec: ClusterSpec) -> Iterator[Problem]:
 
 
 _RULES: tuple[Check, ...] = (_unique_names, _racks_exist, _tenants, _tenant_namespaces_free, _dedicated_pools, _tenant_quotas_fit,
-                             _tenant_cpu_memory_fit, _infiniband, _fabric_isolation, _switches, _leaves_reach_spines,
+                             _tenant_cpu_memory_fit, _infiniband, _fabric_isolation, _roce_isolation, _switches, _leaves_reach_spines,
                              _control_plane_apart, _rail_subnets, _nccl_floor_reachable, _nccl_hosts_fit, _cabling,
                              _kubernetes, slurm_problems, _rack_power, _storage_reachable, _tenant_claims_fit, _shards)
 ClusterSpec._checks = _RULES

@@ -41,6 +41,20 @@ class RoceSettings(SpecModel):
     dscp_map: dict[int, int] = Field(
         default_factory=dict, description="More DSCP -> priority entries for hosts and switches (other traffic "
                                           "classes). Omitted: only dscp -> priority and cnp_dscp -> cnp_priority.")
+    isolate_dedicated_pools: bool = Field(
+        False, description="Each dedicated pool's leaf ports in its tenant's own VLAN (access, untagged, so hosts "
+                           "and pods are unchanged), the other cabled host ports in shared_vlan, the tenants' "
+                           "VLANs tagged on the leaves' uplinks and the spines' ports: the rails must be bridged "
+                           "(VLAN-aware) on the managed switches. Omitted: no; the rails are shared.")
+    shared_vlan: int = Field(1, ge=1, le=4094, description="The VLAN of the shared pools' host ports where "
+                                                           "dedicated pools are isolated. Omitted: 1.")
+    tenant_vlan_first: int = Field(3000, ge=2, le=4094, description="The first VLAN this library gives tenants. "
+                                                                    "Omitted: 3000.")
+    tenant_vlan_last: int = Field(3999, ge=2, le=4094, description="The last VLAN this library gives tenants. "
+                                                                   "Omitted: 3999.")
+    site_vlans: list[int] = Field(
+        default_factory=list, description="VLANs the site uses on these switches already, which no tenant may "
+                                          "take. Omitted: none.")
 
     def _one_lossless_priority(self) -> Iterator[Problem]:
         if self.pfc_priorities != [self.priority]:
@@ -65,7 +79,21 @@ class RoceSettings(SpecModel):
                               f"{'RoCE' if dscp == self.dscp else 'CNP'} traffic marked {dscp} must use priority "
                               f"{wanted} (PFC is on priority {self.priority}); remove the entry or map it to {wanted}")
 
-    _checks = (_one_lossless_priority, _dscp_map_agrees)
+    def _vlans(self) -> Iterator[Problem]:
+        if self.tenant_vlan_first > self.tenant_vlan_last:
+            yield Problem(("tenant_vlan_last",), f"tenant_vlan_last ({self.tenant_vlan_last}) is below "
+                                                 f"tenant_vlan_first ({self.tenant_vlan_first}); swap them")
+        elif self.tenant_vlan_first <= self.shared_vlan <= self.tenant_vlan_last:
+            yield Problem(("shared_vlan",), f"shared_vlan {self.shared_vlan} lies in the tenants' VLANs "
+                                            f"({self.tenant_vlan_first}-{self.tenant_vlan_last}); move one of them")
+        for i, vlan in enumerate(self.site_vlans):
+            if not 1 <= vlan <= 4094:
+                yield Problem(("site_vlans", i), f"{vlan} is not a VLAN (1-4094)")
+            elif vlan == self.shared_vlan:
+                yield Problem(("site_vlans", i), f"VLAN {vlan} is shared_vlan, which this library puts host ports "
+                                                 "in; remove it from site_vlans or choose another shared_vlan")
+
+    _checks = (_one_lossless_priority, _dscp_map_agrees, _vlans)
 
     @property
     def tos(self) -> int:

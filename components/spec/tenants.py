@@ -148,6 +148,11 @@ class Tenant(SpecModel):
                           "while isolation is off). Omitted: "
                           "derived from the tenant's name in 0x4000-0x6fff, stable as tenants come and go, and "
                           "shown in the plan.")
+    roce_vlan: int | None = Field(
+        None, ge=2, le=4094,
+        description="The VLAN of the tenant's dedicated pools' RoCE ports, used where fabric.roce."
+                    "isolate_dedicated_pools is on. Omitted: derived from the tenant's name in fabric.roce's "
+                    "tenant_vlan_first-tenant_vlan_last, stable as tenants come and go, and shown in the plan.")
 
     @property
     def namespace_name(self) -> str:

@@ -14,7 +14,7 @@ from typing import Any
 
 from pulumi_policy import EnforcementLevel, ReportViolation, StackValidationArgs, StackValidationPolicy
 
-from .common import (CONFIG_MAP, FABRIC, NODE_POOL, PARTITIONS, TENANT_LABEL, containers, dig, environment, guarded,
+from .common import (CONFIG_MAP, FABRIC, NODE_POOL, PARTITIONS, TENANT_LABEL, VLANS, containers, dig, environment, guarded,
                      intent, items, labels, mapping, name_of, namespace_of, number, of_type, pod_specs, schema,
                      settings, shown, strings, tenant_namespaces, text)
 
@@ -205,16 +205,20 @@ _ISOLATED_SCHEMA = schema(requiredEnvironments={
 _PKEY = re.compile(r"0x[0-9a-fA-F]{1,4}")                 # a partition key as written: 0x and up to 4 hex digits
 
 
-def _isolated(resources) -> tuple[dict[str, str], dict[str, int]]:
-    """(pool -> tenant it is cut off for, tenant -> partition key), as the partitions components registered."""
+def _isolated(resources) -> tuple[dict[str, str], dict[str, int], dict[str, int]]:
+    """(pool -> tenant it is cut off for, tenant -> partition key, tenant -> VLAN), as the partitions and VLANs
+    components registered."""
     pools: dict[str, str] = {}
     pkeys: dict[str, int] = {}
-    for part in of_type(resources, PARTITIONS):
+    vlans: dict[str, int] = {}
+    for part in [*of_type(resources, PARTITIONS), *of_type(resources, VLANS)]:
         reach = mapping(part.props.get("reach"))
         pools.update({str(g): t for g, r in mapping(reach.get("groups")).items() if (t := text(mapping(r).get("tenant")))})
         pkeys.update({str(t): int(k, 16) for t, k in mapping(reach.get("partitions")).items()
                       if isinstance(k, str) and _PKEY.fullmatch(k)})
-    return pools, pkeys
+        vlans.update({str(t): int(v) for t, v in mapping(reach.get("vlans")).items()
+                      if isinstance(v, (int, float)) and not isinstance(v, bool) and float(v).is_integer()})
+    return pools, pkeys, vlans
 
 
 def _dedicated_pool_isolated(args: StackValidationArgs, report: ReportViolation) -> None:
@@ -226,66 +230,85 @@ def _dedicated_pool_isolated(args: StackValidationArgs, report: ReportViolation)
     kinds = {text(dig(f.props, "spec", "kind")) for f in of_type(args.resources, FABRIC)}
     if not kinds & {"infiniband", "rocev2"}:
         return
-    cut, _ = _isolated(args.resources)
+    cut = _isolated(args.resources)[0]
     for r in of_type(args.resources, NODE_POOL):
         pool = mapping(intent(r).get("pool"))
         owner, name = text(pool.get("dedicated_to")), text(pool.get("name"))
         if owner and list(items(pool.get("nics"))) and cut.get(name) != owner:
-            fix = ("set fabric.infiniband.isolate_dedicated_pools: true" if "infiniband" in kinds
-                   else "RoCE has no per-tenant VLANs here yet; keep the pool shared or accept it in this policy's "
-                        "requiredEnvironments")
+            fix = "set fabric.{}.isolate_dedicated_pools: true".format("infiniband" if "infiniband" in kinds
+                                                                     else "roce")
             report(f"node pool {name} is dedicated to tenant {owner} in {env} but its RDMA ports share the fabric "
                    f"with every other tenant's hosts; {fix}", r.urn)
 
 
 _PKEY_IN_NAME = re.compile(r"\.([0-9a-fA-F]{4})\b")        # an IPoIB child: <parent>.<pkey>, as the kernel names it
+_VLAN_IN_NAME = re.compile(r"\.([0-9]{1,4})$")             # a VLAN device: <parent>.<vid>, as `ip link` names it
+# The Network Operator's and the SR-IOV operator's network objects, which render an attachment per namespace.
+_NETWORKS = (":NetworkAttachmentDefinition", ":IPoIBNetwork", ":MacvlanNetwork", ":HostDeviceNetwork",
+             ":SriovNetwork", ":SriovIBNetwork")
 
 
-def _named_pkeys(value: Any) -> set[int]:
-    """The partition keys a network object's settings name: ib-sriov-cni's `pkey`, an IPoIB child as master."""
+def _named(value: Any, vlans: bool) -> set[int]:
+    """The partition keys (or, `vlans`, the VLANs) a network object's settings name: ib-sriov-cni's `pkey` or an
+    IPoIB child as master; sriov-cni's and the SR-IOV operator's `vlan` or a VLAN device as master."""
+    key, pattern = ("vlan", _VLAN_IN_NAME) if vlans else ("pkey", _PKEY_IN_NAME)
+
+    def number(v: Any) -> int | None:
+        if vlans:           # a number arrives as a float through the engine
+            whole = isinstance(v, (int, float)) and not isinstance(v, bool) and float(v).is_integer()
+            return int(v) if whole or isinstance(v, str) and v.isdigit() else None
+        return int(v, 16) & 0x7FFF if isinstance(v, str) and _PKEY.fullmatch(v) else None
+
+    def in_name(v: str) -> set[int]:
+        return {int(m) if vlans else int(m, 16) & 0x7FFF for m in pattern.findall(v)}
+
     found: set[int] = set()
     if isinstance(value, str):
         try:
             value = json.loads(value)
         except ValueError:
-            return {int(m, 16) & 0x7FFF for m in _PKEY_IN_NAME.findall(value)}
+            return in_name(value)
     if isinstance(value, Mapping):
         for k, v in value.items():
-            if k == "pkey" and isinstance(v, str) and _PKEY.fullmatch(v):
-                found.add(int(v, 16) & 0x7FFF)
+            if k == key and (n := number(v)) is not None:
+                found.add(n)
             elif k == "master" and isinstance(v, str):
-                found |= {int(m, 16) & 0x7FFF for m in _PKEY_IN_NAME.findall(v)}
+                found |= in_name(v)
             else:
-                found |= _named_pkeys(v)
+                found |= _named(v, vlans)
     elif isinstance(value, list):
         for v in value:
-            found |= _named_pkeys(v)
+            found |= _named(v, vlans)
     return found
 
 
 def _no_foreign_partition(args: StackValidationArgs, report: ReportViolation) -> None:
-    """A tenant's network attachment or NCCL settings for another tenant's partition would put its pods in it."""
-    cut, pkeys = _isolated(args.resources)
-    if not pkeys:
+    """A tenant's network attachment or NCCL settings for another tenant's partition or VLAN would put its pods
+    in it."""
+    cut, pkeys, vlans = _isolated(args.resources)
+    if not pkeys and not vlans:
         return
-    owner_of = {k: t for t, k in pkeys.items()}
+    fence = "partition" if pkeys else "VLAN"
+    owner_of = {k: t for t, k in (pkeys or vlans).items()}
     tenant_of = {ns: text(labels(r.props).get(TENANT_LABEL)) for ns, r in tenant_namespaces(args.resources).items()}
     for r in args.resources:
         kind = r.resource_type
-        if kind.endswith(":NetworkAttachmentDefinition") or kind.endswith(":IPoIBNetwork"):
+        if kind.endswith(_NETWORKS):
             spec = mapping(r.props.get("spec"))
             ns = text(spec.get("networkNamespace")) or namespace_of(r.props)
-            for key in sorted(_named_pkeys(dict(spec)) & set(owner_of)):
+            for key in sorted(_named(dict(spec), bool(vlans)) & set(owner_of)):
                 if tenant_of.get(ns) != owner_of[key]:
+                    shown = f"{key:#06x}" if pkeys else str(key)
                     report(f"{kind.rsplit(':', 1)[1]} {name_of(r.props) or r.name} puts namespace {ns or 'default'}'s "
-                           f"pods in tenant {owner_of[key]}'s partition {key:#06x}; create it in "
+                           f"pods in tenant {owner_of[key]}'s {fence} {shown}; create it in "
                            f"{owner_of[key]}'s namespace only", r.urn)
         elif kind == CONFIG_MAP:
             name, ns = name_of(r.props), namespace_of(r.props)
             pool = name[len("nccl-"):] if name and name.startswith("nccl-") else None
             if pool in cut and ns in tenant_of and tenant_of[ns] != cut[pool]:
+                where = "P_Key index 0 is" if pkeys else "ports are in"
                 report(f"ConfigMap {ns}/{name} gives tenant {tenant_of[ns]} the NCCL settings of pool {pool}, whose "
-                       f"P_Key index 0 is tenant {cut[pool]}'s partition; remove it", r.urn)
+                       f"{where} tenant {cut[pool]}'s {fence}; remove it", r.urn)
 
 
 _OVER, _OVER_SCHEMA = _oversubscription(2.0, "add uplinks or spread the hosts for")
@@ -314,12 +337,13 @@ FABRIC_POLICIES = [
         enforcement_level=EnforcementLevel.MANDATORY, validate=guarded(_workload_nccl)),
     StackValidationPolicy(
         name="fabric-dedicated-pool-isolated",
-        description="Checks that a pool dedicated to a tenant has its own partition on the RDMA fabric in prod.",
+        description="Checks that a pool dedicated to a tenant has its own partition or VLAN on the RDMA fabric in prod.",
         enforcement_level=EnforcementLevel.MANDATORY, validate=guarded(_dedicated_pool_isolated),
         config_schema=_ISOLATED_SCHEMA),
     StackValidationPolicy(
         name="fabric-no-foreign-partition",
-        description="Checks that no network attachment or NCCL settings give a tenant another tenant's partition.",
+        description="Checks that no network attachment or NCCL settings give a tenant another tenant's partition or "
+                    "VLAN.",
         enforcement_level=EnforcementLevel.MANDATORY, validate=guarded(_no_foreign_partition)),
     StackValidationPolicy(
         name="fabric-leaf-oversubscription",

@@ -671,3 +671,53 @@ def test_another_tenants_partition_in_a_network_or_nccl_settings_is_a_finding(is
         "team-a's namespace only",
         "NetworkAttachmentDefinition sriov-a puts namespace team-c's pods in tenant team-a's partition 0x0b01; "
         "create it in team-a's namespace only"]
+
+
+@pytest.fixture(scope="module")
+def roce_isolated_run(tmp_path_factory):
+    from tests.components.fabric.isolated_specs import roce_isolated_data
+    path = tmp_path_factory.mktemp("roce") / "roce.yaml"
+    path.write_text(yaml.safe_dump(roce_isolated_data()))
+    return run_program(ROOT, "roce-isolated", spec_file=path)
+
+
+def test_the_roce_isolated_spec_passes_the_fabric_isolation_policies(roce_isolated_run):
+    for name in ("fabric-dedicated-pool-isolated", "fabric-no-foreign-partition", "fabric-qos-consistent",
+                 "fabric-pfc-single-priority"):
+        assert findings(roce_isolated_run, name) == [], name
+
+
+def test_a_dedicated_pool_left_in_the_shared_vlan_is_a_finding_in_prod(tmp_path):
+    from tests.components.fabric.isolated_specs import roce_isolated_data
+    data = roce_isolated_data(change=lambda d: d["fabric"]["roce"].update(isolate_dedicated_pools=False))
+    (tmp_path / "flat.yaml").write_text(yaml.safe_dump(data))
+    assert findings(run_program(ROOT, "roce-isolated", spec_file=tmp_path / "flat.yaml"),
+                    "fabric-dedicated-pool-isolated") == [
+        f"node pool {p} is dedicated to tenant {t} in prod but its RDMA ports share the fabric with every other "
+        "tenant's hosts; set fabric.roce.isolate_dedicated_pools: true" for p, t in
+        (("h100-a", "team-a"), ("h100-b", "team-b"))]
+
+
+def test_another_tenants_vlan_in_a_network_or_nccl_settings_is_a_finding(roce_isolated_run):
+    from tests.components.fabric.isolated_specs import roce_isolated
+    vlan = roce_isolated().tenant_vlans["team-a"]
+    run = with_resource(roce_isolated_run, "kubernetes:sriovnetwork.openshift.io/v1:SriovNetwork", "b-on-a", {
+        "metadata": {"name": "b-on-a", "namespace": "nvidia-network-operator"},
+        "spec": {"networkNamespace": "team-b", "resourceName": "rail0", "vlan": vlan}})
+    run = with_resource(run, NAD, "sriov-a", {"metadata": {"name": "sriov-a", "namespace": "team-c"}, "spec": {
+        "config": json.dumps({"cniVersion": "0.3.1", "type": "sriov", "vlan": vlan})}})
+    run = with_resource(run, "kubernetes:mellanox.com/v1alpha1:MacvlanNetwork", "tagged", {
+        "metadata": {"name": "tagged"}, "spec": {"networkNamespace": "team-b", "master": f"ens1np0.{vlan}"}})
+    run = with_resource(run, NAD, "own", {"metadata": {"name": "own", "namespace": "team-a"}, "spec": {
+        "config": json.dumps({"type": "sriov", "vlan": vlan})}})                           # its own: fine
+    run = with_resource(run, "kubernetes:core/v1:ConfigMap", "nccl-h100-a", {
+        "metadata": {"name": "nccl-h100-a", "namespace": "team-b"}, "data": {"NCCL_IB_GID_INDEX": "3"}})
+    assert sorted(findings(run, "fabric-no-foreign-partition")) == [
+        "ConfigMap team-b/nccl-h100-a gives tenant team-b the NCCL settings of pool h100-a, whose ports are in "
+        "tenant team-a's VLAN; remove it",
+        f"MacvlanNetwork tagged puts namespace team-b's pods in tenant team-a's VLAN {vlan}; create it in team-a's "
+        "namespace only",
+        f"NetworkAttachmentDefinition sriov-a puts namespace team-c's pods in tenant team-a's VLAN {vlan}; create it "
+        "in team-a's namespace only",
+        f"SriovNetwork b-on-a puts namespace team-b's pods in tenant team-a's VLAN {vlan}; create it in team-a's "
+        "namespace only"]

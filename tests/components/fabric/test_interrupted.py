@@ -51,7 +51,7 @@ def switch(tmp_path):
             return json.loads(state.read_text())
         return {where: {k.name: {f.name: f.read_text() for f in k.iterdir()}
                         for k in (tmp_path / "state.json.d" / where).iterdir()} for where in ("running", "saved")}
-    run.reset, run.state = reset, read
+    run.reset, run.state, run.owed = reset, read, tmp_path / "owed"
     return run
 
 
@@ -85,6 +85,41 @@ def test_a_switch_script_killed_anywhere_converges_and_boots_into_what_runs(vend
             assert now["saved"] == now["running"], f"step {k}: the switch would boot into an older configuration"
         points = cut_everywhere(switch, target, lambda other=other: ok(switch(other)), check)
         assert len(points) > 6, points
+
+
+
+@pytest.mark.parametrize("vendor", ["sonic", "cumulus", "eos"])
+def test_a_vlan_step_killed_anywhere_converges_and_boots_into_what_runs(vendor, switch):
+    """A leaf's tenant VLANs from nothing, then a dedicated pool handed to the other tenant and back: after a
+    cut at any step, the next run leaves each port in its VLAN, and the saved configuration the running one."""
+    from components.fabric.vlans import plan_vlans, render_vlan_step
+    from tests.components.fabric.isolated_specs import roce_isolated
+    from tests.components.fabric.test_vlans import VENDORS
+    switch.vendor = vendor
+
+    def step(*changes):
+        spec = roce_isolated(change=lambda d: [c(d) for c in (VENDORS[vendor], *changes)] and None)
+        leaf = next(s for s in spec.fabric.switches if s.name == "ib-leaf-0")
+        return render_vlan_step(leaf, plan_vlans(spec)["ib-leaf-0"]).create
+    isolated, handed = step(), step(hand_b_to_team_a)
+
+    def fresh():
+        switch.reset(64)
+        (switch.owed / "save-config").unlink(missing_ok=True)
+    for target, back in ((isolated, fresh), (handed, lambda: ok(switch(isolated))),
+                         (isolated, lambda: ok(switch(handed)))):
+        back()
+        ok(switch(target))
+        want = switch.state()["running"]
+        again = switch(target)
+        assert again.returncode == 0 and again.stdout.strip().endswith(": 0 change(s)"), again.stdout
+
+        def check(k, want=want):
+            now = switch.state()
+            assert now["running"] == want, f"step {k}: the ports are not in their VLANs"
+            assert now["saved"] == now["running"], f"step {k}: the switch would boot into other VLANs"
+        points = cut_everywhere(switch, target, back, check)
+        assert len(points) > 2, points
 
 
 # systemd and OpenSM for the subnet manager's section: a restart records what the daemon runs (its conf and

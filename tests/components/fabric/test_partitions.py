@@ -237,7 +237,7 @@ def test_the_partitions_steps_follow_every_isolated_preparation_and_nodes_open_a
     assert "gpu-prod-03 shared 3600" in handover["inputs"]["environment"]["GPUCLUSTER_PARTITIONS"]
     assert component["outputs"]["reach"]["groups"]["h100-a"]["cut_off_from"] == ["h100-b"]
     assert "<gpu-prod-05:mlx5_0>=full" in plan.files["fabric/partitions.conf"]
-    assert "| h100-a | team-a | 0x0b01 | h100, h100-a, storage | h100-b |" in plan.files["report.md"]
+    assert "| h100-a | team-a | P_Key 0x0b01 | h100, h100-a, storage | h100-b |" in plan.files["report.md"]
 
 
 def test_a_standalone_fabric_takes_the_guids_from_its_own_host_steps(record):
