@@ -63,9 +63,14 @@ def _json_key(key: str) -> str:
     return key.replace(".", "\\.")          # a jsonpath key with dots, escaped
 
 
+def fence_of(spec: ClusterSpec) -> str:
+    """What moves a tenant's ports: an InfiniBand partition, a RoCE VLAN."""
+    return "partition" if spec.fabric.kind == "infiniband" else "VLAN"
+
+
 def render_handover(spec: ClusterSpec) -> tuple[str, str]:
     """The kubectl steps around a partition or VLAN change: (drain before, reopen after)."""
-    fence = "partition" if spec.partitioned_pools else "VLAN"
+    fence = fence_of(spec)
     marks = {"PARTITION_JSON": _json_key(PARTITION_MARK), "HANDOVER_JSON": _json_key(HANDOVER_MARK),
              "PARTITION": PARTITION_MARK, "HANDOVER": HANDOVER_MARK, "FENCE": fence}
 

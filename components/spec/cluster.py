@@ -133,16 +133,16 @@ class ClusterSpec(SpecModel):
     @property
     def partitioned_pools(self) -> dict[str, str]:
         """Pool -> tenant, for each dedicated pool in its tenant's own InfiniBand partition."""
-        ib = self.fabric.infiniband
-        if ib is None or not ib.isolate_dedicated_pools or self.fabric.kind != "infiniband":
-            return {}
-        return {p.name: p.dedicated_to for p in self.node_pools if p.dedicated_to is not None and p.nics}
+        return self._fenced_pools("infiniband")
 
     @property
     def vlan_pools(self) -> dict[str, str]:
         """Pool -> tenant, for each dedicated pool whose RoCE leaf ports are in its tenant's own VLAN."""
-        roce = self.fabric.roce
-        if roce is None or not roce.isolate_dedicated_pools or self.fabric.kind != "rocev2":
+        return self._fenced_pools("rocev2")
+
+    def _fenced_pools(self, kind: str) -> dict[str, str]:
+        settings = self.fabric.infiniband if kind == "infiniband" else self.fabric.roce
+        if settings is None or not settings.isolate_dedicated_pools or self.fabric.kind != kind:
             return {}
         return {p.name: p.dedicated_to for p in self.node_pools if p.dedicated_to is not None and p.nics}
 

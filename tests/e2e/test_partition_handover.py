@@ -1,4 +1,4 @@
-"""Issue 58, day 2: the kubectl steps around a partition change, as pulumi runs them, against the real apiserver
+"""Issue 58, day 2: the kubectl steps around a partition or VLAN change, as pulumi runs them, against the real apiserver
 and controllers with a tenant's job on a KWOK node: the handover drains a node whose ports move to another
 partition (a disruption budget that blocks it fails the step, the node left cordoned, so the subnet managers'
 steps after it never run), and the reopen marks the node with its partition and gives it back."""
@@ -9,7 +9,7 @@ import shlex
 
 import pytest
 
-from components.nodes.handover import HANDOVER_MARK, PARTITION_MARK, render_handover
+from components.nodes.handover import HANDOVER_MARK, PARTITION_MARK, fence_of, render_handover
 
 from .conftest import Cluster
 from .test_rollout import blocking_budget, busy, node, restore, run_step  # noqa: F401  (busy: a fixture)
@@ -34,7 +34,8 @@ def test_a_node_handed_to_a_tenant_is_drained_before_and_reopened_after_its_part
     try:
         out = run(c, drain, home, f"{host.hostname} team-x 60\nno-such-host team-x 60")
         assert out.returncode == 0, out.stdout + out.stderr
-        assert f"changed: drained {host.hostname}: its ports move from shared's partition to team-x's" in out.stdout
+        fence = fence_of(c.spec)          # the words of the stack's fabric: a partition, a VLAN
+        assert f"changed: drained {host.hostname}: its ports move from shared's {fence} to team-x's" in out.stdout
         n = node(c, host.hostname)
         assert n["spec"].get("unschedulable") is True and marks(c, host.hostname) == {HANDOVER_MARK: "shared->team-x"}
         assert not [p for p in c.pods(job) if p["spec"].get("nodeName") == host.hostname
@@ -61,8 +62,9 @@ def test_a_handover_a_disruption_budget_blocks_fails_with_the_node_cordoned(busy
         with blocking_budget(c, job, "keep-one"):
             out = run(c, drain, home, f"{host.hostname} team-x 5")
         assert out.returncode == 1, out.stdout + out.stderr
-        assert f"node {host.hostname} did not drain within 5s before its ports move from shared's partition to " \
-            "team-x's" in out.stderr and "(it stays cordoned; its partition is unchanged)" in out.stderr, out.stderr
+        fence = fence_of(c.spec)
+        assert f"node {host.hostname} did not drain within 5s before its ports move from shared's {fence} to " \
+            "team-x's" in out.stderr and f"(it stays cordoned; its {fence} is unchanged)" in out.stderr, out.stderr
         assert node(c, host.hostname)["spec"].get("unschedulable") is True
         assert marks(c, host.hostname) == {HANDOVER_MARK: "shared->team-x"}
     finally:

@@ -190,3 +190,21 @@ def test_a_standalone_fabric_pushes_the_vlans_after_its_switches(record):
     for switch in plan_vlans(spec):
         assert by_name[f"f-vlans-{switch}"].parent == by_name["f-vlans"].urn
         assert by_name[f"f-{switch}"].urn in by_name[f"f-vlans-{switch}"].dependencies
+
+
+@pytest.mark.parametrize("vendor", sorted(VENDORS))
+def test_rendered_vlan_step_matches_its_golden_file(vendor):
+    """To accept an intended change: GOLDEN_UPDATE=1 pytest tests/components/fabric/test_vlans.py"""
+    import os
+    from pathlib import Path
+    from components.fabric.vlans import SwitchVlans
+    switch = roce_isolated(change=VENDORS[vendor]).fabric.switches[0]
+    first, second = ("Ethernet0", "Ethernet4") if vendor == "sonic" else ("swp1", "swp2") if vendor == "cumulus" \
+        else ("Ethernet1", "Ethernet2")
+    uplink = {"sonic": "Ethernet252", "cumulus": "swp64", "eos": "Ethernet64"}[vendor]
+    vlans = SwitchVlans({first: 3001, second: 1}, (uplink,), (3001,))
+    text = render_vlan_step(switch, vlans).create
+    golden = Path(__file__).parent / "golden" / f"{vendor}-vlans.sh"
+    if os.environ.get("GOLDEN_UPDATE"):
+        golden.write_text(text)
+    assert text == golden.read_text()
