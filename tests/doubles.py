@@ -90,10 +90,13 @@ case "$1 $2" in
 esac
 ''',
     # NVUE: `nv set`/`unset` edit the pending revision, `config apply` makes it the applied one, `config save`
-    # the startup one. A path (every word but the value) holds one value.
+    # the startup one. A path (every word but the value) holds one value; a bridge's VLANs are a collection.
     "nv": _HEAD + r'''
 pending = st.setdefault("pending", list(st["running"]))
-if args[0] == "set":
+if args[0] == "set" and args[1:3] == ["bridge", "domain"] and args[4] == "vlan":
+    # a bridge's VLANs are a collection keyed by VLAN ID: setting some adds them (NVUE's `vlan <vid>`)
+    st["pending"] = pending + [e for v in args[5].split(",") for e in [" ".join([*args[1:5], v])] if e not in pending]
+elif args[0] == "set":
     path = " ".join(args[1:-1])
     st["pending"] = [e for e in pending if e.rsplit(" ", 1)[0] != path] + [" ".join(args[1:])]
 elif args[0] == "unset":
@@ -109,7 +112,9 @@ elif args[:2] == ["config", "save"]:
 else:
     sys.exit(f"nv double: {args}")
 ''' + _TAIL,
-    # EOS: a session's lines against the running configuration; `commit` makes them running.
+    # EOS: a session's lines against the running configuration; `commit` makes them running. (EOS merges a
+    # session into the running configuration; this double replaces it, which a switch with one session of
+    # ours, the RoCE one, cannot tell apart.)
     "FastCli": _HEAD + r'''
 lines = args[args.index("-c") + 1].split("\n")
 if lines[0] == "copy running-config startup-config":

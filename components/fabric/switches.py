@@ -200,7 +200,8 @@ if owed save-config; then config save -y >/dev/null; paid save-config; note "sav
 need config "this switch does not run SONiC"
 need sonic-db-cli "this switch does not run SONiC"
 mapfile -t table < <(sonic-db-cli CONFIG_DB keys 'PORT|*' | sed 's/^PORT|//' | sort -V)
-for port in @PORTS@; do
+ports=(@PORTS@)
+for port in "${ports[@]}"; do
   [[ " ${table[*]} " == *" $port "* ]] || fail "port $port is not in this switch's PORT table (${table[*]:0:4} ...): correct port_names"
 done
 saving() { owe save-config; "$@"; }
@@ -236,12 +237,13 @@ tagged() {
     changed "$1: carries VLAN $2 tagged"
   fi
 }
-for vlan in @VLANS@; do vlan_up "$vlan"; done
+@VLANS@
 @ACCESS@
 @TAGGED@
 if owed save-config; then config save -y >/dev/null; paid save-config; note "saved to /etc/sonic/config_db.json"; fi
 '''.replace("@ACCESS@", access).replace("@TAGGED@", tagged)
-            .replace("@PORTS@", call(*vlans.access, *vlans.trunks)).replace("@VLANS@", call(*vlans.vlans)))
+            .replace("@PORTS@", call(*vlans.access, *vlans.trunks))
+            .replace("@VLANS@", "\n".join(call("vlan_up", v) for v in vlans.vlans)))
 
 
 class Eos:

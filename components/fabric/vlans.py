@@ -12,7 +12,9 @@ switch has unless the site restricted it, so the VLANs are created on the leaves
 carries only the VLANs it is a member of, so the leaves' uplinks and the spines' ports are made tagged members.
 
 The steps (`<name>-<switch>`) run after the Nodes whose ports change VLAN are drained (nodes/handover.py) and
-before they are given back. A VLAN no tenant uses any more is left defined: no host port is in it.
+before they are given back. A VLAN no tenant uses any more is left defined: no host port is in it. Turning
+isolation off deletes the steps, whose deletes put the tenants' ports back in the shared VLAN (no drain: the
+handover goes with them).
 """
 
 from __future__ import annotations
@@ -88,12 +90,17 @@ def vlan_reach(spec: ClusterSpec) -> dict[str, Any]:
     }
 
 
-def render_vlan_step(switch: Switch, vlans: SwitchVlans) -> Script:
-    body = BACKENDS[switch.vendor].vlan_body(vlans)
+def render_vlan_step(switch: Switch, vlans: SwitchVlans, shared_vlan: int) -> Script:
+    """The step, and its delete: run where isolation is turned off (the step's only deletion: a converging step
+    is updated in place, never replaced), it moves the ports it put in tenants' VLANs back to `shared_vlan`.
+    The tenants' VLANs stay defined, with no host port in them."""
+    backend = BACKENDS[switch.vendor]
+    back = {port: shared_vlan for port, vlan in vlans.access.items() if vlan != shared_vlan}
+    leave = backend.vlan_body(SwitchVlans(back)) if back else 'note "no host port of this switch is in a tenant VLAN"\n'
     return Script(script(f"Tenant VLANs on {switch.role} {switch.name} ({switch.vendor}): "
-                         f"{', '.join(map(str, vlans.vlans))}", switch.name, body),
-                  script(f"Tenant VLANs leave {switch.name}", switch.name,
-                         'note "the ports keep their VLANs until the next step sets them"\n'))
+                         f"{', '.join(map(str, vlans.vlans))}", switch.name, backend.vlan_body(vlans)),
+                  script(f"Tenant VLANs leave {switch.name}: {len(back)} host port(s) back to VLAN {shared_vlan}",
+                         switch.name, leave))
 
 
 class FabricVlans(pulumi.ComponentResource):
@@ -110,10 +117,12 @@ class FabricVlans(pulumi.ComponentResource):
         reach = vlan_reach(spec)
         super().__init__(self.TYPE, name, {"reach": reach}, with_aliases(self.TYPE, opts))
         switches = {s.name: s for s in spec.fabric.switches}
+        shared = spec.fabric.roce.shared_vlan if spec.fabric.roce is not None else 1
         self.steps = {}
         for switch_name, vlans in plan_vlans(spec).items():
             switch = switches[switch_name]
             target = SshTarget(switch.address, switch.ssh_user, 22, switch.host_key, spec.ssh.bastion)
-            self.steps[switch_name] = push(f"{name}-{switch_name}", target, render_vlan_step(switch, vlans),
+            step = render_vlan_step(switch, vlans, shared)
+            self.steps[switch_name] = push(f"{name}-{switch_name}", target, step,
                                            ssh_private_key, parent=self, converge=True, depends_on=depends_on)
         self.register_outputs({"reach": reach})

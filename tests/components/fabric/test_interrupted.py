@@ -100,7 +100,7 @@ def test_a_vlan_step_killed_anywhere_converges_and_boots_into_what_runs(vendor, 
     def step(*changes):
         spec = roce_isolated(change=lambda d: [c(d) for c in (VENDORS[vendor], *changes)] and None)
         leaf = next(s for s in spec.fabric.switches if s.name == "ib-leaf-0")
-        return render_vlan_step(leaf, plan_vlans(spec)["ib-leaf-0"]).create
+        return render_vlan_step(leaf, plan_vlans(spec)["ib-leaf-0"], 1).create
     isolated, handed = step(), step(hand_b_to_team_a)
 
     def fresh():
@@ -120,6 +120,40 @@ def test_a_vlan_step_killed_anywhere_converges_and_boots_into_what_runs(vendor, 
             assert now["saved"] == now["running"], f"step {k}: the switch would boot into other VLANs"
         points = cut_everywhere(switch, target, back, check)
         assert len(points) > 2, points
+
+
+@pytest.mark.parametrize("vendor", ["sonic", "cumulus", pytest.param("eos", marks=pytest.mark.skip(
+    reason="the EOS double replaces the running configuration with a session's lines, where EOS merges them: "
+           "a delete that touches some ports cannot be judged on it"))])
+def test_turning_isolation_off_puts_the_tenants_ports_back_in_the_shared_vlan(vendor, switch):
+    """The step's delete (isolation turned off deletes the steps) leaves the leaf as a step that puts every host
+    port in the shared VLAN would, and saved; killed anywhere, it converges on the next run."""
+    from components.fabric.vlans import SwitchVlans, plan_vlans, render_vlan_step
+    from tests.components.fabric.isolated_specs import roce_isolated
+    from tests.components.fabric.test_vlans import VENDORS
+    switch.vendor = vendor
+    spec = roce_isolated(change=lambda d: VENDORS[vendor](d))
+    leaf = next(s for s in spec.fabric.switches if s.name == "ib-leaf-0")
+    planned = plan_vlans(spec)["ib-leaf-0"]
+    step = render_vlan_step(leaf, planned, 1)
+    everything_shared = render_vlan_step(leaf, SwitchVlans({p: 1 for p in planned.access}), 1).create
+
+    def isolated():
+        switch.reset(64)
+        (switch.owed / "save-config").unlink(missing_ok=True)
+        ok(switch(step.create))
+    isolated()
+    ok(switch(everything_shared))
+    want = switch.state()["running"]
+    isolated()
+    left = switch(step.delete)
+    assert left.returncode == 0 and "changed" in left.stdout, left.stdout + left.stderr
+    assert switch.state()["running"] == want and switch.state()["saved"] == want
+
+    def check(k):
+        now = switch.state()
+        assert now["running"] == want and now["saved"] == want, f"step {k}: a tenant's port is not back"
+    assert len(cut_everywhere(switch, step.delete, isolated, check)) > 2
 
 
 # systemd and OpenSM for the subnet manager's section: a restart records what the daemon runs (its conf and

@@ -124,9 +124,11 @@ def test_vlan_steps_pass_shellcheck(vendor, tmp_path):
     switches = {s.name: s for s in spec.fabric.switches}
     for name, vlans in plan_vlans(spec).items():
         path = tmp_path / f"{name}.sh"
-        path.write_text(render_vlan_step(switches[name], vlans).create)
-        out = subprocess.run(["shellcheck", "-S", "style", str(path)], capture_output=True, text=True)
-        assert out.returncode == 0, out.stdout
+        step = render_vlan_step(switches[name], vlans, 1)
+        for text in (step.create, step.delete):
+            path.write_text(text)
+            out = subprocess.run(["shellcheck", "-S", "style", str(path)], capture_output=True, text=True)
+            assert out.returncode == 0, out.stdout
 
 
 def test_a_pool_handed_to_another_tenant_moves_its_ports_to_that_tenants_vlan():
@@ -203,7 +205,7 @@ def test_rendered_vlan_step_matches_its_golden_file(vendor):
         else ("Ethernet1", "Ethernet2")
     uplink = {"sonic": "Ethernet252", "cumulus": "swp64", "eos": "Ethernet64"}[vendor]
     vlans = SwitchVlans({first: 3001, second: 1}, (uplink,), (3001,))
-    text = render_vlan_step(switch, vlans).create
+    text = render_vlan_step(switch, vlans, 1).create
     golden = Path(__file__).parent / "golden" / f"{vendor}-vlans.sh"
     if os.environ.get("GOLDEN_UPDATE"):
         golden.write_text(text)

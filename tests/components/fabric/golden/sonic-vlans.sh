@@ -43,7 +43,8 @@ finish() { note "$CHANGES change(s)"; }
 need config "this switch does not run SONiC"
 need sonic-db-cli "this switch does not run SONiC"
 mapfile -t table < <(sonic-db-cli CONFIG_DB keys 'PORT|*' | sed 's/^PORT|//' | sort -V)
-for port in Ethernet0 Ethernet4 Ethernet252; do
+ports=(Ethernet0 Ethernet4 Ethernet252)
+for port in "${ports[@]}"; do
   [[ " ${table[*]} " == *" $port "* ]] || fail "port $port is not in this switch's PORT table (${table[*]:0:4} ...): correct port_names"
 done
 saving() { owe save-config; "$@"; }
@@ -79,7 +80,8 @@ tagged() {
     changed "$1: carries VLAN $2 tagged"
   fi
 }
-for vlan in 1 3001; do vlan_up "$vlan"; done
+vlan_up 1
+vlan_up 3001
 access Ethernet0 3001
 access Ethernet4 1
 tagged Ethernet252 3001
