@@ -262,8 +262,11 @@ class Eos:
     def config(self, roce: RoceSettings, mtu_bytes: int, ports: list[str]) -> str:
         ecn = roce.ecn
         lines = [f"qos map dscp {d} to traffic-class {p}" for d, p in sorted(roce.dscp_priorities.items())]
+        # EOS merges a session into the running configuration: a priority an earlier class made lossless stays
+        # so unless set back to drop (the form Arista's AVD renders for `no_drop: false`).
         lines += [f"qos profile {self.PROFILE}", "   qos trust dscp", "   priority-flow-control on",
-                  f"   priority-flow-control priority {roce.priority} no-drop"]
+                  *(f"   priority-flow-control priority {p} {'no-drop' if p == roce.priority else 'drop'}"
+                    for p in range(8))]
         if roce.pfc_watchdog:
             lines.append("   priority-flow-control pause watchdog")
         lines += [f"   uc-tx-queue {roce.priority}",

@@ -70,6 +70,9 @@ def test_pfc_is_lossless_on_the_roce_priority_only(vendor, dev_data):
     assert re.findall(pfc, text) == [str(spec.fabric.roce.priority)] and spec.fabric.roce.priority != 3
     if vendor == "cumulus":      # NVUE's RoCE mode enables PFC on 3; it must come off
         assert "nv unset qos pfc default-global switch-priority 3" in text
+    if vendor == "eos":          # a session merges: a class's earlier lossless priority is set back to drop
+        assert re.findall(r"priority-flow-control priority (\d+) drop", text) == \
+            [str(p) for p in range(8) if p != spec.fabric.roce.priority]
 
 
 @pytest.mark.parametrize("vendor", sorted(BACKENDS))

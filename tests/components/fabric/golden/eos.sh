@@ -47,7 +47,14 @@ qos map dscp 56 to traffic-class 7
 qos profile GPUCLUSTER-ROCE
    qos trust dscp
    priority-flow-control on
+   priority-flow-control priority 0 drop
+   priority-flow-control priority 1 drop
+   priority-flow-control priority 2 drop
+   priority-flow-control priority 3 drop
+   priority-flow-control priority 4 drop
    priority-flow-control priority 5 no-drop
+   priority-flow-control priority 6 drop
+   priority-flow-control priority 7 drop
    priority-flow-control pause watchdog
    uc-tx-queue 5
       random-detect ecn minimum-threshold 200 kbytes maximum-threshold 2000 kbytes max-mark-probability 50 weight 0
