@@ -80,9 +80,11 @@ def test_the_controller_logs_no_error_about_the_generated_settings(controller):
     errors = [line for line in log.splitlines() if "error:" in line or "fatal:" in line]
     # A first start has no saved state; the operator's MaxNodeCount=1024 leaves slots for nodes not registered
     # yet, under no switch; extraConf's AccountingStorageTRES follows the operator's own (the test below shows
-    # the latest one is used).
+    # the latest one is used). slurmctld times gettimeofday() at start and says so when the machine is busy
+    # (the test suite's other workers): a fact about this machine's load, not about the settings.
     expected = ("state file", "Trying backup state save file", "MailProg", f"switches lack access to {1024 - 3} nodes",
-                "AccountingStorageTRES 1 specified more than once, latest value used")
+                "AccountingStorageTRES 1 specified more than once, latest value used",
+                "High latency for 1000 calls to gettimeofday()")
     assert [e for e in errors if not any(x in e for x in expected)] == []
 
 
