@@ -25,7 +25,7 @@ from .host import render_fabric_host
 from .nccl import nccl_envs
 from .partitions import FabricPartitions
 from .vlans import FabricVlans
-from .switches import render_switch, switch_mtu_bytes
+from .switches import render_switch, switch_mtu_bytes, switch_target
 
 
 class FabricHost(NamedTuple):
@@ -184,10 +184,9 @@ def compose(fabric: Any, name: str, spec: ClusterSpec, ssh_private_key: pulumi.I
     if spec.fabric.kind == "rocev2":
         for switch in spec.fabric.switches:
             if switch.managed:
-                target = SshTarget(switch.address, switch.ssh_user, 22, switch.host_key, spec.ssh.bastion)
                 fabric.switch_commands[switch.name] = push(
-                    f"{name}-{switch.name}", target, render_switch(switch, spec.fabric), ssh_private_key,
-                    parent=fabric)
+                    f"{name}-{switch.name}", switch_target(switch, spec.ssh.bastion),
+                    render_switch(switch, spec.fabric), ssh_private_key, parent=fabric)
     # Standalone, the tenants' VLANs follow the switches' own settings (one NVUE or EOS session at a time); in a
     # GpuCluster, they also wait for the drain of the Nodes whose ports move (nodes/handover.py).
     fabric.vlans = None

@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from ..bash import call, fill, script
 from ..spec.fabric import FabricSpec, RoceSettings, Switch
-from ..ssh import Script
+from ..spec.hardware import Bastion
+from ..ssh import Script, SshTarget
 
 if TYPE_CHECKING:
     from .vlans import SwitchVlans
@@ -319,6 +320,11 @@ BACKENDS: dict[str, SwitchBackend] = {b.vendor: b for b in (Cumulus(), Sonic(), 
 
 def switch_ports(switch: Switch, backend: SwitchBackend) -> list[str]:
     return list(switch.port_names) or [backend.port_name(n) for n in range(1, switch.ports + 1)]
+
+
+def switch_target(switch: Switch, bastion: Bastion | None) -> SshTarget:
+    """Where a switch's steps are pushed: its management address, on port 22."""
+    return SshTarget(switch.address, switch.ssh_user, 22, switch.host_key, bastion)
 
 
 def switch_mtu_bytes(switch: Switch) -> int:

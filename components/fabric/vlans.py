@@ -28,9 +28,9 @@ from ..bash import script
 from ..spec import ClusterSpec
 from ..spec.fabric import Switch
 from ..spec.topology import plan_topology
-from ..ssh import Script, SshTarget, push
+from ..ssh import Script, push
 from ..types import token, with_aliases
-from .switches import BACKENDS, switch_ports
+from .switches import BACKENDS, switch_ports, switch_target
 
 
 @dataclass(frozen=True)
@@ -121,8 +121,7 @@ class FabricVlans(pulumi.ComponentResource):
         self.steps = {}
         for switch_name, vlans in plan_vlans(spec).items():
             switch = switches[switch_name]
-            target = SshTarget(switch.address, switch.ssh_user, 22, switch.host_key, spec.ssh.bastion)
             step = render_vlan_step(switch, vlans, shared)
-            self.steps[switch_name] = push(f"{name}-{switch_name}", target, step,
+            self.steps[switch_name] = push(f"{name}-{switch_name}", switch_target(switch, spec.ssh.bastion), step,
                                            ssh_private_key, parent=self, converge=True, depends_on=depends_on)
         self.register_outputs({"reach": reach})
