@@ -55,7 +55,7 @@ def plan_vlans(spec: ClusterSpec) -> dict[str, SwitchVlans]:
     topology = plan_topology(spec)[0]
     owner = spec.isolated_hosts
     vlans = spec.tenant_vlans
-    switches = {s.name: s for s in spec.fabric.switches if s.vendor in BACKENDS}
+    switches = {s.name: s for s in spec.fabric.switches if s.managed and s.vendor in BACKENDS}
     out: dict[str, SwitchVlans] = {}
     carried: set[int] = set()
     for name, leaf in sorted(topology.leaves.items()):

@@ -577,7 +577,7 @@ def _roce_isolation(spec: ClusterSpec) -> Iterator[Problem]:
     if spec.shards:
         yield Problem(at, "isolating dedicated pools sets every leaf port from one stack, but the spec is split into "
                           "shards; turn it off or drop shards")
-    managed = {s.name for s in spec.fabric.switches if s.vendor in SWITCH_VENDORS}
+    managed = {s.name for s in spec.fabric.switches if s.managed and s.vendor in SWITCH_VENDORS}
     for i, s in enumerate(spec.fabric.switches):
         if s.vendor == "sonic" and not s.port_names:
             yield Problem(("fabric", "switches", i, "port_names"),
@@ -600,7 +600,7 @@ def _roce_isolation(spec: ClusterSpec) -> Iterator[Problem]:
             yield Problem(at, f"node pool {pool.name!r} (dedicated to {pool.dedicated_to!r}) has ports on no leaf "
                               f"this library configures ({', '.join(loose[:3])}{' ...' if len(loose) > 3 else ''}), "
                               "so nothing would fence them: list their leaves in fabric.switches (cumulus, sonic or "
-                              "eos), or set isolate_dedicated_pools: false")
+                              "eos, not managed: false), or set isolate_dedicated_pools: false")
         interface = spec.storage_client_interface(pool)
         if spec.storage.kind != "none" and interface in {n.interface for n in pool.nics}:
             yield Problem(("storage", "client_interface"),

@@ -47,6 +47,14 @@ def test_each_isolated_hosts_leaf_port_is_in_its_tenants_vlan_and_every_other_in
     assert plan_vlans(roce_isolated(change=lambda d: d["fabric"]["roce"].update(isolate_dedicated_pools=False))) == {}
 
 
+def test_a_switch_kept_in_the_topology_only_gets_no_vlan_step():
+    """`managed: false` (a spine here, which no pool's port needs) keeps it out of the steps."""
+    spec = roce_isolated(change=lambda d: d["fabric"]["switches"][-1].update(managed=False))
+    unmanaged = spec.fabric.switches[-1]
+    assert unmanaged.role == "spine" and not unmanaged.managed
+    assert unmanaged.name not in plan_vlans(spec) and "ib-leaf-0" in plan_vlans(spec)
+
+
 def test_a_tenants_vlan_is_derived_from_its_name_alone_and_a_given_one_wins():
     import zlib
     base = roce_isolated().tenant_vlans
@@ -101,6 +109,9 @@ def _problems(change) -> list[str]:
     (_data_change(**{"fabric.roce.shared_vlan": 3001}), "fabric.roce.shared_vlan: shared_vlan 3001 lies in the"),
     (lambda d: d["fabric"]["switches"].pop(0), "fabric.roce.isolate_dedicated_pools: node pool 'h100-a' (dedicated "
                                                "to 'team-a') has ports on no leaf this library configures"),
+    (lambda d: d["fabric"]["switches"][0].update(managed=False),
+     "fabric.roce.isolate_dedicated_pools: node pool 'h100-a' (dedicated to 'team-a') has ports on no leaf this "
+     "library configures"),
     (sonic_without_names := (lambda d: (sonic(d), d["fabric"]["switches"][0].pop("port_names"))),
      "fabric.switches[0].port_names: SONiC switch ib-leaf-0 names its ports by lanes"),
 ])
