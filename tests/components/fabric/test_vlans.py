@@ -109,6 +109,12 @@ def _problems(change) -> list[str]:
     (_data_change(**{"fabric.roce.shared_vlan": 3001}), "fabric.roce.shared_vlan: shared_vlan 3001 lies in the"),
     (lambda d: d["fabric"]["switches"].pop(0), "fabric.roce.isolate_dedicated_pools: node pool 'h100-a' (dedicated "
                                                "to 'team-a') has ports on no leaf this library configures"),
+    (_data_change(**{"tenants.0.roce_vlan": 4095}),
+     "tenants[0].roce_vlan: Input should be less than or equal to 4094 (got 4095)"),
+    (_data_change(**{"fabric.roce.shared_vlan": "x"}), "fabric.roce.shared_vlan: Input should be a valid integer"),
+    (_data_change(**{"fabric.roce.site_vlans": [5000]}), "fabric.roce.site_vlans[0]: 5000 is not a VLAN (1-4094)"),
+    (_data_change(**{"fabric.roce.tenant_vlan_first": 1}),
+     "fabric.roce.tenant_vlan_first: Input should be greater than or equal to 2 (got 1)"),
     (lambda d: d["fabric"]["switches"][0].update(managed=False),
      "fabric.roce.isolate_dedicated_pools: node pool 'h100-a' (dedicated to 'team-a') has ports on no leaf this "
      "library configures"),
