@@ -205,6 +205,12 @@ _ISOLATED_SCHEMA = schema(requiredEnvironments={
 _PKEY = re.compile(r"0x[0-9a-fA-F]{1,4}")                 # a partition key as written: 0x and up to 4 hex digits
 
 
+def _whole(value: Any) -> int | None:
+    """A whole number as registered: the engine carries every number as a float."""
+    n = number(value)
+    return int(n) if n is not None and float(n).is_integer() else None
+
+
 def _isolated(resources) -> tuple[dict[str, str], dict[str, int], dict[str, int]]:
     """(pool -> tenant it is cut off for, tenant -> partition key, tenant -> VLAN), as the partitions and VLANs
     components registered."""
@@ -216,8 +222,7 @@ def _isolated(resources) -> tuple[dict[str, str], dict[str, int], dict[str, int]
         pools.update({str(g): t for g, r in mapping(reach.get("groups")).items() if (t := text(mapping(r).get("tenant")))})
         pkeys.update({str(t): int(k, 16) for t, k in mapping(reach.get("partitions")).items()
                       if isinstance(k, str) and _PKEY.fullmatch(k)})
-        vlans.update({str(t): int(v) for t, v in mapping(reach.get("vlans")).items()
-                      if isinstance(v, (int, float)) and not isinstance(v, bool) and float(v).is_integer()})
+        vlans.update({str(t): n for t, v in mapping(reach.get("vlans")).items() if (n := _whole(v)) is not None})
     return pools, pkeys, vlans
 
 
@@ -254,9 +259,8 @@ def _named(value: Any, vlans: bool) -> set[int]:
     key, pattern = ("vlan", _VLAN_IN_NAME) if vlans else ("pkey", _PKEY_IN_NAME)
 
     def number(v: Any) -> int | None:
-        if vlans:           # a number arrives as a float through the engine
-            whole = isinstance(v, (int, float)) and not isinstance(v, bool) and float(v).is_integer()
-            return int(v) if whole or isinstance(v, str) and v.isdigit() else None
+        if vlans:
+            return int(v) if isinstance(v, str) and v.isdigit() else _whole(v)
         return int(v, 16) & 0x7FFF if isinstance(v, str) and _PKEY.fullmatch(v) else None
 
     def in_name(v: str) -> set[int]:
