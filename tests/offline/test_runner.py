@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -11,7 +13,7 @@ import pytest
 from pulumi.runtime import mocks as pulumi_mocks
 
 from components.offline.recorder import EchoMocks
-from components.offline.runner import run_offline, run_program
+from components.offline.runner import ProgramTimeout, run_offline, run_program
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -87,3 +89,71 @@ def test_a_program_that_fails_half_way_fails_the_plan_at_once_instead_of_waiting
     with pytest.raises(AttributeError, match="broken on purpose"):
         run_program(ROOT, "dev")
     assert time.monotonic() - started < 60
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def _runs_alive() -> int:
+    """Threads of a run still alive: its own (in runner.py) and its executor's."""
+    import sys
+    frames = {ident: f for ident, f in sys._current_frames().items() if ident != threading.get_ident()}
+
+    def in_runner(frame) -> bool:
+        while frame is not None:
+            if frame.f_code.co_filename.endswith(os.path.join("offline", "runner.py")):
+                return True
+            frame = frame.f_back
+        return False
+    return sum(map(in_runner, frames.values())) + sum(t.name.startswith("offline-rpc") for t in threading.enumerate())
+
+
+def test_a_run_leaves_no_thread_loop_or_descriptor_behind():
+    """The SDK's executor and the loop the mock monitor opens on each of its threads had outlived every run
+    (six threads and some twenty descriptors a run): a test worker running hundreds of plans ran out of both."""
+    run_offline(lambda: _Thing("warm", {}), project="p", stack="s")
+    fds = _open_fds()
+    for n in range(5):
+        run_offline(lambda: [_Thing(f"t{i}", {}) for i in range(20)], project="p", stack="s")
+    assert (_runs_alive(), _open_fds()) == (0, fds)
+
+
+def _fails_leaving_an_output_that_never_resolves() -> None:
+    import asyncio
+    never = asyncio.get_event_loop().create_future()
+    pulumi.export("never", pulumi.Output(set(), never, pulumi.Output.from_input(True).future()).apply(str))
+    _Thing("t", {})
+    raise ValueError("half way")
+
+
+def test_a_failed_run_winds_down_instead_of_waiting_on_what_never_resolves():
+    fds = _open_fds()
+    for _ in range(3):
+        with pytest.raises(ValueError, match="half way"):
+            run_offline(_fails_leaving_an_output_that_never_resolves, project="p", stack="s")
+    assert (_runs_alive(), _open_fds()) == (0, fds)
+
+
+def test_the_run_after_a_failed_one_waits_on_its_own_outputs_only():
+    """The SDK's set of outputs to wait for had been one for every run in the process: the next run waited on
+    the failed run's, which never resolve."""
+    with pytest.raises(ValueError, match="half way"):
+        run_offline(_fails_leaving_an_output_that_never_resolves, project="p", stack="s")
+    run = run_offline(lambda: _Thing("next", {}), project="p", stack="s", timeout_s=60)
+    assert any(r.name == "next-leaf" for r in run.records)
+
+
+def test_a_run_that_never_ends_fails_within_its_bound_saying_where_it_was():
+    release = threading.Event()
+
+    def stuck_here() -> None:
+        release.wait(30)
+
+    started = time.monotonic()
+    try:
+        with pytest.raises(ProgramTimeout, match=r"(?s)stack 's' did not finish within 0.5 s.*in stuck_here"):
+            run_offline(stuck_here, project="p", stack="s", timeout_s=0.5)
+    finally:
+        release.set()
+    assert time.monotonic() - started < 20
