@@ -19,6 +19,7 @@ from ..types import token, with_aliases
 from .health import checks as health_checks, detector as health, nvml as health_nvml, quarantine
 from .platform import gpu_operator, kueue, monitoring, mpi_operator, network_operator, nfd
 from .slurm import cluster as slurm
+from .tenancy import networks as tenant_networks
 from . import rails
 from .helm import release
 from .images import through_mirror
@@ -138,6 +139,8 @@ def compose(stack: Any, name: str, spec: ClusterSpec, *,
         for m in [network_operator.render_nic_cluster_policy(spec, network_images_row(spec)),
                   *network_operator.render_secondary_networks(spec)]:
             put(m, after(net))
+        for m in tenant_networks.render_network_fence(spec):
+            put(m, pulumi.ResourceOptions(parent=stack))
         stack.rdma_resource = rails.rdma_resource(spec)
         stack.networks = rails.network_names(spec)
     kueue_release = helm("kueue", kueue, kueue.render_kueue_values(spec))

@@ -12,7 +12,7 @@ from ..helm import NVIDIA_REPO, Chart
 from ..images import NETWORK_OPERATOR_REPOSITORIES, NETWORK_OPERATOR_SRIOV_IMAGES, ChartImages, chart_from
 from ..labels import POOL_LABEL, system_tolerations
 from ..objects import Manifest
-from ..rails import NETWORK_NAMESPACE, rail_networks, rdma_resource
+from ..rails import NETWORK_NAMESPACE, rail_networks, rdma_resource, tenant_networks
 
 NAMESPACE = OPERATOR_NAMESPACES["network_operator"]
 POLICY_NAME = "nic-cluster-policy"      # the operator ignores a NicClusterPolicy of any other name
@@ -78,7 +78,10 @@ def render_nic_cluster_policy(spec: ClusterSpec, versions: StackVersions) -> Man
 
 
 def render_secondary_networks(spec: ClusterSpec) -> list[Manifest]:
-    """Per rail: an nv-ipam IPPool and the network kind the fabric and device plugin call for."""
+    """Per rail: an nv-ipam IPPool and the network kind the fabric and device plugin call for, shared; then each
+    isolated tenant's own of its pools' rails, in its namespace (rails.tenant_networks), from the same pool of
+    addresses: the fabric (its partition or VLAN) keeps tenants apart, the namespace keeps their pods to
+    their own (tenancy/networks.py)."""
     n = spec.kubernetes.network_operator
     if not n.rail_subnets:
         return []
@@ -94,14 +97,21 @@ def render_secondary_networks(spec: ClusterSpec) -> list[Manifest]:
                 "metadata": {"name": f"rail-{rail}", "namespace": NAMESPACE},
                 "spec": {"subnet": subnet, "perNodeBlockSize": n.ips_per_node, "nodeSelector": {"nodeSelectorTerms": [
                     {"matchExpressions": [{"key": POOL_LABEL, "operator": "In", "values": pools}]}]}}}))
-        ipam = json.dumps({"type": "nv-ipam", "poolName": f"rail-{rail}"})
-        if n.rdma_device_plugin == "sriov":
-            kind, spec_ = "HostDeviceNetwork", {"resourceName": rdma_resource(spec), "ipam": ipam}
-        elif spec.fabric.kind == "infiniband":
-            kind, spec_ = "IPoIBNetwork", {"master": interface, "ipam": ipam}
-        else:
-            kind, spec_ = "MacvlanNetwork", {"master": interface, "mode": "bridge",
-                                             "mtu": spec.fabric.effective_mtu_bytes, "ipam": ipam}
-        out.append(Manifest(f"net-{name}", {"apiVersion": API, "kind": kind, "metadata": {"name": name},
-                                            "spec": {"networkNamespace": NETWORK_NAMESPACE, **spec_}}))
+        out.append(_network(spec, rail, interface, name, NETWORK_NAMESPACE))
+    for namespace, networks in tenant_networks(spec).items():
+        out += [_network(spec, rail, interface, name, namespace) for (rail, interface), name in networks.items()]
     return out
+
+
+def _network(spec: ClusterSpec, rail: int, interface: str, name: str, namespace: str) -> Manifest:
+    """One rail's network object, its NetworkAttachmentDefinition `name` in `namespace`."""
+    ipam = json.dumps({"type": "nv-ipam", "poolName": f"rail-{rail}"})
+    if spec.kubernetes.network_operator.rdma_device_plugin == "sriov":
+        kind, spec_ = "HostDeviceNetwork", {"resourceName": rdma_resource(spec), "ipam": ipam}
+    elif spec.fabric.kind == "infiniband":
+        kind, spec_ = "IPoIBNetwork", {"master": interface, "ipam": ipam}
+    else:
+        kind, spec_ = "MacvlanNetwork", {"master": interface, "mode": "bridge",
+                                         "mtu": spec.fabric.effective_mtu_bytes, "ipam": ipam}
+    return Manifest(f"net-{name}", {"apiVersion": API, "kind": kind, "metadata": {"name": name},
+                                    "spec": {"networkNamespace": namespace, **spec_}})

@@ -18,6 +18,8 @@ def isolated_example(rails: int = 8, change: Callable[[dict[str, Any]], None] = 
     for pool in data["node_pools"]:
         pool["nics"] = pool["nics"][:rails]
     data["fabric"]["switches"] = [s for s in data["fabric"]["switches"] if s.get("rails", [0])[0] < rails]
+    networks = data["kubernetes"]["network_operator"]
+    networks["rail_subnets"] = networks["rail_subnets"][:rails]
     change(data)
     return parse_spec(yaml.safe_dump(data))
 
