@@ -14,7 +14,7 @@ from .fabric.vlans import FabricVlans
 from .k8s.gpu_stack import GpuKubernetesStack
 from .k8s.tenancy.tenant import Tenant, TenantArgs, tenancy_of
 from .nodes import GpuNodePool, NodePoolArgs
-from .nodes.handover import owners, render_handover
+from .nodes.handover import leaving_drain_s, owners, render_handover
 from .nodes.node_pool import kubectl_step
 from .spec import ClusterSpec
 from .spec.cluster import PLATFORM
@@ -142,7 +142,8 @@ def compose(cluster: Any, name: str, spec: ClusterSpec, ssh_private_key: pulumi.
     reopened: pulumi.Resource | None = None
     try:
         if isolated:    # the Nodes whose ports change partition or VLAN drained first, given back after
-            kube, env = next(iter(cluster.node_pools.values())).kube, {"GPUCLUSTER_PARTITIONS": owners(spec)}
+            kube, env = next(iter(cluster.node_pools.values())).kube, {"GPUCLUSTER_PARTITIONS": owners(spec),
+                                                                   "GPUCLUSTER_LEAVING_DRAIN_S": str(leaving_drain_s(spec))}
             drain, reopen = render_handover(spec)
             role = "partitions" if spec.partitioned_pools else "vlans"
             handover = kubectl_step(cluster, kube, f"{name}-{role}-handover", drain, None,

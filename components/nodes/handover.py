@@ -13,7 +13,7 @@ PARTITION_MARK = "gpucluster.io/partition"           # on a Node: whose partitio
 HANDOVER_MARK = "gpucluster.io/partition-handover"  # on a Node the handover cordoned: from->to, until reopened
 
 # Before the partitions or VLANs change, where pulumi runs (kubectl): each Node whose ports move to another one
-# (GPUCLUSTER_PARTITIONS: "HOST OWNER DRAIN_TIMEOUT_S" per RDMA host; OWNER a tenant or `shared`; a Node without
+# (GPUCLUSTER_PARTITIONS: "HOST OWNER DRAIN_TIMEOUT_S" per host; OWNER a tenant or `shared`; a Node without
 # the mark was shared) is cordoned, marked and drained, so no job runs on it when its ports change. A drain that
 # does not finish fails the step: nothing changes on the fabric, and the Node stays cordoned.
 _HANDOVER = r'''
@@ -32,6 +32,23 @@ while read -r host owner timeout; do
   fi
   changed "drained $host: its ports move from $now's @FENCE@ to $owner's"
 done <<<"${GPUCLUSTER_PARTITIONS:-}"
+# A Node in a tenant's fence that no line names is leaving (its host, pool or tenant is gone from the spec): its
+# ports leave the fence in this run, before the host's own retirement at the run's end, so it is drained now
+# (within GPUCLUSTER_LEAVING_DRAIN_S, the plan's longest bound), marked `leaving` and left cordoned.
+listed=" $(cut -d' ' -f1 <<<"${GPUCLUSTER_PARTITIONS:-}" | tr '\n' ' ') "
+marked="$("${kc[@]}" get nodes -o 'jsonpath={range .items[*]}{.metadata.name}|{.metadata.annotations.@PARTITION_JSON@}{"\n"}{end}' 2>&1)" \
+  || fail "kubectl cannot list the nodes: $marked"
+while IFS='|' read -r host now; do
+  [[ -n "$host" && -n "$now" && "$now" != shared && "$now" != leaving && "$listed" != *" $host "* ]] || continue
+  "${kc[@]}" annotate node "$host" --overwrite "@HANDOVER@=$now->leaving" >/dev/null
+  "${kc[@]}" cordon "$host" >/dev/null
+  timeout="${GPUCLUSTER_LEAVING_DRAIN_S:-3600}"
+  if ! out="$("${kc[@]}" drain "$host" --ignore-daemonsets --delete-emptydir-data --timeout="${timeout}s" 2>&1)"; then
+    fail "node $host, which leaves the cluster, did not drain within ${timeout}s before its ports leave $now's @FENCE@: $(printf '%s\n' "$out" | tail -n 2 | tr '\n' ' ')(it stays cordoned; its @FENCE@ is unchanged)"
+  fi
+  "${kc[@]}" annotate node "$host" --overwrite "@PARTITION@=leaving" >/dev/null
+  changed "drained $host: it leaves the cluster, and its ports leave $now's @FENCE@"
+done <<<"$marked"
 '''
 
 # After every subnet manager's partitions step or switch's VLAN step: each Node is marked with its ports' owner,
@@ -53,10 +70,16 @@ done <<<"${GPUCLUSTER_PARTITIONS:-}"
 
 
 def owners(spec: ClusterSpec) -> str:
-    """GPUCLUSTER_PARTITIONS: per host of an RDMA pool, its partition's owner (tenant or `shared`) and drain bound."""
+    """GPUCLUSTER_PARTITIONS: per host, its partition's owner (tenant or `shared`) and drain bound. Every host,
+    RDMA or not: a Node in a tenant's fence that no line names is taken to be leaving the cluster."""
     isolated = spec.isolated_pools
     return "\n".join(f"{h.hostname} {isolated.get(p.name, 'shared')} {p.rollout.drain_timeout_s}"
-                     for p, h in spec.hosts() if p.nics)
+                     for p, h in spec.hosts())
+
+
+def leaving_drain_s(spec: ClusterSpec) -> int:
+    """GPUCLUSTER_LEAVING_DRAIN_S: the bound for a leaving Node, whose own pool's is gone with it."""
+    return max(p.rollout.drain_timeout_s for p in spec.node_pools)
 
 
 def _json_key(key: str) -> str:

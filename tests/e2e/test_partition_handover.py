@@ -70,3 +70,35 @@ def test_a_handover_a_disruption_budget_blocks_fails_with_the_node_cordoned(busy
     finally:
         c.cp.kubectl("annotate", "node", host.hostname, f"{PARTITION_MARK}-", f"{HANDOVER_MARK}-")
         restore(c, host.hostname)
+
+
+@pytest.mark.one_stack
+def test_a_node_leaving_with_its_tenant_is_drained_before_its_partition_goes(busy):
+    """Its tenant (or pool, or host) is gone from the spec, so no line names it, and the fabric steps drop its
+    ports from the tenant's partition or VLAN before its own retirement at the end of the run: the handover
+    drains it first and leaves it cordoned, marked `leaving`; a second run has nothing to do."""
+    c, pool, host, job, home = busy
+    drain, reopen = render_handover(c.spec)
+    leaving = f"export GPUCLUSTER_LEAVING_DRAIN_S=60\n{drain}"
+    try:
+        c.cp.kubectl("annotate", "node", host.hostname, "--overwrite", f"{PARTITION_MARK}=team-x")
+        out = run(c, leaving, home, "no-such-host shared 60")
+        assert out.returncode == 0, out.stdout + out.stderr
+        fence = fence_of(c.spec)
+        assert f"changed: drained {host.hostname}: it leaves the cluster, and its ports leave team-x's {fence}" \
+            in out.stdout, out.stdout
+        assert node(c, host.hostname)["spec"].get("unschedulable") is True
+        assert marks(c, host.hostname) == {PARTITION_MARK: "leaving", HANDOVER_MARK: "team-x->leaving"}
+        assert not [p for p in c.pods(job) if p["spec"].get("nodeName") == host.hostname
+                    and not p["metadata"].get("deletionTimestamp")], "the tenant's pod is still on the node"
+        again = run(c, leaving, home, "no-such-host shared 60")
+        assert again.returncode == 0 and again.stdout.endswith(": 0 change(s)\n"), again.stdout
+        # it comes back after all (named again, now shared): drained as any move, then reopened
+        back = run(c, drain, home, f"{host.hostname} shared 60")
+        assert back.returncode == 0 and f"from leaving's {fence} to shared's" in back.stdout, back.stdout
+        opened = run(c, reopen, home, f"{host.hostname} shared 60")
+        assert opened.returncode == 0 and f"changed: reopened {host.hostname}" in opened.stdout, opened.stdout
+        assert not node(c, host.hostname)["spec"].get("unschedulable")
+    finally:
+        c.cp.kubectl("annotate", "node", host.hostname, f"{PARTITION_MARK}-", f"{HANDOVER_MARK}-")
+        restore(c, host.hostname)

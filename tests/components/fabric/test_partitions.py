@@ -20,7 +20,7 @@ from components.fabric.partitions import fabric_reach, port_guids, render_partit
 from components.nodes.handover import render_handover
 from components.offline.plan import build_plan
 from components.offline.runner import run_program
-from components.spec import ClusterSpec, parse_spec
+from components.spec import ClusterSpec, load_spec, parse_spec
 from tests.conftest import ROOT, problems_of, ssh_key
 
 EXAMPLE = ROOT / "examples" / "isolated-tenants.yaml"
@@ -235,6 +235,12 @@ def test_the_partitions_steps_follow_every_isolated_preparation_and_nodes_open_a
     assert not any("prod-isolated-partitions-reopen" in d for n, d in opened.items() if n not in isolated)
     assert "gpu-prod-07 team-b 3600" in handover["inputs"]["environment"]["GPUCLUSTER_PARTITIONS"]
     assert "gpu-prod-03 shared 3600" in handover["inputs"]["environment"]["GPUCLUSTER_PARTITIONS"]
+    # every host is named (a Node in a fence no line names is leaving), and a leaving Node's bound is the longest
+    named = handover["inputs"]["environment"]["GPUCLUSTER_PARTITIONS"].splitlines()
+    spec = load_spec(EXAMPLE)
+    assert sorted(line.split()[0] for line in named) == sorted(h.hostname for _, h in spec.hosts())
+    assert handover["inputs"]["environment"]["GPUCLUSTER_LEAVING_DRAIN_S"] == str(
+        max(p.rollout.drain_timeout_s for p in spec.node_pools))
     assert component["outputs"]["reach"]["groups"]["h100-a"]["cut_off_from"] == ["h100-b"]
     assert "<gpu-prod-05:mlx5_0>=full" in plan.files["fabric/partitions.conf"]
     assert "| h100-a | team-a | P_Key 0x0b01 | h100, h100-a, storage | h100-b |" in plan.files["report.md"]
