@@ -193,6 +193,13 @@ class _RunThreads:
         try:
             yield loop
         finally:
+            # What a failed run left waiting is cancelled and run to its end, so each coroutine closes here
+            # rather than being destroyed pending later, in whatever code the collector interrupts.
+            pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
+            for task in pending:
+                task.cancel()
+            if pending:
+                loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
             executor.shutdown(wait=True, cancel_futures=True)
             asyncio.set_event_loop(None)
             for each in self._loops:

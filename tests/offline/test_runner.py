@@ -121,8 +121,10 @@ def test_a_run_leaves_no_thread_loop_or_descriptor_behind():
 
 def _fails_leaving_an_output_that_never_resolves() -> None:
     import asyncio
-    never = asyncio.get_event_loop().create_future()
-    pulumi.export("never", pulumi.Output(set(), never, pulumi.Output.from_input(True).future()).apply(str))
+    loop = asyncio.get_event_loop()
+    never, known = loop.create_future(), loop.create_future()
+    known.set_result(True)
+    pulumi.export("never", pulumi.Output(set(), never, known).apply(str))
     _Thing("t", {})
     raise ValueError("half way")
 
