@@ -17,6 +17,16 @@ HANDOVER_MARK = "gpucluster.io/partition-handover"  # on a Node the handover cor
 # the mark was shared) is cordoned, marked and drained, so no job runs on it when its ports change. A drain that
 # does not finish fails the step: nothing changes on the fabric, and the Node stays cordoned.
 _HANDOVER = r'''
+# hand_over HOST FROM TO TIMEOUT_S ABOUT PORTS: the Node marked FROM->TO, cordoned and drained; a drain that does
+# not end in time fails the step: "node HOST[ABOUT] did not drain ... before its ports PORTS".
+hand_over() {
+  local out
+  "${kc[@]}" annotate node "$1" --overwrite "@HANDOVER@=$2->$3" >/dev/null
+  "${kc[@]}" cordon "$1" >/dev/null
+  if ! out="$("${kc[@]}" drain "$1" --ignore-daemonsets --delete-emptydir-data --timeout="$4s" 2>&1)"; then
+    fail "node $1$5 did not drain within $4s before its ports $6: $(printf '%s\n' "$out" | tail -n 2 | tr '\n' ' ')(it stays cordoned; its @FENCE@ is unchanged)"
+  fi
+}
 while read -r host owner timeout; do
   [[ -n "$host" ]] || continue
   found="$("${kc[@]}" get node "$host" --ignore-not-found -o 'jsonpath={.metadata.name}|{.metadata.annotations.@PARTITION_JSON@}' 2>&1)" \
@@ -25,11 +35,7 @@ while read -r host owner timeout; do
   now=${found#*|}
   now=${now:-shared}
   if [[ "$now" == "$owner" ]]; then continue; fi
-  "${kc[@]}" annotate node "$host" --overwrite "@HANDOVER@=$now->$owner" >/dev/null
-  "${kc[@]}" cordon "$host" >/dev/null
-  if ! out="$("${kc[@]}" drain "$host" --ignore-daemonsets --delete-emptydir-data --timeout="${timeout}s" 2>&1)"; then
-    fail "node $host did not drain within ${timeout}s before its ports move from $now's @FENCE@ to $owner's: $(printf '%s\n' "$out" | tail -n 2 | tr '\n' ' ')(it stays cordoned; its @FENCE@ is unchanged)"
-  fi
+  hand_over "$host" "$now" "$owner" "$timeout" "" "move from $now's @FENCE@ to $owner's"
   changed "drained $host: its ports move from $now's @FENCE@ to $owner's"
 done <<<"${GPUCLUSTER_PARTITIONS:-}"
 # A Node in a tenant's fence that no line names is leaving (its host, pool or tenant is gone from the spec): its
@@ -40,12 +46,8 @@ marked="$("${kc[@]}" get nodes -o 'jsonpath={range .items[*]}{.metadata.name}|{.
   || fail "kubectl cannot list the nodes: $marked"
 while IFS='|' read -r host now; do
   [[ -n "$host" && -n "$now" && "$now" != shared && "$now" != leaving && "$listed" != *" $host "* ]] || continue
-  "${kc[@]}" annotate node "$host" --overwrite "@HANDOVER@=$now->leaving" >/dev/null
-  "${kc[@]}" cordon "$host" >/dev/null
-  timeout="${GPUCLUSTER_LEAVING_DRAIN_S:-3600}"
-  if ! out="$("${kc[@]}" drain "$host" --ignore-daemonsets --delete-emptydir-data --timeout="${timeout}s" 2>&1)"; then
-    fail "node $host, which leaves the cluster, did not drain within ${timeout}s before its ports leave $now's @FENCE@: $(printf '%s\n' "$out" | tail -n 2 | tr '\n' ' ')(it stays cordoned; its @FENCE@ is unchanged)"
-  fi
+  hand_over "$host" "$now" leaving "${GPUCLUSTER_LEAVING_DRAIN_S:-3600}" ", which leaves the cluster," \
+    "leave $now's @FENCE@"
   "${kc[@]}" annotate node "$host" --overwrite "@PARTITION@=leaving" >/dev/null
   changed "drained $host: it leaves the cluster, and its ports leave $now's @FENCE@"
 done <<<"$marked"

@@ -142,7 +142,6 @@ def run_offline(program: Callable[[], Any], *, project: str, stack: str,
         raise outcome["error"]
     outputs = outcome["outputs"]
     seconds = time.perf_counter() - started
-    ended.wait(STOP_TIMEOUT_S)
     monitor.finalize()
     return ProgramRun(project=project, stack=stack, records=monitor.records, outputs=outputs,
                       component_outputs=monitor.component_outputs, duplicates=monitor.duplicates,

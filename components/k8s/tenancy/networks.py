@@ -24,23 +24,32 @@ API = "admissionregistration.k8s.io/v1"
 DEFAULT_NETWORK_ANNOTATION = "v1.multus-cni.io/default-network"   # Multus reads it the same way
 
 
+_JSON_FORM = "matches('[\\\\[{\"]')"   # Multus: JSON when the value holds any of [ { "
+
+
+def _annotation(annotation: str) -> tuple[str, str]:
+    """CEL: (whether the pod carries `annotation`, its value)."""
+    key = json.dumps(annotation)
+    return (f"has(object.metadata.annotations) && {key} in object.metadata.annotations",
+            f"object.metadata.annotations[{key}]")
+
+
 def _foreign(annotation: str) -> str:
     """CEL: the namespaces other than the pod's own and the shared one that `annotation` names, read as Multus
     reads it (k8sclient.go, parsePodNetworkAnnotation): JSON when it holds any of `[{"`, its `namespace` keys
     matched without case as Go's JSON reader matches them; else a comma list whose items name a namespace
     before a `/`, both trimmed of spaces."""
-    value = f"object.metadata.annotations[{json.dumps(annotation)}]"
-    named = (f"({value}.matches('[\\\\[{{\"]') ? "
+    present, value = _annotation(annotation)
+    named = (f"({value}.{_JSON_FORM} ? "
              f"{value}.findAll('(?i)\"namespace\"\\\\s*:\\\\s*\"[^\"]*\"').map(m, m.split('\"')[3]) : "
              f"{value}.split(',').filter(n, n.contains('/')).map(n, n.trim().split('/')[0].trim()))")
-    return (f"has(object.metadata.annotations) && {json.dumps(annotation)} in object.metadata.annotations ? "
-            f"{named}.filter(ns, ns != request.namespace && ns != {json.dumps(NETWORK_NAMESPACE)}) : []")
+    return f"{present} ? {named}.filter(ns, ns != request.namespace && ns != {json.dumps(NETWORK_NAMESPACE)}) : []"
 
 
 def _escaped(annotation: str) -> str:
-    value = f"object.metadata.annotations[{json.dumps(annotation)}]"
-    return (f"!has(object.metadata.annotations) || !({json.dumps(annotation)} in object.metadata.annotations) || "
-            f"!{value}.matches('[\\\\[{{\"]') || !{value}.contains('\\\\')")
+    """CEL: `annotation` is absent, in the comma form, or JSON without an escape."""
+    present, value = _annotation(annotation)
+    return f"!({present}) || !{value}.{_JSON_FORM} || !{value}.contains('\\\\')"
 
 
 def render_network_fence(spec: ClusterSpec) -> list[Manifest]:
