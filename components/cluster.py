@@ -144,9 +144,11 @@ def compose(cluster: Any, name: str, spec: ClusterSpec, ssh_private_key: pulumi.
         if isolated:    # the Nodes whose ports change partition or VLAN drained first, given back after
             kube, env = next(iter(cluster.node_pools.values())).kube, {"GPUCLUSTER_PARTITIONS": owners(spec),
                                                                    "GPUCLUSTER_LEAVING_DRAIN_S": str(leaving_drain_s(spec))}
-            drain, reopen = render_handover(spec)
+            steps_of = render_handover(spec)
             role = "partitions" if spec.partitioned_pools else "vlans"
-            handover = kubectl_step(cluster, kube, f"{name}-{role}-handover", drain, None,
+            # Where isolation ends, these go: deleted dependents first, the reopen's delete drains the tenants'
+            # Nodes before the fence steps' deletes put their ports back, and the handover's gives them back.
+            handover = kubectl_step(cluster, kube, f"{name}-{role}-handover", steps_of.drain, steps_of.released,
                                     [*after, *(ready[h][0] for h in isolated)], env)
             if spec.partitioned_pools:
                 cluster.partitions = FabricPartitions(
@@ -158,7 +160,8 @@ def compose(cluster: Any, name: str, spec: ClusterSpec, ssh_private_key: pulumi.
                 cluster.vlans = FabricVlans(f"{name}-vlans", spec, ssh_private_key, opts=child,
                                             depends_on=[handover, *switches])
                 steps = [handover, *cluster.vlans.steps.values()]
-            reopened = kubectl_step(cluster, kube, f"{name}-{role}-reopen", reopen, None, steps, env)
+            reopened = kubectl_step(cluster, kube, f"{name}-{role}-reopen", steps_of.reopen, steps_of.release,
+                                    steps, env)
     finally:     # resolved even when it fails to build, so no registration waits forever
         if fenced is not None:
             fenced.set_result(reopened or ready[isolated[0]][0])

@@ -25,6 +25,9 @@ HOST_MARK = "__GPUCLUSTER_HOST__"
 APPLY_UNIT = "/etc/systemd/system/gpucluster-fabric.service"
 OPENSM_CONF = "/etc/opensm/opensm.conf"
 PARTITIONS_CONF = "/etc/opensm/partitions.conf"
+# The shared partitions the subnet manager's step wants while the tenants' partitions step owns partitions.conf:
+# what that step's delete puts in when tenants are no longer isolated (fabric/partitions.py).
+SHARED_PARTITIONS = "/etc/opensm/gpucluster-shared-partitions.conf"
 OPENSM_LOG = "/var/log/opensm.log"
 OPENSM_UNIT = "/etc/systemd/system/gpucluster-opensm.service"
 BOOT_WAIT_S = 180          # at boot, NICs and the SM can take minutes to come up
@@ -271,7 +274,17 @@ if [[ -n "$gid0" ]]; then conf+=$'\n'"guid 0x$(printf '%s' "$gid0" | cut -d: -f5
 put_file @CONF@ 0644 "$conf" restart-gpucluster-opensm
 # OpenSM re-reads its partitions at every heavy sweep, which a hangup starts: a partition change needs no restart
 # (which would hand mastership to the standby and back, each with a full sweep)
-@PUT_PARTITIONS@
+# A file with a tenant's partition (`indx0`: only the tenants' partitions step writes one) is that step's, whatever
+# this spec says (it has the hosts' port GUIDs; where isolation ends, its delete puts the shared partitions in,
+# after the tenants' Nodes are drained): left as it is, the shared partitions kept beside it for that delete.
+shared=$(cat @PARTITIONS_DOC@)
+if grep -q '^tenant-.*, indx0,' @PARTITIONS@ 2>/dev/null; then
+  put_file @SHARED@ 0644 "$shared"
+  note "@PARTITIONS@ holds the tenants' partitions, which their partitions step writes"
+else
+  put_file @PARTITIONS@ 0644 "$shared" resweep-gpucluster-opensm
+  drop_file @SHARED@
+fi
 put_file @UNIT@ 0644 "$(cat @UNIT_DOC@)" restart-gpucluster-opensm
 for other in opensm opensmd; do
   if systemctl is-enabled --quiet "$other" 2>/dev/null; then
@@ -304,7 +317,7 @@ if [[ -e @UNIT@ ]] || owed stop-gpucluster-opensm; then
   systemctl disable --now gpucluster-opensm >/dev/null 2>&1 || true
   paid restart-gpucluster-opensm
   paid resweep-gpucluster-opensm
-  for f in @CONF@ @PARTITIONS@ @UNIT@; do drop_file "$f"; done
+  for f in @CONF@ @PARTITIONS@ @SHARED@ @UNIT@; do drop_file "$f"; done
   systemctl daemon-reload
   paid stop-gpucluster-opensm
   changed "stopped the subnet manager: this host is not one of fabric.infiniband.subnet_managers"
@@ -483,21 +496,17 @@ def render_fabric_host(spec: ClusterSpec, hostname: str, nics: list[Nic], nccl: 
     (a storage server, a subnet manager, a host this component prepares alone)."""
     priority = sm_priority(spec, hostname)
     ib = spec.fabric.infiniband
-    sm = fill(_NO_OPENSM, UNIT=OPENSM_UNIT, CONF=OPENSM_CONF, PARTITIONS=PARTITIONS_CONF)
+    sm = fill(_NO_OPENSM, UNIT=OPENSM_UNIT, CONF=OPENSM_CONF, PARTITIONS=PARTITIONS_CONF, SHARED=SHARED_PARTITIONS)
     if priority is not None and ib is not None:
         first = min(nics, key=lambda n: n.rail).device if nics else "mlx5_0"
         unit = ("[Unit]\nDescription=InfiniBand subnet manager (gpucluster)\nAfter=network.target openibd.service\n\n"
                 f"[Service]\nExecStart=/usr/sbin/opensm --config {OPENSM_CONF}\nExecReload=/bin/kill -HUP $MAINPID\n"
                 "Restart=on-failure\n\n"
                 "[Install]\nWantedBy=multi-user.target")
-        # Where tenants are isolated, the partitions step owns the file (it has the hosts' port GUIDs): this only
-        # starts a subnet manager that has none with the shared partitions.
-        put = '[[ -e @PARTITIONS@ ]] || ' if spec.partitioned_pools else ''
-        sm = fill(_OPENSM.replace("@PUT_PARTITIONS@",
-                                  put + 'put_file @PARTITIONS@ 0644 "$(cat @PARTITIONS_DOC@)" resweep-gpucluster-opensm'),
-                  {"CONF_DOC": render_opensm_conf(spec, priority), "PARTITIONS_DOC": render_partitions(spec),
+        sm = fill(_OPENSM, {"CONF_DOC": render_opensm_conf(spec, priority), "PARTITIONS_DOC": render_partitions(spec),
                             "UNIT_DOC": unit},
-                  DEV=first, CONF=OPENSM_CONF, PARTITIONS=PARTITIONS_CONF, UNIT=OPENSM_UNIT, PRIORITY=priority,
+                  DEV=first, CONF=OPENSM_CONF, PARTITIONS=PARTITIONS_CONF, SHARED=SHARED_PARTITIONS,
+                  UNIT=OPENSM_UNIT, PRIORITY=priority,
                   LOG=OPENSM_LOG,
                   OURS=" ".join(ib.subnet_managers), TAKE_OVER="yes" if ib.take_over_existing_sm else "no")
     # A plain host name (the spec's: lowercase letters, digits, '-' and '.') is put into the boot script on
@@ -517,9 +526,10 @@ need systemctl "this host does not run systemd"
 for unit in gpucluster-fabric gpucluster-opensm; do
   if [[ -e "/etc/systemd/system/$unit.service" ]]; then systemctl disable --now "$unit" >/dev/null 2>&1 || true; fi
 done
-for f in @APPLY@ @UNIT@ @NCCL@ @OPENSM_UNIT@ @OPENSM_CONF@ @PARTITIONS@; do drop_file "$f"; done
+for f in @APPLY@ @UNIT@ @NCCL@ @OPENSM_UNIT@ @OPENSM_CONF@ @PARTITIONS@ @SHARED@; do drop_file "$f"; done
 systemctl daemon-reload
 note "runtime NIC settings (MTU, PFC, trust, ECN) stay until the next reboot or driver reload"
 ''', APPLY=APPLY, UNIT=APPLY_UNIT, NCCL=NCCL_CONF, OPENSM_UNIT=OPENSM_UNIT, OPENSM_CONF=OPENSM_CONF,
-                                                                                     PARTITIONS=PARTITIONS_CONF))
+                                                                                     PARTITIONS=PARTITIONS_CONF,
+                                                                                     SHARED=SHARED_PARTITIONS))
     return Script(create, delete)

@@ -23,7 +23,7 @@ from ..bash import call, fill, script
 from ..spec import ClusterSpec
 from ..ssh import Script, SshTarget, push
 from ..types import token, with_aliases
-from .host import OPENSM_LOG, OPENSM_UNIT, PARTITIONS_CONF, RESWEEP, render_partitions
+from .host import OPENSM_LOG, OPENSM_UNIT, PARTITIONS_CONF, RESWEEP, SHARED_PARTITIONS, render_partitions
 from .vlans import vlan_reach
 
 PORT_GUID = re.compile(r"^\S+: port-guid (?P<device>\S+) (?P<guid>0x[0-9a-f]{16})$", re.M)
@@ -141,13 +141,29 @@ def render_partition_step(spec: ClusterSpec, hostname: str, guids: Mapping[str, 
         RESWEEP + CHECK_TENANT_PORTS + fill(_STEP, {"DOC": render_partitions(spec, guids), "PORTS": "\n".join(ports)},
                                             UNIT=OPENSM_UNIT, PARTITIONS=PARTITIONS_CONF, LOG=OPENSM_LOG)
     return Script(script(f"Tenant partitions on {hostname}: {len(ports)} isolated port(s)", hostname, body),
-                  _leave(hostname))
+                  _leave(spec, hostname))
 
 
-def _leave(hostname: str) -> str:
-    """The step's delete: the file stays until the subnet manager's own fabric step writes the shared one."""
-    return script(f"Tenant partitions leave {hostname}", hostname,
-                  'note "partitions.conf stays as it is until the fabric step writes the shared one"\n')
+# The step's delete, where tenants are no longer isolated (after their Nodes are drained, nodes/handover.py): the
+# shared partitions, as the subnet manager's own step last wanted them (it leaves them beside the file it does
+# not write while this step owns it, and drops them when it writes the file again) or else as they were when
+# this step last ran, re-read on a hangup.
+_LEAVE = r'''
+need systemctl "this host does not run systemd"
+if [[ ! -e @UNIT@ ]]; then
+  note "no subnet manager here any more: its partitions went with it"
+else
+  if [[ -e @SHARED@ ]]; then shared=$(cat @SHARED@); else shared=$(cat @DOC@); fi
+  put_file @PARTITIONS@ 0644 "$shared" resweep-gpucluster-opensm
+  resweep
+fi
+'''
+
+
+def _leave(spec: ClusterSpec, hostname: str) -> str:
+    return script(f"Tenant partitions leave {hostname}: every port back in the shared partitions", hostname,
+                  RESWEEP + fill(_LEAVE, {"DOC": render_partitions(spec)}, UNIT=OPENSM_UNIT, PARTITIONS=PARTITIONS_CONF,
+                                 SHARED=SHARED_PARTITIONS))
 
 
 class FabricPartitions(pulumi.ComponentResource):
@@ -177,6 +193,6 @@ class FabricPartitions(pulumi.ComponentResource):
         self.steps = {}
         for sm in spec.fabric.subnet_managers:
             step = read.apply(lambda g, sm=sm: render_partition_step(spec, sm, g))
-            self.steps[sm] = push(f"{name}-{sm}", targets[sm], Script(step.apply(lambda s: s.create), _leave(sm)),
+            self.steps[sm] = push(f"{name}-{sm}", targets[sm], Script(step.apply(lambda s: s.create), _leave(spec, sm)),
                                   ssh_private_key, parent=self, converge=True, depends_on=depends_on)
         self.register_outputs({"reach": reach, "preview": self.preview})

@@ -12,9 +12,9 @@ switch has unless the site restricted it, so the VLANs are created on the leaves
 carries only the VLANs it is a member of, so the leaves' uplinks and the spines' ports are made tagged members.
 
 The steps (`<name>-<switch>`) run after the Nodes whose ports change VLAN are drained (nodes/handover.py) and
-before they are given back. A VLAN no tenant uses any more is left defined: no host port is in it. Turning
-isolation off deletes the steps, whose deletes put the tenants' ports back in the shared VLAN (no drain: the
-handover goes with them).
+before they are given back. A VLAN no tenant uses any more is left defined: no host port is in it. Where
+isolation ends the steps are deleted, after the reopen step's delete drained the tenants' Nodes, and their
+deletes put the tenants' ports back in the shared VLAN.
 """
 
 from __future__ import annotations

@@ -1,9 +1,15 @@
 """Day 2 of tenants isolated on the fabric: a Node whose ports move to another partition (InfiniBand,
 fabric/partitions.py: the subnet managers change its P_Key index 0) or VLAN (RoCE, fabric/vlans.py: the leaves
 move its ports) is drained before the fabric steps and given back after, so no job runs on it across the
-change. Run by pulumi with kubectl, like the rollout's steps."""
+change. Run by pulumi with kubectl, like the rollout's steps.
+
+Where isolation ends (turned off, or its last isolated pool gone), the steps go, and pulumi deletes them last,
+dependents first: so the reopen step's delete drains every Node in a tenant's fence, the fence steps' deletes put
+the ports back in the shared partitions or VLAN, and the handover's delete gives the Nodes back."""
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 from ..bash import script
 from ..spec import ClusterSpec
@@ -12,11 +18,7 @@ from .rollout import KUBECTL
 PARTITION_MARK = "gpucluster.io/partition"           # on a Node: whose partition or VLAN its ports are in (or shared)
 HANDOVER_MARK = "gpucluster.io/partition-handover"  # on a Node the handover cordoned: from->to, until reopened
 
-# Before the partitions or VLANs change, where pulumi runs (kubectl): each Node whose ports move to another one
-# (GPUCLUSTER_PARTITIONS: "HOST OWNER DRAIN_TIMEOUT_S" per host; OWNER a tenant or `shared`; a Node without
-# the mark was shared) is cordoned, marked and drained, so no job runs on it when its ports change. A drain that
-# does not finish fails the step: nothing changes on the fabric, and the Node stays cordoned.
-_HANDOVER = r'''
+_HAND_OVER = r'''
 # hand_over HOST FROM TO TIMEOUT_S ABOUT PORTS: the Node marked FROM->TO, cordoned and drained; a drain that does
 # not end in time fails the step: "node HOST[ABOUT] did not drain ... before its ports PORTS".
 hand_over() {
@@ -27,6 +29,12 @@ hand_over() {
     fail "node $1$5 did not drain within $4s before its ports $6: $(printf '%s\n' "$out" | tail -n 2 | tr '\n' ' ')(it stays cordoned; its @FENCE@ is unchanged)"
   fi
 }
+'''
+# Before the partitions or VLANs change, where pulumi runs (kubectl): each Node whose ports move to another one
+# (GPUCLUSTER_PARTITIONS: "HOST OWNER DRAIN_TIMEOUT_S" per host; OWNER a tenant or `shared`; a Node without
+# the mark was shared) is cordoned, marked and drained, so no job runs on it when its ports change. A drain that
+# does not finish fails the step: nothing changes on the fabric, and the Node stays cordoned.
+_HANDOVER = r'''
 while read -r host owner timeout; do
   [[ -n "$host" ]] || continue
   found="$("${kc[@]}" get node "$host" --ignore-not-found -o 'jsonpath={.metadata.name}|{.metadata.annotations.@PARTITION_JSON@}' 2>&1)" \
@@ -53,6 +61,20 @@ while IFS='|' read -r host now; do
 done <<<"$marked"
 '''
 
+# Isolation ends (the reopen step's delete, before the fence steps' deletes): each Node in a tenant's fence is
+# drained, within its line's bound in GPUCLUSTER_PARTITIONS (as the steps last ran) or GPUCLUSTER_LEAVING_DRAIN_S.
+_RELEASE = r'''
+marked="$("${kc[@]}" get nodes -o 'jsonpath={range .items[*]}{.metadata.name}|{.metadata.annotations.@PARTITION_JSON@}{"\n"}{end}' 2>&1)" \
+  || fail "kubectl cannot list the nodes: $marked"
+while IFS='|' read -r host now; do
+  [[ -n "$host" && -n "$now" && "$now" != shared && "$now" != leaving ]] || continue
+  timeout=$(awk -v h="$host" '$1 == h { print $3 }' <<<"${GPUCLUSTER_PARTITIONS:-}")
+  hand_over "$host" "$now" shared "${timeout:-${GPUCLUSTER_LEAVING_DRAIN_S:-3600}}" "" \
+    "leave $now's @FENCE@ (tenants are no longer isolated)"
+  changed "drained $host: its ports leave $now's @FENCE@ for the shared one, as tenants are no longer isolated"
+done <<<"$marked"
+'''
+
 # After every subnet manager's partitions step or switch's VLAN step: each Node is marked with its ports' owner,
 # and one the handover cordoned is opened again.
 _REOPEN = r'''
@@ -69,6 +91,31 @@ while read -r host owner _; do
   fi
 done <<<"${GPUCLUSTER_PARTITIONS:-}"
 '''
+
+# Isolation ended (the handover step's delete, after the fence steps' deletes): each Node in a tenant's fence or
+# cordoned by a handover is marked shared and opened again; a leaving one stays as it is.
+_RELEASED = r'''
+marked="$("${kc[@]}" get nodes -o 'jsonpath={range .items[*]}{.metadata.name}|{.metadata.annotations.@PARTITION_JSON@}|{.metadata.annotations.@HANDOVER_JSON@}{"\n"}{end}' 2>&1)" \
+  || fail "kubectl cannot list the nodes: $marked"
+while IFS='|' read -r host now handed; do
+  [[ -n "$host" && "$now" != leaving && ( -n "$handed" || ( -n "$now" && "$now" != shared ) ) ]] || continue
+  "${kc[@]}" annotate node "$host" --overwrite "@PARTITION@=shared" >/dev/null
+  if [[ -n "$handed" ]]; then
+    "${kc[@]}" uncordon "$host" >/dev/null
+    "${kc[@]}" annotate node "$host" "@HANDOVER@-" >/dev/null
+    changed "reopened $host: its ports are in the shared @FENCE@"
+  fi
+done <<<"$marked"
+'''
+
+
+class Handover(NamedTuple):
+    """The kubectl steps around a partition or VLAN change, and what their deletes run where isolation ends."""
+
+    drain: str      # before the fence steps: the Nodes whose ports move drained
+    reopen: str     # after them: the Nodes marked with their ports' owner, the drained ones given back
+    release: str    # the reopen step's delete: every Node in a tenant's fence drained
+    released: str   # the handover step's delete: those Nodes marked shared and given back
 
 
 def owners(spec: ClusterSpec) -> str:
@@ -93,8 +140,8 @@ def fence_of(spec: ClusterSpec) -> str:
     return "partition" if spec.fabric.kind == "infiniband" else "VLAN"
 
 
-def render_handover(spec: ClusterSpec) -> tuple[str, str]:
-    """The kubectl steps around a partition or VLAN change: (drain before, reopen after)."""
+def render_handover(spec: ClusterSpec) -> Handover:
+    """The kubectl steps around a partition or VLAN change, and their deletes."""
     fence = fence_of(spec)
     marks = {"PARTITION_JSON": _json_key(PARTITION_MARK), "HANDOVER_JSON": _json_key(HANDOVER_MARK),
              "PARTITION": PARTITION_MARK, "HANDOVER": HANDOVER_MARK, "FENCE": fence}
@@ -103,7 +150,12 @@ def render_handover(spec: ClusterSpec) -> tuple[str, str]:
         for k, v in marks.items():
             text = text.replace(f"@{k}@", v)
         return text
-    return (script(f"Drain the nodes whose ports change {fence} (run by pulumi with kubectl)", spec.name,
-                   KUBECTL + filled(_HANDOVER)),
-            script(f"Mark and reopen the nodes after their {fence} changed (run by pulumi with kubectl)", spec.name,
-                   KUBECTL + filled(_REOPEN)))
+    return Handover(
+        script(f"Drain the nodes whose ports change {fence} (run by pulumi with kubectl)", spec.name,
+               KUBECTL + filled(_HAND_OVER + _HANDOVER)),
+        script(f"Mark and reopen the nodes after their {fence} changed (run by pulumi with kubectl)", spec.name,
+               KUBECTL + filled(_REOPEN)),
+        script(f"Tenants are no longer isolated: drain the nodes in a tenant's {fence} (run by pulumi with kubectl)",
+               spec.name, KUBECTL + filled(_HAND_OVER + _RELEASE)),
+        script(f"Tenants are no longer isolated: reopen the nodes in the shared {fence} (run by pulumi with kubectl)",
+               spec.name, KUBECTL + filled(_RELEASED)))

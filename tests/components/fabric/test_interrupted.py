@@ -15,7 +15,8 @@ import subprocess
 import pytest
 
 from components.fabric.fabric import fabric_hosts
-from components.fabric.host import OPENSM_CONF, OPENSM_LOG, OPENSM_UNIT, PARTITIONS_CONF, render_fabric_host
+from components.fabric.host import (OPENSM_CONF, OPENSM_LOG, OPENSM_UNIT, PARTITIONS_CONF, SHARED_PARTITIONS,
+                                    render_fabric_host, render_partitions)
 from components.fabric.partitions import render_partition_step
 from tests.components.fabric.isolated_specs import hand_b_to_team_a, isolated_example
 from components.fabric.switches import render_switch
@@ -195,6 +196,7 @@ def sm_section(spec, where) -> str:
 def relocated(text: str, where) -> str:
     """A subnet manager host's script with its files under `where`."""
     for path, name in ((OPENSM_CONF, "opensm.conf"), (PARTITIONS_CONF, "partitions.conf"),
+                       (SHARED_PARTITIONS, "gpucluster-shared-partitions.conf"),
                        (OPENSM_UNIT, "gpucluster-opensm.service"), ("/var/lib/gpucluster/owed", "owed"),
                        (OPENSM_LOG, "opensm.log")):
         text = text.replace(path, f"{where}/etc/{name}" if name not in ("owed", "opensm.log") else f"{where}/{name}")
@@ -258,6 +260,61 @@ def test_the_partitions_step_killed_anywhere_leaves_opensm_on_the_file_on_disk(t
         assert not (tmp_path / "owed").exists() or not any((tmp_path / "owed").iterdir()), k
     for target, other in ((steps[1], steps[0]), (steps[0], steps[1])):
         cut_everywhere(run, target, lambda other=other: ok(run(other)), check)
+
+
+def test_turning_infiniband_isolation_off_gives_the_shared_partitions_back_at_the_end(tmp_path):
+    """Issue 58: turned off in the same run as a new shared partition. The subnet manager's own step (it runs:
+    its partitions changed) leaves the tenants' file to the partitions step and keeps what it wants beside it;
+    the partitions step's delete (after the tenants' Nodes are drained) puts that in, cut at every line:
+    OpenSM runs the file on disk, and in the end every port is back in the new shared partitions."""
+    for tool, text in SM_DOUBLES.items():
+        (tmp_path / tool).write_text(text)
+        (tmp_path / tool).chmod(0o755)
+    (tmp_path / "etc").mkdir()
+    spec = isolated_example()
+
+    def flat_with_storage_net(d):
+        d["fabric"]["infiniband"]["isolate_dedicated_pools"] = False
+        d["fabric"]["infiniband"]["partitions"].append({"name": "ipoib-storage", "pkey": 0x0a02})
+    flat = isolated_example(change=flat_with_storage_net)
+
+    def sm_step(s):
+        host = next(h for h in fabric_hosts(s) if h.hostname == "gpu-prod-01")
+        text = render_fabric_host(s, host.hostname, host.nics, host.nccl).create
+        head, rest = text.split("# --- subnet manager", 1)
+        return relocated(head + "# --- subnet manager" + rest.split("# --- the settings", 1)[0] + "finish\n", tmp_path)
+    guids = {h.hostname: {n.device: f"0x{i:04x}{n.rail:012x}" for n in p.nics} for i, (p, h) in enumerate(spec.hosts())}
+    step = render_partition_step(spec, "gpu-prod-01", guids)
+    create, delete = (relocated(s, tmp_path) for s in (step.create, step.delete))
+    conf, kept = tmp_path / "etc" / "partitions.conf", tmp_path / "etc" / "gpucluster-shared-partitions.conf"
+
+    def run(text):
+        return subprocess.run(["bash", "-c", text], capture_output=True, text=True,
+                              env={"PATH": f"{tmp_path}:/usr/bin:/bin", "SM_STATE": str(tmp_path)})
+
+    def isolated_then_turned_off():
+        ok(run(sm_step(spec)))
+        ok(run(create))
+        assert "tenant-team-a" in conf.read_text()
+        left = run(sm_step(flat))
+        assert left.returncode == 0 and "partitions.conf holds the tenants' partitions" in left.stdout, left.stdout
+        assert "tenant-team-a" in conf.read_text() and "ipoib-storage" in kept.read_text()
+    isolated_then_turned_off()
+    gone = run(delete)
+    assert gone.returncode == 0 and "re-read" in gone.stdout, gone.stdout + gone.stderr
+    assert conf.read_text() == kept.read_text() and kept.read_text().rstrip("\n") == render_partitions(flat)
+    again = run(delete)
+    assert again.returncode == 0 and again.stdout.endswith(": 0 change(s)\n"), again.stdout
+
+    def check(k):
+        running = (tmp_path / "running.partitions").read_text()
+        assert running == conf.read_text(), f"step {k}: OpenSM runs older partitions"
+        assert running.rstrip("\n") == render_partitions(flat), f"step {k}: not the shared partitions"
+        assert not (tmp_path / "owed").exists() or not any((tmp_path / "owed").iterdir()), k
+    assert len(cut_everywhere(run, delete, isolated_then_turned_off, check)) > 2
+    # the subnet manager's step, where it runs again, writes the file itself and drops what it kept
+    ok(run(sm_step(flat)))
+    assert not kept.exists() and conf.read_text().rstrip("\n") == render_partitions(flat)
 
 
 def ok(out: subprocess.CompletedProcess) -> None:

@@ -128,7 +128,8 @@ def _reaches(reach: dict, src: str, dst: str) -> bool:
 def test_a_pool_handed_to_another_tenant_takes_its_partition_at_index_0_on_a_hangup(fabric):
     """Day 2: the pool's ports take their new tenant's key at index 0 in the master's next sweep, with no
     restart; the old tenant's partition is gone from them, and the report's reach is the fabric's again.
-    Turning isolation off puts every port back as a full member of the shared partitions."""
+    Where isolation ends, the partitions step's delete puts every port back as a full member of the shared
+    partitions."""
     sm = started(fabric, SPEC)
     try:
         moved = _variant(hand_b_to_team_a)
@@ -142,8 +143,10 @@ def test_a_pool_handed_to_another_tenant_takes_its_partition_at_index_0_on_a_han
         assert path_between(a_node, b_node) and fabric_reach(moved)["groups"]["h100-a"]["cut_off_from"] == []
         assert sm.poll() is None and "Entering" not in _log(fabric).split("SUBNET UP")[-1]     # no election
 
-        flat = _variant(lambda d: d["fabric"]["infiniband"].update(isolate_dedicated_pools=False))
-        (fabric / SM.replace("/", "_") / "partitions.conf").write_text(render_partitions(flat, guids()) + "\n")
+        # what the partitions step's delete writes where isolation ends: the shared partitions alone
+        shared = render_partitions(SPEC)
+        assert shared in render_partition_step(SPEC, SM.split("/")[0], guids()).delete
+        (fabric / SM.replace("/", "_") / "partitions.conf").write_text(shared + "\n")
         sm.send_signal(signal.SIGHUP)
         assert wait(lambda: pkey_table(b_node, SM) == [0x7FFF | FULL, 0x0A01 | FULL], 60), pkey_table(b_node, SM)
     finally:

@@ -163,8 +163,14 @@ def test_only_isolated_hosts_report_guids_and_nccl_uses_index_0_there():
     assert "port_guid mlx5_7" in scripts["gpu-prod-05"] and "port_guid" not in scripts["gpu-prod-03"]
     envs = nccl_envs(spec)
     assert envs["h100-a"]["NCCL_IB_PKEY"] == "0" and "NCCL_IB_PKEY" not in envs["h100"]
-    # the subnet managers' own step seeds a partitions.conf only where none is: the partitions step owns it
-    assert "[[ -e /etc/opensm/partitions.conf ]] || put_file /etc/opensm/partitions.conf" in scripts["gpu-prod-01"]
+    # the subnet managers' own step leaves a partitions.conf with a tenant's partition to the partitions step,
+    # and is the same text with isolation off: turning it off does not run it (the partitions step's delete,
+    # after the tenants' Nodes are drained, puts the shared partitions back)
+    assert "if grep -q '^tenant-.*, indx0,' /etc/opensm/partitions.conf" in scripts["gpu-prod-01"]
+    flat = data()
+    flat["fabric"]["infiniband"]["isolate_dedicated_pools"] = False
+    host = next(h for h in fabric_hosts(spec_of(flat)) if h.hostname == "gpu-prod-01")
+    assert render_fabric_host(spec_of(flat), host.hostname, host.nics, host.nccl).create == scripts["gpu-prod-01"]
 
 
 def test_the_step_writes_the_file_resweeps_and_checks_each_tenant_port_from_the_master():
@@ -181,8 +187,11 @@ def test_the_step_writes_the_file_resweeps_and_checks_each_tenant_port_from_the_
     short = render_partition_step(spec, "gpu-prod-01", g).create
     assert "fail 'no port GUID reported for gpu-prod-06 mlx5_3: their fabric step prints" in short
     assert "put_file /etc/opensm" not in short and "resweep" not in short
-    assert step.delete is not None and "drop_file /etc/opensm" not in step.delete   # the fabric step takes it back
-    assert "partitions.conf stays as it is until the fabric step writes the shared one" in step.delete
+    # its delete (tenants no longer isolated) puts the shared partitions back, as the subnet manager's step last
+    # wanted them where it kept them, and re-reads them
+    assert step.delete is not None and render_partitions(spec) in step.delete
+    assert "if [[ -e /etc/opensm/gpucluster-shared-partitions.conf ]]; then" in step.delete
+    assert "put_file /etc/opensm/partitions.conf 0644" in step.delete and "\n  resweep\n" in step.delete
 
 
 @pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck not installed")
@@ -229,6 +238,10 @@ def test_the_partitions_steps_follow_every_isolated_preparation_and_nodes_open_a
         assert {f"prod-isolated-h100-{p}-gpu-prod-0{i}-prepare" for p, i in
                 (("a", 5), ("a", 6), ("b", 7), ("b", 8))} <= deps(step)
     assert set(steps) <= deps(reopen)
+    # where isolation ends, pulumi deletes them dependents first: the reopen's delete drains the tenants' Nodes,
+    # the steps' deletes give their ports the shared partitions, the handover's delete reopens the Nodes
+    assert reopen["inputs"]["delete"] == render_handover(load_spec(EXAMPLE)).release
+    assert handover["inputs"]["delete"] == render_handover(load_spec(EXAMPLE)).released
     opened = {n: deps(r) for n, r in by_name.items() if r["type"] == "kubernetes:core/v1:NodePatch"}
     isolated = [n for n in opened if n.startswith(("prod-isolated-h100-a-", "prod-isolated-h100-b-"))]
     assert isolated and all("prod-isolated-partitions-reopen" in opened[n] for n in isolated)
