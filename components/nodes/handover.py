@@ -75,6 +75,18 @@ while IFS='|' read -r host now; do
 done <<<"$marked"
 '''
 
+_HAND_BACK = r'''
+# hand_back HOST OWNER HANDED: the Node marked with its ports' OWNER, and opened again where the handover cordoned
+# it (HANDED: its handover mark)
+hand_back() {
+  "${kc[@]}" annotate node "$1" --overwrite "@PARTITION@=$2" >/dev/null
+  if [[ -n "$3" ]]; then
+    "${kc[@]}" uncordon "$1" >/dev/null
+    "${kc[@]}" annotate node "$1" "@HANDOVER@-" >/dev/null
+    changed "reopened $1: its ports are in $2's @FENCE@"
+  fi
+}
+'''
 # After every subnet manager's partitions step or switch's VLAN step: each Node is marked with its ports' owner,
 # and one the handover cordoned is opened again.
 _REOPEN = r'''
@@ -83,12 +95,7 @@ while read -r host owner _; do
   found="$("${kc[@]}" get node "$host" --ignore-not-found -o 'jsonpath={.metadata.name}|{.metadata.annotations.@HANDOVER_JSON@}' 2>&1)" \
     || fail "kubectl cannot read node $host: $found"
   [[ -n "$found" ]] || continue
-  "${kc[@]}" annotate node "$host" --overwrite "@PARTITION@=$owner" >/dev/null
-  if [[ -n "${found#*|}" ]]; then
-    "${kc[@]}" uncordon "$host" >/dev/null
-    "${kc[@]}" annotate node "$host" "@HANDOVER@-" >/dev/null
-    changed "reopened $host: its ports are in $owner's @FENCE@"
-  fi
+  hand_back "$host" "$owner" "${found#*|}"
 done <<<"${GPUCLUSTER_PARTITIONS:-}"
 '''
 
@@ -99,12 +106,7 @@ marked="$("${kc[@]}" get nodes -o 'jsonpath={range .items[*]}{.metadata.name}|{.
   || fail "kubectl cannot list the nodes: $marked"
 while IFS='|' read -r host now handed; do
   [[ -n "$host" && "$now" != leaving && ( -n "$handed" || ( -n "$now" && "$now" != shared ) ) ]] || continue
-  "${kc[@]}" annotate node "$host" --overwrite "@PARTITION@=shared" >/dev/null
-  if [[ -n "$handed" ]]; then
-    "${kc[@]}" uncordon "$host" >/dev/null
-    "${kc[@]}" annotate node "$host" "@HANDOVER@-" >/dev/null
-    changed "reopened $host: its ports are in the shared @FENCE@"
-  fi
+  hand_back "$host" shared "$handed"
 done <<<"$marked"
 '''
 
@@ -154,8 +156,8 @@ def render_handover(spec: ClusterSpec) -> Handover:
         script(f"Drain the nodes whose ports change {fence} (run by pulumi with kubectl)", spec.name,
                KUBECTL + filled(_HAND_OVER + _HANDOVER)),
         script(f"Mark and reopen the nodes after their {fence} changed (run by pulumi with kubectl)", spec.name,
-               KUBECTL + filled(_REOPEN)),
+               KUBECTL + filled(_HAND_BACK + _REOPEN)),
         script(f"Tenants are no longer isolated: drain the nodes in a tenant's {fence} (run by pulumi with kubectl)",
                spec.name, KUBECTL + filled(_HAND_OVER + _RELEASE)),
         script(f"Tenants are no longer isolated: reopen the nodes in the shared {fence} (run by pulumi with kubectl)",
-               spec.name, KUBECTL + filled(_RELEASED)))
+               spec.name, KUBECTL + filled(_HAND_BACK + _RELEASED)))

@@ -41,6 +41,7 @@ import yaml
 
 from components.fabric.nccl import NCCL_CONF
 from components.k8s.health.checks import NAMESPACE as HEALTH_CHECKS, cronjob_name
+from components.nodes.handover import HANDOVER_MARK, PARTITION_MARK
 from components.nodes.retire import POOL_FILE
 from components.nodes.rollout import ROLLOUT_TAINT
 from components.offline.diff import diff_plans, load_plan
@@ -797,12 +798,12 @@ def test_staging_on_eight_rails_two_leaves_and_beegfs_8_applies_then_leaves_noth
         _destroy(w, plan)
 
 
-def test_isolated_tenants_get_their_partitions_from_the_guids_their_hosts_reported(world, tmp_path):
+def test_isolated_tenants_get_their_partitions_from_the_guids_their_hosts_reported_and_lose_them_drained(world, tmp_path):
     """The isolated example's machines (prod's, as a shared and two dedicated pools): each dedicated host's
     preparation reports its rails' port GUIDs (the real ibstat over the device tree), the engine hands those
     outputs to the partitions step on both subnet managers, which writes them into partitions.conf (limited in
     the shared partitions, full in the tenant's at index 0) and has OpenSM re-read it; a second preview has
-    nothing to do."""
+    nothing to do. Isolation turned off, the tenants' Nodes are drained before the partitions go."""
     w = world
     software = yaml.safe_load(SOURCES["isolated"].read_text())["node_pools"][0]["software"]
     mirror = None if "isolated" not in STACKS else driver_repo(
@@ -820,6 +821,30 @@ def test_isolated_tenants_get_their_partitions_from_the_guids_their_hosts_report
             assert hosts.hosts["gpu-prod-03"].port_guid("mlx5_0") not in text          # shared: ALL=full
         for host in isolated:
             assert "NCCL_IB_PKEY=0" in hosts.hosts[host].read(NCCL_CONF), host
+        w.engine("preview", "--expect-no-changes")
+
+        # Day 2, isolation turned off: pulumi deletes the steps at the run's end, dependents first, so the
+        # reopen's delete drains the tenants' Nodes before the partitions steps' deletes give every port the
+        # shared partitions, and the handover's delete reopens the Nodes after.
+        spec_file = w.project / "stacks" / "isolated.yaml"
+        flat = yaml.safe_load(spec_file.read_text())
+        flat["fabric"]["infiniband"]["isolate_dedicated_pools"] = False
+        spec_file.write_text(yaml.safe_dump(flat, sort_keys=False))
+        w.commands.runs.clear()
+        w.engine("up", "--yes")
+        deletes = [n for op, n in w.commands.runs if op == "delete"]
+        reopen, handover = (next(i for i, n in enumerate(deletes) if n.endswith(f"-partitions-{role}"))
+                            for role in ("reopen", "handover"))
+        steps = [i for i, n in enumerate(deletes) for sm in spec["fabric"]["infiniband"]["subnet_managers"]
+                 if n.endswith(f"-partitions-{sm}")]
+        assert len(steps) == 2 and reopen < min(steps) and max(steps) < handover, deletes
+        for sm in spec["fabric"]["infiniband"]["subnet_managers"]:
+            text = hosts.hosts[sm].read("/etc/opensm/partitions.conf")
+            assert "tenant-" not in text and "=limited" not in text and "ALL=full" in text, (sm, text)
+        for host in isolated:
+            node = w.cp.get("node", host)
+            assert node["metadata"]["annotations"][PARTITION_MARK] == "shared", host
+            assert not node["spec"].get("unschedulable") and HANDOVER_MARK not in node["metadata"]["annotations"]
         w.engine("preview", "--expect-no-changes")
         _destroy(w, plan)
 

@@ -130,7 +130,7 @@ def test_where_isolation_ends_the_tenants_nodes_are_drained_before_and_reopened_
         assert not node(c, other)["spec"].get("unschedulable") and marks(c, other) == {PARTITION_MARK: "leaving"}
 
         out = run(c, steps.released, home, "")
-        assert out.returncode == 0 and f"changed: reopened {host.hostname}: its ports are in the shared {fence}" \
+        assert out.returncode == 0 and f"changed: reopened {host.hostname}: its ports are in shared's {fence}" \
             in out.stdout and other not in out.stdout, out.stdout + out.stderr
         assert not node(c, host.hostname)["spec"].get("unschedulable")
         assert marks(c, host.hostname) == {PARTITION_MARK: "shared"} and marks(c, other) == {PARTITION_MARK: "leaving"}
