@@ -68,8 +68,9 @@ marked="$("${kc[@]}" get nodes -o 'jsonpath={range .items[*]}{.metadata.name}|{.
   || fail "kubectl cannot list the nodes: $marked"
 while IFS='|' read -r host now; do
   [[ -n "$host" && -n "$now" && "$now" != shared && "$now" != leaving ]] || continue
-  timeout=$(awk -v h="$host" '$1 == h { print $3 }' <<<"${GPUCLUSTER_PARTITIONS:-}")
-  hand_over "$host" "$now" shared "${timeout:-${GPUCLUSTER_LEAVING_DRAIN_S:-3600}}" "" \
+  timeout=${GPUCLUSTER_LEAVING_DRAIN_S:-3600}
+  while read -r named _ bound; do if [[ "$named" == "$host" ]]; then timeout=$bound; fi; done <<<"${GPUCLUSTER_PARTITIONS:-}"
+  hand_over "$host" "$now" shared "$timeout" "" \
     "leave $now's @FENCE@ (tenants are no longer isolated)"
   changed "drained $host: its ports leave $now's @FENCE@ for the shared one, as tenants are no longer isolated"
 done <<<"$marked"
