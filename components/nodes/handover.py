@@ -18,7 +18,14 @@ from .rollout import KUBECTL
 PARTITION_MARK = "gpucluster.io/partition"           # on a Node: whose partition or VLAN its ports are in (or shared)
 HANDOVER_MARK = "gpucluster.io/partition-handover"  # on a Node the handover cordoned: from->to, until reopened
 
-_HAND_OVER = r'''
+# list_marked: every Node as NAME|PARTITION MARK|HANDOVER MARK per line, in $marked
+_LIST_MARKED = r'''
+list_marked() {
+  marked="$("${kc[@]}" get nodes -o 'jsonpath={range .items[*]}{.metadata.name}|{.metadata.annotations.@PARTITION_JSON@}|{.metadata.annotations.@HANDOVER_JSON@}{"\n"}{end}' 2>&1)" \
+    || fail "kubectl cannot list the nodes: $marked"
+}
+'''
+_HAND_OVER = _LIST_MARKED + r'''
 # hand_over HOST FROM TO TIMEOUT_S ABOUT PORTS: the Node marked FROM->TO, cordoned and drained; a drain that does
 # not end in time fails the step: "node HOST[ABOUT] did not drain ... before its ports PORTS".
 hand_over() {
@@ -50,9 +57,8 @@ done <<<"${GPUCLUSTER_PARTITIONS:-}"
 # ports leave the fence in this run, before the host's own retirement at the run's end, so it is drained now
 # (within GPUCLUSTER_LEAVING_DRAIN_S, the plan's longest bound), marked `leaving` and left cordoned.
 listed=" $(cut -d' ' -f1 <<<"${GPUCLUSTER_PARTITIONS:-}" | tr '\n' ' ') "
-marked="$("${kc[@]}" get nodes -o 'jsonpath={range .items[*]}{.metadata.name}|{.metadata.annotations.@PARTITION_JSON@}{"\n"}{end}' 2>&1)" \
-  || fail "kubectl cannot list the nodes: $marked"
-while IFS='|' read -r host now; do
+list_marked
+while IFS='|' read -r host now _; do
   [[ -n "$host" && -n "$now" && "$now" != shared && "$now" != leaving && "$listed" != *" $host "* ]] || continue
   hand_over "$host" "$now" leaving "${GPUCLUSTER_LEAVING_DRAIN_S:-3600}" ", which leaves the cluster," \
     "leave $now's @FENCE@"
@@ -64,9 +70,8 @@ done <<<"$marked"
 # Isolation ends (the reopen step's delete, before the fence steps' deletes): each Node in a tenant's fence is
 # drained, within its line's bound in GPUCLUSTER_PARTITIONS (as the steps last ran) or GPUCLUSTER_LEAVING_DRAIN_S.
 _RELEASE = r'''
-marked="$("${kc[@]}" get nodes -o 'jsonpath={range .items[*]}{.metadata.name}|{.metadata.annotations.@PARTITION_JSON@}{"\n"}{end}' 2>&1)" \
-  || fail "kubectl cannot list the nodes: $marked"
-while IFS='|' read -r host now; do
+list_marked
+while IFS='|' read -r host now _; do
   [[ -n "$host" && -n "$now" && "$now" != shared && "$now" != leaving ]] || continue
   timeout=${GPUCLUSTER_LEAVING_DRAIN_S:-3600}
   while read -r named _ bound; do if [[ "$named" == "$host" ]]; then timeout=$bound; fi; done <<<"${GPUCLUSTER_PARTITIONS:-}"
@@ -103,8 +108,7 @@ done <<<"${GPUCLUSTER_PARTITIONS:-}"
 # Isolation ended (the handover step's delete, after the fence steps' deletes): each Node in a tenant's fence or
 # cordoned by a handover is marked shared and opened again; a leaving one stays as it is.
 _RELEASED = r'''
-marked="$("${kc[@]}" get nodes -o 'jsonpath={range .items[*]}{.metadata.name}|{.metadata.annotations.@PARTITION_JSON@}|{.metadata.annotations.@HANDOVER_JSON@}{"\n"}{end}' 2>&1)" \
-  || fail "kubectl cannot list the nodes: $marked"
+list_marked
 while IFS='|' read -r host now handed; do
   [[ -n "$host" && "$now" != leaving && ( -n "$handed" || ( -n "$now" && "$now" != shared ) ) ]] || continue
   hand_back "$host" shared "$handed"
@@ -161,4 +165,4 @@ def render_handover(spec: ClusterSpec) -> Handover:
         script(f"Tenants are no longer isolated: drain the nodes in a tenant's {fence} (run by pulumi with kubectl)",
                spec.name, KUBECTL + filled(_HAND_OVER + _RELEASE)),
         script(f"Tenants are no longer isolated: reopen the nodes in the shared {fence} (run by pulumi with kubectl)",
-               spec.name, KUBECTL + filled(_HAND_BACK + _RELEASED)))
+               spec.name, KUBECTL + filled(_LIST_MARKED + _HAND_BACK + _RELEASED)))
