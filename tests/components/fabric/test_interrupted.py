@@ -186,11 +186,34 @@ esac
 }
 
 
-def sm_section(spec, where) -> str:
-    """The primary subnet manager host's script, its OpenSM section alone, with its files under `where`."""
-    text = render_fabric_host(spec, "gpu-dev-01", spec.node_pools[0].nics, {}).create
+def sm_host(where):
+    """A subnet manager's host under `where`: the doubles on PATH, its files in `where`/etc; runs a script there."""
+    for tool, text in SM_DOUBLES.items():
+        (where / tool).write_text(text)
+        (where / tool).chmod(0o755)
+    (where / "etc").mkdir()
+
+    def run(text: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["bash", "-c", text], capture_output=True, text=True,
+                              env={"PATH": f"{where}:/usr/bin:/bin", "SM_STATE": str(where)})
+    return run
+
+
+def sm_section(spec, where, hostname: str | None = None) -> str:
+    """A subnet manager host's script, its OpenSM section alone, with its files under `where`. `hostname`: one of
+    the spec's fabric hosts. Omitted: dev's primary, gpu-dev-01."""
+    if hostname is None:
+        text = render_fabric_host(spec, "gpu-dev-01", spec.node_pools[0].nics, {}).create
+    else:
+        host = next(h for h in fabric_hosts(spec) if h.hostname == hostname)
+        text = render_fabric_host(spec, host.hostname, host.nics, host.nccl).create
     head, rest = text.split("# --- subnet manager", 1)
     return relocated(head + "# --- subnet manager" + rest.split("# --- the settings", 1)[0] + "finish\n", where)
+
+
+def port_guids(spec) -> dict[str, dict[str, str]]:
+    """Host -> device -> a port GUID of its own, as the hosts' fabric steps would report them."""
+    return {h.hostname: {n.device: f"0x{i:04x}{n.rail:012x}" for n in p.nics} for i, (p, h) in enumerate(spec.hosts())}
 
 
 def relocated(text: str, where) -> str:
@@ -207,16 +230,9 @@ def test_opensm_killed_anywhere_runs_the_partitions_on_disk(dev_data, tmp_path):
     """From no partitions to one and back: OpenSM restarted (after a daemon-reload) whenever a cut left it
     running an older opensm.conf or unit, hung up on (it re-reads its partitions) whenever a cut left it running
     older partitions, and started when a cut left it stopped."""
-    for tool, text in SM_DOUBLES.items():
-        (tmp_path / tool).write_text(text)
-        (tmp_path / tool).chmod(0o755)
-    (tmp_path / "etc").mkdir()
+    run = sm_host(tmp_path)
     scripts = [sm_section(spec_for(json.loads(json.dumps(dev_data)), variant), tmp_path)
                for variant in ("infiniband", "infiniband-partitions")]
-
-    def run(text):
-        return subprocess.run(["bash", "-c", text], capture_output=True, text=True,
-                              env={"PATH": f"{tmp_path}:/usr/bin:/bin", "SM_STATE": str(tmp_path)})
 
     def runs_the_disk() -> bool:
         files = [tmp_path / "etc" / n for n in ("opensm.conf", "partitions.conf", "gpucluster-opensm.service")]
@@ -234,22 +250,12 @@ def test_opensm_killed_anywhere_runs_the_partitions_on_disk(dev_data, tmp_path):
 def test_the_partitions_step_killed_anywhere_leaves_opensm_on_the_file_on_disk(tmp_path):
     """Issue 58: the tenants' partitions step, from one GUID set to another (a pool handed to the other tenant)
     and back, cut at every line: OpenSM is hung up on whenever a cut left it on older partitions."""
-    for tool, text in SM_DOUBLES.items():
-        (tmp_path / tool).write_text(text)
-        (tmp_path / tool).chmod(0o755)
-    (tmp_path / "etc").mkdir()
+    run = sm_host(tmp_path)
     spec = isolated_example()
-    host = next(h for h in fabric_hosts(spec) if h.hostname == "gpu-prod-01")
-    sm = render_fabric_host(spec, host.hostname, host.nics, host.nccl).create
-    head, rest = sm.split("# --- subnet manager", 1)
-    setup = relocated(head + "# --- subnet manager" + rest.split("# --- the settings", 1)[0] + "finish\n", tmp_path)
-    guids = {h.hostname: {n.device: f"0x{i:04x}{n.rail:012x}" for n in p.nics} for i, (p, h) in enumerate(spec.hosts())}
+    setup = sm_section(spec, tmp_path, "gpu-prod-01")
+    guids = port_guids(spec)
     moved = isolated_example(change=hand_b_to_team_a)
     steps = [relocated(render_partition_step(s, "gpu-prod-01", guids).create, tmp_path) for s in (spec, moved)]
-
-    def run(text):
-        return subprocess.run(["bash", "-c", text], capture_output=True, text=True,
-                              env={"PATH": f"{tmp_path}:/usr/bin:/bin", "SM_STATE": str(tmp_path)})
 
     ok(run(setup))
 
@@ -267,10 +273,7 @@ def test_turning_infiniband_isolation_off_gives_the_shared_partitions_back_at_th
     its partitions changed) leaves the tenants' file to the partitions step and keeps what it wants beside it;
     the partitions step's delete (after the tenants' Nodes are drained) puts that in, cut at every line:
     OpenSM runs the file on disk, and in the end every port is back in the new shared partitions."""
-    for tool, text in SM_DOUBLES.items():
-        (tmp_path / tool).write_text(text)
-        (tmp_path / tool).chmod(0o755)
-    (tmp_path / "etc").mkdir()
+    run = sm_host(tmp_path)
     spec = isolated_example()
 
     def flat_with_storage_net(d):
@@ -279,18 +282,10 @@ def test_turning_infiniband_isolation_off_gives_the_shared_partitions_back_at_th
     flat = isolated_example(change=flat_with_storage_net)
 
     def sm_step(s):
-        host = next(h for h in fabric_hosts(s) if h.hostname == "gpu-prod-01")
-        text = render_fabric_host(s, host.hostname, host.nics, host.nccl).create
-        head, rest = text.split("# --- subnet manager", 1)
-        return relocated(head + "# --- subnet manager" + rest.split("# --- the settings", 1)[0] + "finish\n", tmp_path)
-    guids = {h.hostname: {n.device: f"0x{i:04x}{n.rail:012x}" for n in p.nics} for i, (p, h) in enumerate(spec.hosts())}
-    step = render_partition_step(spec, "gpu-prod-01", guids)
+        return sm_section(s, tmp_path, "gpu-prod-01")
+    step = render_partition_step(spec, "gpu-prod-01", port_guids(spec))
     create, delete = (relocated(s, tmp_path) for s in (step.create, step.delete))
     conf, kept = tmp_path / "etc" / "partitions.conf", tmp_path / "etc" / "gpucluster-shared-partitions.conf"
-
-    def run(text):
-        return subprocess.run(["bash", "-c", text], capture_output=True, text=True,
-                              env={"PATH": f"{tmp_path}:/usr/bin:/bin", "SM_STATE": str(tmp_path)})
 
     def isolated_then_turned_off():
         ok(run(sm_step(spec)))
